@@ -1,0 +1,119 @@
+//! Choosing the compute device at run time: burn's wgpu backend (Vulkan/Metal natively, WebGPU in the
+//! browser) or its ndarray CPU backend (which also runs in wasm).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Mutex;
+
+use burn::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Which backend a model runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Cpu,
+    Wgpu,
+}
+
+/// What the user asks for; `Auto` takes the GPU when an adapter is granted, else the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    Auto,
+    Cpu,
+    Wgpu,
+}
+
+impl FromStr for BackendChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(BackendChoice::Auto),
+            "cpu" | "ndarray" => Ok(BackendChoice::Cpu),
+            "wgpu" | "webgpu" | "gpu" => Ok(BackendChoice::Wgpu),
+            _ => Err(Error::Unsupported(format!("backend {s:?}: choose auto, cpu or wgpu"))),
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Wgpu => "wgpu",
+        })
+    }
+}
+
+/// A ready device and what it is, for the conditions line of every figure.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub kind: BackendKind,
+    pub device: Device,
+    /// The adapter's name ("CPU (ndarray)" for the CPU backend).
+    pub adapter: String,
+    /// Adapter details worth showing (driver, limits), one line.
+    pub details: String,
+}
+
+/// burn initializes its wgpu runtime once per process; later calls reuse it.
+static WGPU: Mutex<Option<Backend>> = Mutex::new(None);
+
+impl Backend {
+    pub fn cpu() -> Backend {
+        #[allow(deprecated)] // ndarray is the CPU backend whose quantization was measured here.
+        let device = Device::ndarray();
+        Backend {
+            kind: BackendKind::Cpu,
+            device,
+            adapter: "CPU (ndarray)".into(),
+            details: String::new(),
+        }
+    }
+
+    /// Initialize the GPU backend (async: in a browser this awaits the WebGPU adapter).
+    pub async fn wgpu() -> Result<Backend> {
+        if let Some(ready) = WGPU.lock().unwrap().clone() {
+            return Ok(ready);
+        }
+        let (device, setup) = Device::wgpu_options()
+            .init_with_setup_async()
+            .await
+            .map_err(|e| Error::Device(format!("no usable GPU adapter: {e}")))?;
+        let info = setup.adapter.get_info();
+        let limits = setup.adapter.limits();
+        let adapter = if info.name.is_empty() {
+            format!("{:?} {:?}", info.backend, info.device_type)
+        } else {
+            info.name.clone()
+        };
+        let backend = Backend {
+            kind: BackendKind::Wgpu,
+            device,
+            adapter,
+            details: format!(
+                "{:?}, {:?}, driver {:?}, max buffer {} MiB, max workgroup invocations {}, shader-f16 {}",
+                info.backend,
+                info.device_type,
+                info.driver,
+                limits.max_buffer_size >> 20,
+                limits.max_compute_invocations_per_workgroup,
+                setup.adapter.features().contains(burn::tensor::wgpu::wgpu::Features::SHADER_F16),
+            ),
+        };
+        *WGPU.lock().unwrap() = Some(backend.clone());
+        Ok(backend)
+    }
+
+    /// Resolve a choice: `Auto` falls back to the CPU when no GPU adapter is granted.
+    pub async fn init(choice: BackendChoice) -> Result<Backend> {
+        match choice {
+            BackendChoice::Cpu => Ok(Backend::cpu()),
+            BackendChoice::Wgpu => Backend::wgpu().await,
+            BackendChoice::Auto => Ok(Backend::wgpu().await.unwrap_or_else(|_| Backend::cpu())),
+        }
+    }
+}

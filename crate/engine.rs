@@ -1,0 +1,236 @@
+//! Generation: a loaded model plus tokenizer, run as prefill (the whole prompt in one batched pass)
+//! then decode (one token at a time through the KV cache), emitting timestamped events.
+//!
+//! The API is async because a browser can only read GPU results back asynchronously; natively the
+//! futures are simply blocked on.
+
+use serde::{Deserialize, Serialize};
+use web_time::Instant;
+
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, Result};
+use crate::loading::ModelFiles;
+use crate::model::Llama;
+use crate::quant::Quant;
+use crate::sampling::{Sampler, Sampling};
+use crate::tokenizer::{BOS, EOS, TextStream, Tokenizer};
+
+/// What was loaded, for the conditions that travel with every figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub parameters: usize,
+    pub quant: Quant,
+    /// Bytes of all weights as loaded (device weights plus the host embedding table).
+    pub weight_bytes: u64,
+    /// Weight bytes one decode step reads: every device weight once, plus one embedding row.
+    pub bytes_per_token: u64,
+    pub backend: BackendKind,
+    pub adapter: String,
+    pub context_length: usize,
+    pub vocab_size: usize,
+    /// Matrices whose width did not allow blocks of 32 (quantized per tensor or kept f32).
+    pub quant_exceptions: Vec<String>,
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model produced end-of-sequence.
+    Eos,
+    /// The model produced beginning-of-sequence, which llama2.c treats as the end of a story.
+    Bos,
+    MaxTokens,
+    ContextFull,
+    Cancelled,
+}
+
+/// The engine's events; times are milliseconds since the request was made (queue time included).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The prompt has been tokenized and run in one forward pass; the first token is sampled.
+    Prefill { prompt_tokens: usize, queued_ms: f64, tokenize_ms: f64, prefill_ms: f64, t_ms: f64 },
+    /// One generated token (`text` may be empty while a multi-byte character is incomplete).
+    Token { pos: usize, id: u32, text: String, t_ms: f64 },
+    /// The end, always with a reason. `trailing_text` holds bytes that never completed a
+    /// character (as U+FFFD), normally empty.
+    Done { reason: StopReason, prompt_tokens: usize, output_tokens: usize, t_ms: f64, trailing_text: String },
+}
+
+/// What to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    /// Time the request waited before reaching the engine (the page measures it across the worker).
+    pub queued_ms: f64,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self { max_tokens: 256, sampling: Sampling::default(), queued_ms: 0.0 }
+    }
+}
+
+/// Whether a listener wants generation to go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
+}
+
+pub struct Engine {
+    pub model: Llama,
+    pub tokenizer: Tokenizer,
+    pub info: ModelInfo,
+}
+
+impl Engine {
+    /// Build an engine from model files on a ready backend.
+    pub fn load(files: ModelFiles, tokenizer_bytes: &[u8], quant: Quant, backend: &Backend) -> Result<Engine> {
+        let scheme = quant.scheme(backend.kind)?;
+        let tokenizer = Tokenizer::from_bytes(tokenizer_bytes)?;
+        let weights = files.load()?;
+        let config = weights.config.clone();
+        if tokenizer.vocab_size() != config.vocab_size {
+            return Err(Error::BadTokenizer(format!(
+                "the tokenizer has {} tokens but the model expects {}: they do not belong together",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            )));
+        }
+        let model = Llama::new(weights, quant, scheme, &backend.device);
+        let embedding_bytes = 4 * (config.vocab_size * config.dim) as u64;
+        let info = ModelInfo {
+            name: files.name,
+            parameters: config.parameter_count(),
+            quant,
+            weight_bytes: model.quant.device_bytes + embedding_bytes,
+            bytes_per_token: model.quant.device_bytes + 4 * config.dim as u64,
+            backend: backend.kind,
+            adapter: backend.adapter.clone(),
+            context_length: config.seq_len,
+            vocab_size: config.vocab_size,
+            quant_exceptions: model.quant.exceptions.clone(),
+        };
+        Ok(Engine { model, tokenizer, info })
+    }
+
+    /// Run a tiny prefill and one decode step so shaders compile (and kernels autotune) before
+    /// anything is measured. Returns how long that took, which is reported on its own.
+    pub async fn warm_up(&self) -> Result<f64> {
+        let start = Instant::now();
+        let mut cache = self.model.new_cache();
+        let mut sampler = Sampler::new(Sampling::default());
+        let prompt = [BOS, BOS, BOS];
+        let n = prompt.len().min(self.model.config.seq_len - 1);
+        let first = sampler.sample(self.model.forward(&prompt[..n], &mut cache, false)).await?;
+        sampler.sample(self.model.forward(&[first], &mut cache, false)).await?;
+        Ok(ms_since(start))
+    }
+
+    /// Tokenize the prompt and check that it fits, as a separate step for callers that want to fail
+    /// early.
+    pub fn encode_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        if prompt.trim().is_empty() {
+            return Err(Error::BadPrompt("the prompt is empty".into()));
+        }
+        let ids = self.tokenizer.encode(prompt)?;
+        let context = self.model.config.seq_len;
+        if ids.len() >= context {
+            return Err(Error::BadPrompt(format!(
+                "the prompt is {} tokens but the context holds {context}, leaving no room to generate",
+                ids.len()
+            )));
+        }
+        Ok(ids)
+    }
+
+    /// Generate from `prompt`, calling `on_event` for each event; `on_event` returning
+    /// [`Flow::Stop`] cancels the run (reported as `Cancelled`).
+    pub async fn generate(
+        &self,
+        prompt: &str,
+        options: &GenerateOptions,
+        on_event: &mut dyn FnMut(&Event) -> Flow,
+    ) -> Result<StopReason> {
+        options.sampling.validate()?;
+        let start = Instant::now();
+        let at = |now: Instant| options.queued_ms + (now - start).as_secs_f64() * 1e3;
+
+        let prompt_ids = self.encode_prompt(prompt)?;
+        let tokenized = Instant::now();
+        let mut cache = self.model.new_cache();
+        let mut sampler = Sampler::new(options.sampling);
+
+        // Prefill: every prompt position in one batched forward pass; its last logits give token 1.
+        let mut next = sampler.sample(self.model.forward(&prompt_ids, &mut cache, false)).await?;
+        let prefilled = Instant::now();
+        let prefill = Event::Prefill {
+            prompt_tokens: prompt_ids.len(),
+            queued_ms: options.queued_ms,
+            tokenize_ms: (tokenized - start).as_secs_f64() * 1e3,
+            prefill_ms: (prefilled - tokenized).as_secs_f64() * 1e3,
+            t_ms: at(prefilled),
+        };
+        let mut stopped = on_event(&prefill) == Flow::Stop;
+
+        let mut text = TextStream::default();
+        let mut prev = *prompt_ids.last().unwrap();
+        let mut generated = 0;
+        let mut when = prefilled;
+        let reason = loop {
+            if stopped {
+                break StopReason::Cancelled;
+            }
+            if next == EOS {
+                break StopReason::Eos;
+            }
+            if next == BOS {
+                break StopReason::Bos;
+            }
+            generated += 1;
+            let piece = text.push(&self.tokenizer, Some(prev), next);
+            let pos = cache.len;
+            let event = Event::Token { pos, id: next, text: piece, t_ms: at(when) };
+            stopped = on_event(&event) == Flow::Stop;
+            if stopped {
+                break StopReason::Cancelled;
+            }
+            if generated >= options.max_tokens {
+                break StopReason::MaxTokens;
+            }
+            if cache.len >= self.model.config.seq_len {
+                break StopReason::ContextFull;
+            }
+            // Decode: one token through the cache.
+            prev = next;
+            next = sampler.sample(self.model.forward(&[prev], &mut cache, false)).await?;
+            when = Instant::now();
+        };
+        on_event(&Event::Done {
+            reason,
+            prompt_tokens: prompt_ids.len(),
+            output_tokens: generated,
+            t_ms: at(Instant::now()),
+            trailing_text: text.finish(),
+        });
+        Ok(reason)
+    }
+
+    /// Teacher-forced next-token predictions along `ids` (one batched pass): entry `i` is the argmax
+    /// after seeing `ids[..=i]`. Used to compare quantized models with f32.
+    pub async fn predictions(&self, ids: &[u32]) -> Result<Vec<u32>> {
+        let mut cache = self.model.new_cache();
+        let n = ids.len().min(self.model.config.seq_len);
+        let logits = self.model.forward(&ids[..n], &mut cache, true);
+        let data = logits.argmax(1).into_data_async().await.map_err(crate::sampling::device_error)?;
+        Ok(data.iter::<i64>().map(|v| v as u32).collect())
+    }
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}

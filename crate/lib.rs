@@ -1,0 +1,26 @@
+//! tokenometer: a small Llama-family model on burn (WebGPU, Vulkan or CPU), and honest measurements
+//! of what "tokens per second" means.
+//!
+//! Modules, one job each: [`weights`] (shapes and host arrays), [`loading`] (file formats),
+//! [`tokenizer`], [`quant`], [`model`] (the forward pass), [`sampling`], [`engine`] (prefill and
+//! decode, with events), [`meter`] (the figures), [`synth`] (synthetic checkpoints), [`backend`]
+//! (device choice), and, on wasm, [`web`] (the JavaScript API the page's worker uses).
+
+pub mod backend;
+pub mod engine;
+pub mod error;
+pub mod loading;
+pub mod meter;
+pub mod model;
+pub mod quant;
+pub mod sampling;
+pub mod synth;
+pub mod tokenizer;
+pub mod weights;
+
+pub use backend::{Backend, BackendChoice, BackendKind};
+pub use engine::{Engine, Event, Flow, GenerateOptions, ModelInfo, StopReason};
+pub use error::{Error, Result};
+pub use loading::ModelFiles;
+pub use quant::Quant;
+pub use sampling::Sampling;

@@ -1,0 +1,66 @@
+//! Model files in the formats we read, from bytes (the browser hands over fetched buffers) or paths.
+
+pub mod hf;
+pub mod llama2c;
+
+use crate::error::{Error, Result};
+use crate::weights::HostWeights;
+
+/// The bytes of a model in one of the supported formats.
+pub struct ModelFiles {
+    /// A short name for the conditions line ("stories260K").
+    pub name: String,
+    pub format: ModelFormat,
+}
+
+pub enum ModelFormat {
+    /// A llama2.c version-0 `.bin`.
+    Llama2c(Vec<u8>),
+    /// Hugging Face `config.json` + `model.safetensors`.
+    HuggingFace { config_json: Vec<u8>, safetensors: Vec<u8> },
+}
+
+impl ModelFiles {
+    pub fn llama2c(name: impl Into<String>, bytes: Vec<u8>) -> Self {
+        Self { name: name.into(), format: ModelFormat::Llama2c(bytes) }
+    }
+
+    pub fn hugging_face(name: impl Into<String>, config_json: Vec<u8>, safetensors: Vec<u8>) -> Self {
+        Self { name: name.into(), format: ModelFormat::HuggingFace { config_json, safetensors } }
+    }
+
+    /// Parse and validate into host weights.
+    pub fn load(&self) -> Result<HostWeights> {
+        match &self.format {
+            ModelFormat::Llama2c(bytes) => llama2c::load(bytes),
+            ModelFormat::HuggingFace { config_json, safetensors } => hf::load(config_json, safetensors),
+        }
+    }
+
+    /// Read from a path: a llama2.c `.bin`, a `.safetensors` with `config.json` beside it, or a
+    /// Hugging Face model folder.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn from_path(path: &std::path::Path) -> Result<Self> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| Error::Io(format!("{}: {e}", p.display())))
+        };
+        let name = path
+            .file_stem()
+            .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
+        if path.is_dir() {
+            let folder_name = path
+                .file_name()
+                .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
+            return Ok(Self::hugging_face(
+                folder_name,
+                read(&path.join("config.json"))?,
+                read(&path.join("model.safetensors"))?,
+            ));
+        }
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            let config = path.with_file_name("config.json");
+            return Ok(Self::hugging_face(name, read(&config)?, read(path)?));
+        }
+        Ok(Self::llama2c(name, read(path)?))
+    }
+}

@@ -1,0 +1,306 @@
+//! The throughput meter: what "tokens per second" means, computed once, from the engine's events.
+//!
+//! Pure: no clock and no I/O. Times come from the events (milliseconds since the request was made)
+//! and, for the live figure, from a `now_ms` the caller passes, so tests drive it with a fake clock.
+//!
+//! The definitions, each in a sentence a student can follow:
+//! - **TTFT** (time to first token): from the request to the first generated token: waiting in the
+//!   queue, tokenizing the prompt, the prefill pass, and sampling the first token.
+//! - **Prefill**: the one batched forward pass over the whole prompt; prefill tok/s is prompt tokens
+//!   divided by that time. Its end is when the first token's id is back on the host, because the GPU
+//!   finishes the pass and the first pick together.
+//! - **Decode tok/s**: tokens after the first, divided by the time from the first token to the last.
+//!   It needs at least two tokens; with fewer it is undefined (`None`), never NaN or infinity.
+//! - **Live decode tok/s**: the same over a sliding window, the last second or the last 16 tokens,
+//!   whichever is shorter, measured up to "now" so that the needle drops when tokens stop coming.
+//! - **Inter-token latency**: the gaps between consecutive tokens; p50, p90, p99 (nearest rank) and max.
+//! - **Words**: counted in the generated text itself: a word is a run of non-space characters with
+//!   at least one letter or digit. Words/s is over the decode span; tokens per word is observed.
+//! - **Reading speed**: a reader reads `reading_wpm` words a minute (238 by default, 200-250 is the
+//!   usual range); "x reading speed" is words/s over the reader's words/s.
+//! - **Total latency**: measured end to end, and predicted as TTFT + output tokens / decode tok/s.
+//! - **Effective bandwidth**: weight bytes read per decode step times decode tok/s: decode reads every
+//!   weight once per token, so this shows why decode is memory-bound and why quantization helps.
+//! - **Warm-up** (shader compilation, autotuning) is timed apart and never mixed into these figures.
+//! - **Aggregate vs per-request**: with a batch, aggregate tok/s counts every sequence's tokens over
+//!   the batch's span; per-request tok/s is one sequence's own rate. Batching raises the first and
+//!   lowers the second.
+
+use serde::Serialize;
+
+use crate::engine::{Event, ModelInfo, StopReason};
+use crate::quant::Quant;
+use crate::backend::BackendKind;
+use crate::sampling::Sampling;
+
+/// The usual mean silent-reading speed of adults, in words per minute.
+pub const DEFAULT_READING_WPM: f64 = 238.0;
+/// The live window: at most this many tokens...
+pub const LIVE_WINDOW_TOKENS: usize = 16;
+/// ...and at most this long.
+pub const LIVE_WINDOW_MS: f64 = 1000.0;
+
+/// Everything a figure depends on; it travels with every report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Conditions {
+    pub model: String,
+    pub parameters: usize,
+    pub quant: Quant,
+    pub weight_bytes: u64,
+    pub bytes_per_token: u64,
+    pub backend: BackendKind,
+    pub adapter: String,
+    pub batch_size: usize,
+    pub prompt_tokens: usize,
+    pub output_tokens: usize,
+    pub context_length: usize,
+    pub sampling: Sampling,
+    pub stop_reason: Option<StopReason>,
+    /// The warm-up run's time, reported apart; `None` when this run was not preceded by one.
+    pub warm_up_ms: Option<f64>,
+}
+
+impl Conditions {
+    pub fn new(info: &ModelInfo, sampling: Sampling, batch_size: usize, warm_up_ms: Option<f64>) -> Self {
+        Self {
+            model: info.name.clone(),
+            parameters: info.parameters,
+            quant: info.quant,
+            weight_bytes: info.weight_bytes,
+            bytes_per_token: info.bytes_per_token,
+            backend: info.backend,
+            adapter: info.adapter.clone(),
+            batch_size,
+            prompt_tokens: 0,
+            output_tokens: 0,
+            context_length: info.context_length,
+            sampling,
+            stop_reason: None,
+            warm_up_ms,
+        }
+    }
+
+    /// One line for the top of a table or the page.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} ({} params, {}, {}) on {} [{}], batch {}, prompt {} tok, output {} tok, context {}, {}",
+            self.model,
+            human_count(self.parameters as f64),
+            self.quant,
+            human_bytes(self.weight_bytes),
+            self.backend,
+            self.adapter,
+            self.batch_size,
+            self.prompt_tokens,
+            self.output_tokens,
+            self.context_length,
+            if self.sampling.temperature == 0.0 {
+                "greedy".to_string()
+            } else {
+                format!("T={} top-p={} seed={}", self.sampling.temperature, self.sampling.top_p, self.sampling.seed)
+            },
+        )
+    }
+}
+
+/// Nearest-rank percentiles of the gaps between tokens, in ms.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// Every figure of one run, with its conditions. Figures that are undefined so far are `None`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub conditions: Conditions,
+    pub queued_ms: Option<f64>,
+    pub tokenize_ms: Option<f64>,
+    pub ttft_ms: Option<f64>,
+    pub prefill_ms: Option<f64>,
+    pub prefill_tps: Option<f64>,
+    /// Time from the first token to the last.
+    pub decode_ms: Option<f64>,
+    pub decode_tps: Option<f64>,
+    pub live_decode_tps: Option<f64>,
+    pub inter_token_ms: Option<Percentiles>,
+    pub words: usize,
+    pub words_per_s: Option<f64>,
+    pub tokens_per_word: Option<f64>,
+    pub reading_wpm: f64,
+    pub reading_speed_x: Option<f64>,
+    /// How long a reader at `reading_wpm` takes to read the output.
+    pub reading_time_s: f64,
+    pub total_ms: Option<f64>,
+    pub predicted_total_ms: Option<f64>,
+    pub effective_gb_per_s: Option<f64>,
+    /// Per-request decode tok/s (this sequence's own rate).
+    pub per_request_tps: Option<f64>,
+    /// All sequences of the batch together; equal to per-request at batch 1.
+    pub aggregate_tps: Option<f64>,
+}
+
+/// Collects one request's events and turns them into a [`Report`].
+#[derive(Debug, Clone)]
+pub struct Meter {
+    conditions: Conditions,
+    reading_wpm: f64,
+    queued_ms: Option<f64>,
+    tokenize_ms: Option<f64>,
+    prefill_ms: Option<f64>,
+    /// When each generated token was on the host.
+    token_times: Vec<f64>,
+    text: String,
+    done_ms: Option<f64>,
+}
+
+impl Meter {
+    pub fn new(conditions: Conditions, reading_wpm: f64) -> Self {
+        Self {
+            conditions,
+            reading_wpm,
+            queued_ms: None,
+            tokenize_ms: None,
+            prefill_ms: None,
+            token_times: Vec::new(),
+            text: String::new(),
+            done_ms: None,
+        }
+    }
+
+    pub fn observe(&mut self, event: &Event) {
+        match event {
+            Event::Prefill { prompt_tokens, queued_ms, tokenize_ms, prefill_ms, .. } => {
+                self.conditions.prompt_tokens = *prompt_tokens;
+                self.queued_ms = Some(*queued_ms);
+                self.tokenize_ms = Some(*tokenize_ms);
+                self.prefill_ms = Some(*prefill_ms);
+            }
+            Event::Token { text, t_ms, .. } => {
+                self.token_times.push(*t_ms);
+                self.text.push_str(text);
+                self.conditions.output_tokens = self.token_times.len();
+            }
+            Event::Done { reason, t_ms, trailing_text, .. } => {
+                self.text.push_str(trailing_text);
+                self.conditions.stop_reason = Some(*reason);
+                self.done_ms = Some(*t_ms);
+            }
+        }
+    }
+
+    /// The generated text so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn token_times(&self) -> &[f64] {
+        &self.token_times
+    }
+
+    /// Decode tok/s over the live window ending at `now_ms`.
+    pub fn live_decode_tps(&self, now_ms: f64) -> Option<f64> {
+        let times = &self.token_times;
+        let recent = times.iter().rev().take(LIVE_WINDOW_TOKENS).take_while(|&&t| t >= now_ms - LIVE_WINDOW_MS).count();
+        if recent < 2 {
+            return None;
+        }
+        let first = times[times.len() - recent];
+        rate(recent - 1, now_ms.max(*times.last().unwrap()) - first)
+    }
+
+    /// The report as of `now_ms` (pass the done time, or the current time mid-run).
+    pub fn report(&self, now_ms: f64) -> Report {
+        let times = &self.token_times;
+        let n = times.len();
+        let ttft = times.first().copied();
+        let decode_ms = (n >= 2).then(|| times[n - 1] - times[0]);
+        let decode_tps = decode_ms.and_then(|span| rate(n - 1, span));
+        let words = count_words(&self.text);
+        let words_per_s = decode_ms.and_then(|span| rate(words, span));
+        let reader_words_per_s = self.reading_wpm / 60.0;
+        let total_ms = self.done_ms.or(times.last().copied());
+        Report {
+            conditions: self.conditions.clone(),
+            queued_ms: self.queued_ms,
+            tokenize_ms: self.tokenize_ms,
+            ttft_ms: ttft,
+            prefill_ms: self.prefill_ms,
+            prefill_tps: self.prefill_ms.and_then(|ms| rate(self.conditions.prompt_tokens, ms)),
+            decode_ms,
+            decode_tps,
+            live_decode_tps: self.live_decode_tps(now_ms),
+            inter_token_ms: percentiles(&gaps(times)),
+            words,
+            words_per_s,
+            tokens_per_word: (words > 0).then(|| n as f64 / words as f64),
+            reading_wpm: self.reading_wpm,
+            reading_speed_x: words_per_s.map(|w| w / reader_words_per_s),
+            reading_time_s: words as f64 / reader_words_per_s,
+            total_ms,
+            predicted_total_ms: ttft.zip(decode_tps).map(|(ttft, tps)| ttft + n as f64 / tps * 1e3),
+            effective_gb_per_s: decode_tps.map(|tps| self.conditions.bytes_per_token as f64 * tps / 1e9),
+            per_request_tps: decode_tps,
+            aggregate_tps: aggregate_decode_tps(&[times]),
+        }
+    }
+}
+
+/// `count` events over `ms` milliseconds, per second; `None` when the span is empty.
+fn rate(count: usize, ms: f64) -> Option<f64> {
+    (ms > 0.0 && ms.is_finite()).then(|| count as f64 / ms * 1e3)
+}
+
+fn gaps(times: &[f64]) -> Vec<f64> {
+    times.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+/// Nearest-rank percentiles: the value at rank ceil(p * N).
+pub fn percentiles(values: &[f64]) -> Option<Percentiles> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+    Some(Percentiles { p50: at(0.50), p90: at(0.90), p99: at(0.99), max: *sorted.last().unwrap() })
+}
+
+/// Aggregate decode tok/s of a batch: every sequence's tokens after its first, over the span from
+/// the earliest first token to the latest last token.
+pub fn aggregate_decode_tps(streams: &[&[f64]]) -> Option<f64> {
+    let live: Vec<&&[f64]> = streams.iter().filter(|s| !s.is_empty()).collect();
+    let tokens: usize = live.iter().map(|s| s.len() - 1).sum();
+    let start = live.iter().map(|s| s[0]).fold(f64::INFINITY, f64::min);
+    let end = live.iter().map(|s| s[s.len() - 1]).fold(f64::NEG_INFINITY, f64::max);
+    if tokens == 0 {
+        return None;
+    }
+    rate(tokens, end - start)
+}
+
+/// Words in `text`: runs of non-whitespace that hold at least one letter or digit.
+pub fn count_words(text: &str) -> usize {
+    text.split_whitespace().filter(|w| w.chars().any(char::is_alphanumeric)).count()
+}
+
+pub fn human_count(n: f64) -> String {
+    match n {
+        n if n >= 1e9 => format!("{:.1}B", n / 1e9),
+        n if n >= 1e6 => format!("{:.1}M", n / 1e6),
+        n if n >= 1e3 => format!("{:.0}K", n / 1e3),
+        n => format!("{n:.0}"),
+    }
+}
+
+pub fn human_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    match b {
+        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
+        b => format!("{b} B"),
+    }
+}

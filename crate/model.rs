@@ -1,0 +1,216 @@
+//! The Llama-2 transformer on burn tensors, read top to bottom like llama2.c's `forward()`:
+//! embedding, then per layer RMSNorm, attention with RoPE and a KV cache, a residual, RMSNorm,
+//! SwiGLU feed-forward, a residual; last, the final norm and the classifier.
+//!
+//! Weights live on the device transposed to `[in, out]`, so each projection is `x.matmul(w)`.
+//! The token embedding stays on the host: a step reads one row of it, not the whole table.
+
+use burn::prelude::*;
+use burn::tensor::activation::{silu, softmax};
+
+use burn::tensor::quantization::QuantScheme;
+
+use crate::quant::{Quant, QuantPlan};
+use crate::weights::{HostWeights, LlamaConfig, Matrix};
+
+/// A transformer block on the device.
+struct Layer {
+    rms_att: Tensor<1>,
+    wq: Tensor<2>,
+    wk: Tensor<2>,
+    wv: Tensor<2>,
+    wo: Tensor<2>,
+    rms_ffn: Tensor<1>,
+    w1: Tensor<2>,
+    w2: Tensor<2>,
+    w3: Tensor<2>,
+}
+
+/// The model, ready to run on one device.
+pub struct Llama {
+    pub config: LlamaConfig,
+    device: Device,
+    embedding: Vec<f32>,
+    layers: Vec<Layer>,
+    rms_final: Tensor<1>,
+    /// `[dim, vocab]`.
+    classifier: Tensor<2>,
+    /// `[seq_len, head_size / 2]`, rotation angles per position and pair.
+    rope_cos: Tensor<2>,
+    rope_sin: Tensor<2>,
+    /// What the quantization did, tensor by tensor, and the bytes that resulted.
+    pub quant: QuantPlan,
+}
+
+/// Keys and values of every layer, `[n_kv_heads, seq_len, head_size]`, filled up to `len`.
+pub struct KvCache {
+    keys: Vec<Tensor<3>>,
+    values: Vec<Tensor<3>>,
+    pub len: usize,
+}
+
+impl Llama {
+    /// Move host weights to `device`, quantizing the projection matrices with `scheme`.
+    pub fn new(weights: HostWeights, quant: Quant, scheme: Option<QuantScheme>, device: &Device) -> Self {
+        let config = weights.config.clone();
+        let mut plan = QuantPlan::new(quant);
+        let vector = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
+        let matrix = |name: &str, m: &Matrix, plan: &mut QuantPlan| -> Tensor<2> {
+            let t = m.transposed();
+            let tensor = Tensor::<2>::from_data(TensorData::new(t.data, [t.rows, t.cols]), device);
+            plan.apply(name, tensor, scheme.as_ref())
+        };
+        let mut layers = Vec::with_capacity(config.n_layers);
+        for (i, l) in weights.layers.iter().enumerate() {
+            let name = |w: &str| format!("layers.{i}.{w}");
+            layers.push(Layer {
+                rms_att: vector(&l.rms_att),
+                wq: matrix(&name("wq"), &l.wq, &mut plan),
+                wk: matrix(&name("wk"), &l.wk, &mut plan),
+                wv: matrix(&name("wv"), &l.wv, &mut plan),
+                wo: matrix(&name("wo"), &l.wo, &mut plan),
+                rms_ffn: vector(&l.rms_ffn),
+                w1: matrix(&name("w1"), &l.w1, &mut plan),
+                w2: matrix(&name("w2"), &l.w2, &mut plan),
+                w3: matrix(&name("w3"), &l.w3, &mut plan),
+            });
+            plan.add_f32(2 * config.dim);
+        }
+        let classifier_weights = weights.classifier.as_ref().unwrap_or(&weights.token_embedding);
+        let classifier = matrix("classifier", classifier_weights, &mut plan);
+        plan.add_f32(config.dim);
+        let (rope_cos, rope_sin) = rope_tables(&config, device);
+        Self {
+            rms_final: vector(&weights.rms_final),
+            embedding: weights.token_embedding.data,
+            config,
+            device: device.clone(),
+            layers,
+            classifier,
+            rope_cos,
+            rope_sin,
+            quant: plan,
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn new_cache(&self) -> KvCache {
+        let c = &self.config;
+        let shape = [c.n_kv_heads, c.seq_len, c.head_size()];
+        KvCache {
+            keys: (0..c.n_layers).map(|_| Tensor::zeros(shape, &self.device)).collect(),
+            values: (0..c.n_layers).map(|_| Tensor::zeros(shape, &self.device)).collect(),
+            len: 0,
+        }
+    }
+
+    /// Run `tokens` at positions `cache.len..`, all in one batched pass (prefill) or one token
+    /// (decode). Returns logits `[1, vocab]` for the last position, or `[T, vocab]` for every
+    /// position when `all_logits` (used to check quantization along a known sequence).
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Tensor<2> {
+        let c = &self.config;
+        let (t, dim, hs) = (tokens.len(), c.dim, c.head_size());
+        let (n_heads, n_kv) = (c.n_heads, c.n_kv_heads);
+        let rep = n_heads / n_kv;
+        let start = cache.len;
+        let end = start + t;
+        assert!(t > 0 && end <= c.seq_len, "positions {start}..{end} outside the context");
+
+        // Token embedding: copy the rows on the host.
+        let mut rows = Vec::with_capacity(t * dim);
+        for &id in tokens {
+            rows.extend_from_slice(&self.embedding[id as usize * dim..(id as usize + 1) * dim]);
+        }
+        let mut x = Tensor::<2>::from_data(TensorData::new(rows, [t, dim]), &self.device);
+
+        let cos = self.rope_cos.clone().slice([start..end]).reshape([t, 1, hs / 2, 1]);
+        let sin = self.rope_sin.clone().slice([start..end]).reshape([t, 1, hs / 2, 1]);
+        // Prefill needs a causal mask; a single decode token sees the whole cache anyway.
+        let mask = (t > 1).then(|| causal_mask(start, t, rep, &self.device));
+
+        for (l, layer) in self.layers.iter().enumerate() {
+            // Attention: project, rotate, store in the cache, attend over positions 0..end.
+            let h = rms_norm(x.clone(), &layer.rms_att, c.norm_eps);
+            let q = rope(h.clone().matmul(layer.wq.clone()).reshape([t, n_heads, hs]), &cos, &sin);
+            let k = rope(h.clone().matmul(layer.wk.clone()).reshape([t, n_kv, hs]), &cos, &sin);
+            let v = h.matmul(layer.wv.clone()).reshape([t, n_kv, hs]);
+
+            let keys_all = std::mem::replace(&mut cache.keys[l], Tensor::empty([0, 0, 0], &self.device));
+            cache.keys[l] = keys_all.slice_assign([0..n_kv, start..end, 0..hs], k.swap_dims(0, 1));
+            let values_all = std::mem::replace(&mut cache.values[l], Tensor::empty([0, 0, 0], &self.device));
+            cache.values[l] = values_all.slice_assign([0..n_kv, start..end, 0..hs], v.swap_dims(0, 1));
+            let keys = cache.keys[l].clone().slice([0..n_kv, 0..end, 0..hs]);
+            let values = cache.values[l].clone().slice([0..n_kv, 0..end, 0..hs]);
+
+            // Grouped-query attention: the `rep` query heads of one KV head become extra rows.
+            let q = q.swap_dims(0, 1).reshape([n_kv, rep * t, hs]);
+            let mut scores = q.matmul(keys.swap_dims(1, 2)).div_scalar((hs as f32).sqrt());
+            if let Some(mask) = &mask {
+                scores = scores + mask.clone();
+            }
+            let attention = softmax(scores, 2).matmul(values);
+            let attention = attention.reshape([n_heads, t, hs]).swap_dims(0, 1).reshape([t, dim]);
+            x = x + attention.matmul(layer.wo.clone());
+
+            // Feed-forward: w2(silu(w1 x) * w3 x).
+            let h = rms_norm(x.clone(), &layer.rms_ffn, c.norm_eps);
+            let gate = silu(h.clone().matmul(layer.w1.clone()));
+            let up = h.matmul(layer.w3.clone());
+            x = x + (gate * up).matmul(layer.w2.clone());
+        }
+        cache.len = end;
+
+        let x = if all_logits { x } else { x.slice([t - 1..t, 0..dim]) };
+        rms_norm(x, &self.rms_final, c.norm_eps).matmul(self.classifier.clone())
+    }
+}
+
+/// `x * weight / sqrt(mean(x^2) + eps)`, per row.
+fn rms_norm(x: Tensor<2>, weight: &Tensor<1>, eps: f32) -> Tensor<2> {
+    let inv_rms = (x.clone() * x.clone()).mean_dim(1).add_scalar(eps).sqrt().recip();
+    x * inv_rms * weight.clone().unsqueeze::<2>()
+}
+
+/// Rotate adjacent pairs (2i, 2i+1) of each head by the position's angle, as llama2.c does.
+fn rope(x: Tensor<3>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<3> {
+    let [t, heads, hs] = x.dims();
+    let pairs = x.reshape([t, heads, hs / 2, 2]);
+    let even = pairs.clone().slice([0..t, 0..heads, 0..hs / 2, 0..1]);
+    let odd = pairs.slice([0..t, 0..heads, 0..hs / 2, 1..2]);
+    let rotated_even = even.clone() * cos.clone() - odd.clone() * sin.clone();
+    let rotated_odd = even * sin.clone() + odd * cos.clone();
+    Tensor::cat(vec![rotated_even, rotated_odd], 3).reshape([t, heads, hs])
+}
+
+/// cos and sin of `pos * theta^(-2i / head_size)`, computed in f32 like run.c.
+fn rope_tables(c: &LlamaConfig, device: &Device) -> (Tensor<2>, Tensor<2>) {
+    let (hs, half) = (c.head_size(), c.head_size() / 2);
+    let mut cos = Vec::with_capacity(c.seq_len * half);
+    let mut sin = Vec::with_capacity(c.seq_len * half);
+    for pos in 0..c.seq_len {
+        for i in 0..half {
+            let freq = 1.0 / c.rope_theta.powf((2 * i) as f32 / hs as f32);
+            let angle = pos as f32 * freq;
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+        }
+    }
+    let table = |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [c.seq_len, half]), device);
+    (table(cos), table(sin))
+}
+
+/// Additive mask `[1, rep * t, start + t]`: row `r * t + i` (query position `start + i`) may not
+/// see keys after its own position.
+fn causal_mask(start: usize, t: usize, rep: usize, device: &Device) -> Tensor<3> {
+    let keys = start + t;
+    let mut mask = Vec::with_capacity(rep * t * keys);
+    for _ in 0..rep {
+        for i in 0..t {
+            mask.extend((0..keys).map(|j| if j <= start + i { 0.0 } else { -1e30 }));
+        }
+    }
+    Tensor::<3>::from_data(TensorData::new(mask, [1, rep * t, keys]), device)
+}

@@ -1,0 +1,41 @@
+//! Paths to the shared models beside the checkout, and the reference data parsed from them.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// `../shared` beside the checkout (override with `TOKENOMETER_SHARED`).
+pub fn shared() -> PathBuf {
+    std::env::var_os("TOKENOMETER_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+}
+
+pub fn stories260k(file: &str) -> PathBuf {
+    shared().join("models/stories260K").join(file)
+}
+
+pub fn llama2_tokenizer(file: &str) -> PathBuf {
+    shared().join("models/llama2-tokenizer").join(file)
+}
+
+pub fn read(path: PathBuf) -> Vec<u8> {
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `(prompt_ids, sequence_ids)` from `reference-greedy-ids.txt`.
+pub fn reference_ids() -> (Vec<u32>, Vec<u32>) {
+    let text = String::from_utf8(read(stories260k("reference-greedy-ids.txt"))).unwrap();
+    let line = |key: &str| -> Vec<u32> {
+        let line = text.lines().find(|l| l.starts_with(key)).expect(key);
+        line[key.len()..].split_whitespace().map(|n| n.parse().unwrap()).collect()
+    };
+    (line("prompt_ids:"), line("sequence_ids:"))
+}
+
+/// The text run.c printed, between the markers, without its trailing newline.
+pub fn reference_text() -> String {
+    let text = String::from_utf8(read(stories260k("reference-greedy.txt"))).unwrap();
+    let start = text.find("----- BEGIN STDOUT -----\n").unwrap() + "----- BEGIN STDOUT -----\n".len();
+    let end = text.find("----- END STDOUT -----").unwrap();
+    text[start..end].trim_end_matches('\n').to_string()
+}
