@@ -10,7 +10,7 @@ use burn::tensor::activation::{silu, softmax};
 
 use burn::tensor::quantization::QuantScheme;
 
-use crate::quant::{Quant, QuantPlan};
+use crate::quant::{BLOCK, Quant, QuantPlan};
 use crate::weights::{HostWeights, LlamaConfig, Matrix};
 
 /// A transformer block on the device.
@@ -51,7 +51,10 @@ pub struct KvCache {
 
 impl Llama {
     /// Move host weights to `device`, quantizing the projection matrices with `scheme`.
-    pub fn new(weights: HostWeights, quant: Quant, scheme: Option<QuantScheme>, device: &Device) -> Self {
+    pub fn new(mut weights: HostWeights, quant: Quant, scheme: Option<QuantScheme>, device: &Device) -> Self {
+        if scheme.is_some() {
+            pad_hidden_to_blocks(&mut weights);
+        }
         let config = weights.config.clone();
         let mut plan = QuantPlan::new(quant);
         let vector = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
@@ -166,6 +169,31 @@ impl Llama {
         let x = if all_logits { x } else { x.slice([t - 1..t, 0..dim]) };
         rms_norm(x, &self.rms_final, c.norm_eps).matmul(self.classifier.clone())
     }
+}
+
+/// Quantization blocks need widths that are multiples of [`BLOCK`]. A hidden size that is not one
+/// (stories260K's 172) is padded with zero units: `w1` and `w3` get zero rows, `w2` zero columns,
+/// so each padded unit computes `silu(0) * 0 = 0` and adds nothing. The result is exact.
+fn pad_hidden_to_blocks(weights: &mut HostWeights) {
+    let hidden = weights.config.hidden_dim;
+    let padded = hidden.div_ceil(BLOCK) * BLOCK;
+    if padded == hidden {
+        return;
+    }
+    for layer in &mut weights.layers {
+        for w in [&mut layer.w1, &mut layer.w3] {
+            w.data.resize(padded * w.cols, 0.0);
+            w.rows = padded;
+        }
+        let w2 = &layer.w2;
+        let mut data = Vec::with_capacity(w2.rows * padded);
+        for row in w2.data.chunks_exact(hidden) {
+            data.extend_from_slice(row);
+            data.extend(std::iter::repeat_n(0.0, padded - hidden));
+        }
+        layer.w2 = Matrix::new(w2.rows, padded, data);
+    }
+    weights.config.hidden_dim = padded;
 }
 
 /// `x * weight / sqrt(mean(x^2) + eps)`, per row.
