@@ -1,0 +1,210 @@
+//! The meter's formulas on hand-computed cases, driven by a fake clock (the events' own times).
+
+use tokenometer::engine::{Event, ModelInfo, StopReason};
+use tokenometer::meter::{Conditions, Meter, aggregate_decode_tps, count_words, percentiles};
+use tokenometer::{BackendKind, Quant, Sampling};
+
+fn info() -> ModelInfo {
+    ModelInfo {
+        name: "test".into(),
+        parameters: 1000,
+        quant: Quant::F32,
+        weight_bytes: 4000,
+        bytes_per_token: 2_000_000,
+        backend: BackendKind::Cpu,
+        adapter: "CPU".into(),
+        context_length: 256,
+        vocab_size: 512,
+        quant_exceptions: vec![],
+    }
+}
+
+fn meter() -> Meter {
+    Meter::new(Conditions::new(&info(), Sampling::default(), 1, Some(50.0)), 240.0)
+}
+
+fn prefill(m: &mut Meter, prompt_tokens: usize, queued: f64, tokenize: f64, prefill: f64) {
+    m.observe(&Event::Prefill {
+        prompt_tokens,
+        queued_ms: queued,
+        tokenize_ms: tokenize,
+        prefill_ms: prefill,
+        t_ms: queued + tokenize + prefill,
+    });
+}
+
+fn token(m: &mut Meter, t_ms: f64, text: &str) {
+    let pos = m.token_times().len();
+    m.observe(&Event::Token { pos, id: 7, text: text.into(), t_ms });
+}
+
+fn done(m: &mut Meter, t_ms: f64) {
+    let n = m.token_times().len();
+    m.observe(&Event::Done { reason: StopReason::MaxTokens, prompt_tokens: 10, output_tokens: n, t_ms, trailing_text: String::new() });
+}
+
+#[test]
+fn hand_computed_run() {
+    let mut m = meter();
+    // Queue 2 ms, tokenize 1 ms, prefill 20 ms for 10 prompt tokens: first token at 23 ms.
+    prefill(&mut m, 10, 2.0, 1.0, 20.0);
+    // Five tokens 10 ms apart: 4 tokens after the first over 40 ms = 100 tok/s.
+    for (i, word) in ["Hello", " big", " wide", " world", "!"].iter().enumerate() {
+        token(&mut m, 23.0 + 10.0 * i as f64, word);
+    }
+    done(&mut m, 64.0);
+    let r = m.report(64.0);
+    assert_eq!(r.ttft_ms, Some(23.0));
+    assert_eq!(r.prefill_ms, Some(20.0));
+    assert_eq!(r.prefill_tps, Some(500.0));
+    assert_eq!(r.decode_ms, Some(40.0));
+    assert_eq!(r.decode_tps, Some(100.0));
+    // 4 words ("!" alone is no word) over 40 ms = 100 words/s; a 240 wpm reader does 4 words/s.
+    assert_eq!(r.words, 4);
+    assert_eq!(r.words_per_s, Some(100.0));
+    assert_eq!(r.reading_speed_x, Some(25.0));
+    assert_eq!(r.reading_time_s, 1.0);
+    assert_eq!(r.tokens_per_word, Some(1.25));
+    // Predicted = TTFT + 5 tokens / 100 tok/s = 23 + 50 ms.
+    assert_eq!(r.predicted_total_ms, Some(73.0));
+    assert_eq!(r.total_ms, Some(64.0));
+    // 2 MB per token at 100 tok/s = 0.2 GB/s.
+    assert!((r.effective_gb_per_s.unwrap() - 0.2).abs() < 1e-12);
+    let p = r.inter_token_ms.unwrap();
+    assert_eq!((p.p50, p.p90, p.p99, p.max), (10.0, 10.0, 10.0, 10.0));
+    assert_eq!(r.conditions.prompt_tokens, 10);
+    assert_eq!(r.conditions.output_tokens, 5);
+    assert_eq!(r.conditions.stop_reason, Some(StopReason::MaxTokens));
+    assert_eq!(r.conditions.warm_up_ms, Some(50.0));
+    assert_eq!(r.per_request_tps, Some(100.0));
+    assert_eq!(r.aggregate_tps, Some(100.0));
+}
+
+#[test]
+fn zero_one_and_two_tokens() {
+    let mut m = meter();
+    prefill(&mut m, 3, 0.0, 1.0, 4.0);
+    let r = m.report(5.0);
+    assert_eq!((r.ttft_ms, r.decode_tps, r.words_per_s, r.inter_token_ms), (None, None, None, None));
+    assert_eq!(r.predicted_total_ms, None);
+    assert_eq!(r.effective_gb_per_s, None);
+
+    token(&mut m, 5.0, " one");
+    let r = m.report(5.0);
+    assert_eq!(r.ttft_ms, Some(5.0));
+    assert_eq!(r.decode_tps, None, "one token has no decode rate");
+    assert_eq!(r.live_decode_tps, None);
+    assert_eq!(r.inter_token_ms, None);
+
+    token(&mut m, 9.0, " two");
+    let r = m.report(9.0);
+    assert_eq!(r.decode_tps, Some(250.0));
+    assert_eq!(r.inter_token_ms.unwrap().max, 4.0);
+
+    // Two tokens at the same instant: the span is empty, so the rate is undefined, not infinite.
+    let mut m = meter();
+    token(&mut m, 5.0, "a");
+    token(&mut m, 5.0, "b");
+    let r = m.report(5.0);
+    assert_eq!(r.decode_tps, None);
+    assert!(serde_json::to_string(&r).unwrap().contains("\"decode_tps\":null"));
+}
+
+#[test]
+fn live_window_is_16_tokens_or_1_second_whichever_is_shorter() {
+    // Fast stream: 100 tokens 2 ms apart. The window is the last 16 tokens (30 ms), not 1 s.
+    let mut m = meter();
+    for i in 0..100 {
+        token(&mut m, 2.0 * i as f64, "x");
+    }
+    assert_eq!(m.live_decode_tps(198.0), Some(15.0 / 30.0 * 1e3));
+
+    // Slow stream: first 10 tokens 10 ms apart, then 5 tokens 250 ms apart; at the last token the
+    // 1 s window holds those 5 (1000 ms ago is exactly the first of them): 4 gaps of 250 ms.
+    let mut m = meter();
+    let mut t = 0.0;
+    for _ in 0..10 {
+        token(&mut m, t, "x");
+        t += 10.0;
+    }
+    t += 1000.0;
+    for _ in 0..5 {
+        token(&mut m, t, "x");
+        t += 250.0;
+    }
+    let last = *m.token_times().last().unwrap();
+    assert_eq!(m.live_decode_tps(last), Some(4.0));
+    // The needle falls while nothing arrives: 500 ms later the window holds 3 tokens over 1000 ms.
+    assert_eq!(m.live_decode_tps(last + 500.0), Some(2.0));
+    // And goes blank once fewer than two tokens are within the last second.
+    assert_eq!(m.live_decode_tps(last + 2000.0), None);
+}
+
+#[test]
+fn percentile_edges() {
+    assert_eq!(percentiles(&[]), None);
+    let one = percentiles(&[7.0]).unwrap();
+    assert_eq!((one.p50, one.p90, one.p99, one.max), (7.0, 7.0, 7.0, 7.0));
+    // 1..=100: nearest rank gives p50 = 50, p90 = 90, p99 = 99.
+    let hundred: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+    let p = percentiles(&hundred).unwrap();
+    assert_eq!((p.p50, p.p90, p.p99, p.max), (50.0, 90.0, 99.0, 100.0));
+    // Ten values: p99 is the maximum, p90 the ninth.
+    let ten: Vec<f64> = (1..=10).map(f64::from).collect();
+    let p = percentiles(&ten).unwrap();
+    assert_eq!((p.p50, p.p90, p.p99), (5.0, 9.0, 10.0));
+}
+
+#[test]
+fn predicted_total_matches_actual_on_a_steady_stream() {
+    // 200 tokens 8 ms apart after a 120 ms TTFT; the engine spends one more step finding EOS.
+    let mut m = meter();
+    prefill(&mut m, 20, 0.0, 0.5, 119.5);
+    for i in 0..200 {
+        token(&mut m, 120.0 + 8.0 * i as f64, " w");
+    }
+    let end = 120.0 + 8.0 * 200.0;
+    done(&mut m, end);
+    let r = m.report(end);
+    let (actual, predicted) = (r.total_ms.unwrap(), r.predicted_total_ms.unwrap());
+    assert!((predicted - actual).abs() / actual < 0.05, "{predicted} vs {actual}");
+}
+
+#[test]
+fn words_are_counted_from_the_text() {
+    assert_eq!(count_words(""), 0);
+    assert_eq!(count_words("Hello, world!"), 2);
+    assert_eq!(count_words("  Line one.\nLine\ttwo —  \n\n \"quoted\" ... don't well-known"), 7);
+    assert_eq!(count_words("Führer naïve 你好 🦙 ½"), 4);
+    assert_eq!(count_words("- * ... !!"), 0);
+    // Words split across tokens are counted once, from the joined text.
+    let mut m = meter();
+    for piece in [" Th", "ere", " was", "\n", "a", " cat", "."] {
+        token(&mut m, 0.0, piece);
+    }
+    assert_eq!(m.report(0.0).words, 4);
+    assert_eq!(m.text(), " There was\na cat.");
+}
+
+#[test]
+fn aggregate_and_per_request_differ_in_a_batch() {
+    // Two sequences decoding side by side, each 10 tokens 20 ms apart: each runs at 50 tok/s,
+    // the batch at 100 tok/s.
+    let a: Vec<f64> = (0..10).map(|i| 20.0 * i as f64).collect();
+    let b: Vec<f64> = (0..10).map(|i| 1.0 + 20.0 * i as f64).collect();
+    let aggregate = aggregate_decode_tps(&[&a, &b]).unwrap();
+    assert!((aggregate - 18.0 / 181.0 * 1e3).abs() < 1e-9);
+    assert_eq!(aggregate_decode_tps(&[&a]), Some(50.0));
+    assert_eq!(aggregate_decode_tps(&[&[], &[3.0]]), None);
+}
+
+#[test]
+fn conditions_line_names_everything_a_figure_depends_on() {
+    let mut m = meter();
+    prefill(&mut m, 10, 0.0, 1.0, 2.0);
+    token(&mut m, 3.0, "x");
+    let line = m.report(3.0).conditions.summary();
+    for part in ["test", "1K params", "f32", "4.0 kB", "cpu", "[CPU]", "batch 1", "prompt 10 tok", "output 1 tok", "context 256", "greedy"] {
+        assert!(line.contains(part), "{part:?} missing in {line}");
+    }
+}

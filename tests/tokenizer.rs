@@ -1,0 +1,105 @@
+//! Tokenizers encode exactly like llama2.c, in both file forms, and stream UTF-8 safely.
+
+mod common;
+
+use common::*;
+use tokenometer::tokenizer::{TextStream, Tokenizer};
+
+fn llama2_json() -> Tokenizer {
+    Tokenizer::from_bytes(&read(llama2_tokenizer("tokenizer.json"))).unwrap()
+}
+
+fn llama2_bin() -> Tokenizer {
+    Tokenizer::from_bytes(&read(llama2_tokenizer("tokenizer.bin"))).unwrap()
+}
+
+fn tok512() -> Tokenizer {
+    Tokenizer::from_bytes(&read(stories260k("tok512.bin"))).unwrap()
+}
+
+#[test]
+fn once_upon_a_time_encodes_like_llama2c() {
+    assert_eq!(tok512().encode("Once upon a time").unwrap(), [1, 403, 407, 261, 378]);
+    assert_eq!(llama2_bin().encode("Once upon a time").unwrap(), [1, 9038, 2501, 263, 931]);
+    assert_eq!(llama2_json().encode("Once upon a time").unwrap(), [1, 9038, 2501, 263, 931]);
+}
+
+/// llama.cpp's test strings with their ids (without BOS).
+fn vectors() -> Vec<(String, Vec<u32>)> {
+    let inputs = String::from_utf8(read(llama2_tokenizer("ggml-vocab-llama-spm.gguf.inp"))).unwrap();
+    let outputs = String::from_utf8(read(llama2_tokenizer("ggml-vocab-llama-spm.gguf.out"))).unwrap();
+    // Each input ends with the separator; each output is one line (the empty input's is empty).
+    let inputs: Vec<&str> = inputs.strip_suffix("\n__ggml_vocab_test__\n").unwrap().split("\n__ggml_vocab_test__\n").collect();
+    let outputs: Vec<Vec<u32>> = outputs
+        .strip_suffix('\n')
+        .unwrap_or(&outputs)
+        .split('\n')
+        .map(|l| l.split_whitespace().map(|n| n.parse().unwrap()).collect())
+        .collect();
+    let pairs: Vec<_> = inputs.into_iter().zip(outputs).map(|(i, o)| (i.to_string(), o)).collect();
+    // The issue counts 47; the files hold 46 separated strings and 46 id lines.
+    assert!(pairs.len() >= 46, "{} vectors", pairs.len());
+    pairs
+}
+
+fn check_vectors(tokenizer: &Tokenizer, form: &str) {
+    let mut failures = Vec::new();
+    for (input, expected) in vectors() {
+        let ids = tokenizer.encode(&input).unwrap();
+        assert_eq!(ids[0], 1, "BOS first");
+        if ids[1..] != expected[..] {
+            failures.push(format!("{input:?}: got {:?}, want {expected:?}", &ids[1..]));
+        }
+    }
+    assert!(failures.is_empty(), "{form}: {} differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn all_llama_cpp_vectors_pass_with_tokenizer_json() {
+    check_vectors(&llama2_json(), "tokenizer.json");
+}
+
+#[test]
+fn all_llama_cpp_vectors_pass_with_tokenizer_bin() {
+    check_vectors(&llama2_bin(), "tokenizer.bin");
+}
+
+#[test]
+fn decode_round_trips_multibyte_text() {
+    let text = "Führer said 你好 🦙 — naïve ½";
+    for tokenizer in [llama2_json(), llama2_bin(), tok512()] {
+        let ids = tokenizer.encode(text).unwrap();
+        assert_eq!(tokenizer.decode(&ids), text);
+    }
+}
+
+#[test]
+fn streaming_never_emits_broken_utf8() {
+    // 🦙 and 你 are not in the vocabulary: each becomes 3-4 byte-fallback tokens.
+    let text = "A 🦙 said 你好, ok";
+    for tokenizer in [llama2_bin(), tok512()] {
+        let ids = tokenizer.encode(text).unwrap();
+        assert!(ids.iter().any(|&id| (3..259).contains(&id)), "the text exercises byte fallback");
+        let mut stream = TextStream::default();
+        let mut pieces = Vec::new();
+        for w in ids.windows(2) {
+            pieces.push(stream.push(&tokenizer, Some(w[0]), w[1]));
+        }
+        pieces.push(stream.finish());
+        // Every piece is valid UTF-8 by type; none holds a replacement character...
+        assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{pieces:?}");
+        // ...some tokens had to be held back (empty pieces)...
+        assert!(pieces.iter().any(String::is_empty));
+        // ...and together they are the text.
+        assert_eq!(pieces.concat(), text);
+    }
+}
+
+#[test]
+fn a_truncated_or_foreign_tokenizer_is_an_error() {
+    let bin = read(llama2_tokenizer("tokenizer.bin"));
+    for bad in [&bin[..1000], b"not a tokenizer at all".as_slice(), b"{\"json\": \"but not a tokenizer\"}"] {
+        let err = Tokenizer::from_bytes(bad).err().expect("refused");
+        assert!(err.to_string().starts_with("bad tokenizer"), "{err}");
+    }
+}
