@@ -85,7 +85,20 @@ fn parse<T: std::str::FromStr<Err = Error>>(s: &str) -> Result<T, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // clap's usage block is helpful but long; bad input gets one line.
+            let message = e.to_string();
+            let first = message.lines().next().unwrap_or_default();
+            eprintln!("tokenometer: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
     match pollster::block_on(run(cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
