@@ -7,6 +7,8 @@
 //! (device choice), and, on wasm, [`web`] (the JavaScript API the page's worker uses).
 
 pub mod backend;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod cli;
 pub mod engine;
 pub mod error;
 pub mod loading;
@@ -24,3 +26,6 @@ pub use error::{Error, Result};
 pub use loading::ModelFiles;
 pub use quant::Quant;
 pub use sampling::Sampling;
+
+#[cfg(target_arch = "wasm32")]
+pub mod web;

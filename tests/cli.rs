@@ -1,5 +1,6 @@
 //! The command line, run as a user would: bad input gives one line and exit code 2, and a real run's
 //! JSON report agrees with its own token timestamps.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! The engine against llama2.c's reference output, on the CPU and the wgpu backends.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

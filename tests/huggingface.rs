@@ -1,5 +1,6 @@
 //! Hugging Face checkpoints: stories260K rewritten as config.json + model.safetensors, with q/k rows
 //! in HF's rotate-half layout, must generate exactly what the llama2.c file does.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! The meter's formulas on hand-computed cases, driven by a fake clock (the events' own times).
+#![cfg(not(target_arch = "wasm32"))]
 
 use tokenometer::engine::{Event, ModelInfo, StopReason};
 use tokenometer::meter::{Conditions, Meter, aggregate_decode_tps, count_words, percentiles};

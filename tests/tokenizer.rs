@@ -1,4 +1,5 @@
 //! Tokenizers encode exactly like llama2.c, in both file forms, and stream UTF-8 safely.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

@@ -1,0 +1,299 @@
+//! The native command line (`tokenometer generate | synth | bench`), shared by the binary.
+//! Bad input ends with a one-line error on stderr and exit code 2.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter, Report, human_bytes};
+use crate::synth::Shape;
+use crate::{Backend, BackendChoice, Engine, Error, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling};
+
+#[derive(Parser)]
+#[command(name = "tokenometer", version, about = "Run a small Llama model and measure what tokens per second means")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct ModelArgs {
+    /// llama2.c .bin, a .safetensors with config.json beside it, or a Hugging Face model folder.
+    #[arg(long)]
+    model: PathBuf,
+    /// tokenizer.json or llama2.c tokenizer.bin; found beside the model when left out.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    #[arg(long, default_value = "f32", value_parser = parse::<Quant>)]
+    quant: Quant,
+    #[arg(long, default_value = "cpu", value_parser = parse::<BackendChoice>)]
+    backend: BackendChoice,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Stream generated text to stdout, then print the meter's report.
+    Generate {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        prompt: String,
+        #[arg(long, default_value_t = 256)]
+        max_tokens: usize,
+        /// 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        #[arg(long, default_value_t = 0.9)]
+        top_p: f32,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Reading speed for "x reading speed", words per minute.
+        #[arg(long, default_value_t = DEFAULT_READING_WPM)]
+        reading_wpm: f64,
+        /// Print one JSON object per event instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Measure a cold start: no warm-up run before the measured one.
+        #[arg(long)]
+        no_warmup: bool,
+    },
+    /// Write a llama2.c checkpoint with seeded random weights and a real model's shape.
+    Synth {
+        #[arg(long, value_parser = parse::<Shape>)]
+        shape: Shape,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Run greedy generation several times after a warm-up and print median, min and max.
+    Bench {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, default_value = "Once upon a time")]
+        prompt: String,
+        #[arg(long, default_value_t = 128)]
+        max_tokens: usize,
+    },
+}
+
+fn parse<T: std::str::FromStr<Err = Error>>(s: &str) -> Result<T, String> {
+    s.parse().map_err(|e: Error| e.to_string())
+}
+
+/// Parse the arguments, run, and turn any error into one line and exit code 2.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // clap's usage block is helpful but long; bad input gets one line.
+            let message = e.to_string();
+            let first = message.lines().next().unwrap_or_default();
+            eprintln!("tokenometer: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    match pollster::block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tokenometer: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(command: Command) -> Result<(), Error> {
+    match command {
+        Command::Generate { model, prompt, max_tokens, temperature, top_p, seed, reading_wpm, json, no_warmup } => {
+            let sampling = Sampling { temperature, top_p, seed };
+            sampling.validate()?;
+            let engine = load(&model).await?;
+            let warm_up_ms = if no_warmup { None } else { Some(engine.warm_up().await?) };
+            let options = GenerateOptions { max_tokens, sampling, queued_ms: 0.0 };
+            let report = generate(&engine, &prompt, &options, reading_wpm, warm_up_ms, json).await?;
+            if !json {
+                eprintln!("\n{}", table(&report));
+            }
+            Ok(())
+        }
+        Command::Synth { shape, out, seed } => {
+            let weights = crate::synth::weights(&shape.config(), seed);
+            let file = std::fs::File::create(&out).map_err(|e| Error::Io(format!("{}: {e}", out.display())))?;
+            let mut writer = std::io::BufWriter::new(file);
+            crate::loading::llama2c::write(&weights, &mut writer)
+                .and_then(|()| writer.flush())
+                .map_err(|e| Error::Io(format!("{}: {e}", out.display())))?;
+            eprintln!(
+                "wrote {} ({} parameters, {:?}, seed {seed})",
+                out.display(),
+                weights.config.parameter_count(),
+                shape
+            );
+            Ok(())
+        }
+        Command::Bench { model, runs, prompt, max_tokens } => bench(&model, runs.max(1), &prompt, max_tokens).await,
+    }
+}
+
+async fn load(args: &ModelArgs) -> Result<Engine, Error> {
+    let files = ModelFiles::from_path(&args.model)?;
+    let tokenizer_path = match &args.tokenizer {
+        Some(path) => path.clone(),
+        None => find_tokenizer(&args.model)?,
+    };
+    let tokenizer = std::fs::read(&tokenizer_path).map_err(|e| Error::Io(format!("{}: {e}", tokenizer_path.display())))?;
+    let backend = Backend::init(args.backend).await?;
+    Engine::load(files, &tokenizer, args.quant, &backend)
+}
+
+/// `tokenizer.json`, `tokenizer.bin` or `tok*.bin` in the model's folder.
+fn find_tokenizer(model: &Path) -> Result<PathBuf, Error> {
+    let folder = if model.is_dir() { model } else { model.parent().unwrap_or(Path::new(".")) };
+    let folder = if folder.as_os_str().is_empty() { Path::new(".") } else { folder };
+    for name in ["tokenizer.json", "tokenizer.bin"] {
+        if folder.join(name).is_file() {
+            return Ok(folder.join(name));
+        }
+    }
+    let entries = std::fs::read_dir(folder).map_err(|e| Error::Io(format!("{}: {e}", folder.display())))?;
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("tok") && n.to_string_lossy().ends_with(".bin")))
+        .ok_or_else(|| Error::BadTokenizer(format!("no tokenizer beside {}; pass --tokenizer FILE", model.display())))
+}
+
+async fn generate(
+    engine: &Engine,
+    prompt: &str,
+    options: &GenerateOptions,
+    reading_wpm: f64,
+    warm_up_ms: Option<f64>,
+    json: bool,
+) -> Result<Report, Error> {
+    let conditions = Conditions::new(&engine.info, options.sampling, 1, warm_up_ms);
+    let mut meter = Meter::new(conditions, reading_wpm);
+    let mut out = std::io::stdout().lock();
+    if !json {
+        let _ = write!(out, "{prompt}");
+    }
+    let mut done = None;
+    engine
+        .generate(prompt, options, &mut |event| {
+            meter.observe(event);
+            match event {
+                // The done line waits for the report it carries.
+                Event::Done { .. } => done = Some(event.clone()),
+                _ if json => {
+                    let _ = writeln!(out, "{}", serde_json::to_string(event).unwrap());
+                }
+                Event::Token { text, .. } => {
+                    let _ = write!(out, "{text}");
+                    let _ = out.flush();
+                }
+                Event::Prefill { .. } => {}
+            }
+            Flow::Continue
+        })
+        .await?;
+    let Some(done) = done else { unreachable!("generate always ends with a done event") };
+    let Event::Done { t_ms, .. } = done else { unreachable!() };
+    let report = meter.report(t_ms);
+    if json {
+        let mut line = serde_json::to_value(&done).unwrap();
+        line["report"] = serde_json::to_value(&report).unwrap();
+        let _ = writeln!(out, "{line}");
+    } else {
+        let _ = writeln!(out);
+    }
+    Ok(report)
+}
+
+fn fmt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+}
+
+/// The compact human table that ends `generate`.
+fn table(r: &Report) -> String {
+    let c = &r.conditions;
+    let p = r.inter_token_ms;
+    let mut lines = vec![
+        format!("conditions: {}", c.summary()),
+        format!("stop: {:?}", c.stop_reason),
+        format!("warm-up (apart): {} ms", fmt(c.warm_up_ms, 1)),
+        format!("TTFT {} ms = queue {} + tokenize {} + prefill {} (prefill {} tok/s)",
+            fmt(r.ttft_ms, 1), fmt(r.queued_ms, 2), fmt(r.tokenize_ms, 2), fmt(r.prefill_ms, 1), fmt(r.prefill_tps, 1)),
+        format!("decode {} tok/s over {} ms; inter-token p50 {} p90 {} p99 {} max {} ms",
+            fmt(r.decode_tps, 1), fmt(r.decode_ms, 1), fmt(p.map(|p| p.p50), 2), fmt(p.map(|p| p.p90), 2),
+            fmt(p.map(|p| p.p99), 2), fmt(p.map(|p| p.max), 2)),
+        format!("words {} ({} tok/word), {} words/s = {} x reading speed ({} wpm; a reader needs {:.1} s)",
+            r.words, fmt(r.tokens_per_word, 2), fmt(r.words_per_s, 1), fmt(r.reading_speed_x, 1), r.reading_wpm, r.reading_time_s),
+        format!("total {} ms (predicted TTFT + tokens / decode tok/s: {} ms)", fmt(r.total_ms, 1), fmt(r.predicted_total_ms, 1)),
+        format!("effective bandwidth {} GB/s ({} of weights per token)", fmt(r.effective_gb_per_s, 3), human_bytes(c.bytes_per_token)),
+    ];
+    if c.batch_size > 1 {
+        lines.push(format!("aggregate {} tok/s, per request {} tok/s", fmt(r.aggregate_tps, 1), fmt(r.per_request_tps, 1)));
+    }
+    lines.join("\n")
+}
+
+async fn bench(args: &ModelArgs, runs: usize, prompt: &str, max_tokens: usize) -> Result<(), Error> {
+    let engine = load(args).await?;
+    let warm_up_ms = engine.warm_up().await?;
+    let options = GenerateOptions { max_tokens, ..Default::default() };
+    // One full untimed run first, so every kernel shape the timed runs meet is compiled.
+    generate_quietly(&engine, prompt, &options).await?;
+    let mut reports = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        reports.push(generate_quietly(&engine, prompt, &options).await?);
+    }
+    let first = &reports[0].conditions;
+    println!("conditions: {}", first.summary());
+    println!("runs: {runs} after a warm-up ({warm_up_ms:.1} ms, reported apart) and one untimed run");
+    println!("{:<16} {:>12} {:>12} {:>12}", "figure", "median", "min", "max");
+    let rows: [(&str, fn(&Report) -> Option<f64>); 6] = [
+        ("TTFT ms", |r| r.ttft_ms),
+        ("prefill tok/s", |r| r.prefill_tps),
+        ("decode tok/s", |r| r.decode_tps),
+        ("words/s", |r| r.words_per_s),
+        ("GB/s", |r| r.effective_gb_per_s),
+        ("total ms", |r| r.total_ms),
+    ];
+    for (name, pick) in rows {
+        let mut values: Vec<f64> = reports.iter().filter_map(pick).collect();
+        values.sort_by(f64::total_cmp);
+        if values.is_empty() {
+            println!("{name:<16} {:>12} {:>12} {:>12}", "-", "-", "-");
+            continue;
+        }
+        let median = if values.len() % 2 == 1 {
+            values[values.len() / 2]
+        } else {
+            (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
+        };
+        println!("{name:<16} {median:>12.2} {:>12.2} {:>12.2}", values[0], values[values.len() - 1]);
+    }
+    Ok(())
+}
+
+async fn generate_quietly(engine: &Engine, prompt: &str, options: &GenerateOptions) -> Result<Report, Error> {
+    let conditions = Conditions::new(&engine.info, options.sampling, 1, None);
+    let mut meter = Meter::new(conditions, DEFAULT_READING_WPM);
+    let mut end_ms = 0.0;
+    engine
+        .generate(prompt, options, &mut |event| {
+            meter.observe(event);
+            if let Event::Done { t_ms, .. } = event {
+                end_ms = *t_ms;
+            }
+            Flow::Continue
+        })
+        .await?;
+    Ok(meter.report(end_ms))
+}

@@ -1,0 +1,200 @@
+//! The JavaScript API that the page's Web Worker uses (wasm only): load a model from bytes, pick the
+//! backend and quantization, warm up, generate with a callback per event, cancel.
+//!
+//! Every event reaches JavaScript with the meter's report as of that moment, so the page shows
+//! figures computed by the same Rust code as the CLI.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use js_sys::Function;
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+
+use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter};
+use crate::{Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling};
+
+thread_local! {
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Install a panic hook that logs to the console and keeps the message for [`last_panic`]: a panic
+/// in wasm traps, and the worker reports this message instead of dying silently.
+#[wasm_bindgen(start)]
+pub fn start() {
+    std::panic::set_hook(Box::new(|info| {
+        LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string()));
+        console_error_panic_hook::hook(info);
+    }));
+}
+
+/// The message of the last Rust panic, if one happened.
+#[wasm_bindgen(js_name = lastPanic)]
+pub fn last_panic() -> Option<String> {
+    LAST_PANIC.with(|p| p.borrow().clone())
+}
+
+fn js_error(e: impl std::fmt::Display) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+fn to_js(value: &impl Serialize) -> JsValue {
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .unwrap_or(JsValue::NULL)
+}
+
+/// Options for one run, as the page sends them.
+#[derive(Deserialize)]
+#[serde(default)]
+struct RunOptions {
+    max_tokens: usize,
+    temperature: f32,
+    top_p: f32,
+    seed: u64,
+    /// `performance.timeOrigin + performance.now()` when the user asked, on the page.
+    requested_at: Option<f64>,
+    reading_wpm: f64,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        let sampling = Sampling::default();
+        Self {
+            max_tokens: 256,
+            temperature: sampling.temperature,
+            top_p: sampling.top_p,
+            seed: sampling.seed,
+            requested_at: None,
+            reading_wpm: DEFAULT_READING_WPM,
+        }
+    }
+}
+
+/// A loaded model on its backend.
+#[wasm_bindgen]
+pub struct Session {
+    engine: Rc<Engine>,
+    details: String,
+    warm_up_ms: Rc<Cell<Option<f64>>>,
+    cancelled: Rc<Cell<bool>>,
+}
+
+/// Load a model. `model` is a llama2.c `.bin`, or `model.safetensors` when `hf_config` (the bytes of
+/// `config.json`) is given. `backend` is `auto`, `wgpu` or `cpu`; `quant` is `f32`, `q8` or `q4`.
+#[wasm_bindgen(js_name = loadSession)]
+pub async fn load_session(
+    name: String,
+    model: Vec<u8>,
+    tokenizer: Vec<u8>,
+    backend: String,
+    quant: String,
+    hf_config: Option<Vec<u8>>,
+) -> Result<Session, JsError> {
+    let choice: BackendChoice = backend.parse().map_err(js_error)?;
+    let quant: Quant = quant.parse().map_err(js_error)?;
+    let backend = Backend::init(choice).await.map_err(js_error)?;
+    let files = match hf_config {
+        Some(config) => ModelFiles::hugging_face(name, config, model),
+        None => ModelFiles::llama2c(name, model),
+    };
+    let engine = Engine::load(files, &tokenizer, quant, &backend).map_err(js_error)?;
+    Ok(Session {
+        engine: Rc::new(engine),
+        details: backend.details,
+        warm_up_ms: Rc::new(Cell::new(None)),
+        cancelled: Rc::new(Cell::new(false)),
+    })
+}
+
+#[wasm_bindgen]
+impl Session {
+    /// What was loaded: name, parameters, quantization, bytes, backend, adapter and its details.
+    pub fn info(&self) -> JsValue {
+        #[derive(Serialize)]
+        struct Info<'a> {
+            #[serde(flatten)]
+            model: &'a crate::ModelInfo,
+            adapter_details: &'a str,
+        }
+        to_js(&Info { model: &self.engine.info, adapter_details: &self.details })
+    }
+
+    /// Compile shaders and run one step so that later runs measure steady state; resolves to ms.
+    #[wasm_bindgen(js_name = warmUp)]
+    pub fn warm_up(&self) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        let warm = self.warm_up_ms.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let ms = engine.warm_up().await.map_err(|e| JsValue::from(js_error(e)))?;
+            warm.set(Some(ms));
+            Ok(JsValue::from_f64(ms))
+        })
+    }
+
+    /// Generate. `on_event(event, report)` is called for every event with the report so far; it may
+    /// return `false` to stop. Resolves to the final report.
+    pub fn generate(&self, prompt: String, options: JsValue, on_event: Function) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        let cancelled = self.cancelled.clone();
+        let warm_up_ms = self.warm_up_ms.get();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let options: RunOptions = if options.is_undefined() || options.is_null() {
+                RunOptions::default()
+            } else {
+                serde_wasm_bindgen::from_value(options).map_err(|e| JsValue::from(js_error(e)))?
+            };
+            let sampling = Sampling { temperature: options.temperature, top_p: options.top_p, seed: options.seed };
+            let queued_ms = options.requested_at.map_or(0.0, |at| (now_epoch_ms() - at).max(0.0));
+            let run = GenerateOptions { max_tokens: options.max_tokens, sampling, queued_ms };
+            let mut meter = Meter::new(Conditions::new(&engine.info, sampling, 1, warm_up_ms), options.reading_wpm);
+            cancelled.set(false);
+            let mut callback_error = None;
+            let result = engine
+                .generate(&prompt, &run, &mut |event: &Event| {
+                    meter.observe(event);
+                    let now = match event {
+                        Event::Prefill { t_ms, .. } | Event::Token { t_ms, .. } | Event::Done { t_ms, .. } => *t_ms,
+                    };
+                    let answer = on_event.call2(&JsValue::NULL, &to_js(event), &to_js(&meter.report(now)));
+                    match answer {
+                        Err(e) => {
+                            callback_error = Some(e);
+                            Flow::Stop
+                        }
+                        Ok(v) if v == JsValue::FALSE || cancelled.get() => Flow::Stop,
+                        Ok(_) => Flow::Continue,
+                    }
+                })
+                .await;
+            if let Some(e) = callback_error {
+                return Err(e);
+            }
+            result.map_err(|e| JsValue::from(js_error(e)))?;
+            let end = meter.token_times().last().copied().unwrap_or(0.0);
+            Ok(to_js(&meter.report(end)))
+        })
+    }
+
+    /// Stop the running generation after its current token.
+    pub fn cancel(&self) {
+        self.cancelled.set(true);
+    }
+}
+
+/// Milliseconds since the Unix epoch with sub-millisecond precision, comparable between the page
+/// and its worker (`performance.timeOrigin + performance.now()`).
+fn now_epoch_ms() -> f64 {
+    let global = js_sys::global();
+    let performance = js_sys::Reflect::get(&global, &"performance".into()).unwrap_or(JsValue::UNDEFINED);
+    let origin = js_sys::Reflect::get(&performance, &"timeOrigin".into()).ok().and_then(|v| v.as_f64());
+    let now = js_sys::Reflect::get(&performance, &"now".into())
+        .ok()
+        .and_then(|f| f.dyn_into::<Function>().ok())
+        .and_then(|f| f.call0(&performance).ok())
+        .and_then(|v| v.as_f64());
+    match (origin, now) {
+        (Some(origin), Some(now)) => origin + now,
+        _ => js_sys::Date::now(),
+    }
+}
