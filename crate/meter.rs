@@ -116,6 +116,8 @@ pub struct Percentiles {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub conditions: Conditions,
+    /// The conditions as one line, for display next to the figures.
+    pub summary: String,
     pub queued_ms: Option<f64>,
     pub tokenize_ms: Option<f64>,
     pub ttft_ms: Option<f64>,
@@ -224,6 +226,7 @@ impl Meter {
         let total_ms = self.done_ms.or(times.last().copied());
         Report {
             conditions: self.conditions.clone(),
+            summary: self.conditions.summary(),
             queued_ms: self.queued_ms,
             tokenize_ms: self.tokenize_ms,
             ttft_ms: ttft,

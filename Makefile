@@ -1,0 +1,70 @@
+# Two commands do everything on a fresh Debian machine:
+#   make serve   build the wasm engine and serve the page on http://127.0.0.1:$(PORT)
+#   make test    every test: native (cargo test) and in headless Chromium (wasm-bindgen-test, Playwright)
+# Each installs what it needs first (apt packages, the wasm target, wasm-bindgen-cli, npm packages).
+
+PORT ?= 8080
+MODELS ?= ../shared/models
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+WASM := target/wasm32-unknown-unknown/release/tokenometer.wasm
+# wasm-bindgen-cli must be the exact version of the wasm-bindgen crate in Cargo.lock.
+WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/version = |"/, ""); print}' Cargo.lock)
+export CHROMEDRIVER ?= /usr/bin/chromedriver
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: serve test test-native test-wasm test-e2e pkg bench lint setup setup-serve apt-packages wasm-tools npm-packages
+
+serve: setup-serve pkg
+	PORT=$(PORT) MODELS=$(MODELS) node www/serve.mjs
+
+test: setup
+	cargo test
+	$(MAKE) test-wasm
+	$(MAKE) pkg
+	$(MAKE) test-e2e
+
+test-native:
+	cargo test
+
+# wasm-bindgen-test in headless Chromium (CPU backend and WebGPU); the same as
+# `wasm-pack test --headless --chrome --release --test web`.
+test-wasm:
+	WASM_BINDGEN_TEST_TIMEOUT=600 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+		cargo test --release --target wasm32-unknown-unknown --test web
+
+test-e2e:
+	MODELS=$(MODELS) node --test tests/e2e/
+
+pkg:
+	cargo build --release --target wasm32-unknown-unknown --lib
+	wasm-bindgen --target web --out-dir pkg $(WASM)
+
+bench: setup-serve
+	cargo build --release
+	mkdir -p target/synth
+	[ -f target/synth/stories15M.bin ] || target/release/tokenometer synth --shape stories15M --out target/synth/stories15M.bin
+	for q in f32 q8; do target/release/tokenometer bench --model target/synth/stories15M.bin \
+		--tokenizer $(MODELS)/llama2-tokenizer/tokenizer.bin --quant $$q --runs 5; done
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings
+
+setup: apt-packages wasm-tools npm-packages
+setup-serve: wasm-tools npm-packages
+
+apt-packages:
+	@missing=""; for p in mesa-vulkan-drivers chromium chromium-driver nodejs npm; do \
+		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $$missing; fi
+
+wasm-tools:
+	rustup target add wasm32-unknown-unknown
+	@if ! wasm-bindgen --version 2>/dev/null | grep -q " $(WASM_BINDGEN_VERSION)$$"; then \
+		command -v node >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nodejs npm); \
+		cargo install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION) --force; fi
+
+npm-packages:
+	@command -v npm >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nodejs npm)
+	npm ci --no-audit --no-fund

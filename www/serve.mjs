@@ -1,0 +1,61 @@
+// Static server for the page: www/ at /, pkg/ at /pkg/, the models folder at /models/.
+// It sends the headers a wasm app wants: application/wasm, and COOP/COEP so that the page is
+// cross-origin isolated (precise timers, and a SharedArrayBuffer to cancel a run instantly).
+// Usage: node www/serve.mjs  (PORT=8080, HOST=127.0.0.1, MODELS=../shared/models)
+import { createServer } from 'node:http';
+import { createReadStream, promises as fs } from 'node:fs';
+import { extname, join, normalize, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(fileURLToPath(new URL('..', import.meta.url)));
+const port = Number(process.env.PORT || 8080);
+const host = process.env.HOST || '127.0.0.1';
+const mounts = [
+  ['/pkg/', resolve(root, 'pkg')],
+  ['/models/', resolve(root, process.env.MODELS || '../shared/models')],
+  ['/', resolve(root, 'www')],
+];
+const types = {
+  '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',
+  '.wasm': 'application/wasm', '.json': 'application/json', '.png': 'image/png',
+  '.svg': 'image/svg+xml', '.bin': 'application/octet-stream', '.txt': 'text/plain; charset=utf-8',
+};
+
+async function resolvePath(urlPath) {
+  for (const [prefix, dir] of mounts) {
+    if (!urlPath.startsWith(prefix)) continue;
+    const file = normalize(join(dir, decodeURIComponent(urlPath.slice(prefix.length))));
+    if (file !== dir && !file.startsWith(dir + sep)) return null;
+    const stat = await fs.stat(file).catch(() => null);
+    if (stat?.isDirectory()) return resolvePath(urlPath.replace(/\/?$/, '/') + 'index.html');
+    return stat?.isFile() ? { file, size: stat.size } : null;
+  }
+  return null;
+}
+
+const server = createServer(async (req, res) => {
+  const headers = {
+    'Cross-Origin-Opener-Policy': 'same-origin',
+    'Cross-Origin-Embedder-Policy': 'require-corp',
+    'Cross-Origin-Resource-Policy': 'same-origin',
+    'Cache-Control': 'no-cache',
+  };
+  const path = new URL(req.url, 'http://x').pathname;
+  const found = await resolvePath(path).catch(() => null);
+  if (!found) {
+    res.writeHead(404, { ...headers, 'Content-Type': 'text/plain' });
+    return res.end(`not found: ${path}\n`);
+  }
+  res.writeHead(200, {
+    ...headers,
+    'Content-Type': types[extname(found.file)] || 'application/octet-stream',
+    'Content-Length': found.size,
+  });
+  if (req.method === 'HEAD') return res.end();
+  createReadStream(found.file).pipe(res);
+});
+
+server.listen(port, host, () => {
+  console.log(`tokenometer: serving on http://${host}:${server.address().port}/ (models from ${mounts[1][1]})`);
+});
