@@ -6,7 +6,9 @@
 PORT ?= 8080
 MODELS ?= ../shared/models
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-WASM := target/wasm32-unknown-unknown/release/tokenometer.wasm
+# The wasm builds have their own target dir, so native and wasm builds never wait on each other.
+WASM_TARGET_DIR := target/wasm
+WASM := $(WASM_TARGET_DIR)/wasm32-unknown-unknown/release/tokenometer.wasm
 # wasm-bindgen-cli must be the exact version of the wasm-bindgen crate in Cargo.lock.
 WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/version = |"/, ""); print}' Cargo.lock)
 export CHROMEDRIVER ?= /usr/bin/chromedriver
@@ -30,13 +32,13 @@ test-native:
 # `wasm-pack test --headless --chrome --release --test web`.
 test-wasm:
 	WASM_BINDGEN_TEST_TIMEOUT=600 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
-		cargo test --release --target wasm32-unknown-unknown --test web
+		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --release --target wasm32-unknown-unknown --test web
 
 test-e2e:
 	MODELS=$(MODELS) node --test tests/e2e/
 
 pkg:
-	cargo build --release --target wasm32-unknown-unknown --lib
+	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo build --release --target wasm32-unknown-unknown --lib
 	wasm-bindgen --target web --out-dir pkg $(WASM)
 
 bench: setup-serve
@@ -49,7 +51,7 @@ bench: setup-serve
 lint:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
-	cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings
+	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings
 
 setup: apt-packages wasm-tools npm-packages
 setup-serve: wasm-tools npm-packages

@@ -3,7 +3,9 @@
 pub mod hf;
 pub mod llama2c;
 
-use crate::error::{Error, Result};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::error::Error;
+use crate::error::Result;
 use crate::weights::HostWeights;
 
 /// The bytes of a model in one of the supported formats.

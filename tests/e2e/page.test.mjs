@@ -1,0 +1,112 @@
+// End-to-end: serve the page, drive Debian's Chromium with playwright-core, and use it as a visitor
+// would: a preset URL runs the default model, tokens stream, every figure fills in, Stop cancels a
+// run, and a broken file gives an error. A screenshot is saved to test-results/page.png.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { resolve } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const models = resolve(root, process.env.MODELS || '../shared/models');
+const port = 18000 + (process.pid % 1000);
+const base = `http://127.0.0.1:${port}`;
+let server;
+let browser;
+
+before(async () => {
+  server = spawn('node', [resolve(root, 'www/serve.mjs')], {
+    env: { ...process.env, PORT: String(port), MODELS: models },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await new Promise((ok, fail) => {
+    server.stdout.on('data', (d) => String(d).includes('serving on') && ok());
+    server.on('exit', (code) => fail(new Error(`server exited ${code}`)));
+  });
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
+    args: ['--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--disable-dev-shm-usage'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill();
+});
+
+async function open(query) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${base}/?${query}`);
+  return { page, errors };
+}
+
+const text = (page, id) => page.getByTestId(id).textContent();
+
+test('a preset URL runs stories260K, streams tokens and fills every figure', async () => {
+  const { page, errors } = await open('model=stories260K&prompt=Once%20upon%20a%20time&max=120&backend=cpu&quant=f32&autorun=1');
+  // Tokens stream: the output grows while the status says running.
+  await page.waitForFunction(() => document.querySelector('[data-testid=output]').textContent.length > 40, null, { timeout: 120_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  const output = await text(page, 'output');
+  assert.match(output, /^Once upon a time, there was a little girl named Lily\./);
+  for (const id of ['metric-ttft-ms', 'metric-prefill-ms', 'metric-prefill-tps', 'metric-decode-tps', 'metric-words-per-s', 'metric-reading-x']) {
+    const value = (await text(page, id)).trim();
+    assert.match(value, /^\d+(\.\d+)?$/, `${id} is a number alone: ${value}`);
+    assert.ok(Number(value) > 0, `${id} is positive: ${value}`);
+  }
+  const conditions = await text(page, 'conditions');
+  for (const part of ['stories260K', '260K params', 'f32', 'cpu', 'prompt 5 tok', 'output 120 tok', 'warm-up']) {
+    assert.ok(conditions.includes(part), `conditions show ${part}: ${conditions}`);
+  }
+  assert.equal(await text(page, 'stop-reason'), 'max tokens');
+  assert.equal(await page.getByTestId('error').isHidden(), true);
+  mkdirSync(resolve(root, 'test-results'), { recursive: true });
+  await page.screenshot({ path: resolve(root, 'test-results/page.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('Stop cancels a run mid-way', async () => {
+  const { page } = await open('model=stories260K&max=2000&backend=cpu&autorun=0');
+  // Click Stop from inside the page the moment the first token shows, then let the worker react.
+  await page.evaluate(() => {
+    const output = document.querySelector('#read').parentElement;
+    new MutationObserver((_, observer) => {
+      if (document.querySelector('#ahead').textContent || document.querySelector('#read').textContent) {
+        observer.disconnect();
+        document.querySelector('[data-testid=stop]').click();
+      }
+    }).observe(output, { subtree: true, childList: true, characterData: true });
+  });
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  assert.equal(await text(page, 'stop-reason'), 'cancelled');
+  const conditions = await text(page, 'conditions');
+  const produced = Number(conditions.match(/output (\d+) tok/)[1]);
+  assert.ok(produced > 0 && produced < 500, `stopped after ${produced} of up to 507 tokens`);
+  await page.close();
+});
+
+test('a broken model file gives a clear error, and the page still works', async () => {
+  const { page } = await open('backend=cpu');
+  await page.getByTestId('model').selectOption('file');
+  const model = readFileSync(resolve(models, 'stories260K/stories260K.bin'));
+  await page.getByTestId('model-file').setInputFiles({ name: 'broken.bin', mimeType: 'application/octet-stream', buffer: model.subarray(0, 5000) });
+  await page.getByTestId('tokenizer-file').setInputFiles(resolve(models, 'stories260K/tok512.bin'));
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
+  assert.match(await text(page, 'error'), /bad model file: .*truncated/);
+  assert.equal(await text(page, 'status'), 'error');
+  // The real file then loads and runs in the same page.
+  await page.getByTestId('model-file').setInputFiles(resolve(models, 'stories260K/stories260K.bin'));
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true);
+  await page.close();
+});
