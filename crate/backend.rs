@@ -1,5 +1,5 @@
 //! Choosing the compute device at run time: burn's wgpu backend (Vulkan/Metal natively, WebGPU in the
-//! browser) or its ndarray CPU backend (which also runs in wasm).
+//! browser) or its flex CPU backend (which also runs in wasm).
 
 use std::fmt;
 use std::str::FromStr;
@@ -32,9 +32,11 @@ impl FromStr for BackendChoice {
     fn from_str(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(BackendChoice::Auto),
-            "cpu" | "ndarray" => Ok(BackendChoice::Cpu),
+            "cpu" => Ok(BackendChoice::Cpu),
             "wgpu" | "webgpu" | "gpu" => Ok(BackendChoice::Wgpu),
-            _ => Err(Error::Unsupported(format!("backend {s:?}: choose auto, cpu or wgpu"))),
+            _ => Err(Error::Unsupported(format!(
+                "backend {s:?}: choose auto, cpu or wgpu"
+            ))),
         }
     }
 }
@@ -53,7 +55,7 @@ impl fmt::Display for BackendKind {
 pub struct Backend {
     pub kind: BackendKind,
     pub device: Device,
-    /// The adapter's name ("CPU (ndarray)" for the CPU backend).
+    /// The adapter's name ("CPU (burn flex)" for the CPU backend).
     pub adapter: String,
     /// Adapter details worth showing (driver, limits), one line.
     pub details: String,
@@ -64,12 +66,12 @@ static WGPU: Mutex<Option<Backend>> = Mutex::new(None);
 
 impl Backend {
     pub fn cpu() -> Backend {
-        #[allow(deprecated)] // ndarray is the CPU backend whose quantization was measured here.
-        let device = Device::ndarray();
+        // burn's flex backend: its `gemm` kernels (AVX2/FMA natively, SIMD128 in wasm) decode
+        // stories15M ~3.4x faster than the deprecated ndarray backend here.
         Backend {
             kind: BackendKind::Cpu,
-            device,
-            adapter: "CPU (ndarray)".into(),
+            device: Device::flex(),
+            adapter: "CPU (burn flex)".into(),
             details: String::new(),
         }
     }
@@ -101,7 +103,10 @@ impl Backend {
                 info.driver,
                 limits.max_buffer_size >> 20,
                 limits.max_compute_invocations_per_workgroup,
-                setup.adapter.features().contains(burn::tensor::wgpu::wgpu::Features::SHADER_F16),
+                setup
+                    .adapter
+                    .features()
+                    .contains(burn::tensor::wgpu::wgpu::Features::SHADER_F16),
             ),
         };
         *WGPU.lock().unwrap() = Some(backend.clone());

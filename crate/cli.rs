@@ -5,13 +5,20 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
 use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter, Report, human_bytes};
 use crate::synth::Shape;
-use crate::{Backend, BackendChoice, Engine, Error, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling};
+use crate::{
+    Backend, BackendChoice, Engine, Error, Event, Flow, GenerateOptions, ModelFiles, Quant,
+    Sampling,
+};
+use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tokenometer", version, about = "Run a small Llama model and measure what tokens per second means")]
+#[command(
+    name = "tokenometer",
+    version,
+    about = "Run a small Llama model and measure what tokens per second means"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -111,13 +118,36 @@ pub fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Generate { model, prompt, max_tokens, temperature, top_p, seed, reading_wpm, json, no_warmup } => {
-            let sampling = Sampling { temperature, top_p, seed };
+        Command::Generate {
+            model,
+            prompt,
+            max_tokens,
+            temperature,
+            top_p,
+            seed,
+            reading_wpm,
+            json,
+            no_warmup,
+        } => {
+            let sampling = Sampling {
+                temperature,
+                top_p,
+                seed,
+            };
             sampling.validate()?;
             let engine = load(&model).await?;
-            let warm_up_ms = if no_warmup { None } else { Some(engine.warm_up().await?) };
-            let options = GenerateOptions { max_tokens, sampling, queued_ms: 0.0 };
-            let report = generate(&engine, &prompt, &options, reading_wpm, warm_up_ms, json).await?;
+            let warm_up_ms = if no_warmup {
+                None
+            } else {
+                Some(engine.warm_up().await?)
+            };
+            let options = GenerateOptions {
+                max_tokens,
+                sampling,
+                queued_ms: 0.0,
+            };
+            let report =
+                generate(&engine, &prompt, &options, reading_wpm, warm_up_ms, json).await?;
             if !json {
                 eprintln!("\n{}", table(&report));
             }
@@ -125,7 +155,8 @@ async fn run(command: Command) -> Result<(), Error> {
         }
         Command::Synth { shape, out, seed } => {
             let weights = crate::synth::weights(&shape.config(), seed);
-            let file = std::fs::File::create(&out).map_err(|e| Error::Io(format!("{}: {e}", out.display())))?;
+            let file = std::fs::File::create(&out)
+                .map_err(|e| Error::Io(format!("{}: {e}", out.display())))?;
             let mut writer = std::io::BufWriter::new(file);
             crate::loading::llama2c::write(&weights, &mut writer)
                 .and_then(|()| writer.flush())
@@ -138,7 +169,12 @@ async fn run(command: Command) -> Result<(), Error> {
             );
             Ok(())
         }
-        Command::Bench { model, runs, prompt, max_tokens } => bench(&model, runs.max(1), &prompt, max_tokens).await,
+        Command::Bench {
+            model,
+            runs,
+            prompt,
+            max_tokens,
+        } => bench(&model, runs.max(1), &prompt, max_tokens).await,
     }
 }
 
@@ -148,25 +184,44 @@ async fn load(args: &ModelArgs) -> Result<Engine, Error> {
         Some(path) => path.clone(),
         None => find_tokenizer(&args.model)?,
     };
-    let tokenizer = std::fs::read(&tokenizer_path).map_err(|e| Error::Io(format!("{}: {e}", tokenizer_path.display())))?;
+    let tokenizer = std::fs::read(&tokenizer_path)
+        .map_err(|e| Error::Io(format!("{}: {e}", tokenizer_path.display())))?;
     let backend = Backend::init(args.backend).await?;
     Engine::load(files, &tokenizer, args.quant, &backend)
 }
 
 /// `tokenizer.json`, `tokenizer.bin` or `tok*.bin` in the model's folder.
 fn find_tokenizer(model: &Path) -> Result<PathBuf, Error> {
-    let folder = if model.is_dir() { model } else { model.parent().unwrap_or(Path::new(".")) };
-    let folder = if folder.as_os_str().is_empty() { Path::new(".") } else { folder };
+    let folder = if model.is_dir() {
+        model
+    } else {
+        model.parent().unwrap_or(Path::new("."))
+    };
+    let folder = if folder.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        folder
+    };
     for name in ["tokenizer.json", "tokenizer.bin"] {
         if folder.join(name).is_file() {
             return Ok(folder.join(name));
         }
     }
-    let entries = std::fs::read_dir(folder).map_err(|e| Error::Io(format!("{}: {e}", folder.display())))?;
+    let entries =
+        std::fs::read_dir(folder).map_err(|e| Error::Io(format!("{}: {e}", folder.display())))?;
     entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("tok") && n.to_string_lossy().ends_with(".bin")))
-        .ok_or_else(|| Error::BadTokenizer(format!("no tokenizer beside {}; pass --tokenizer FILE", model.display())))
+        .find(|p| {
+            p.file_name().is_some_and(|n| {
+                n.to_string_lossy().starts_with("tok") && n.to_string_lossy().ends_with(".bin")
+            })
+        })
+        .ok_or_else(|| {
+            Error::BadTokenizer(format!(
+                "no tokenizer beside {}; pass --tokenizer FILE",
+                model.display()
+            ))
+        })
 }
 
 async fn generate(
@@ -202,8 +257,12 @@ async fn generate(
             Flow::Continue
         })
         .await?;
-    let Some(done) = done else { unreachable!("generate always ends with a done event") };
-    let Event::Done { t_ms, .. } = done else { unreachable!() };
+    let Some(done) = done else {
+        unreachable!("generate always ends with a done event")
+    };
+    let Event::Done { t_ms, .. } = done else {
+        unreachable!()
+    };
     let report = meter.report(t_ms);
     if json {
         let mut line = serde_json::to_value(&done).unwrap();
@@ -227,26 +286,65 @@ fn table(r: &Report) -> String {
         format!("conditions: {}", c.summary()),
         format!("stop: {:?}", c.stop_reason),
         format!("warm-up (apart): {} ms", fmt(c.warm_up_ms, 1)),
-        format!("TTFT {} ms = queue {} + tokenize {} + prefill {} (prefill {} tok/s)",
-            fmt(r.ttft_ms, 1), fmt(r.queued_ms, 2), fmt(r.tokenize_ms, 2), fmt(r.prefill_ms, 1), fmt(r.prefill_tps, 1)),
-        format!("decode {} tok/s over {} ms; inter-token p50 {} p90 {} p99 {} max {} ms",
-            fmt(r.decode_tps, 1), fmt(r.decode_ms, 1), fmt(p.map(|p| p.p50), 2), fmt(p.map(|p| p.p90), 2),
-            fmt(p.map(|p| p.p99), 2), fmt(p.map(|p| p.max), 2)),
-        format!("words {} ({} tok/word), {} words/s = {} x reading speed ({} wpm; a reader needs {:.1} s)",
-            r.words, fmt(r.tokens_per_word, 2), fmt(r.words_per_s, 1), fmt(r.reading_speed_x, 1), r.reading_wpm, r.reading_time_s),
-        format!("total {} ms (predicted TTFT + tokens / decode tok/s: {} ms)", fmt(r.total_ms, 1), fmt(r.predicted_total_ms, 1)),
-        format!("effective bandwidth {} GB/s ({} of weights per token)", fmt(r.effective_gb_per_s, 3), human_bytes(c.bytes_per_token)),
+        format!(
+            "TTFT {} ms = queue {} + tokenize {} + prefill {} (prefill {} tok/s)",
+            fmt(r.ttft_ms, 1),
+            fmt(r.queued_ms, 2),
+            fmt(r.tokenize_ms, 2),
+            fmt(r.prefill_ms, 1),
+            fmt(r.prefill_tps, 1)
+        ),
+        format!(
+            "decode {} tok/s over {} ms; inter-token p50 {} p90 {} p99 {} max {} ms",
+            fmt(r.decode_tps, 1),
+            fmt(r.decode_ms, 1),
+            fmt(p.map(|p| p.p50), 2),
+            fmt(p.map(|p| p.p90), 2),
+            fmt(p.map(|p| p.p99), 2),
+            fmt(p.map(|p| p.max), 2)
+        ),
+        format!(
+            "words {} ({} tok/word), {} words/s = {} x reading speed ({} wpm; a reader needs {:.1} s)",
+            r.words,
+            fmt(r.tokens_per_word, 2),
+            fmt(r.words_per_s, 1),
+            fmt(r.reading_speed_x, 1),
+            r.reading_wpm,
+            r.reading_time_s
+        ),
+        format!(
+            "total {} ms (predicted TTFT + tokens / decode tok/s: {} ms)",
+            fmt(r.total_ms, 1),
+            fmt(r.predicted_total_ms, 1)
+        ),
+        format!(
+            "effective bandwidth {} GB/s ({} of weights per token)",
+            fmt(r.effective_gb_per_s, 3),
+            human_bytes(c.bytes_per_token)
+        ),
     ];
     if c.batch_size > 1 {
-        lines.push(format!("aggregate {} tok/s, per request {} tok/s", fmt(r.aggregate_tps, 1), fmt(r.per_request_tps, 1)));
+        lines.push(format!(
+            "aggregate {} tok/s, per request {} tok/s",
+            fmt(r.aggregate_tps, 1),
+            fmt(r.per_request_tps, 1)
+        ));
     }
     lines.join("\n")
 }
 
-async fn bench(args: &ModelArgs, runs: usize, prompt: &str, max_tokens: usize) -> Result<(), Error> {
+async fn bench(
+    args: &ModelArgs,
+    runs: usize,
+    prompt: &str,
+    max_tokens: usize,
+) -> Result<(), Error> {
     let engine = load(args).await?;
     let warm_up_ms = engine.warm_up().await?;
-    let options = GenerateOptions { max_tokens, ..Default::default() };
+    let options = GenerateOptions {
+        max_tokens,
+        ..Default::default()
+    };
     // One full untimed run first, so every kernel shape the timed runs meet is compiled.
     generate_quietly(&engine, prompt, &options).await?;
     let mut reports = Vec::with_capacity(runs);
@@ -255,9 +353,15 @@ async fn bench(args: &ModelArgs, runs: usize, prompt: &str, max_tokens: usize) -
     }
     let first = &reports[0].conditions;
     println!("conditions: {}", first.summary());
-    println!("runs: {runs} after a warm-up ({warm_up_ms:.1} ms, reported apart) and one untimed run");
-    println!("{:<16} {:>12} {:>12} {:>12}", "figure", "median", "min", "max");
-    let rows: [(&str, fn(&Report) -> Option<f64>); 6] = [
+    println!(
+        "runs: {runs} after a warm-up ({warm_up_ms:.1} ms, reported apart) and one untimed run"
+    );
+    println!(
+        "{:<16} {:>12} {:>12} {:>12}",
+        "figure", "median", "min", "max"
+    );
+    type Pick = fn(&Report) -> Option<f64>;
+    let rows: [(&str, Pick); 6] = [
         ("TTFT ms", |r| r.ttft_ms),
         ("prefill tok/s", |r| r.prefill_tps),
         ("decode tok/s", |r| r.decode_tps),
@@ -277,12 +381,20 @@ async fn bench(args: &ModelArgs, runs: usize, prompt: &str, max_tokens: usize) -
         } else {
             (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
         };
-        println!("{name:<16} {median:>12.2} {:>12.2} {:>12.2}", values[0], values[values.len() - 1]);
+        println!(
+            "{name:<16} {median:>12.2} {:>12.2} {:>12.2}",
+            values[0],
+            values[values.len() - 1]
+        );
     }
     Ok(())
 }
 
-async fn generate_quietly(engine: &Engine, prompt: &str, options: &GenerateOptions) -> Result<Report, Error> {
+async fn generate_quietly(
+    engine: &Engine,
+    prompt: &str,
+    options: &GenerateOptions,
+) -> Result<Report, Error> {
     let conditions = Conditions::new(&engine.info, options.sampling, 1, None);
     let mut meter = Meter::new(conditions, DEFAULT_READING_WPM);
     let mut end_ms = 0.0;

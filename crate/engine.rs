@@ -51,12 +51,29 @@ pub enum StopReason {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     /// The prompt has been tokenized and run in one forward pass; the first token is sampled.
-    Prefill { prompt_tokens: usize, queued_ms: f64, tokenize_ms: f64, prefill_ms: f64, t_ms: f64 },
+    Prefill {
+        prompt_tokens: usize,
+        queued_ms: f64,
+        tokenize_ms: f64,
+        prefill_ms: f64,
+        t_ms: f64,
+    },
     /// One generated token (`text` may be empty while a multi-byte character is incomplete).
-    Token { pos: usize, id: u32, text: String, t_ms: f64 },
+    Token {
+        pos: usize,
+        id: u32,
+        text: String,
+        t_ms: f64,
+    },
     /// The end, always with a reason. `trailing_text` holds bytes that never completed a
     /// character (as U+FFFD), normally empty.
-    Done { reason: StopReason, prompt_tokens: usize, output_tokens: usize, t_ms: f64, trailing_text: String },
+    Done {
+        reason: StopReason,
+        prompt_tokens: usize,
+        output_tokens: usize,
+        t_ms: f64,
+        trailing_text: String,
+    },
 }
 
 /// What to generate.
@@ -70,7 +87,11 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { max_tokens: 256, sampling: Sampling::default(), queued_ms: 0.0 }
+        Self {
+            max_tokens: 256,
+            sampling: Sampling::default(),
+            queued_ms: 0.0,
+        }
     }
 }
 
@@ -89,7 +110,12 @@ pub struct Engine {
 
 impl Engine {
     /// Build an engine from model files on a ready backend.
-    pub fn load(files: ModelFiles, tokenizer_bytes: &[u8], quant: Quant, backend: &Backend) -> Result<Engine> {
+    pub fn load(
+        files: ModelFiles,
+        tokenizer_bytes: &[u8],
+        quant: Quant,
+        backend: &Backend,
+    ) -> Result<Engine> {
         let scheme = quant.scheme(backend.kind)?;
         let tokenizer = Tokenizer::from_bytes(tokenizer_bytes)?;
         let weights = files.load()?;
@@ -115,7 +141,11 @@ impl Engine {
             vocab_size: config.vocab_size,
             quant_exceptions: model.quant.exceptions.clone(),
         };
-        Ok(Engine { model, tokenizer, info })
+        Ok(Engine {
+            model,
+            tokenizer,
+            info,
+        })
     }
 
     /// Run a tiny prefill and one decode step so shaders compile (and kernels autotune) before
@@ -126,8 +156,12 @@ impl Engine {
         let mut sampler = Sampler::new(Sampling::default());
         let prompt = [BOS, BOS, BOS];
         let n = prompt.len().min(self.model.config.seq_len - 1);
-        let first = sampler.sample(self.model.forward(&prompt[..n], &mut cache, false)).await?;
-        sampler.sample(self.model.forward(&[first], &mut cache, false)).await?;
+        let first = sampler
+            .sample(self.model.forward(&prompt[..n], &mut cache, false))
+            .await?;
+        sampler
+            .sample(self.model.forward(&[first], &mut cache, false))
+            .await?;
         Ok(ms_since(start))
     }
 
@@ -166,7 +200,9 @@ impl Engine {
         let mut sampler = Sampler::new(options.sampling);
 
         // Prefill: every prompt position in one batched forward pass; its last logits give token 1.
-        let mut next = sampler.sample(self.model.forward(&prompt_ids, &mut cache, false)).await?;
+        let mut next = sampler
+            .sample(self.model.forward(&prompt_ids, &mut cache, false))
+            .await?;
         let prefilled = Instant::now();
         let prefill = Event::Prefill {
             prompt_tokens: prompt_ids.len(),
@@ -194,7 +230,12 @@ impl Engine {
             generated += 1;
             let piece = text.push(&self.tokenizer, Some(prev), next);
             let pos = cache.len;
-            let event = Event::Token { pos, id: next, text: piece, t_ms: at(when) };
+            let event = Event::Token {
+                pos,
+                id: next,
+                text: piece,
+                t_ms: at(when),
+            };
             stopped = on_event(&event) == Flow::Stop;
             if stopped {
                 break StopReason::Cancelled;
@@ -207,7 +248,9 @@ impl Engine {
             }
             // Decode: one token through the cache.
             prev = next;
-            next = sampler.sample(self.model.forward(&[prev], &mut cache, false)).await?;
+            next = sampler
+                .sample(self.model.forward(&[prev], &mut cache, false))
+                .await?;
             when = Instant::now();
         };
         on_event(&Event::Done {
@@ -226,7 +269,11 @@ impl Engine {
         let mut cache = self.model.new_cache();
         let n = ids.len().min(self.model.config.seq_len);
         let logits = self.model.forward(&ids[..n], &mut cache, true);
-        let data = logits.argmax(1).into_data_async().await.map_err(crate::sampling::device_error)?;
+        let data = logits
+            .argmax(1)
+            .into_data_async()
+            .await
+            .map_err(crate::sampling::device_error)?;
         Ok(data.iter::<i64>().map(|v| v as u32).collect())
     }
 }

@@ -28,9 +28,9 @@
 
 use serde::Serialize;
 
+use crate::backend::BackendKind;
 use crate::engine::{Event, ModelInfo, StopReason};
 use crate::quant::Quant;
-use crate::backend::BackendKind;
 use crate::sampling::Sampling;
 
 /// The usual mean silent-reading speed of adults, in words per minute.
@@ -61,7 +61,12 @@ pub struct Conditions {
 }
 
 impl Conditions {
-    pub fn new(info: &ModelInfo, sampling: Sampling, batch_size: usize, warm_up_ms: Option<f64>) -> Self {
+    pub fn new(
+        info: &ModelInfo,
+        sampling: Sampling,
+        batch_size: usize,
+        warm_up_ms: Option<f64>,
+    ) -> Self {
         Self {
             model: info.name.clone(),
             parameters: info.parameters,
@@ -97,7 +102,10 @@ impl Conditions {
             if self.sampling.temperature == 0.0 {
                 "greedy".to_string()
             } else {
-                format!("T={} top-p={} seed={}", self.sampling.temperature, self.sampling.top_p, self.sampling.seed)
+                format!(
+                    "T={} top-p={} seed={}",
+                    self.sampling.temperature, self.sampling.top_p, self.sampling.seed
+                )
             },
         )
     }
@@ -174,7 +182,13 @@ impl Meter {
 
     pub fn observe(&mut self, event: &Event) {
         match event {
-            Event::Prefill { prompt_tokens, queued_ms, tokenize_ms, prefill_ms, .. } => {
+            Event::Prefill {
+                prompt_tokens,
+                queued_ms,
+                tokenize_ms,
+                prefill_ms,
+                ..
+            } => {
                 self.conditions.prompt_tokens = *prompt_tokens;
                 self.queued_ms = Some(*queued_ms);
                 self.tokenize_ms = Some(*tokenize_ms);
@@ -185,7 +199,12 @@ impl Meter {
                 self.text.push_str(text);
                 self.conditions.output_tokens = self.token_times.len();
             }
-            Event::Done { reason, t_ms, trailing_text, .. } => {
+            Event::Done {
+                reason,
+                t_ms,
+                trailing_text,
+                ..
+            } => {
                 self.text.push_str(trailing_text);
                 self.conditions.stop_reason = Some(*reason);
                 self.done_ms = Some(*t_ms);
@@ -205,7 +224,12 @@ impl Meter {
     /// Decode tok/s over the live window ending at `now_ms`.
     pub fn live_decode_tps(&self, now_ms: f64) -> Option<f64> {
         let times = &self.token_times;
-        let recent = times.iter().rev().take(LIVE_WINDOW_TOKENS).take_while(|&&t| t >= now_ms - LIVE_WINDOW_MS).count();
+        let recent = times
+            .iter()
+            .rev()
+            .take(LIVE_WINDOW_TOKENS)
+            .take_while(|&&t| t >= now_ms - LIVE_WINDOW_MS)
+            .count();
         if recent < 2 {
             return None;
         }
@@ -231,7 +255,9 @@ impl Meter {
             tokenize_ms: self.tokenize_ms,
             ttft_ms: ttft,
             prefill_ms: self.prefill_ms,
-            prefill_tps: self.prefill_ms.and_then(|ms| rate(self.conditions.prompt_tokens, ms)),
+            prefill_tps: self
+                .prefill_ms
+                .and_then(|ms| rate(self.conditions.prompt_tokens, ms)),
             decode_ms,
             decode_tps,
             live_decode_tps: self.live_decode_tps(now_ms),
@@ -243,8 +269,11 @@ impl Meter {
             reading_speed_x: words_per_s.map(|w| w / reader_words_per_s),
             reading_time_s: words as f64 / reader_words_per_s,
             total_ms,
-            predicted_total_ms: ttft.zip(decode_tps).map(|(ttft, tps)| ttft + n as f64 / tps * 1e3),
-            effective_gb_per_s: decode_tps.map(|tps| self.conditions.bytes_per_token as f64 * tps / 1e9),
+            predicted_total_ms: ttft
+                .zip(decode_tps)
+                .map(|(ttft, tps)| ttft + n as f64 / tps * 1e3),
+            effective_gb_per_s: decode_tps
+                .map(|tps| self.conditions.bytes_per_token as f64 * tps / 1e9),
             per_request_tps: decode_tps,
             aggregate_tps: aggregate_decode_tps(&[times]),
         }
@@ -267,8 +296,14 @@ pub fn percentiles(values: &[f64]) -> Option<Percentiles> {
     }
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
-    let at = |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
-    Some(Percentiles { p50: at(0.50), p90: at(0.90), p99: at(0.99), max: *sorted.last().unwrap() })
+    let at =
+        |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+    Some(Percentiles {
+        p50: at(0.50),
+        p90: at(0.90),
+        p99: at(0.99),
+        max: *sorted.last().unwrap(),
+    })
 }
 
 /// Aggregate decode tok/s of a batch: every sequence's tokens after its first, over the span from
@@ -277,7 +312,10 @@ pub fn aggregate_decode_tps(streams: &[&[f64]]) -> Option<f64> {
     let live: Vec<&&[f64]> = streams.iter().filter(|s| !s.is_empty()).collect();
     let tokens: usize = live.iter().map(|s| s.len() - 1).sum();
     let start = live.iter().map(|s| s[0]).fold(f64::INFINITY, f64::min);
-    let end = live.iter().map(|s| s[s.len() - 1]).fold(f64::NEG_INFINITY, f64::max);
+    let end = live
+        .iter()
+        .map(|s| s[s.len() - 1])
+        .fold(f64::NEG_INFINITY, f64::max);
     if tokens == 0 {
         return None;
     }
@@ -286,7 +324,9 @@ pub fn aggregate_decode_tps(streams: &[&[f64]]) -> Option<f64> {
 
 /// Words in `text`: runs of non-whitespace that hold at least one letter or digit.
 pub fn count_words(text: &str) -> usize {
-    text.split_whitespace().filter(|w| w.chars().any(char::is_alphanumeric)).count()
+    text.split_whitespace()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .count()
 }
 
 pub fn human_count(n: f64) -> String {

@@ -51,13 +51,19 @@ pub struct KvCache {
 
 impl Llama {
     /// Move host weights to `device`, quantizing the projection matrices with `scheme`.
-    pub fn new(mut weights: HostWeights, quant: Quant, scheme: Option<QuantScheme>, device: &Device) -> Self {
+    pub fn new(
+        mut weights: HostWeights,
+        quant: Quant,
+        scheme: Option<QuantScheme>,
+        device: &Device,
+    ) -> Self {
         if scheme.is_some() {
             pad_hidden_to_blocks(&mut weights);
         }
         let config = weights.config.clone();
         let mut plan = QuantPlan::new(quant);
-        let vector = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
+        let vector =
+            |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
         let matrix = |name: &str, m: &Matrix, plan: &mut QuantPlan| -> Tensor<2> {
             let t = m.transposed();
             let tensor = Tensor::<2>::from_data(TensorData::new(t.data, [t.rows, t.cols]), device);
@@ -79,7 +85,10 @@ impl Llama {
             });
             plan.add_f32(2 * config.dim);
         }
-        let classifier_weights = weights.classifier.as_ref().unwrap_or(&weights.token_embedding);
+        let classifier_weights = weights
+            .classifier
+            .as_ref()
+            .unwrap_or(&weights.token_embedding);
         let classifier = matrix("classifier", classifier_weights, &mut plan);
         plan.add_f32(config.dim);
         let (rope_cos, rope_sin) = rope_tables(&config, device);
@@ -104,8 +113,12 @@ impl Llama {
         let c = &self.config;
         let shape = [c.n_kv_heads, c.seq_len, c.head_size()];
         KvCache {
-            keys: (0..c.n_layers).map(|_| Tensor::zeros(shape, &self.device)).collect(),
-            values: (0..c.n_layers).map(|_| Tensor::zeros(shape, &self.device)).collect(),
+            keys: (0..c.n_layers)
+                .map(|_| Tensor::zeros(shape, &self.device))
+                .collect(),
+            values: (0..c.n_layers)
+                .map(|_| Tensor::zeros(shape, &self.device))
+                .collect(),
             len: 0,
         }
     }
@@ -120,7 +133,10 @@ impl Llama {
         let rep = n_heads / n_kv;
         let start = cache.len;
         let end = start + t;
-        assert!(t > 0 && end <= c.seq_len, "positions {start}..{end} outside the context");
+        assert!(
+            t > 0 && end <= c.seq_len,
+            "positions {start}..{end} outside the context"
+        );
 
         // Token embedding: copy the rows on the host.
         let mut rows = Vec::with_capacity(t * dim);
@@ -129,33 +145,57 @@ impl Llama {
         }
         let mut x = Tensor::<2>::from_data(TensorData::new(rows, [t, dim]), &self.device);
 
-        let cos = self.rope_cos.clone().slice([start..end]).reshape([t, 1, hs / 2, 1]);
-        let sin = self.rope_sin.clone().slice([start..end]).reshape([t, 1, hs / 2, 1]);
+        let cos = self
+            .rope_cos
+            .clone()
+            .slice(s![start..end])
+            .reshape([t, 1, hs / 2, 1]);
+        let sin = self
+            .rope_sin
+            .clone()
+            .slice(s![start..end])
+            .reshape([t, 1, hs / 2, 1]);
         // Prefill needs a causal mask; a single decode token sees the whole cache anyway.
         let mask = (t > 1).then(|| causal_mask(start, t, rep, &self.device));
 
         for (l, layer) in self.layers.iter().enumerate() {
             // Attention: project, rotate, store in the cache, attend over positions 0..end.
             let h = rms_norm(x.clone(), &layer.rms_att, c.norm_eps);
-            let q = rope(h.clone().matmul(layer.wq.clone()).reshape([t, n_heads, hs]), &cos, &sin);
-            let k = rope(h.clone().matmul(layer.wk.clone()).reshape([t, n_kv, hs]), &cos, &sin);
+            let q = rope(
+                h.clone().matmul(layer.wq.clone()).reshape([t, n_heads, hs]),
+                &cos,
+                &sin,
+            );
+            let k = rope(
+                h.clone().matmul(layer.wk.clone()).reshape([t, n_kv, hs]),
+                &cos,
+                &sin,
+            );
             let v = h.matmul(layer.wv.clone()).reshape([t, n_kv, hs]);
 
-            let keys_all = std::mem::replace(&mut cache.keys[l], Tensor::empty([0, 0, 0], &self.device));
+            let keys_all =
+                std::mem::replace(&mut cache.keys[l], Tensor::empty([0, 0, 0], &self.device));
             cache.keys[l] = keys_all.slice_assign([0..n_kv, start..end, 0..hs], k.swap_dims(0, 1));
-            let values_all = std::mem::replace(&mut cache.values[l], Tensor::empty([0, 0, 0], &self.device));
-            cache.values[l] = values_all.slice_assign([0..n_kv, start..end, 0..hs], v.swap_dims(0, 1));
+            let values_all =
+                std::mem::replace(&mut cache.values[l], Tensor::empty([0, 0, 0], &self.device));
+            cache.values[l] =
+                values_all.slice_assign([0..n_kv, start..end, 0..hs], v.swap_dims(0, 1));
             let keys = cache.keys[l].clone().slice([0..n_kv, 0..end, 0..hs]);
             let values = cache.values[l].clone().slice([0..n_kv, 0..end, 0..hs]);
 
             // Grouped-query attention: the `rep` query heads of one KV head become extra rows.
             let q = q.swap_dims(0, 1).reshape([n_kv, rep * t, hs]);
-            let mut scores = q.matmul(keys.swap_dims(1, 2)).div_scalar((hs as f32).sqrt());
+            let mut scores = q
+                .matmul(keys.swap_dims(1, 2))
+                .div_scalar((hs as f32).sqrt());
             if let Some(mask) = &mask {
                 scores = scores + mask.clone();
             }
             let attention = softmax(scores, 2).matmul(values);
-            let attention = attention.reshape([n_heads, t, hs]).swap_dims(0, 1).reshape([t, dim]);
+            let attention = attention
+                .reshape([n_heads, t, hs])
+                .swap_dims(0, 1)
+                .reshape([t, dim]);
             x = x + attention.matmul(layer.wo.clone());
 
             // Feed-forward: w2(silu(w1 x) * w3 x).
@@ -166,7 +206,11 @@ impl Llama {
         }
         cache.len = end;
 
-        let x = if all_logits { x } else { x.slice([t - 1..t, 0..dim]) };
+        let x = if all_logits {
+            x
+        } else {
+            x.slice([t - 1..t, 0..dim])
+        };
         rms_norm(x, &self.rms_final, c.norm_eps).matmul(self.classifier.clone())
     }
 }
@@ -198,7 +242,11 @@ fn pad_hidden_to_blocks(weights: &mut HostWeights) {
 
 /// `x * weight / sqrt(mean(x^2) + eps)`, per row.
 fn rms_norm(x: Tensor<2>, weight: &Tensor<1>, eps: f32) -> Tensor<2> {
-    let inv_rms = (x.clone() * x.clone()).mean_dim(1).add_scalar(eps).sqrt().recip();
+    let inv_rms = (x.clone() * x.clone())
+        .mean_dim(1)
+        .add_scalar(eps)
+        .sqrt()
+        .recip();
     x * inv_rms * weight.clone().unsqueeze::<2>()
 }
 

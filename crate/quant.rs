@@ -1,8 +1,9 @@
 //! Post-training quantization at load: `f32`, `q8`, `q4`, mapped to the burn scheme each backend runs.
 //!
 //! Measured on burn 0.22.1: the wgpu backend (native Vulkan and browser WebGPU) runs Q8S and Q4S with
-//! the PackedU32 store; the ndarray CPU backend runs only Q8S with the Native store. Scales are F32
-//! everywhere (browsers without `shader-f16` cannot run F16 scales).
+//! the PackedU32 store. The CPU backend (flex) keeps quantized values as one i8 each (Native store),
+//! so q4 would save no bytes over q8 there and is refused. Scales are F32 everywhere (browsers
+//! without `shader-f16` cannot run F16 scales).
 
 use std::fmt;
 use std::str::FromStr;
@@ -55,13 +56,16 @@ impl Quant {
             (BackendKind::Cpu, Quant::Q8) => QuantStore::Native,
             (BackendKind::Cpu, _) => {
                 return Err(Error::Unsupported(format!(
-                    "{} does not run on the CPU backend (burn's ndarray backend runs only q8); \
-                     pick q8 or f32, or the wgpu backend",
+                    "{} does not run on the CPU backend (it stores every quantized value as one \
+                     byte, so {} would save nothing over q8); pick q8 or f32, or the wgpu backend",
+                    self.name(),
                     self.name()
                 )));
             }
         };
-        Ok(Some(QuantScheme::default().with_value(value).with_store(store)))
+        Ok(Some(
+            QuantScheme::default().with_value(value).with_store(store),
+        ))
     }
 }
 
@@ -78,7 +82,9 @@ impl FromStr for Quant {
             "f32" => Ok(Quant::F32),
             "q8" => Ok(Quant::Q8),
             "q4" => Ok(Quant::Q4),
-            _ => Err(Error::Unsupported(format!("quantization {s:?}: choose f32, q8 or q4"))),
+            _ => Err(Error::Unsupported(format!(
+                "quantization {s:?}: choose f32, q8 or q4"
+            ))),
         }
     }
 }
@@ -95,7 +101,11 @@ pub struct QuantPlan {
 
 impl QuantPlan {
     pub fn new(quant: Quant) -> Self {
-        Self { quant, device_bytes: 0, exceptions: Vec::new() }
+        Self {
+            quant,
+            device_bytes: 0,
+            exceptions: Vec::new(),
+        }
     }
 
     /// Count `n` f32 values that are never quantized (norm weights).
@@ -105,7 +115,12 @@ impl QuantPlan {
 
     /// Quantize a `[rows, cols]` weight with `scheme`: blocks of 32 along the rows where the width
     /// allows, one scale for the whole tensor where it does not.
-    pub fn apply(&mut self, name: &str, tensor: Tensor<2>, scheme: Option<&QuantScheme>) -> Tensor<2> {
+    pub fn apply(
+        &mut self,
+        name: &str,
+        tensor: Tensor<2>,
+        scheme: Option<&QuantScheme>,
+    ) -> Tensor<2> {
         let [rows, cols] = tensor.dims();
         let n = (rows * cols) as u64;
         let Some(scheme) = scheme else {
@@ -122,11 +137,15 @@ impl QuantPlan {
             self.device_bytes += value_bytes + 4 * n / BLOCK as u64;
             tensor.quantize_dynamic(&scheme.per_block([BLOCK as u8], ScaleDtype::F32))
         } else if cols % pack == 0 {
-            self.exceptions.push(format!("{name}: width {cols} is not a multiple of {BLOCK}, one scale per tensor"));
+            self.exceptions.push(format!(
+                "{name}: width {cols} is not a multiple of {BLOCK}, one scale per tensor"
+            ));
             self.device_bytes += value_bytes + 4;
             tensor.quantize_dynamic(&scheme.per_tensor(ScaleDtype::F32))
         } else {
-            self.exceptions.push(format!("{name}: width {cols} cannot be packed, kept in f32"));
+            self.exceptions.push(format!(
+                "{name}: width {cols} cannot be packed, kept in f32"
+            ));
             self.device_bytes += 4 * n;
             tensor
         }

@@ -17,17 +17,27 @@ pub struct Sampling {
 
 impl Default for Sampling {
     fn default() -> Self {
-        Self { temperature: 0.0, top_p: 0.9, seed: 42 }
+        Self {
+            temperature: 0.0,
+            top_p: 0.9,
+            seed: 42,
+        }
     }
 }
 
 impl Sampling {
     pub fn validate(&self) -> Result<()> {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return Err(Error::Unsupported(format!("temperature {} must be >= 0", self.temperature)));
+            return Err(Error::Unsupported(format!(
+                "temperature {} must be >= 0",
+                self.temperature
+            )));
         }
         if !(0.0..=1.0).contains(&self.top_p) {
-            return Err(Error::Unsupported(format!("top-p {} must be within 0..=1", self.top_p)));
+            return Err(Error::Unsupported(format!(
+                "top-p {} must be within 0..=1",
+                self.top_p
+            )));
         }
         Ok(())
     }
@@ -42,13 +52,20 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(settings: Sampling) -> Self {
         // xorshift has a fixed point at 0.
-        Self { settings, rng_state: settings.seed.max(1) }
+        Self {
+            settings,
+            rng_state: settings.seed.max(1),
+        }
     }
 
     /// Choose the next id from logits `[1, vocab]`, reading back as little as the method needs.
     pub async fn sample(&mut self, logits: Tensor<2>) -> Result<u32> {
         if self.settings.temperature == 0.0 {
-            let data = logits.argmax(1).into_data_async().await.map_err(device_error)?;
+            let data = logits
+                .argmax(1)
+                .into_data_async()
+                .await
+                .map_err(device_error)?;
             return Ok(data.iter::<i64>().next().unwrap_or(0) as u32);
         }
         let data = logits.into_data_async().await.map_err(device_error)?;
@@ -92,7 +109,10 @@ impl Sampler {
 
 fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exps: Vec<f32> = logits.iter().map(|&l| ((l - max) / temperature).exp()).collect();
+    let exps: Vec<f32> = logits
+        .iter()
+        .map(|&l| ((l - max) / temperature).exp())
+        .collect();
     let sum: f32 = exps.iter().sum();
     exps.into_iter().map(|e| e / sum).collect()
 }
@@ -112,7 +132,9 @@ fn sample_from(candidates: &[(usize, f32)], coin: f32) -> u32 {
 }
 
 pub(crate) fn device_error(e: impl std::fmt::Debug) -> Error {
-    Error::Device(format!("reading results back from the device failed: {e:?}"))
+    Error::Device(format!(
+        "reading results back from the device failed: {e:?}"
+    ))
 }
 
 #[cfg(test)]
@@ -120,7 +142,11 @@ mod tests {
     use super::*;
 
     fn sampler(temperature: f32, top_p: f32, seed: u64) -> Sampler {
-        Sampler::new(Sampling { temperature, top_p, seed })
+        Sampler::new(Sampling {
+            temperature,
+            top_p,
+            seed,
+        })
     }
 
     #[test]

@@ -57,10 +57,17 @@ impl Shape {
 pub fn weights(config: &LlamaConfig, seed: u64) -> HostWeights {
     let mut rng = SplitMix64(seed);
     let mut matrix = |rows: usize, cols: usize| {
-        let data = (0..rows * cols).map(|_| rng.uniform() * 0.02 * 3f32.sqrt()).collect();
+        let data = (0..rows * cols)
+            .map(|_| rng.uniform() * 0.02 * 3f32.sqrt())
+            .collect();
         Matrix::new(rows, cols, data)
     };
-    let (d, h, kv, v) = (config.dim, config.hidden_dim, config.kv_dim(), config.vocab_size);
+    let (d, h, kv, v) = (
+        config.dim,
+        config.hidden_dim,
+        config.kv_dim(),
+        config.vocab_size,
+    );
     let mut token_embedding = matrix(v, d);
     for id in [BOS, EOS] {
         token_embedding.data[id as usize * d..(id as usize + 1) * d].fill(0.0);
@@ -79,7 +86,13 @@ pub fn weights(config: &LlamaConfig, seed: u64) -> HostWeights {
         })
         .collect();
     let classifier = (!config.shared_classifier).then(|| matrix(v, d));
-    HostWeights { config: config.clone(), token_embedding, layers, rms_final: vec![1.0; d], classifier }
+    HostWeights {
+        config: config.clone(),
+        token_embedding,
+        layers,
+        rms_final: vec![1.0; d],
+        classifier,
+    }
 }
 
 /// SplitMix64: a tiny, well-known generator; enough for weights whose values do not matter.

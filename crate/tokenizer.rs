@@ -32,7 +32,12 @@ impl Tokenizer {
             .map_err(|e| Error::BadTokenizer(format!("tokenizer.json does not load: {e}")))?;
         let size = inner.get_vocab_size(true);
         let piece_bytes = (0..size as u32)
-            .map(|id| inner.id_to_token(id).map(|p| piece_to_bytes(&p, id)).unwrap_or_default())
+            .map(|id| {
+                inner
+                    .id_to_token(id)
+                    .map(|p| piece_to_bytes(&p, id))
+                    .unwrap_or_default()
+            })
             .collect();
         Ok(Self { inner, piece_bytes })
     }
@@ -46,7 +51,9 @@ impl Tokenizer {
         let piece_bytes = pieces
             .iter()
             .enumerate()
-            .map(|(id, (p, _))| piece_to_bytes(&special_name(id).unwrap_or(p).replace(' ', "▁"), id as u32))
+            .map(|(id, (p, _))| {
+                piece_to_bytes(&special_name(id).unwrap_or(p).replace(' ', "▁"), id as u32)
+            })
             .collect();
         Ok(Self { inner, piece_bytes })
     }
@@ -196,7 +203,10 @@ fn parse_llama2c(bytes: &[u8]) -> Result<Vec<(String, f32)>> {
         pieces.push((text, score));
     }
     if pieces.len() < 259 {
-        return Err(bad(&format!("only {} tokens; a llama2.c vocabulary has 3 specials and 256 bytes", pieces.len())));
+        return Err(bad(&format!(
+            "only {} tokens; a llama2.c vocabulary has 3 specials and 256 bytes",
+            pieces.len()
+        )));
     }
     Ok(pieces)
 }

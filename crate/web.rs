@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter};
-use crate::{Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling};
+use crate::{
+    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling,
+};
 
 thread_local! {
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
@@ -117,7 +119,10 @@ impl Session {
             model: &'a crate::ModelInfo,
             adapter_details: &'a str,
         }
-        to_js(&Info { model: &self.engine.info, adapter_details: &self.details })
+        to_js(&Info {
+            model: &self.engine.info,
+            adapter_details: &self.details,
+        })
     }
 
     /// Compile shaders and run one step so that later runs measure steady state; resolves to ms.
@@ -126,7 +131,10 @@ impl Session {
         let engine = self.engine.clone();
         let warm = self.warm_up_ms.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let ms = engine.warm_up().await.map_err(|e| JsValue::from(js_error(e)))?;
+            let ms = engine
+                .warm_up()
+                .await
+                .map_err(|e| JsValue::from(js_error(e)))?;
             warm.set(Some(ms));
             Ok(JsValue::from_f64(ms))
         })
@@ -134,7 +142,12 @@ impl Session {
 
     /// Generate. `on_event(event, report)` is called for every event with the report so far; it may
     /// return `false` to stop. Resolves to the final report.
-    pub fn generate(&self, prompt: String, options: JsValue, on_event: Function) -> js_sys::Promise {
+    pub fn generate(
+        &self,
+        prompt: String,
+        options: JsValue,
+        on_event: Function,
+    ) -> js_sys::Promise {
         let engine = self.engine.clone();
         let cancelled = self.cancelled.clone();
         let warm_up_ms = self.warm_up_ms.get();
@@ -144,19 +157,35 @@ impl Session {
             } else {
                 serde_wasm_bindgen::from_value(options).map_err(|e| JsValue::from(js_error(e)))?
             };
-            let sampling = Sampling { temperature: options.temperature, top_p: options.top_p, seed: options.seed };
-            let queued_ms = options.requested_at.map_or(0.0, |at| (now_epoch_ms() - at).max(0.0));
-            let run = GenerateOptions { max_tokens: options.max_tokens, sampling, queued_ms };
-            let mut meter = Meter::new(Conditions::new(&engine.info, sampling, 1, warm_up_ms), options.reading_wpm);
+            let sampling = Sampling {
+                temperature: options.temperature,
+                top_p: options.top_p,
+                seed: options.seed,
+            };
+            let queued_ms = options
+                .requested_at
+                .map_or(0.0, |at| (now_epoch_ms() - at).max(0.0));
+            let run = GenerateOptions {
+                max_tokens: options.max_tokens,
+                sampling,
+                queued_ms,
+            };
+            let mut meter = Meter::new(
+                Conditions::new(&engine.info, sampling, 1, warm_up_ms),
+                options.reading_wpm,
+            );
             cancelled.set(false);
             let mut callback_error = None;
             let result = engine
                 .generate(&prompt, &run, &mut |event: &Event| {
                     meter.observe(event);
                     let now = match event {
-                        Event::Prefill { t_ms, .. } | Event::Token { t_ms, .. } | Event::Done { t_ms, .. } => *t_ms,
+                        Event::Prefill { t_ms, .. }
+                        | Event::Token { t_ms, .. }
+                        | Event::Done { t_ms, .. } => *t_ms,
                     };
-                    let answer = on_event.call2(&JsValue::NULL, &to_js(event), &to_js(&meter.report(now)));
+                    let answer =
+                        on_event.call2(&JsValue::NULL, &to_js(event), &to_js(&meter.report(now)));
                     match answer {
                         Err(e) => {
                             callback_error = Some(e);
@@ -186,8 +215,11 @@ impl Session {
 /// and its worker (`performance.timeOrigin + performance.now()`).
 fn now_epoch_ms() -> f64 {
     let global = js_sys::global();
-    let performance = js_sys::Reflect::get(&global, &"performance".into()).unwrap_or(JsValue::UNDEFINED);
-    let origin = js_sys::Reflect::get(&performance, &"timeOrigin".into()).ok().and_then(|v| v.as_f64());
+    let performance =
+        js_sys::Reflect::get(&global, &"performance".into()).unwrap_or(JsValue::UNDEFINED);
+    let origin = js_sys::Reflect::get(&performance, &"timeOrigin".into())
+        .ok()
+        .and_then(|v| v.as_f64());
     let now = js_sys::Reflect::get(&performance, &"now".into())
         .ok()
         .and_then(|f| f.dyn_into::<Function>().ok())

@@ -53,20 +53,28 @@ impl LlamaConfig {
         ];
         for (name, value, max) in fields {
             if value == 0 || value > max {
-                return bad(format!("header field {name} = {value} is outside 1..={max}"));
+                return bad(format!(
+                    "header field {name} = {value} is outside 1..={max}"
+                ));
             }
         }
-        if self.dim % self.n_heads != 0 {
-            return bad(format!("dim {} is not a multiple of n_heads {}", self.dim, self.n_heads));
+        if !self.dim.is_multiple_of(self.n_heads) {
+            return bad(format!(
+                "dim {} is not a multiple of n_heads {}",
+                self.dim, self.n_heads
+            ));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "n_heads {} is not a multiple of n_kv_heads {}",
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.head_size() % 2 != 0 {
-            return bad(format!("head size {} is odd; RoPE needs pairs", self.head_size()));
+        if !self.head_size().is_multiple_of(2) {
+            return bad(format!(
+                "head size {} is odd; RoPE needs pairs",
+                self.head_size()
+            ));
         }
         Ok(())
     }
@@ -75,7 +83,11 @@ impl LlamaConfig {
     pub fn parameter_count(&self) -> usize {
         let (d, h, kv) = (self.dim, self.hidden_dim, self.kv_dim());
         let per_layer = 2 * d + d * d + 2 * kv * d + d * d + 3 * h * d;
-        let classifier = if self.shared_classifier { 0 } else { self.vocab_size * d };
+        let classifier = if self.shared_classifier {
+            0
+        } else {
+            self.vocab_size * d
+        };
         self.vocab_size * d + self.n_layers * per_layer + d + classifier
     }
 }
@@ -90,7 +102,11 @@ pub struct Matrix {
 
 impl Matrix {
     pub fn new(rows: usize, cols: usize, data: Vec<f32>) -> Self {
-        assert_eq!(rows * cols, data.len(), "matrix data does not fit its shape");
+        assert_eq!(
+            rows * cols,
+            data.len(),
+            "matrix data does not fit its shape"
+        );
         Self { rows, cols, data }
     }
 

@@ -9,7 +9,10 @@ use std::process::{Command, Output};
 use common::*;
 
 fn tokenometer(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tokenometer")).args(args).output().expect("runs")
+    Command::new(env!("CARGO_BIN_EXE_tokenometer"))
+        .args(args)
+        .output()
+        .expect("runs")
 }
 
 fn model() -> String {
@@ -38,14 +41,25 @@ fn scratch(name: &str, bytes: &[u8]) -> String {
 }
 
 fn generate(model: &str, tokenizer: &str, prompt: &str, extra: &[&str]) -> Output {
-    let mut args = vec!["generate", "--model", model, "--tokenizer", tokenizer, "--prompt", prompt];
+    let mut args = vec![
+        "generate",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--prompt",
+        prompt,
+    ];
     args.extend_from_slice(extra);
     tokenometer(&args)
 }
 
 #[test]
 fn missing_file() {
-    assert_refused(generate("/nonexistent/model.bin", &tok512(), "Hi", &[]), "cannot read file");
+    assert_refused(
+        generate("/nonexistent/model.bin", &tok512(), "Hi", &[]),
+        "cannot read file",
+    );
 }
 
 #[test]
@@ -72,48 +86,96 @@ fn absurd_header() {
 #[test]
 fn tokenizer_of_another_model() {
     let other = llama2_tokenizer("tokenizer.bin").display().to_string();
-    assert_refused(generate(&model(), &other, "Hi", &[]), "do not belong together");
+    assert_refused(
+        generate(&model(), &other, "Hi", &[]),
+        "do not belong together",
+    );
 }
 
 #[test]
 fn empty_prompt() {
-    assert_refused(generate(&model(), &tok512(), "  ", &[]), "the prompt is empty");
+    assert_refused(
+        generate(&model(), &tok512(), "  ", &[]),
+        "the prompt is empty",
+    );
 }
 
 #[test]
 fn prompt_longer_than_the_context() {
     let long = "the cat sat on the mat ".repeat(200);
-    assert_refused(generate(&model(), &tok512(), &long, &[]), "the context holds 512");
+    assert_refused(
+        generate(&model(), &tok512(), &long, &[]),
+        "the context holds 512",
+    );
 }
 
 #[test]
 fn q4_on_the_cpu_backend() {
-    assert_refused(generate(&model(), &tok512(), "Hi", &["--quant", "q4"]), "q4 does not run on the CPU backend");
+    assert_refused(
+        generate(&model(), &tok512(), "Hi", &["--quant", "q4"]),
+        "q4 does not run on the CPU backend",
+    );
 }
 
 #[test]
 fn bad_options() {
-    assert_refused(generate(&model(), &tok512(), "Hi", &["--temperature=-1"]), "temperature");
-    assert_refused(generate(&model(), &tok512(), "Hi", &["--quant", "q3"]), "choose f32, q8 or q4");
+    assert_refused(
+        generate(&model(), &tok512(), "Hi", &["--temperature=-1"]),
+        "temperature",
+    );
+    assert_refused(
+        generate(&model(), &tok512(), "Hi", &["--quant", "q3"]),
+        "choose f32, q8 or q4",
+    );
 }
 
 #[test]
 fn generate_streams_the_reference_text() {
-    let output = generate(&model(), &tok512(), "Once upon a time", &["--max-tokens", "252"]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    assert_eq!(String::from_utf8(output.stdout).unwrap().trim_end(), reference_text());
+    let output = generate(
+        &model(),
+        &tok512(),
+        "Once upon a time",
+        &["--max-tokens", "252"],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap().trim_end(),
+        reference_text()
+    );
     let stderr = String::from_utf8(output.stderr).unwrap();
-    for figure in ["conditions: stories260K", "TTFT", "decode", "x reading speed", "GB/s"] {
+    for figure in [
+        "conditions: stories260K",
+        "TTFT",
+        "decode",
+        "x reading speed",
+        "GB/s",
+    ] {
         assert!(stderr.contains(figure), "{figure} missing: {stderr}");
     }
 }
 
 #[test]
 fn json_report_is_consistent_with_its_events() {
-    let output = generate(&model(), &tok512(), "Once upon a time", &["--max-tokens", "40", "--json"]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let lines: Vec<serde_json::Value> =
-        String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let output = generate(
+        &model(),
+        &tok512(),
+        "Once upon a time",
+        &["--max-tokens", "40", "--json"],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines[0]["event"], "prefill");
     let tokens: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "token").collect();
     assert_eq!(tokens.len(), 40);
@@ -124,7 +186,10 @@ fn json_report_is_consistent_with_its_events() {
     let times: Vec<f64> = tokens.iter().map(|t| t["t_ms"].as_f64().unwrap()).collect();
     let recomputed = 39.0 / (times[39] - times[0]) * 1e3;
     let reported = report["decode_tps"].as_f64().unwrap();
-    assert!((recomputed - reported).abs() / reported < 1e-9, "{recomputed} vs {reported}");
+    assert!(
+        (recomputed - reported).abs() / reported < 1e-9,
+        "{recomputed} vs {reported}"
+    );
     assert_eq!(report["ttft_ms"].as_f64().unwrap(), times[0]);
     assert_eq!(report["conditions"]["output_tokens"], 40);
     assert_eq!(report["conditions"]["prompt_tokens"], 5);
@@ -139,8 +204,13 @@ fn json_report_is_consistent_with_its_events() {
     let gbps = report["conditions"]["bytes_per_token"].as_f64().unwrap() * reported / 1e9;
     assert!((report["effective_gb_per_s"].as_f64().unwrap() - gbps).abs() < 1e-9);
     let prefill = &lines[0];
-    let ttft = prefill["queued_ms"].as_f64().unwrap() + prefill["tokenize_ms"].as_f64().unwrap() + prefill["prefill_ms"].as_f64().unwrap();
-    assert!((report["ttft_ms"].as_f64().unwrap() - ttft).abs() < 0.01, "TTFT is queue + tokenize + prefill");
+    let ttft = prefill["queued_ms"].as_f64().unwrap()
+        + prefill["tokenize_ms"].as_f64().unwrap()
+        + prefill["prefill_ms"].as_f64().unwrap();
+    assert!(
+        (report["ttft_ms"].as_f64().unwrap() - ttft).abs() < 0.01,
+        "TTFT is queue + tokenize + prefill"
+    );
 }
 
 #[test]
@@ -149,16 +219,52 @@ fn synth_writes_a_loadable_checkpoint_and_bench_prints_a_table() {
     let dir = std::env::temp_dir().join(format!("tokenometer-synth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("s15.bin");
-    let output = tokenometer(&["synth", "--shape", "stories15M", "--out", out.to_str().unwrap(), "--seed", "3"]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    assert_eq!(std::fs::metadata(&out).unwrap().len(), 60_816_028, "run.c's stories15M.bin size");
+    let output = tokenometer(&[
+        "synth",
+        "--shape",
+        "stories15M",
+        "--out",
+        out.to_str().unwrap(),
+        "--seed",
+        "3",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        std::fs::metadata(&out).unwrap().len(),
+        60_816_028,
+        "run.c's stories15M.bin size"
+    );
     let tokenizer = llama2_tokenizer("tokenizer.bin").display().to_string();
     let output = tokenometer(&[
-        "bench", "--model", out.to_str().unwrap(), "--tokenizer", &tokenizer, "--runs", "2", "--max-tokens", "8",
+        "bench",
+        "--model",
+        out.to_str().unwrap(),
+        "--tokenizer",
+        &tokenizer,
+        "--runs",
+        "2",
+        "--max-tokens",
+        "8",
     ]);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    for row in ["conditions: s15 (15.2M params, f32", "TTFT ms", "prefill tok/s", "decode tok/s", "words/s", "GB/s", "median"] {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for row in [
+        "conditions: s15 (15.2M params, f32",
+        "TTFT ms",
+        "prefill tok/s",
+        "decode tok/s",
+        "words/s",
+        "GB/s",
+        "median",
+    ] {
         assert!(stdout.contains(row), "{row:?} missing:\n{stdout}");
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
-use tokenometer::{Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, StopReason};
+use tokenometer::{
+    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, StopReason,
+};
 
 fn engine(backend: &Backend, quant: Quant) -> Engine {
     let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
@@ -22,10 +24,15 @@ fn wgpu() -> Backend {
 fn greedy(engine: &Engine, tokens: usize) -> (Vec<u32>, String, StopReason) {
     let mut ids = Vec::new();
     let mut text = String::new();
-    let options = GenerateOptions { max_tokens: tokens, ..Default::default() };
+    let options = GenerateOptions {
+        max_tokens: tokens,
+        ..Default::default()
+    };
     let reason = pollster::block_on(engine.generate("Once upon a time", &options, &mut |e| {
         match e {
-            Event::Token { id, text: piece, .. } => {
+            Event::Token {
+                id, text: piece, ..
+            } => {
                 ids.push(*id);
                 text.push_str(piece);
             }
@@ -45,7 +52,11 @@ fn check_reference(backend: &Backend, steps: usize) {
     let expected = &sequence[prompt.len()..prompt.len() + steps];
     let (ids, text, reason) = greedy(&engine, steps);
     assert_eq!(reason, StopReason::MaxTokens);
-    assert_eq!(ids, expected, "greedy ids differ from run.c on {}", backend.adapter);
+    assert_eq!(
+        ids, expected,
+        "greedy ids differ from run.c on {}",
+        backend.adapter
+    );
     if steps == sequence.len() - prompt.len() {
         assert_eq!(format!("Once upon a time{text}"), reference_text());
     }
@@ -69,7 +80,11 @@ fn agreement(backend: &Backend, quant: Quant) -> f64 {
     let q_engine = engine(backend, quant);
     let q_preds = pollster::block_on(q_engine.predictions(ids)).unwrap();
     assert_eq!(f32_preds.len(), ids.len());
-    let same = f32_preds.iter().zip(&q_preds).filter(|(a, b)| a == b).count();
+    let same = f32_preds
+        .iter()
+        .zip(&q_preds)
+        .filter(|(a, b)| a == b)
+        .count();
     let share = same as f64 / ids.len() as f64;
     println!(
         "{quant} on {}: top-1 agreement with f32 {same}/{} = {:.1}%, weights {} bytes",
@@ -100,8 +115,19 @@ fn q4_runs_on_wgpu_and_mostly_agrees() {
 #[test]
 fn q4_on_cpu_is_refused_with_a_reason() {
     let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
-    let err = Engine::load(files, &read(stories260k("tok512.bin")), Quant::Q4, &Backend::cpu()).err().unwrap();
-    assert!(err.to_string().contains("q4 does not run on the CPU backend"), "{err}");
+    let err = Engine::load(
+        files,
+        &read(stories260k("tok512.bin")),
+        Quant::Q4,
+        &Backend::cpu(),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        err.to_string()
+            .contains("q4 does not run on the CPU backend"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -119,8 +145,16 @@ fn sampling_with_a_seed_repeats_and_differs_across_seeds() {
     let engine = engine(&Backend::cpu(), Quant::F32);
     let run = |seed| {
         let mut ids = Vec::new();
-        let sampling = tokenometer::Sampling { temperature: 1.0, top_p: 0.9, seed };
-        let options = GenerateOptions { max_tokens: 40, sampling, queued_ms: 0.0 };
+        let sampling = tokenometer::Sampling {
+            temperature: 1.0,
+            top_p: 0.9,
+            seed,
+        };
+        let options = GenerateOptions {
+            max_tokens: 40,
+            sampling,
+            queued_ms: 0.0,
+        };
         pollster::block_on(engine.generate("Once upon a time", &options, &mut |e| {
             if let Event::Token { id, .. } = e {
                 ids.push(*id);
@@ -139,14 +173,26 @@ fn a_listener_can_cancel_a_run() {
     let engine = engine(&Backend::cpu(), Quant::F32);
     let mut tokens = 0;
     let mut done = None;
-    let reason = pollster::block_on(engine.generate("Once upon a time", &GenerateOptions::default(), &mut |e| {
-        match e {
-            Event::Token { .. } => tokens += 1,
-            Event::Done { reason, output_tokens, .. } => done = Some((*reason, *output_tokens)),
-            _ => {}
-        }
-        if tokens >= 3 { Flow::Stop } else { Flow::Continue }
-    }))
+    let reason = pollster::block_on(engine.generate(
+        "Once upon a time",
+        &GenerateOptions::default(),
+        &mut |e| {
+            match e {
+                Event::Token { .. } => tokens += 1,
+                Event::Done {
+                    reason,
+                    output_tokens,
+                    ..
+                } => done = Some((*reason, *output_tokens)),
+                _ => {}
+            }
+            if tokens >= 3 {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        },
+    ))
     .unwrap();
     assert_eq!(reason, StopReason::Cancelled);
     assert_eq!(tokens, 3);
@@ -157,12 +203,25 @@ fn a_listener_can_cancel_a_run() {
 fn a_full_context_stops_with_its_reason() {
     // Synthetic weights never pick BOS or EOS, so only the context can end this run.
     let mut config = tokenometer::synth::Shape::Stories15M.config();
-    (config.dim, config.hidden_dim, config.n_layers, config.n_heads, config.n_kv_heads) = (64, 128, 2, 4, 2);
+    (
+        config.dim,
+        config.hidden_dim,
+        config.n_layers,
+        config.n_heads,
+        config.n_kv_heads,
+    ) = (64, 128, 2, 4, 2);
     (config.vocab_size, config.seq_len) = (512, 24);
     let mut bytes = Vec::new();
-    tokenometer::loading::llama2c::write(&tokenometer::synth::weights(&config, 1), &mut bytes).unwrap();
+    tokenometer::loading::llama2c::write(&tokenometer::synth::weights(&config, 1), &mut bytes)
+        .unwrap();
     let files = ModelFiles::llama2c("tiny", bytes);
-    let engine = Engine::load(files, &read(stories260k("tok512.bin")), Quant::F32, &Backend::cpu()).unwrap();
+    let engine = Engine::load(
+        files,
+        &read(stories260k("tok512.bin")),
+        Quant::F32,
+        &Backend::cpu(),
+    )
+    .unwrap();
     let (ids, _, reason) = greedy(&engine, 10_000);
     assert_eq!(reason, StopReason::ContextFull);
     // 24 positions: 5 prompt tokens, and the last generated token needs no position of its own.
@@ -173,17 +232,42 @@ fn a_full_context_stops_with_its_reason() {
 fn prefill_and_tokens_are_timestamped_in_order() {
     let engine = engine(&Backend::cpu(), Quant::F32);
     let mut events = Vec::new();
-    let options = GenerateOptions { max_tokens: 8, queued_ms: 5.0, ..Default::default() };
+    let options = GenerateOptions {
+        max_tokens: 8,
+        queued_ms: 5.0,
+        ..Default::default()
+    };
     pollster::block_on(engine.generate("Once upon a time", &options, &mut |e| {
         events.push(e.clone());
         Flow::Continue
     }))
     .unwrap();
-    let Event::Prefill { prompt_tokens, queued_ms, t_ms, .. } = &events[0] else { panic!("{:?}", events[0]) };
+    let Event::Prefill {
+        prompt_tokens,
+        queued_ms,
+        t_ms,
+        ..
+    } = &events[0]
+    else {
+        panic!("{:?}", events[0])
+    };
     assert_eq!((*prompt_tokens, *queued_ms), (5, 5.0));
     assert!(*t_ms >= 5.0);
-    let times: Vec<f64> = events.iter().filter_map(|e| match e { Event::Token { t_ms, .. } => Some(*t_ms), _ => None }).collect();
+    let times: Vec<f64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Token { t_ms, .. } => Some(*t_ms),
+            _ => None,
+        })
+        .collect();
     assert_eq!(times.len(), 8);
     assert!(times.windows(2).all(|w| w[0] <= w[1]));
-    assert!(matches!(events.last(), Some(Event::Done { reason: StopReason::MaxTokens, output_tokens: 8, .. })));
+    assert!(matches!(
+        events.last(),
+        Some(Event::Done {
+            reason: StopReason::MaxTokens,
+            output_tokens: 8,
+            ..
+        })
+    ));
 }

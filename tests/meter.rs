@@ -21,7 +21,10 @@ fn info() -> ModelInfo {
 }
 
 fn meter() -> Meter {
-    Meter::new(Conditions::new(&info(), Sampling::default(), 1, Some(50.0)), 240.0)
+    Meter::new(
+        Conditions::new(&info(), Sampling::default(), 1, Some(50.0)),
+        240.0,
+    )
 }
 
 fn prefill(m: &mut Meter, prompt_tokens: usize, queued: f64, tokenize: f64, prefill: f64) {
@@ -36,12 +39,23 @@ fn prefill(m: &mut Meter, prompt_tokens: usize, queued: f64, tokenize: f64, pref
 
 fn token(m: &mut Meter, t_ms: f64, text: &str) {
     let pos = m.token_times().len();
-    m.observe(&Event::Token { pos, id: 7, text: text.into(), t_ms });
+    m.observe(&Event::Token {
+        pos,
+        id: 7,
+        text: text.into(),
+        t_ms,
+    });
 }
 
 fn done(m: &mut Meter, t_ms: f64) {
     let n = m.token_times().len();
-    m.observe(&Event::Done { reason: StopReason::MaxTokens, prompt_tokens: 10, output_tokens: n, t_ms, trailing_text: String::new() });
+    m.observe(&Event::Done {
+        reason: StopReason::MaxTokens,
+        prompt_tokens: 10,
+        output_tokens: n,
+        t_ms,
+        trailing_text: String::new(),
+    });
 }
 
 #[test]
@@ -86,7 +100,10 @@ fn zero_one_and_two_tokens() {
     let mut m = meter();
     prefill(&mut m, 3, 0.0, 1.0, 4.0);
     let r = m.report(5.0);
-    assert_eq!((r.ttft_ms, r.decode_tps, r.words_per_s, r.inter_token_ms), (None, None, None, None));
+    assert_eq!(
+        (r.ttft_ms, r.decode_tps, r.words_per_s, r.inter_token_ms),
+        (None, None, None, None)
+    );
     assert_eq!(r.predicted_total_ms, None);
     assert_eq!(r.effective_gb_per_s, None);
 
@@ -108,7 +125,11 @@ fn zero_one_and_two_tokens() {
     token(&mut m, 5.0, "b");
     let r = m.report(5.0);
     assert_eq!(r.decode_tps, None);
-    assert!(serde_json::to_string(&r).unwrap().contains("\"decode_tps\":null"));
+    assert!(
+        serde_json::to_string(&r)
+            .unwrap()
+            .contains("\"decode_tps\":null")
+    );
 }
 
 #[test]
@@ -168,14 +189,20 @@ fn predicted_total_matches_actual_on_a_steady_stream() {
     done(&mut m, end);
     let r = m.report(end);
     let (actual, predicted) = (r.total_ms.unwrap(), r.predicted_total_ms.unwrap());
-    assert!((predicted - actual).abs() / actual < 0.05, "{predicted} vs {actual}");
+    assert!(
+        (predicted - actual).abs() / actual < 0.05,
+        "{predicted} vs {actual}"
+    );
 }
 
 #[test]
 fn words_are_counted_from_the_text() {
     assert_eq!(count_words(""), 0);
     assert_eq!(count_words("Hello, world!"), 2);
-    assert_eq!(count_words("  Line one.\nLine\ttwo —  \n\n \"quoted\" ... don't well-known"), 7);
+    assert_eq!(
+        count_words("  Line one.\nLine\ttwo —  \n\n \"quoted\" ... don't well-known"),
+        7
+    );
     assert_eq!(count_words("Führer naïve 你好 🦙 ½"), 4);
     assert_eq!(count_words("- * ... !!"), 0);
     // Words split across tokens are counted once, from the joined text.
@@ -205,7 +232,19 @@ fn conditions_line_names_everything_a_figure_depends_on() {
     prefill(&mut m, 10, 0.0, 1.0, 2.0);
     token(&mut m, 3.0, "x");
     let line = m.report(3.0).conditions.summary();
-    for part in ["test", "1K params", "f32", "4.0 kB", "cpu", "[CPU]", "batch 1", "prompt 10 tok", "output 1 tok", "context 256", "greedy"] {
+    for part in [
+        "test",
+        "1K params",
+        "f32",
+        "4.0 kB",
+        "cpu",
+        "[CPU]",
+        "batch 1",
+        "prompt 10 tok",
+        "output 1 tok",
+        "context 256",
+        "greedy",
+    ] {
         assert!(line.contains(part), "{part:?} missing in {line}");
     }
 }

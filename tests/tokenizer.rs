@@ -20,24 +20,43 @@ fn tok512() -> Tokenizer {
 
 #[test]
 fn once_upon_a_time_encodes_like_llama2c() {
-    assert_eq!(tok512().encode("Once upon a time").unwrap(), [1, 403, 407, 261, 378]);
-    assert_eq!(llama2_bin().encode("Once upon a time").unwrap(), [1, 9038, 2501, 263, 931]);
-    assert_eq!(llama2_json().encode("Once upon a time").unwrap(), [1, 9038, 2501, 263, 931]);
+    assert_eq!(
+        tok512().encode("Once upon a time").unwrap(),
+        [1, 403, 407, 261, 378]
+    );
+    assert_eq!(
+        llama2_bin().encode("Once upon a time").unwrap(),
+        [1, 9038, 2501, 263, 931]
+    );
+    assert_eq!(
+        llama2_json().encode("Once upon a time").unwrap(),
+        [1, 9038, 2501, 263, 931]
+    );
 }
 
 /// llama.cpp's test strings with their ids (without BOS).
 fn vectors() -> Vec<(String, Vec<u32>)> {
-    let inputs = String::from_utf8(read(llama2_tokenizer("ggml-vocab-llama-spm.gguf.inp"))).unwrap();
-    let outputs = String::from_utf8(read(llama2_tokenizer("ggml-vocab-llama-spm.gguf.out"))).unwrap();
+    let inputs =
+        String::from_utf8(read(llama2_tokenizer("ggml-vocab-llama-spm.gguf.inp"))).unwrap();
+    let outputs =
+        String::from_utf8(read(llama2_tokenizer("ggml-vocab-llama-spm.gguf.out"))).unwrap();
     // Each input ends with the separator; each output is one line (the empty input's is empty).
-    let inputs: Vec<&str> = inputs.strip_suffix("\n__ggml_vocab_test__\n").unwrap().split("\n__ggml_vocab_test__\n").collect();
+    let inputs: Vec<&str> = inputs
+        .strip_suffix("\n__ggml_vocab_test__\n")
+        .unwrap()
+        .split("\n__ggml_vocab_test__\n")
+        .collect();
     let outputs: Vec<Vec<u32>> = outputs
         .strip_suffix('\n')
         .unwrap_or(&outputs)
         .split('\n')
         .map(|l| l.split_whitespace().map(|n| n.parse().unwrap()).collect())
         .collect();
-    let pairs: Vec<_> = inputs.into_iter().zip(outputs).map(|(i, o)| (i.to_string(), o)).collect();
+    let pairs: Vec<_> = inputs
+        .into_iter()
+        .zip(outputs)
+        .map(|(i, o)| (i.to_string(), o))
+        .collect();
     // The issue counts 47; the files hold 46 separated strings and 46 id lines.
     assert!(pairs.len() >= 46, "{} vectors", pairs.len());
     pairs
@@ -52,7 +71,12 @@ fn check_vectors(tokenizer: &Tokenizer, form: &str) {
             failures.push(format!("{input:?}: got {:?}, want {expected:?}", &ids[1..]));
         }
     }
-    assert!(failures.is_empty(), "{form}: {} differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{form}: {} differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -80,7 +104,10 @@ fn streaming_never_emits_broken_utf8() {
     let text = "A 🦙 said 你好, ok";
     for tokenizer in [llama2_bin(), tok512()] {
         let ids = tokenizer.encode(text).unwrap();
-        assert!(ids.iter().any(|&id| (3..259).contains(&id)), "the text exercises byte fallback");
+        assert!(
+            ids.iter().any(|&id| (3..259).contains(&id)),
+            "the text exercises byte fallback"
+        );
         let mut stream = TextStream::default();
         let mut pieces = Vec::new();
         for w in ids.windows(2) {
@@ -99,7 +126,11 @@ fn streaming_never_emits_broken_utf8() {
 #[test]
 fn a_truncated_or_foreign_tokenizer_is_an_error() {
     let bin = read(llama2_tokenizer("tokenizer.bin"));
-    for bad in [&bin[..1000], b"not a tokenizer at all".as_slice(), b"{\"json\": \"but not a tokenizer\"}"] {
+    for bad in [
+        &bin[..1000],
+        b"not a tokenizer at all".as_slice(),
+        b"{\"json\": \"but not a tokenizer\"}",
+    ] {
         let err = Tokenizer::from_bytes(bad).err().expect("refused");
         assert!(err.to_string().starts_with("bad tokenizer"), "{err}");
     }

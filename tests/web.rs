@@ -1,39 +1,69 @@
 //! The engine and its JavaScript API inside a real browser (wasm-bindgen-test in headless Chromium):
-//! the CPU backend (ndarray in wasm) and WebGPU (Chromium's software adapter here).
+//! the CPU backend (burn flex in wasm) and WebGPU (Chromium's software adapter here).
 #![cfg(target_arch = "wasm32")]
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
 use tokenometer::web::{Session, load_session};
-use tokenometer::{Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, StopReason};
+use tokenometer::{
+    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, StopReason,
+};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-const MODEL: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/models/stories260K/stories260K.bin"));
-const TOKENIZER: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/models/stories260K/tok512.bin"));
-const REFERENCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/models/stories260K/reference-greedy-ids.txt"));
+const MODEL: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/models/stories260K/stories260K.bin"
+));
+const TOKENIZER: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/models/stories260K/tok512.bin"
+));
+const REFERENCE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/models/stories260K/reference-greedy-ids.txt"
+));
 
 /// The 252 ids run.c generated after the 5 prompt ids.
 fn reference_generated() -> Vec<u32> {
-    let line = REFERENCE.lines().find(|l| l.starts_with("sequence_ids:")).unwrap();
-    line["sequence_ids:".len()..].split_whitespace().skip(5).map(|n| n.parse().unwrap()).collect()
+    let line = REFERENCE
+        .lines()
+        .find(|l| l.starts_with("sequence_ids:"))
+        .unwrap();
+    line["sequence_ids:".len()..]
+        .split_whitespace()
+        .skip(5)
+        .map(|n| n.parse().unwrap())
+        .collect()
 }
 
 fn engine(backend: &Backend, quant: Quant) -> Engine {
-    Engine::load(ModelFiles::llama2c("stories260K", MODEL.to_vec()), TOKENIZER, quant, backend).unwrap()
+    Engine::load(
+        ModelFiles::llama2c("stories260K", MODEL.to_vec()),
+        TOKENIZER,
+        quant,
+        backend,
+    )
+    .unwrap()
 }
 
 async fn greedy(engine: &Engine, n: usize) -> (Vec<u32>, String, StopReason) {
     let mut ids = Vec::new();
     let mut text = String::new();
-    let options = GenerateOptions { max_tokens: n, ..Default::default() };
+    let options = GenerateOptions {
+        max_tokens: n,
+        ..Default::default()
+    };
     let reason = engine
         .generate("Once upon a time", &options, &mut |e| {
-            if let Event::Token { id, text: piece, .. } = e {
+            if let Event::Token {
+                id, text: piece, ..
+            } = e
+            {
                 ids.push(*id);
                 text.push_str(piece);
             }
@@ -59,7 +89,9 @@ async fn greedy_f32_cpu_equals_the_reference() {
 #[wasm_bindgen_test]
 async fn greedy_f32_webgpu_equals_the_reference_prefix() {
     // SwiftShader's WebGPU is slow: a short prefix is enough to prove the kernels right.
-    let backend = Backend::init(BackendChoice::Wgpu).await.expect("WebGPU adapter (run Chromium with --enable-unsafe-webgpu)");
+    let backend = Backend::init(BackendChoice::Wgpu)
+        .await
+        .expect("WebGPU adapter (run Chromium with --enable-unsafe-webgpu)");
     let (ids, _, _) = greedy(&engine(&backend, Quant::F32), 24).await;
     assert_eq!(ids, reference_generated()[..24]);
 }
@@ -69,7 +101,11 @@ async fn q8_runs_on_cpu_and_webgpu() {
     let cpu = engine(&Backend::cpu(), Quant::Q8);
     let (ids, _, _) = greedy(&cpu, 24).await;
     assert_eq!(ids.len(), 24);
-    let agree = ids.iter().zip(reference_generated()).filter(|(a, b)| **a == *b).count();
+    let agree = ids
+        .iter()
+        .zip(reference_generated())
+        .filter(|(a, b)| **a == *b)
+        .count();
     assert!(agree >= 20, "q8 CPU agrees on {agree}/24");
     let gpu = Backend::init(BackendChoice::Wgpu).await.unwrap();
     let (gpu_ids, _, _) = greedy(&engine(&gpu, Quant::Q8), 12).await;
@@ -77,9 +113,16 @@ async fn q8_runs_on_cpu_and_webgpu() {
 }
 
 async fn session(model: &[u8]) -> Result<Session, JsValue> {
-    load_session("stories260K".into(), model.to_vec(), TOKENIZER.to_vec(), "cpu".into(), "f32".into(), None)
-        .await
-        .map_err(JsValue::from)
+    load_session(
+        "stories260K".into(),
+        model.to_vec(),
+        TOKENIZER.to_vec(),
+        "cpu".into(),
+        "f32".into(),
+        None,
+    )
+    .await
+    .map_err(JsValue::from)
 }
 
 #[wasm_bindgen_test]
@@ -93,16 +136,29 @@ async fn the_js_api_streams_events_with_reports_and_cancels() {
     // A callback returning false after 5 tokens stops the run.
     let seen = Rc::new(RefCell::new(Vec::<String>::new()));
     let log = seen.clone();
-    let callback = Closure::<dyn FnMut(JsValue, JsValue) -> bool>::new(move |event: JsValue, report: JsValue| {
-        let kind = js_sys::Reflect::get(&event, &"event".into()).unwrap().as_string().unwrap();
-        assert!(js_sys::Reflect::get(&report, &"conditions".into()).unwrap().is_object());
-        log.borrow_mut().push(kind);
-        log.borrow().iter().filter(|k| *k == "token").count() < 5
-    });
+    let callback = Closure::<dyn FnMut(JsValue, JsValue) -> bool>::new(
+        move |event: JsValue, report: JsValue| {
+            let kind = js_sys::Reflect::get(&event, &"event".into())
+                .unwrap()
+                .as_string()
+                .unwrap();
+            assert!(
+                js_sys::Reflect::get(&report, &"conditions".into())
+                    .unwrap()
+                    .is_object()
+            );
+            log.borrow_mut().push(kind);
+            log.borrow().iter().filter(|k| *k == "token").count() < 5
+        },
+    );
     let options = js_sys::JSON::parse(r#"{"max_tokens": 200}"#).unwrap();
-    let report = JsFuture::from(session.generate("Once upon a time".into(), options, callback.as_ref().clone().into()))
-        .await
-        .unwrap();
+    let report = JsFuture::from(session.generate(
+        "Once upon a time".into(),
+        options,
+        callback.as_ref().clone().into(),
+    ))
+    .await
+    .unwrap();
     let seen = seen.borrow();
     assert_eq!(seen.first().map(String::as_str), Some("prefill"));
     assert_eq!(seen.iter().filter(|k| *k == "token").count(), 5);
@@ -121,7 +177,12 @@ async fn cancel_from_outside_stops_a_run() {
     let count = Rc::new(RefCell::new(0));
     let counter = count.clone();
     let callback = Closure::<dyn FnMut(JsValue, JsValue) -> bool>::new(move |event: JsValue, _| {
-        if js_sys::Reflect::get(&event, &"event".into()).unwrap().as_string().unwrap() == "token" {
+        if js_sys::Reflect::get(&event, &"event".into())
+            .unwrap()
+            .as_string()
+            .unwrap()
+            == "token"
+        {
             *counter.borrow_mut() += 1;
             if *counter.borrow() == 3 {
                 outside.cancel();
@@ -129,25 +190,48 @@ async fn cancel_from_outside_stops_a_run() {
         }
         true
     });
-    let report = JsFuture::from(session.generate("Once upon a time".into(), JsValue::UNDEFINED, callback.as_ref().clone().into()))
-        .await
-        .unwrap();
+    let report = JsFuture::from(session.generate(
+        "Once upon a time".into(),
+        JsValue::UNDEFINED,
+        callback.as_ref().clone().into(),
+    ))
+    .await
+    .unwrap();
     assert_eq!(*count.borrow(), 3);
     let conditions = js_sys::Reflect::get(&report, &"conditions".into()).unwrap();
-    assert_eq!(js_sys::Reflect::get(&conditions, &"stop_reason".into()).unwrap().as_string().unwrap(), "cancelled");
+    assert_eq!(
+        js_sys::Reflect::get(&conditions, &"stop_reason".into())
+            .unwrap()
+            .as_string()
+            .unwrap(),
+        "cancelled"
+    );
 }
 
 #[wasm_bindgen_test]
 async fn a_truncated_model_is_an_error_not_a_panic() {
-    let error = session(&MODEL[..MODEL.len() / 3]).await.err().expect("refused");
-    let message = js_sys::Reflect::get(&error, &"message".into()).unwrap().as_string().unwrap();
+    let error = session(&MODEL[..MODEL.len() / 3])
+        .await
+        .err()
+        .expect("refused");
+    let message = js_sys::Reflect::get(&error, &"message".into())
+        .unwrap()
+        .as_string()
+        .unwrap();
     assert!(message.contains("bad model file"), "{message}");
     assert!(tokenometer::web::last_panic().is_none());
     // And an over-long prompt is an error too, with the session still usable afterwards.
     let session = session(MODEL).await.unwrap();
     let noop = Closure::<dyn FnMut(JsValue, JsValue) -> bool>::new(|_, _| true);
     let long = "the cat sat on the mat ".repeat(200);
-    let error = JsFuture::from(session.generate(long, JsValue::UNDEFINED, noop.as_ref().clone().into())).await.err().unwrap();
-    let message = js_sys::Reflect::get(&error, &"message".into()).unwrap().as_string().unwrap();
+    let error =
+        JsFuture::from(session.generate(long, JsValue::UNDEFINED, noop.as_ref().clone().into()))
+            .await
+            .err()
+            .unwrap();
+    let message = js_sys::Reflect::get(&error, &"message".into())
+        .unwrap()
+        .as_string()
+        .unwrap();
     assert!(message.contains("context holds 512"), "{message}");
 }

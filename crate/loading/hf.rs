@@ -32,7 +32,9 @@ pub fn parse_config(json: &[u8]) -> Result<LlamaConfig> {
     if let Some(kind) = &hf.model_type
         && kind != "llama"
     {
-        return Err(Error::BadModel(format!("config.json model_type is {kind:?}, not \"llama\"")));
+        return Err(Error::BadModel(format!(
+            "config.json model_type is {kind:?}, not \"llama\""
+        )));
     }
     let config = LlamaConfig {
         dim: hf.hidden_size,
@@ -55,7 +57,12 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
     let mut config = parse_config(config_json)?;
     let st = SafeTensors::deserialize(safetensors)
         .map_err(|e| Error::BadModel(format!("not a readable safetensors file: {e}")))?;
-    let (d, h, kv, v) = (config.dim, config.hidden_dim, config.kv_dim(), config.vocab_size);
+    let (d, h, kv, v) = (
+        config.dim,
+        config.hidden_dim,
+        config.kv_dim(),
+        config.vocab_size,
+    );
     let get = |name: &str, rows: usize, cols: usize| tensor(&st, name, rows, cols);
 
     let token_embedding = get("model.embed_tokens.weight", v, d)?;
@@ -86,7 +93,13 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
             None
         }
     };
-    Ok(HostWeights { config, token_embedding, layers, rms_final, classifier })
+    Ok(HostWeights {
+        config,
+        token_embedding,
+        layers,
+        rms_final,
+        classifier,
+    })
 }
 
 /// Read one tensor as f32, checking its shape.
@@ -103,7 +116,10 @@ fn tensor(st: &SafeTensors, name: &str, rows: usize, cols: usize) -> Result<Matr
     }
     let raw = view.data();
     let data: Vec<f32> = match view.dtype() {
-        Dtype::F32 => raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
+        Dtype::F32 => raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
         Dtype::F16 => raw
             .chunks_exact(2)
             .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())

@@ -49,11 +49,16 @@ pub fn parse_header(bytes: &[u8]) -> Result<LlamaConfig> {
     config.validate()?;
     let (needed, allowed) = expected_floats(&config);
     let have = (bytes.len() - HEADER_BYTES) / 4;
-    if (bytes.len() - HEADER_BYTES) % 4 != 0 || !(have == needed || have == allowed) {
+    if !(bytes.len() - HEADER_BYTES).is_multiple_of(4) || !(have == needed || have == allowed) {
         return Err(Error::BadModel(format!(
             "header says {} bytes ({:?}) but the file has {}: truncated or not a llama2.c checkpoint",
             HEADER_BYTES + 4 * allowed,
-            (config.dim, config.hidden_dim, config.n_layers, config.vocab_size),
+            (
+                config.dim,
+                config.hidden_dim,
+                config.n_layers,
+                config.vocab_size
+            ),
             bytes.len()
         )));
     }
@@ -65,7 +70,11 @@ pub fn parse_header(bytes: &[u8]) -> Result<LlamaConfig> {
 fn expected_floats(c: &LlamaConfig) -> (usize, usize) {
     let (d, h, l, kv) = (c.dim, c.hidden_dim, c.n_layers, c.kv_dim());
     let layers = l * (2 * d + 2 * d * d + 2 * kv * d + 3 * h * d);
-    let classifier = if c.shared_classifier { 0 } else { c.vocab_size * d };
+    let classifier = if c.shared_classifier {
+        0
+    } else {
+        c.vocab_size * d
+    };
     let weights = c.vocab_size * d + layers + d + classifier;
     (weights, weights + c.seq_len * c.head_size())
 }
@@ -75,7 +84,10 @@ pub fn load(bytes: &[u8]) -> Result<HostWeights> {
     let config = parse_header(bytes)?;
     let (needed, allowed) = expected_floats(&config);
     let has_rope_tables = (bytes.len() - HEADER_BYTES) / 4 == allowed;
-    let mut reader = FloatReader { bytes: &bytes[HEADER_BYTES..], at: 0 };
+    let mut reader = FloatReader {
+        bytes: &bytes[HEADER_BYTES..],
+        at: 0,
+    };
     let (d, h, l, kv, v) = (
         config.dim,
         config.hidden_dim,
@@ -100,7 +112,10 @@ pub fn load(bytes: &[u8]) -> Result<HostWeights> {
         reader.floats(config.seq_len * config.head_size());
     }
     let classifier = (!config.shared_classifier).then(|| reader.matrix(v, d));
-    debug_assert_eq!(reader.at, 4 * if has_rope_tables { allowed } else { needed });
+    debug_assert_eq!(
+        reader.at,
+        4 * if has_rope_tables { allowed } else { needed }
+    );
 
     let mut layers = Vec::with_capacity(l);
     let per_layer = rms_att
@@ -126,7 +141,13 @@ pub fn load(bytes: &[u8]) -> Result<HostWeights> {
             w3: Matrix::new(h, d, w3),
         });
     }
-    Ok(HostWeights { config, token_embedding, layers, rms_final, classifier })
+    Ok(HostWeights {
+        config,
+        token_embedding,
+        layers,
+        rms_final,
+        classifier,
+    })
 }
 
 /// Reads consecutive little-endian f32; the header check has already proved the length.
@@ -139,7 +160,10 @@ impl FloatReader<'_> {
     fn floats(&mut self, n: usize) -> Vec<f32> {
         let chunk = &self.bytes[self.at..self.at + 4 * n];
         self.at += 4 * n;
-        chunk.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+        chunk
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
     }
 
     fn matrix(&mut self, rows: usize, cols: usize) -> Matrix {
@@ -154,7 +178,11 @@ impl FloatReader<'_> {
 /// Write a checkpoint in the same format (used by the synthetic-weights generator and tests).
 pub fn write(weights: &HostWeights, out: &mut impl std::io::Write) -> std::io::Result<()> {
     let c = &weights.config;
-    let vocab = if c.shared_classifier { c.vocab_size as i32 } else { -(c.vocab_size as i32) };
+    let vocab = if c.shared_classifier {
+        c.vocab_size as i32
+    } else {
+        -(c.vocab_size as i32)
+    };
     let header = [
         c.dim as i32,
         c.hidden_dim as i32,

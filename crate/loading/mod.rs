@@ -19,23 +19,42 @@ pub enum ModelFormat {
     /// A llama2.c version-0 `.bin`.
     Llama2c(Vec<u8>),
     /// Hugging Face `config.json` + `model.safetensors`.
-    HuggingFace { config_json: Vec<u8>, safetensors: Vec<u8> },
+    HuggingFace {
+        config_json: Vec<u8>,
+        safetensors: Vec<u8>,
+    },
 }
 
 impl ModelFiles {
     pub fn llama2c(name: impl Into<String>, bytes: Vec<u8>) -> Self {
-        Self { name: name.into(), format: ModelFormat::Llama2c(bytes) }
+        Self {
+            name: name.into(),
+            format: ModelFormat::Llama2c(bytes),
+        }
     }
 
-    pub fn hugging_face(name: impl Into<String>, config_json: Vec<u8>, safetensors: Vec<u8>) -> Self {
-        Self { name: name.into(), format: ModelFormat::HuggingFace { config_json, safetensors } }
+    pub fn hugging_face(
+        name: impl Into<String>,
+        config_json: Vec<u8>,
+        safetensors: Vec<u8>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            format: ModelFormat::HuggingFace {
+                config_json,
+                safetensors,
+            },
+        }
     }
 
     /// Parse and validate into host weights.
     pub fn load(&self) -> Result<HostWeights> {
         match &self.format {
             ModelFormat::Llama2c(bytes) => llama2c::load(bytes),
-            ModelFormat::HuggingFace { config_json, safetensors } => hf::load(config_json, safetensors),
+            ModelFormat::HuggingFace {
+                config_json,
+                safetensors,
+            } => hf::load(config_json, safetensors),
         }
     }
 

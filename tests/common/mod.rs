@@ -27,7 +27,10 @@ pub fn reference_ids() -> (Vec<u32>, Vec<u32>) {
     let text = String::from_utf8(read(stories260k("reference-greedy-ids.txt"))).unwrap();
     let line = |key: &str| -> Vec<u32> {
         let line = text.lines().find(|l| l.starts_with(key)).expect(key);
-        line[key.len()..].split_whitespace().map(|n| n.parse().unwrap()).collect()
+        line[key.len()..]
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect()
     };
     (line("prompt_ids:"), line("sequence_ids:"))
 }
@@ -35,7 +38,8 @@ pub fn reference_ids() -> (Vec<u32>, Vec<u32>) {
 /// The text run.c printed, between the markers, without its trailing newline.
 pub fn reference_text() -> String {
     let text = String::from_utf8(read(stories260k("reference-greedy.txt"))).unwrap();
-    let start = text.find("----- BEGIN STDOUT -----\n").unwrap() + "----- BEGIN STDOUT -----\n".len();
+    let start =
+        text.find("----- BEGIN STDOUT -----\n").unwrap() + "----- BEGIN STDOUT -----\n".len();
     let end = text.find("----- END STDOUT -----").unwrap();
     text[start..end].trim_end_matches('\n').to_string()
 }
