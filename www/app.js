@@ -76,14 +76,14 @@ const handlers = {
     state.loading?.resolve();
   },
   event: ({ event, report }) => {
-    state.report = report;
+    if (report) state.report = report;
     state.lastEventAt = performance.now();
     if (event.event === 'token') {
       state.text += event.text;
       if (state.readerStart === null) state.readerStart = performance.now();
       const times = state.points;
       const gap = times.length ? event.t_ms - times[times.length - 1].t : null;
-      times.push({ t: event.t_ms, pos: event.pos, rate: gap > 0 ? 1000 / gap : null, live: report.live_decode_tps });
+      times.push({ t: event.t_ms, pos: event.pos, rate: gap > 0 ? 1000 / gap : null, live: report ? report.live_decode_tps : null });
     } else if (event.event === 'done') {
       state.text += event.trailing_text;
       el.stopReason.textContent = event.reason.replace('_', ' ');
@@ -135,12 +135,13 @@ async function ensureLoaded() {
 async function run() {
   if (state.running) return;
   clearError();
-  const requestedAt = performance.timeOrigin + performance.now();
   try {
     await ensureLoaded();
   } catch (e) {
     return fail(e.message);
   }
+  // The queue starts once the model is ready: loading and warm-up are reported on their own.
+  const requestedAt = performance.timeOrigin + performance.now();
   resetOutput();
   state.running = true;
   el.run.disabled = true;
