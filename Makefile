@@ -57,8 +57,9 @@ setup: apt-packages wasm-tools npm-packages
 setup-serve: wasm-tools npm-packages
 
 apt-packages:
-	@missing=""; for p in mesa-vulkan-drivers chromium chromium-driver nodejs npm; do \
+	@missing=""; for p in mesa-vulkan-drivers chromium chromium-driver; do \
 		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $$missing; fi
 
 wasm-tools:

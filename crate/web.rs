@@ -51,7 +51,9 @@ fn to_js(value: &impl Serialize) -> JsValue {
         .unwrap_or(JsValue::NULL)
 }
 
-/// How often a running generation sends the meter's report along with its token events.
+/// How often a running generation hands its token events to JavaScript (about once a frame).
+const FLUSH_EVERY_MS: f64 = 16.0;
+/// How often the meter's report goes along with them.
 const REPORT_EVERY_MS: f64 = 50.0;
 
 /// Options for one run, as the page sends them.
@@ -148,14 +150,15 @@ impl Session {
         })
     }
 
-    /// Generate. `on_event(event, report)` is called for every event; `report` is the meter's report
-    /// so far for the prefill, the first token, every 50 ms of tokens and the end (`null` between).
-    /// It may return `false` to stop. Resolves to the final report.
+    /// Generate. `on_events(events, report)` receives the events in order, in batches: at once for
+    /// the prefill, the first token and the end, else every 16 ms. `report` is the meter's report so
+    /// far, sent with those and every 50 ms (`null` between). Returning `false` stops the run.
+    /// Resolves to the final report.
     pub fn generate(
         &self,
         prompt: String,
         options: JsValue,
-        on_event: Function,
+        on_events: Function,
     ) -> js_sys::Promise {
         let engine = self.engine.clone();
         let cancelled = self.cancelled.clone();
@@ -185,6 +188,8 @@ impl Session {
             );
             cancelled.set(false);
             let mut callback_error = None;
+            let mut owned: Vec<Event> = Vec::new();
+            let mut last_flush_ms = f64::NEG_INFINITY;
             let mut last_report_ms = f64::NEG_INFINITY;
             let result = engine
                 .generate(&prompt, &run, &mut |event: &Event| {
@@ -194,21 +199,32 @@ impl Session {
                         | Event::Token { t_ms, .. }
                         | Event::Done { t_ms, .. } => *t_ms,
                     };
-                    // A report costs far more than a token event; sending one per token would slow
-                    // the very decode it measures. Reports go out every REPORT_EVERY_MS and at the
-                    // first and last token; the token events always do.
+                    owned.push(event.clone());
+                    // Every crossing into JavaScript costs a fraction of a millisecond in a worker;
+                    // calling out per token would slow the very decode being measured. Events go
+                    // out in batches every FLUSH_EVERY_MS (at once for the prefill, the first token
+                    // and the end), with the meter's report every REPORT_EVERY_MS.
                     let first_token =
                         matches!(event, Event::Token { .. }) && meter.token_times().len() == 1;
-                    let report = if first_token
-                        || !matches!(event, Event::Token { .. })
-                        || now - last_report_ms >= REPORT_EVERY_MS
-                    {
+                    let urgent = first_token || !matches!(event, Event::Token { .. });
+                    if !urgent && now - last_flush_ms < FLUSH_EVERY_MS {
+                        return if cancelled.get() {
+                            Flow::Stop
+                        } else {
+                            Flow::Continue
+                        };
+                    }
+                    last_flush_ms = now;
+                    let report = if urgent || now - last_report_ms >= REPORT_EVERY_MS {
                         last_report_ms = now;
-                        to_js(&meter.report(now))
+                        Some(meter.report(now))
                     } else {
-                        JsValue::NULL
+                        None
                     };
-                    let answer = on_event.call2(&JsValue::NULL, &to_js(event), &report);
+                    let batch = to_js(&(&owned, &report));
+                    owned.clear();
+                    let batch: js_sys::Array = batch.unchecked_into();
+                    let answer = on_events.call2(&JsValue::NULL, &batch.get(0), &batch.get(1));
                     match answer {
                         Err(e) => {
                             callback_error = Some(e);

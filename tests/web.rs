@@ -133,25 +133,29 @@ async fn the_js_api_streams_events_with_reports_and_cancels() {
     assert_eq!(name.as_string().unwrap(), "stories260K");
     JsFuture::from(session.warm_up()).await.unwrap();
 
-    // A callback returning false after 5 tokens stops the run.
+    // A callback returning false once it has seen 5 tokens stops the run.
     let seen = Rc::new(RefCell::new(Vec::<String>::new()));
     let log = seen.clone();
-    let callback = Closure::<dyn FnMut(JsValue, JsValue) -> bool>::new(
-        move |event: JsValue, report: JsValue| {
-            let kind = js_sys::Reflect::get(&event, &"event".into())
-                .unwrap()
-                .as_string()
-                .unwrap();
-            assert!(
-                js_sys::Reflect::get(&report, &"conditions".into())
+    let callback = Closure::<dyn FnMut(js_sys::Array, JsValue) -> bool>::new(
+        move |events: js_sys::Array, report: JsValue| {
+            for event in events.iter() {
+                let kind = js_sys::Reflect::get(&event, &"event".into())
                     .unwrap()
-                    .is_object()
-            );
-            log.borrow_mut().push(kind);
+                    .as_string()
+                    .unwrap();
+                log.borrow_mut().push(kind);
+            }
+            if !report.is_null() {
+                assert!(
+                    js_sys::Reflect::get(&report, &"conditions".into())
+                        .unwrap()
+                        .is_object()
+                );
+            }
             log.borrow().iter().filter(|k| *k == "token").count() < 5
         },
     );
-    let options = js_sys::JSON::parse(r#"{"max_tokens": 200}"#).unwrap();
+    let options = js_sys::JSON::parse(r#"{"max_tokens": 400}"#).unwrap();
     let report = JsFuture::from(session.generate(
         "Once upon a time".into(),
         options,
@@ -161,7 +165,8 @@ async fn the_js_api_streams_events_with_reports_and_cancels() {
     .unwrap();
     let seen = seen.borrow();
     assert_eq!(seen.first().map(String::as_str), Some("prefill"));
-    assert_eq!(seen.iter().filter(|k| *k == "token").count(), 5);
+    let tokens = seen.iter().filter(|k| *k == "token").count();
+    assert!((5..400).contains(&tokens), "{tokens} tokens");
     assert_eq!(seen.last().map(String::as_str), Some("done"));
     let conditions = js_sys::Reflect::get(&report, &"conditions".into()).unwrap();
     let reason = js_sys::Reflect::get(&conditions, &"stop_reason".into()).unwrap();
@@ -176,20 +181,22 @@ async fn cancel_from_outside_stops_a_run() {
     let outside = session.clone();
     let count = Rc::new(RefCell::new(0));
     let counter = count.clone();
-    let callback = Closure::<dyn FnMut(JsValue, JsValue) -> bool>::new(move |event: JsValue, _| {
-        if js_sys::Reflect::get(&event, &"event".into())
-            .unwrap()
-            .as_string()
-            .unwrap()
-            == "token"
-        {
-            *counter.borrow_mut() += 1;
-            if *counter.borrow() == 3 {
+    let callback = Closure::<dyn FnMut(js_sys::Array, JsValue) -> bool>::new(
+        move |events: js_sys::Array, _| {
+            for event in events.iter() {
+                let kind = js_sys::Reflect::get(&event, &"event".into())
+                    .unwrap()
+                    .as_string();
+                if kind.as_deref() == Some("token") {
+                    *counter.borrow_mut() += 1;
+                }
+            }
+            if *counter.borrow() >= 3 {
                 outside.cancel();
             }
-        }
-        true
-    });
+            true
+        },
+    );
     let report = JsFuture::from(session.generate(
         "Once upon a time".into(),
         JsValue::UNDEFINED,
@@ -197,7 +204,8 @@ async fn cancel_from_outside_stops_a_run() {
     ))
     .await
     .unwrap();
-    assert_eq!(*count.borrow(), 3);
+    let tokens = *count.borrow();
+    assert!((3..400).contains(&tokens), "{tokens} tokens");
     let conditions = js_sys::Reflect::get(&report, &"conditions".into()).unwrap();
     assert_eq!(
         js_sys::Reflect::get(&conditions, &"stop_reason".into())

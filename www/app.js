@@ -75,18 +75,22 @@ const handlers = {
     el.conditions.textContent += ` · warm-up ${ms.toFixed(0)} ms (apart)`;
     state.loading?.resolve();
   },
-  event: ({ event, report }) => {
+  events: ({ events, report }) => {
     if (report) state.report = report;
     state.lastEventAt = performance.now();
-    if (event.event === 'token') {
-      state.text += event.text;
-      if (state.readerStart === null) state.readerStart = performance.now();
-      const times = state.points;
-      const gap = times.length ? event.t_ms - times[times.length - 1].t : null;
-      times.push({ t: event.t_ms, pos: event.pos, rate: gap > 0 ? 1000 / gap : null, live: report ? report.live_decode_tps : null });
-    } else if (event.event === 'done') {
-      state.text += event.trailing_text;
-      el.stopReason.textContent = event.reason.replace('_', ' ');
+    for (const [i, event] of events.entries()) {
+      if (event.event === 'token') {
+        state.text += event.text;
+        if (state.readerStart === null) state.readerStart = performance.now();
+        const points = state.points;
+        const gap = points.length ? event.t_ms - points[points.length - 1].t : null;
+        // The live figure comes with the batch's report, so it belongs to the batch's last token.
+        const live = report && i === events.length - 1 ? report.live_decode_tps : null;
+        points.push({ t: event.t_ms, pos: event.pos, rate: gap > 0 ? 1000 / gap : null, live });
+      } else if (event.event === 'done') {
+        state.text += event.trailing_text;
+        el.stopReason.textContent = event.reason.replace('_', ' ');
+      }
     }
     scheduleRender();
   },

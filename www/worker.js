@@ -82,8 +82,8 @@ async function load({ name, model, tokenizer, config, backend, quant }) {
 async function run({ prompt, options }) {
   if (!session) throw new Error('no model is loaded');
   if (stopFlag) Atomics.store(stopFlag, 0, 0);
-  const report = await session.generate(prompt, options, (event, report) => {
-    post({ type: 'event', event, report });
+  const report = await session.generate(prompt, options, (events, report) => {
+    post({ type: 'events', events, report });
     return !(stopFlag && Atomics.load(stopFlag, 0) === 1);
   });
   post({ type: 'finished', report });
