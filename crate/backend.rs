@@ -87,10 +87,13 @@ impl Backend {
             .map_err(|e| Error::Device(format!("no usable GPU adapter: {e}")))?;
         let info = setup.adapter.get_info();
         let limits = setup.adapter.limits();
-        let adapter = if info.name.is_empty() {
-            format!("{:?} {:?}", info.backend, info.device_type)
-        } else {
+        let adapter = if !info.name.is_empty() {
             info.name.clone()
+        } else {
+            // Browsers leave wgpu's adapter name empty; ask WebGPU itself for vendor and architecture.
+            browser_adapter_name()
+                .await
+                .unwrap_or_else(|| format!("{:?} {:?}", info.backend, info.device_type))
         };
         let backend = Backend {
             kind: BackendKind::Wgpu,
@@ -121,4 +124,34 @@ impl Backend {
             BackendChoice::Auto => Ok(Backend::wgpu().await.unwrap_or_else(|_| Backend::cpu())),
         }
     }
+}
+
+/// `GPUAdapter.info` as "vendor architecture (description)", e.g. "google swiftshader".
+#[cfg(target_arch = "wasm32")]
+async fn browser_adapter_name() -> Option<String> {
+    use wasm_bindgen::{JsCast, JsValue};
+    let get = |target: &JsValue, key: &str| js_sys::Reflect::get(target, &key.into()).ok();
+    let gpu = get(&get(&js_sys::global(), "navigator")?, "gpu")?;
+    let request: js_sys::Function = get(&gpu, "requestAdapter")?.dyn_into().ok()?;
+    let promise: js_sys::Promise = request.call0(&gpu).ok()?.dyn_into().ok()?;
+    let adapter = wasm_bindgen_futures::JsFuture::from(promise).await.ok()?;
+    let info = get(&adapter, "info")?;
+    let field = |key: &str| {
+        get(&info, key)
+            .and_then(|v| v.as_string())
+            .filter(|s| !s.is_empty())
+    };
+    let mut name: Vec<String> = ["vendor", "architecture"]
+        .iter()
+        .filter_map(|k| field(k))
+        .collect();
+    if let Some(description) = field("description") {
+        name.push(format!("({description})"));
+    }
+    (!name.is_empty()).then(|| name.join(" "))
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+async fn browser_adapter_name() -> Option<String> {
+    None
 }

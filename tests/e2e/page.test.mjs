@@ -4,6 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
 import { mkdirSync, writeFileSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
@@ -66,6 +67,10 @@ test('a preset URL runs stories260K, streams tokens and fills every figure', asy
   }
   assert.equal(await text(page, 'stop-reason'), 'max tokens');
   assert.equal(await page.getByTestId('error').isHidden(), true);
+  // The download was shown with its size and kept in the Cache API.
+  assert.match(await page.locator('#download-text').textContent(), /tokenizer: 6\.2 kB of 6\.2 kB \(100%\)/);
+  const cached = await page.evaluate(async () => (await (await caches.open('tokenometer-models-v1')).keys()).map((r) => r.url));
+  assert.ok(cached.some((url) => url.endsWith('/models/stories260K/stories260K.bin')), `cached: ${cached}`);
   mkdirSync(resolve(root, 'test-results'), { recursive: true });
   await page.screenshot({ path: resolve(root, 'test-results/page.png'), fullPage: true });
   assert.deepEqual(errors, []);
@@ -109,4 +114,55 @@ test('a broken model file gives a clear error, and the page still works', async 
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true);
   await page.close();
+});
+
+test('a download that breaks off is an error and is not cached', async () => {
+  // A second origin that promises the whole model but sends 5000 bytes and hangs up.
+  const model = readFileSync(resolve(models, 'stories260K/stories260K.bin'));
+  const tokenizer = readFileSync(resolve(models, 'stories260K/tok512.bin'));
+  const cors = { 'Access-Control-Allow-Origin': '*', 'Cross-Origin-Resource-Policy': 'cross-origin' };
+  const remote = createServer((req, res) => {
+    if (req.url === '/tok512.bin') {
+      res.writeHead(200, { ...cors, 'Content-Length': tokenizer.length });
+      return res.end(tokenizer);
+    }
+    res.writeHead(200, { ...cors, 'Content-Length': model.length });
+    res.write(model.subarray(0, 5000), () => setTimeout(() => res.destroy(), 50));
+  });
+  await new Promise((ok) => remote.listen(0, '127.0.0.1', ok));
+  const origin = `http://127.0.0.1:${remote.address().port}`;
+  const { page } = await open(`model=${encodeURIComponent(`${origin}/broken.bin`)}&tokenizer=${encodeURIComponent(`${origin}/tok512.bin`)}&backend=cpu&autorun=1`);
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
+  assert.match(await text(page, 'error'), /download of model (broke off|is incomplete)/);
+  const cached = await page.evaluate(async (url) => Boolean(await (await caches.open('tokenometer-models-v1')).match(url)), `${origin}/broken.bin`);
+  assert.equal(cached, false);
+  await page.close();
+  remote.close();
+});
+
+test('WebGPU runs q8 in the worker and names its adapter', async () => {
+  // Chromium's WebGPU here is SwiftShader (software): correct, slow, so a few tokens only.
+  const { page, errors } = await open('model=stories260K&max=6&backend=wgpu&quant=q8&autorun=1');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  const conditions = await text(page, 'conditions');
+  assert.match(conditions, /q8, .* on wgpu \[google swiftshader.*\]/, conditions);
+  assert.match(conditions, /output 6 tok/);
+  assert.ok(Number(await text(page, 'metric-decode-tps')) > 0);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('auto falls back to the CPU where the browser grants no WebGPU adapter', async () => {
+  const plain = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
+    args: ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+  });
+  const page = await plain.newPage();
+  await page.goto(`${base}/?model=stories260K&max=10&backend=auto&autorun=1`);
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  assert.match(await text(page, 'conditions'), /on cpu \[CPU \(burn flex\)\]/);
+  await plain.close();
 });
