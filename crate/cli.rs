@@ -146,8 +146,15 @@ async fn run(command: Command) -> Result<(), Error> {
                 sampling,
                 queued_ms: 0.0,
             };
-            let report =
-                generate(&engine, &prompt, &options, reading_wpm, warm_up_ms, json).await?;
+            let report = generate(
+                &engine,
+                &prompt,
+                &options,
+                reading_wpm,
+                warm_up_ms,
+                if json { Output::Json } else { Output::Text },
+            )
+            .await?;
             if !json {
                 eprintln!("\n{}", table(&report));
             }
@@ -224,52 +231,65 @@ fn find_tokenizer(model: &Path) -> Result<PathBuf, Error> {
         })
 }
 
+/// Where a run's events go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Output {
+    /// The prompt and the text as it streams.
+    Text,
+    /// One JSON object per event; the done line carries the report.
+    Json,
+    /// Nothing (benchmark runs).
+    Quiet,
+}
+
+/// Run one generation through the meter, writing its events as `output` says.
 async fn generate(
     engine: &Engine,
     prompt: &str,
     options: &GenerateOptions,
     reading_wpm: f64,
     warm_up_ms: Option<f64>,
-    json: bool,
+    output: Output,
 ) -> Result<Report, Error> {
     let conditions = Conditions::new(&engine.info, options.sampling, 1, warm_up_ms);
     let mut meter = Meter::new(conditions, reading_wpm);
     let mut out = std::io::stdout().lock();
-    if !json {
+    if output == Output::Text {
         let _ = write!(out, "{prompt}");
     }
     let mut done = None;
     engine
         .generate(prompt, options, &mut |event| {
             meter.observe(event);
-            match event {
+            match (event, output) {
                 // The done line waits for the report it carries.
-                Event::Done { .. } => done = Some(event.clone()),
-                _ if json => {
+                (Event::Done { .. }, _) => done = Some(event.clone()),
+                (_, Output::Json) => {
                     let _ = writeln!(out, "{}", serde_json::to_string(event).unwrap());
                 }
-                Event::Token { text, .. } => {
+                (Event::Token { text, .. }, Output::Text) => {
                     let _ = write!(out, "{text}");
                     let _ = out.flush();
                 }
-                Event::Prefill { .. } => {}
+                _ => {}
             }
             Flow::Continue
         })
         .await?;
-    let Some(done) = done else {
+    let Some(done @ Event::Done { t_ms, .. }) = done else {
         unreachable!("generate always ends with a done event")
     };
-    let Event::Done { t_ms, .. } = done else {
-        unreachable!()
-    };
     let report = meter.report(t_ms);
-    if json {
-        let mut line = serde_json::to_value(&done).unwrap();
-        line["report"] = serde_json::to_value(&report).unwrap();
-        let _ = writeln!(out, "{line}");
-    } else {
-        let _ = writeln!(out);
+    match output {
+        Output::Json => {
+            let mut line = serde_json::to_value(&done).unwrap();
+            line["report"] = serde_json::to_value(&report).unwrap();
+            let _ = writeln!(out, "{line}");
+        }
+        Output::Text => {
+            let _ = writeln!(out);
+        }
+        Output::Quiet => {}
     }
     Ok(report)
 }
@@ -320,7 +340,7 @@ fn table(r: &Report) -> String {
         format!(
             "effective bandwidth {} GB/s ({} of weights per token)",
             fmt(r.effective_gb_per_s, 3),
-            human_bytes(c.bytes_per_token)
+            human_bytes(c.model.bytes_per_token)
         ),
     ];
     if c.batch_size > 1 {
@@ -346,10 +366,28 @@ async fn bench(
         ..Default::default()
     };
     // One full untimed run first, so every kernel shape the timed runs meet is compiled.
-    generate_quietly(&engine, prompt, &options).await?;
+    generate(
+        &engine,
+        prompt,
+        &options,
+        DEFAULT_READING_WPM,
+        None,
+        Output::Quiet,
+    )
+    .await?;
     let mut reports = Vec::with_capacity(runs);
     for _ in 0..runs {
-        reports.push(generate_quietly(&engine, prompt, &options).await?);
+        reports.push(
+            generate(
+                &engine,
+                prompt,
+                &options,
+                DEFAULT_READING_WPM,
+                None,
+                Output::Quiet,
+            )
+            .await?,
+        );
     }
     let first = &reports[0].conditions;
     println!("conditions: {}", first.summary());
@@ -388,24 +426,4 @@ async fn bench(
         );
     }
     Ok(())
-}
-
-async fn generate_quietly(
-    engine: &Engine,
-    prompt: &str,
-    options: &GenerateOptions,
-) -> Result<Report, Error> {
-    let conditions = Conditions::new(&engine.info, options.sampling, 1, None);
-    let mut meter = Meter::new(conditions, DEFAULT_READING_WPM);
-    let mut end_ms = 0.0;
-    engine
-        .generate(prompt, options, &mut |event| {
-            meter.observe(event);
-            if let Event::Done { t_ms, .. } = event {
-                end_ms = *t_ms;
-            }
-            Flow::Continue
-        })
-        .await?;
-    Ok(meter.report(end_ms))
 }

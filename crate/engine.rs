@@ -16,8 +16,9 @@ use crate::sampling::{Sampler, Sampling};
 use crate::tokenizer::{BOS, EOS, TextStream, Tokenizer};
 
 /// What was loaded, for the conditions that travel with every figure.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelInfo {
+    #[serde(rename = "model")]
     pub name: String,
     pub parameters: usize,
     pub quant: Quant,

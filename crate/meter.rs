@@ -28,9 +28,7 @@
 
 use serde::Serialize;
 
-use crate::backend::BackendKind;
 use crate::engine::{Event, ModelInfo, StopReason};
-use crate::quant::Quant;
 use crate::sampling::Sampling;
 
 /// The usual mean silent-reading speed of adults, in words per minute.
@@ -43,17 +41,12 @@ pub const LIVE_WINDOW_MS: f64 = 1000.0;
 /// Everything a figure depends on; it travels with every report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Conditions {
-    pub model: String,
-    pub parameters: usize,
-    pub quant: Quant,
-    pub weight_bytes: u64,
-    pub bytes_per_token: u64,
-    pub backend: BackendKind,
-    pub adapter: String,
+    /// The model as loaded: name, parameters, quantization, bytes, backend and adapter, context.
+    #[serde(flatten)]
+    pub model: ModelInfo,
     pub batch_size: usize,
     pub prompt_tokens: usize,
     pub output_tokens: usize,
-    pub context_length: usize,
     pub sampling: Sampling,
     pub stop_reason: Option<StopReason>,
     /// The warm-up run's time, reported apart; `None` when this run was not preceded by one.
@@ -68,17 +61,10 @@ impl Conditions {
         warm_up_ms: Option<f64>,
     ) -> Self {
         Self {
-            model: info.name.clone(),
-            parameters: info.parameters,
-            quant: info.quant,
-            weight_bytes: info.weight_bytes,
-            bytes_per_token: info.bytes_per_token,
-            backend: info.backend,
-            adapter: info.adapter.clone(),
+            model: info.clone(),
             batch_size,
             prompt_tokens: 0,
             output_tokens: 0,
-            context_length: info.context_length,
             sampling,
             stop_reason: None,
             warm_up_ms,
@@ -89,16 +75,16 @@ impl Conditions {
     pub fn summary(&self) -> String {
         format!(
             "{} ({} params, {}, {}) on {} [{}], batch {}, prompt {} tok, output {} tok, context {}, {}",
-            self.model,
-            human_count(self.parameters as f64),
-            self.quant,
-            human_bytes(self.weight_bytes),
-            self.backend,
-            self.adapter,
+            self.model.name,
+            human_count(self.model.parameters as f64),
+            self.model.quant,
+            human_bytes(self.model.weight_bytes),
+            self.model.backend,
+            self.model.adapter,
             self.batch_size,
             self.prompt_tokens,
             self.output_tokens,
-            self.context_length,
+            self.model.context_length,
             if self.sampling.temperature == 0.0 {
                 "greedy".to_string()
             } else {
@@ -273,7 +259,7 @@ impl Meter {
                 .zip(decode_tps)
                 .map(|(ttft, tps)| ttft + n as f64 / tps * 1e3),
             effective_gb_per_s: decode_tps
-                .map(|tps| self.conditions.bytes_per_token as f64 * tps / 1e9),
+                .map(|tps| self.conditions.model.bytes_per_token as f64 * tps / 1e9),
             per_request_tps: decode_tps,
             aggregate_tps: aggregate_decode_tps(&[times]),
         }

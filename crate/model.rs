@@ -261,20 +261,12 @@ fn rope(x: Tensor<3>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<3> {
     Tensor::cat(vec![rotated_even, rotated_odd], 3).reshape([t, heads, hs])
 }
 
-/// cos and sin of `pos * theta^(-2i / head_size)`, computed in f32 like run.c.
+/// The RoPE angles' cos and sin as device tables.
 fn rope_tables(c: &LlamaConfig, device: &Device) -> (Tensor<2>, Tensor<2>) {
-    let (hs, half) = (c.head_size(), c.head_size() / 2);
-    let mut cos = Vec::with_capacity(c.seq_len * half);
-    let mut sin = Vec::with_capacity(c.seq_len * half);
-    for pos in 0..c.seq_len {
-        for i in 0..half {
-            let freq = 1.0 / c.rope_theta.powf((2 * i) as f32 / hs as f32);
-            let angle = pos as f32 * freq;
-            cos.push(angle.cos());
-            sin.push(angle.sin());
-        }
-    }
-    let table = |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [c.seq_len, half]), device);
+    let (cos, sin) = c.rope_cos_sin();
+    let table = |v: Vec<f32>| {
+        Tensor::<2>::from_data(TensorData::new(v, [c.seq_len, c.head_size() / 2]), device)
+    };
     (table(cos), table(sin))
 }
 

@@ -79,6 +79,23 @@ impl LlamaConfig {
         Ok(())
     }
 
+    /// cos and sin of `pos * theta^(-2i / head_size)` for every position and pair, `[seq_len,
+    /// head_size / 2]` row-major, in f32 like run.c.
+    pub fn rope_cos_sin(&self) -> (Vec<f32>, Vec<f32>) {
+        let (hs, half) = (self.head_size(), self.head_size() / 2);
+        let mut cos = Vec::with_capacity(self.seq_len * half);
+        let mut sin = Vec::with_capacity(self.seq_len * half);
+        for pos in 0..self.seq_len {
+            for i in 0..half {
+                let freq = 1.0 / self.rope_theta.powf((2 * i) as f32 / hs as f32);
+                let angle = pos as f32 * freq;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        (cos, sin)
+    }
+
     /// How many parameters the model has (embedding counted once when shared).
     pub fn parameter_count(&self) -> usize {
         let (d, h, kv) = (self.dim, self.hidden_dim, self.kv_dim());

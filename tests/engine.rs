@@ -144,25 +144,19 @@ fn quantization_shrinks_the_reported_weight_bytes() {
 fn sampling_with_a_seed_repeats_and_differs_across_seeds() {
     let engine = engine(&Backend::cpu(), Quant::F32);
     let run = |seed| {
-        let mut ids = Vec::new();
         let sampling = tokenometer::Sampling {
             temperature: 1.0,
             top_p: 0.9,
             seed,
         };
-        let options = GenerateOptions {
-            max_tokens: 40,
-            sampling,
-            queued_ms: 0.0,
-        };
-        pollster::block_on(engine.generate("Once upon a time", &options, &mut |e| {
-            if let Event::Token { id, .. } = e {
-                ids.push(*id);
-            }
-            Flow::Continue
-        }))
-        .unwrap();
-        ids
+        generated_ids(
+            &engine,
+            &GenerateOptions {
+                max_tokens: 40,
+                sampling,
+                queued_ms: 0.0,
+            },
+        )
     };
     assert_eq!(run(5), run(5));
     assert_ne!(run(5), run(6));

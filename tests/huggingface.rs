@@ -10,7 +10,7 @@ use common::*;
 use safetensors::{Dtype, tensor::TensorView};
 use tokenometer::loading::{hf, llama2c};
 use tokenometer::weights::Matrix;
-use tokenometer::{Backend, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant};
+use tokenometer::{Backend, Engine, GenerateOptions, ModelFiles, Quant};
 
 /// stories260K as HF files, in `dtype` (F32 or BF16).
 fn hf_files(dtype: Dtype) -> (Vec<u8>, Vec<u8>) {
@@ -112,19 +112,13 @@ fn hf_files(dtype: Dtype) -> (Vec<u8>, Vec<u8>) {
 }
 
 fn greedy_ids(engine: &Engine, n: usize) -> Vec<u32> {
-    let mut ids = Vec::new();
-    let options = GenerateOptions {
-        max_tokens: n,
-        ..Default::default()
-    };
-    pollster::block_on(engine.generate("Once upon a time", &options, &mut |e| {
-        if let Event::Token { id, .. } = e {
-            ids.push(*id);
-        }
-        Flow::Continue
-    }))
-    .unwrap();
-    ids
+    generated_ids(
+        engine,
+        &GenerateOptions {
+            max_tokens: n,
+            ..Default::default()
+        },
+    )
 }
 
 #[test]

@@ -129,7 +129,7 @@ async fn session(model: &[u8]) -> Result<Session, JsValue> {
 async fn the_js_api_streams_events_with_reports_and_cancels() {
     let session = session(MODEL).await.unwrap();
     let info = session.info();
-    let name = js_sys::Reflect::get(&info, &"name".into()).unwrap();
+    let name = js_sys::Reflect::get(&info, &"model".into()).unwrap();
     assert_eq!(name.as_string().unwrap(), "stories260K");
     JsFuture::from(session.warm_up()).await.unwrap();
 

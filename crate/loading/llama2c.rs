@@ -229,17 +229,7 @@ pub fn write(weights: &HostWeights, out: &mut impl std::io::Write) -> std::io::R
 
 /// run.c's `freq_cis_real` then `freq_cis_imag` tables, written for compatibility (run.c skips them).
 fn rope_tables(c: &LlamaConfig) -> Vec<f32> {
-    let half = c.head_size() / 2;
-    let mut real = Vec::with_capacity(c.seq_len * half);
-    let mut imag = Vec::with_capacity(c.seq_len * half);
-    for pos in 0..c.seq_len {
-        for i in 0..half {
-            let freq = 1.0 / c.rope_theta.powf((2 * i) as f32 / c.head_size() as f32);
-            let angle = pos as f32 * freq;
-            real.push(angle.cos());
-            imag.push(angle.sin());
-        }
-    }
+    let (mut real, imag) = c.rope_cos_sin();
     real.extend(imag);
     real
 }

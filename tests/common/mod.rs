@@ -43,3 +43,19 @@ pub fn reference_text() -> String {
     let end = text.find("----- END STDOUT -----").unwrap();
     text[start..end].trim_end_matches('\n').to_string()
 }
+
+/// The ids a run from "Once upon a time" generates.
+pub fn generated_ids(
+    engine: &tokenometer::Engine,
+    options: &tokenometer::GenerateOptions,
+) -> Vec<u32> {
+    let mut ids = Vec::new();
+    pollster::block_on(engine.generate("Once upon a time", options, &mut |e| {
+        if let tokenometer::Event::Token { id, .. } = e {
+            ids.push(*id);
+        }
+        tokenometer::Flow::Continue
+    }))
+    .unwrap();
+    ids
+}
