@@ -365,30 +365,13 @@ async fn bench(
         max_tokens,
         ..Default::default()
     };
-    // One full untimed run first, so every kernel shape the timed runs meet is compiled.
-    generate(
-        &engine,
-        prompt,
-        &options,
-        DEFAULT_READING_WPM,
-        None,
-        Output::Quiet,
-    )
-    .await?;
-    let mut reports = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        reports.push(
-            generate(
-                &engine,
-                prompt,
-                &options,
-                DEFAULT_READING_WPM,
-                None,
-                Output::Quiet,
-            )
-            .await?,
-        );
+    let mut reports = Vec::with_capacity(runs + 1);
+    for _ in 0..=runs {
+        let quiet = Output::Quiet;
+        reports.push(generate(&engine, prompt, &options, DEFAULT_READING_WPM, None, quiet).await?);
     }
+    // The first run is not counted: it compiles every kernel shape the timed runs meet.
+    reports.remove(0);
     let first = &reports[0].conditions;
     println!("conditions: {}", first.summary());
     println!(
