@@ -173,6 +173,7 @@ impl Llama {
             );
             let v = h.matmul(layer.wv.clone()).reshape([t, n_kv, hs]);
 
+            // Take each cache tensor out so that it has one owner and slice_assign writes in place.
             let keys_all =
                 std::mem::replace(&mut cache.keys[l], Tensor::empty([0, 0, 0], &self.device));
             cache.keys[l] = keys_all.slice_assign([0..n_kv, start..end, 0..hs], k.swap_dims(0, 1));

@@ -34,7 +34,7 @@ const figures = {
 
 const state = {
   worker: null, stopFlag: null, loadedKey: null, loading: null, running: false,
-  text: '', report: null, points: [], readerStart: null, lastEventAt: 0, warmUpMs: null,
+  text: '', report: null, points: [], readerStart: null, warmUpMs: null,
 };
 
 // ---- the worker ---------------------------------------------------------------------------
@@ -77,7 +77,6 @@ const handlers = {
   },
   events: ({ events, report }) => {
     if (report) state.report = report;
-    state.lastEventAt = performance.now();
     for (const [i, event] of events.entries()) {
       if (event.event === 'token') {
         state.text += event.text;
@@ -166,15 +165,13 @@ function stop() {
   if (!state.running) return;
   if (state.stopFlag) Atomics.store(state.stopFlag, 0, 1);
   state.worker.postMessage({ type: 'cancel' });
-  // Without a shared flag a CPU run cannot hear us until it ends: restart the worker instead.
-  const lastSeen = state.lastEventAt;
+  // Without a shared flag a CPU run cannot hear us until it ends: if it is still going after a
+  // moment, restart the worker (the model then loads again on the next run).
   setTimeout(() => {
-    if (state.running && state.lastEventAt !== lastSeen) return;
-    if (state.running) {
-      el.stopReason.textContent = 'cancelled';
-      finishRun();
-      startWorker();
-    }
+    if (!state.running) return;
+    el.stopReason.textContent = 'cancelled';
+    finishRun();
+    startWorker();
   }, 1500);
 }
 
