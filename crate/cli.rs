@@ -276,10 +276,10 @@ async fn generate(
             Flow::Continue
         })
         .await?;
-    let Some(done @ Event::Done { t_ms, .. }) = done else {
+    let Some(done) = done else {
         unreachable!("generate always ends with a done event")
     };
-    let report = meter.report(t_ms);
+    let report = meter.final_report();
     match output {
         Output::Json => {
             let mut line = serde_json::to_value(&done).unwrap();

@@ -269,13 +269,7 @@ impl Engine {
     pub async fn predictions(&self, ids: &[u32]) -> Result<Vec<u32>> {
         let mut cache = self.model.new_cache();
         let n = ids.len().min(self.model.config.seq_len);
-        let logits = self.model.forward(&ids[..n], &mut cache, true);
-        let data = logits
-            .argmax(1)
-            .into_data_async()
-            .await
-            .map_err(crate::sampling::device_error)?;
-        Ok(data.iter::<i64>().map(|v| v as u32).collect())
+        crate::sampling::argmax_ids(self.model.forward(&ids[..n], &mut cache, true)).await
     }
 }
 

@@ -223,6 +223,12 @@ impl Meter {
         rate(recent - 1, now_ms.max(*times.last().unwrap()) - first)
     }
 
+    /// The report at the end of the run (the done event's time, or the last token's).
+    pub fn final_report(&self) -> Report {
+        let end = self.done_ms.or(self.token_times.last().copied());
+        self.report(end.unwrap_or(0.0))
+    }
+
     /// The report as of `now_ms` (pass the done time, or the current time mid-run).
     pub fn report(&self, now_ms: f64) -> Report {
         let times = &self.token_times;

@@ -61,12 +61,7 @@ impl Sampler {
     /// Choose the next id from logits `[1, vocab]`, reading back as little as the method needs.
     pub async fn sample(&mut self, logits: Tensor<2>) -> Result<u32> {
         if self.settings.temperature == 0.0 {
-            let data = logits
-                .argmax(1)
-                .into_data_async()
-                .await
-                .map_err(device_error)?;
-            return Ok(data.iter::<i64>().next().unwrap_or(0) as u32);
+            return Ok(argmax_ids(logits).await?.first().copied().unwrap_or(0));
         }
         let data = logits.into_data_async().await.map_err(device_error)?;
         let logits: Vec<f32> = data.iter::<f32>().collect();
@@ -131,7 +126,17 @@ fn sample_from(candidates: &[(usize, f32)], coin: f32) -> u32 {
     candidates.last().map_or(0, |c| c.0 as u32)
 }
 
-pub(crate) fn device_error(e: impl std::fmt::Debug) -> Error {
+/// The argmax of each row of `logits`, computed on the device; only the ids are read back.
+pub(crate) async fn argmax_ids(logits: Tensor<2>) -> Result<Vec<u32>> {
+    let data = logits
+        .argmax(1)
+        .into_data_async()
+        .await
+        .map_err(device_error)?;
+    Ok(data.iter::<i64>().map(|id| id as u32).collect())
+}
+
+fn device_error(e: impl std::fmt::Debug) -> Error {
     Error::Device(format!(
         "reading results back from the device failed: {e:?}"
     ))

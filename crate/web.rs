@@ -239,8 +239,7 @@ impl Session {
                 return Err(e);
             }
             result.map_err(|e| JsValue::from(js_error(e)))?;
-            let end = meter.token_times().last().copied().unwrap_or(0.0);
-            Ok(to_js(&meter.report(end)))
+            Ok(to_js(&meter.final_report()))
         })
     }
 

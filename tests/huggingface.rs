@@ -111,6 +111,19 @@ fn hf_files(dtype: Dtype) -> (Vec<u8>, Vec<u8>) {
     (serde_json::to_vec(&config).unwrap(), bytes)
 }
 
+/// An f32 CPU engine on stories260K written as HF files in `dtype`.
+fn hf_engine(dtype: Dtype) -> Engine {
+    let (config, weights) = hf_files(dtype);
+    let files = ModelFiles::hugging_face(format!("stories260K-{dtype:?}"), config, weights);
+    Engine::load(
+        files,
+        &read(stories260k("tok512.bin")),
+        Quant::F32,
+        &Backend::cpu(),
+    )
+    .unwrap()
+}
+
 fn greedy_ids(engine: &Engine, n: usize) -> Vec<u32> {
     generated_ids(
         engine,
@@ -123,28 +136,14 @@ fn greedy_ids(engine: &Engine, n: usize) -> Vec<u32> {
 
 #[test]
 fn hf_f32_checkpoint_matches_the_reference_exactly() {
-    let (config, weights) = hf_files(Dtype::F32);
-    let engine = Engine::load(
-        ModelFiles::hugging_face("stories260K-hf", config, weights),
-        &read(stories260k("tok512.bin")),
-        Quant::F32,
-        &Backend::cpu(),
-    )
-    .unwrap();
+    let engine = hf_engine(Dtype::F32);
     let (prompt, sequence) = reference_ids();
     assert_eq!(greedy_ids(&engine, 252), &sequence[prompt.len()..]);
 }
 
 #[test]
 fn hf_bf16_checkpoint_loads_and_mostly_agrees() {
-    let (config, weights) = hf_files(Dtype::BF16);
-    let engine = Engine::load(
-        ModelFiles::hugging_face("stories260K-bf16", config, weights),
-        &read(stories260k("tok512.bin")),
-        Quant::F32,
-        &Backend::cpu(),
-    )
-    .unwrap();
+    let engine = hf_engine(Dtype::BF16);
     let (_, sequence) = reference_ids();
     let preds = pollster::block_on(engine.predictions(&sequence[..256])).unwrap();
     let agree = preds

@@ -63,7 +63,6 @@ const handlers = {
   },
   status: ({ status }) => setStatus(status),
   loaded: ({ info }) => {
-    state.info = info;
     el.conditions.textContent = `${info.model} · ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})`;
     el.warmup.hidden = false;
     state.warmStart = performance.now();
