@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Mutex;
 
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -61,8 +60,10 @@ pub struct Backend {
     pub details: String,
 }
 
-/// burn initializes its wgpu runtime once per process; later calls reuse it.
-static WGPU: Mutex<Option<Backend>> = Mutex::new(None);
+/// burn registers its wgpu runtime once per process; later calls reuse it. The lock is held across the
+/// initialization: two concurrent first calls (parallel tests) would otherwise both register, and the
+/// second fails with "Service already initialized".
+static WGPU: async_lock::Mutex<Option<Backend>> = async_lock::Mutex::new(None);
 
 impl Backend {
     pub fn cpu() -> Backend {
@@ -78,8 +79,9 @@ impl Backend {
 
     /// Initialize the GPU backend (async: in a browser this awaits the WebGPU adapter).
     pub async fn wgpu() -> Result<Backend> {
-        if let Some(ready) = WGPU.lock().unwrap().clone() {
-            return Ok(ready);
+        let mut ready = WGPU.lock().await;
+        if let Some(backend) = ready.as_ref() {
+            return Ok(backend.clone());
         }
         let (device, setup) = Device::wgpu_options()
             .init_with_setup_async()
@@ -112,7 +114,7 @@ impl Backend {
                     .contains(burn::tensor::wgpu::wgpu::Features::SHADER_F16),
             ),
         };
-        *WGPU.lock().unwrap() = Some(backend.clone());
+        *ready = Some(backend.clone());
         Ok(backend)
     }
 

@@ -265,3 +265,14 @@ fn prefill_and_tokens_are_timestamped_in_order() {
         })
     ));
 }
+
+#[test]
+fn concurrent_first_wgpu_inits_share_one_device() {
+    // burn registers its wgpu runtime once per process; racing first calls must all get that one.
+    let threads: Vec<_> = (0..4).map(|_| std::thread::spawn(wgpu)).collect();
+    let adapters: Vec<String> = threads
+        .into_iter()
+        .map(|t| t.join().expect("no init fails").adapter)
+        .collect();
+    assert!(adapters.windows(2).all(|w| w[0] == w[1]), "{adapters:?}");
+}
