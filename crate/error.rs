@@ -15,8 +15,11 @@ pub enum Error {
     BadPrompt(String),
     /// A setting that this backend cannot run (q4 on the CPU backend, say).
     Unsupported(String),
-    /// The compute device could not be created, or was lost.
+    /// The compute device could not be created, or failed.
     Device(String),
+    /// The GPU device was lost (driver reset, GPU removed, browser reclaimed it). Nothing more runs
+    /// on it in this process: the page restarts its worker, the CLI has to be run again.
+    DeviceLost(String),
 }
 
 impl fmt::Display for Error {
@@ -28,6 +31,7 @@ impl fmt::Display for Error {
             Error::BadPrompt(m) => write!(f, "bad prompt: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Device(m) => write!(f, "device error: {m}"),
+            Error::DeviceLost(m) => write!(f, "the GPU device was lost ({m})"),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! gives the same text on every platform.
 
 use burn::prelude::*;
+use burn::tensor::ExecutionError;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -136,10 +137,23 @@ pub(crate) async fn argmax_ids(logits: Tensor<2>) -> Result<Vec<u32>> {
     Ok(data.iter::<i64>().map(|id| id as u32).collect())
 }
 
-fn device_error(e: impl std::fmt::Debug) -> Error {
-    Error::Device(format!(
-        "reading results back from the device failed: {e:?}"
-    ))
+fn device_error(e: ExecutionError) -> Error {
+    match e {
+        // Once lost, every later operation on the device fails the same way.
+        ExecutionError::DevicePoisoned { reason } => Error::DeviceLost(root_cause(&reason)),
+        other => Error::Device(format!(
+            "reading results back from the device failed: {}",
+            root_cause(&other.to_string())
+        )),
+    }
+}
+
+/// burn's execution errors nest ("...\nCaused by:\n  ...\nBacktrace: ..."); keep the innermost
+/// cause, on one line, as every error message here is.
+fn root_cause(message: &str) -> String {
+    let message = message.split("Backtrace:").next().unwrap_or(message);
+    let cause = message.rsplit("Caused by:").next().unwrap_or(message);
+    cause.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
@@ -186,5 +200,25 @@ mod tests {
         let mut s = sampler(1.0, 0.0, 11);
         let ones = (0..4000).filter(|_| s.sample_host(&logits) == 1).count();
         assert!((2800..3200).contains(&ones), "{ones} of 4000");
+    }
+
+    #[test]
+    fn a_lost_device_is_its_own_error_and_errors_keep_their_innermost_cause() {
+        let lost = device_error(ExecutionError::DevicePoisoned {
+            reason: "The device is poisoned\nCaused by:\n  Destroyed: Device was destroyed.\n\
+                     Backtrace:\nNo backtrace available"
+                .into(),
+        });
+        assert_eq!(
+            lost.to_string(),
+            "the GPU device was lost (Destroyed: Device was destroyed.)"
+        );
+        let other = device_error(ExecutionError::WithContext {
+            reason: "buffer map\n failed".into(),
+        });
+        assert_eq!(
+            other,
+            Error::Device("reading results back from the device failed: buffer map failed".into())
+        );
     }
 }

@@ -40,6 +40,16 @@ fn js_error(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
 }
 
+/// An engine error as a JS `Error`. A lost GPU device is named `DeviceLostError`: nothing more runs
+/// on it in this wasm instance, so the worker tells the page to start a fresh one.
+fn engine_error(e: crate::Error) -> JsValue {
+    let error = js_sys::Error::new(&e.to_string());
+    if matches!(e, crate::Error::DeviceLost(_)) {
+        error.set_name("DeviceLostError");
+    }
+    error.into()
+}
+
 /// Plain JS objects for the page. Through JSON text rather than serde-wasm-bindgen's serializer:
 /// measured in a Chromium worker, serializing one report took ~40 ms that way (setting properties
 /// one JS call at a time) and well under a millisecond through `JSON.parse`; at one report per token
@@ -141,10 +151,7 @@ impl Session {
         let engine = self.engine.clone();
         let warm = self.warm_up_ms.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let ms = engine
-                .warm_up()
-                .await
-                .map_err(|e| JsValue::from(js_error(e)))?;
+            let ms = engine.warm_up().await.map_err(engine_error)?;
             warm.set(Some(ms));
             Ok(JsValue::from_f64(ms))
         })
@@ -238,7 +245,7 @@ impl Session {
             if let Some(e) = callback_error {
                 return Err(e);
             }
-            result.map_err(|e| JsValue::from(js_error(e)))?;
+            result.map_err(engine_error)?;
             Ok(to_js(&meter.final_report()))
         })
     }

@@ -98,8 +98,9 @@ const handlers = {
   },
   error: ({ message }) => fail(message),
   fatal: ({ message }) => {
-    fail(message);
-    startWorker(); // the wasm instance trapped; a fresh worker is the only safe state
+    // The wasm instance trapped or lost its GPU device; a fresh worker is the only safe state.
+    fail(`${message}; the engine was restarted, Run loads the model again`);
+    startWorker();
   },
 };
 

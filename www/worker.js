@@ -89,10 +89,12 @@ async function run({ prompt, options }) {
   post({ type: 'finished', report });
 }
 
-// A Rust panic traps the wasm instance; report its message so the page can restart the worker.
+// A Rust panic traps the wasm instance, and a lost GPU device stays lost for it: both are fatal,
+// and the page starts a fresh worker.
 function failure(e) {
   const panic = lastPanic?.();
   if (panic) return { type: 'fatal', message: `the engine crashed: ${panic}` };
+  if (e?.name === 'DeviceLostError') return { type: 'fatal', message: e.message };
   return { type: 'error', message: e?.message ?? String(e) };
 }
 

@@ -39,10 +39,12 @@ after(async () => {
   server?.kill();
 });
 
-async function open(query) {
+// `prepare(page)` runs before the page loads (to route its requests, say).
+async function open(query, prepare = async () => {}) {
   const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  await prepare(page);
   await page.goto(`${base}/?${query}`);
   return { page, errors };
 }
@@ -149,6 +151,44 @@ test('WebGPU runs q8 in the worker and names its adapter', async () => {
   assert.match(conditions, /q8, .* on wgpu \[google swiftshader.*\]/, conditions);
   assert.match(conditions, /output 6 tok/);
   assert.ok(Number(await text(page, 'metric-decode-tps')) > 0);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a lost WebGPU device is an error, and the next run gets a fresh device', async () => {
+  // The first worker destroys its GPUDevice when the first tokens arrive, as a driver reset would;
+  // workers started after that are served unchanged.
+  const loseDevice = `{
+    const devices = [];
+    const requestDevice = GPUAdapter.prototype.requestDevice;
+    GPUAdapter.prototype.requestDevice = async function (...args) {
+      const device = await requestDevice.apply(this, args);
+      devices.push(device);
+      return device;
+    };
+    const post = self.postMessage.bind(self);
+    self.postMessage = (message, ...rest) => {
+      if (message?.type === 'events' && devices.length) devices.splice(0).forEach((d) => d.destroy());
+      return post(message, ...rest);
+    };
+  }`;
+  let served = 0;
+  const { page, errors } = await open('model=stories260K&max=12&backend=wgpu&quant=f32&autorun=0', (page) =>
+    page.route('**/worker.js', async (route) => {
+      const response = await route.fetch();
+      const body = (served++ === 0 ? loseDevice : '') + (await response.text());
+      await route.fulfill({ response, body });
+    }));
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await text(page, 'status'), 'error');
+  assert.match(await text(page, 'error'), /the GPU device was lost \(.*destroyed.*\); the engine was restarted/i);
+  // Run again: a fresh worker, a fresh device, a complete run.
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  assert.match(await text(page, 'conditions'), /on wgpu .*output 12 tok/);
+  assert.equal(served, 2);
   assert.deepEqual(errors, []);
   await page.close();
 });
