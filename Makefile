@@ -39,7 +39,7 @@ test-e2e:
 
 pkg:
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo build --release --target wasm32-unknown-unknown --lib
-	wasm-bindgen --target web --out-dir pkg $(WASM)
+	wasm-bindgen --target web --remove-name-section --out-dir pkg $(WASM)
 
 bench: setup-serve
 	cargo build --release
