@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::engine::DEFAULT_MAX_TOKENS;
 use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter, Report, human_bytes};
 use crate::synth::Shape;
 use crate::{
@@ -46,7 +47,7 @@ enum Command {
         model: ModelArgs,
         #[arg(long)]
         prompt: String,
-        #[arg(long, default_value_t = 256)]
+        #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
         max_tokens: usize,
         /// 0 is greedy.
         #[arg(long, default_value_t = 0.0)]

@@ -77,6 +77,9 @@ pub enum Event {
     },
 }
 
+/// How many tokens a run generates unless told otherwise (the CLI's and the wasm API's default too).
+pub const DEFAULT_MAX_TOKENS: usize = 256;
+
 /// What to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GenerateOptions {
@@ -89,7 +92,7 @@ pub struct GenerateOptions {
 impl Default for GenerateOptions {
     fn default() -> Self {
         Self {
-            max_tokens: 256,
+            max_tokens: DEFAULT_MAX_TOKENS,
             sampling: Sampling::default(),
             queued_ms: 0.0,
         }

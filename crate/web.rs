@@ -11,6 +11,7 @@ use js_sys::Function;
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
+use crate::engine::DEFAULT_MAX_TOKENS;
 use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter};
 use crate::{
     Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling,
@@ -83,7 +84,7 @@ impl Default for RunOptions {
     fn default() -> Self {
         let sampling = Sampling::default();
         Self {
-            max_tokens: 256,
+            max_tokens: DEFAULT_MAX_TOKENS,
             temperature: sampling.temperature,
             top_p: sampling.top_p,
             seed: sampling.seed,
