@@ -14,7 +14,7 @@ WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: serve test test-native test-wasm test-e2e pkg bench lint setup setup-serve apt-packages wasm-tools npm-packages
+.PHONY: serve test test-native test-wasm test-e2e pkg bench lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
 
 serve: setup-serve pkg
 	PORT=$(PORT) MODELS=$(MODELS) node www/serve.mjs
@@ -47,6 +47,17 @@ bench: setup-serve
 	[ -f target/synth/stories15M.bin ] || target/release/tokenometer synth --shape stories15M --out target/synth/stories15M.bin
 	for q in f32 q8; do target/release/tokenometer bench --model target/synth/stories15M.bin \
 		--tokenizer $(MODELS)/llama2-tokenizer/tokenizer.bin --quant $$q --runs 5; done
+
+# Coverage-guided fuzzing of every parser (nightly + cargo-fuzz; not part of `make test`).
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= llama2c huggingface tokenizer_bin tokenizer_json
+fuzz:
+	rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	python3 fuzz/seeds.py
+	for t in $(FUZZ_TARGETS); do \
+		cargo +nightly fuzz run --sanitizer none $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 \
+			-max_len=65536 > fuzz/$$t.log 2>&1; status=$$?; tail -n 3 fuzz/$$t.log; [ $$status = 0 ] || exit $$status; done
 
 lint:
 	cargo fmt --check

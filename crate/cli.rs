@@ -50,14 +50,14 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
         max_tokens: usize,
         /// 0 is greedy.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, value_parser = finite_f32)]
         temperature: f32,
-        #[arg(long, default_value_t = 0.9)]
+        #[arg(long, default_value_t = 0.9, value_parser = finite_f32)]
         top_p: f32,
         #[arg(long, default_value_t = 42)]
         seed: u64,
         /// Reading speed for "x reading speed", words per minute.
-        #[arg(long, default_value_t = DEFAULT_READING_WPM)]
+        #[arg(long, default_value_t = DEFAULT_READING_WPM, value_parser = reading_wpm)]
         reading_wpm: f64,
         /// Print one JSON object per event instead of text.
         #[arg(long)]
@@ -79,8 +79,9 @@ enum Command {
     Bench {
         #[command(flatten)]
         model: ModelArgs,
-        #[arg(long, default_value_t = 5)]
-        runs: usize,
+        /// Timed runs, 1 to 10000.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=MAX_RUNS))]
+        runs: u32,
         #[arg(long, default_value = "Once upon a time")]
         prompt: String,
         #[arg(long, default_value_t = 128)]
@@ -88,19 +89,59 @@ enum Command {
     },
 }
 
+/// The most timed runs `bench` takes (each one's report is kept until the summary).
+const MAX_RUNS: i64 = 10_000;
+
 fn parse<T: std::str::FromStr<Err = Error>>(s: &str) -> Result<T, String> {
     s.parse().map_err(|e: Error| e.to_string())
+}
+
+/// An f32 that stays finite: `1e308` is a valid f64 but becomes infinity in f32.
+fn finite_f32(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !v.is_finite() {
+        return Err(format!(
+            "{s} is not a finite number (f32 holds up to about 3.4e38)"
+        ));
+    }
+    Ok(v)
+}
+
+/// A reading speed in words per minute: positive and finite.
+fn reading_wpm(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!(
+            "{s} words per minute: give a positive reading speed"
+        ));
+    }
+    Ok(v)
 }
 
 /// Parse the arguments, run, and turn any error into one line and exit code 2.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        // clap answers a bare `tokenometer` with the description; that is a usage error.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprintln!(
+                "tokenometer: no command given; use generate, bench or synth (--help explains them)"
+            );
+            return ExitCode::from(2);
+        }
         Err(e) if e.use_stderr() => {
-            // clap's usage block is helpful but long; bad input gets one line.
+            // clap's usage block is helpful but long; bad input gets one line: the error's first
+            // paragraph (which names a missing argument on its second line), joined.
             let message = e.to_string();
-            let first = message.lines().next().unwrap_or_default();
-            eprintln!("tokenometer: {}", first.trim_start_matches("error: "));
+            let first: Vec<&str> = message
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!(
+                "tokenometer: {}",
+                first.join(" ").trim_start_matches("error: ")
+            );
             return ExitCode::from(2);
         }
         Err(e) => {
@@ -164,11 +205,11 @@ async fn run(command: Command) -> Result<(), Error> {
         Command::Synth { shape, out, seed } => {
             let weights = crate::synth::weights(&shape.config(), seed);
             let file = std::fs::File::create(&out)
-                .map_err(|e| Error::Io(format!("{}: {e}", out.display())))?;
+                .map_err(|e| Error::Write(format!("{}: {e}", out.display())))?;
             let mut writer = std::io::BufWriter::new(file);
             crate::loading::llama2c::write(&weights, &mut writer)
                 .and_then(|()| writer.flush())
-                .map_err(|e| Error::Io(format!("{}: {e}", out.display())))?;
+                .map_err(|e| Error::Write(format!("{}: {e}", out.display())))?;
             eprintln!(
                 "wrote {} ({} parameters, {:?}, seed {seed})",
                 out.display(),
@@ -182,7 +223,7 @@ async fn run(command: Command) -> Result<(), Error> {
             runs,
             prompt,
             max_tokens,
-        } => bench(&model, runs.max(1), &prompt, max_tokens).await,
+        } => bench(&model, runs as usize, &prompt, max_tokens).await,
     }
 }
 
@@ -305,7 +346,10 @@ fn table(r: &Report) -> String {
     let p = r.inter_token_ms;
     let mut lines = vec![
         format!("conditions: {}", c.summary()),
-        format!("stop: {:?}", c.stop_reason),
+        format!(
+            "stop: {}",
+            c.stop_reason.map_or("-", |r| r.name()).replace('_', " ")
+        ),
         format!("warm-up (apart): {} ms", fmt(c.warm_up_ms, 1)),
         format!(
             "TTFT {} ms = queue {} + tokenize {} + prefill {} (prefill {} tok/s)",

@@ -20,7 +20,7 @@ use crate::tokenizer::{BOS, EOS, TextStream, Tokenizer};
 pub struct ModelInfo {
     #[serde(rename = "model")]
     pub name: String,
-    pub parameters: usize,
+    pub parameters: u64,
     pub quant: Quant,
     /// Bytes of all weights as loaded (device weights plus the host embedding table).
     pub weight_bytes: u64,
@@ -45,6 +45,19 @@ pub enum StopReason {
     MaxTokens,
     ContextFull,
     Cancelled,
+}
+
+impl StopReason {
+    /// The reason as it appears in JSON and reports (`max_tokens`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::Eos => "eos",
+            StopReason::Bos => "bos",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::ContextFull => "context_full",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// The engine's events; times are milliseconds since the request was made (queue time included).
@@ -124,9 +137,12 @@ impl Engine {
         let tokenizer = Tokenizer::from_bytes(tokenizer_bytes)?;
         let weights = files.load()?;
         let config = weights.config.clone();
+        // Every id the tokenizer can produce (and BOS and EOS, which the model's vocabulary of at
+        // least 3 holds) must be a row of the embedding.
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(Error::BadTokenizer(format!(
-                "the tokenizer has {} tokens but the model expects {}: they do not belong together",
+                "the tokenizer's ids run 0..{} but the model's vocabulary is 0..{}: they do not \
+                 belong together",
                 tokenizer.vocab_size(),
                 config.vocab_size
             )));
@@ -176,6 +192,12 @@ impl Engine {
             return Err(Error::BadPrompt("the prompt is empty".into()));
         }
         let ids = self.tokenizer.encode(prompt)?;
+        let vocab = self.model.config.vocab_size;
+        if let Some(id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::BadTokenizer(format!(
+                "the tokenizer produced id {id}, outside the model's vocabulary of {vocab}"
+            )));
+        }
         let context = self.model.config.seq_len;
         if ids.len() >= context {
             return Err(Error::BadPrompt(format!(
@@ -195,6 +217,11 @@ impl Engine {
         on_event: &mut dyn FnMut(&Event) -> Flow,
     ) -> Result<StopReason> {
         options.sampling.validate()?;
+        if options.max_tokens == 0 {
+            return Err(Error::Unsupported(
+                "max tokens 0 would generate nothing; ask for at least 1".into(),
+            ));
+        }
         let start = Instant::now();
         let at = |now: Instant| options.queued_ms + (now - start).as_secs_f64() * 1e3;
 

@@ -7,6 +7,8 @@ use std::fmt;
 pub enum Error {
     /// A file could not be read at all.
     Io(String),
+    /// A file could not be written (a missing folder, no permission, a full disk).
+    Write(String),
     /// The model file is truncated, foreign, or has an impossible header.
     BadModel(String),
     /// The tokenizer file cannot be parsed, or does not fit the model.
@@ -26,6 +28,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Io(m) => write!(f, "cannot read file: {m}"),
+            Error::Write(m) => write!(f, "cannot write file: {m}"),
             Error::BadModel(m) => write!(f, "bad model file: {m}"),
             Error::BadTokenizer(m) => write!(f, "bad tokenizer: {m}"),
             Error::BadPrompt(m) => write!(f, "bad prompt: {m}"),

@@ -35,19 +35,99 @@ pub struct Llama {
     rms_final: Tensor<1>,
     /// `[dim, vocab]`.
     classifier: Tensor<2>,
-    /// `[seq_len, head_size / 2]`, rotation angles per position and pair.
-    rope_cos: Tensor<2>,
-    rope_sin: Tensor<2>,
     /// What the quantization did, tensor by tensor, and the bytes that resulted.
     pub quant: QuantPlan,
 }
 
-/// Keys and values of every layer, `[n_kv_heads, seq_len, head_size]`, filled up to `len`.
+/// Keys and values of every layer, `[n_kv_heads, capacity, head_size]`, filled up to `len`.
+///
+/// The cache grows with use (doubling, up to the context length) instead of holding the whole
+/// context from the start: a model that claims a 2^20-token context with 512 layers would otherwise
+/// ask for gigabytes before its first token.
 pub struct KvCache {
     keys: Vec<Tensor<3>>,
     values: Vec<Tensor<3>>,
+    /// Positions each layer's tensors can hold now.
+    capacity: usize,
+    /// Positions filled.
     pub len: usize,
+    /// The context length: the most the cache may grow to.
+    limit: usize,
+    n_kv_heads: usize,
+    head_size: usize,
+    device: Device,
 }
+
+/// The smallest capacity a cache allocates, so that short runs grow it once or twice at most.
+const MIN_CACHE_POSITIONS: usize = 64;
+
+impl KvCache {
+    /// Make room for positions up to `end` (at most the context length), copying what is filled.
+    fn reserve(&mut self, end: usize) {
+        if end <= self.capacity {
+            return;
+        }
+        let capacity = end
+            .max(2 * self.capacity)
+            .max(MIN_CACHE_POSITIONS)
+            .min(self.limit);
+        let shape = [self.n_kv_heads, capacity, self.head_size];
+        let filled = [0..self.n_kv_heads, 0..self.len, 0..self.head_size];
+        let (device, len) = (&self.device, self.len);
+        for tensors in [&mut self.keys, &mut self.values] {
+            for t in tensors.iter_mut() {
+                let old = std::mem::replace(t, Tensor::empty([0, 0, 0], device));
+                let grown = Tensor::zeros(shape, device);
+                *t = if len == 0 {
+                    grown
+                } else {
+                    grown.slice_assign(filled.clone(), old.slice(filled.clone()))
+                };
+            }
+        }
+        self.capacity = capacity;
+    }
+
+    /// Store layer `layer`'s keys and values `[n_kv_heads, t, head_size]` at positions
+    /// `start..start + t` (the caller has reserved them).
+    fn write(&mut self, layer: usize, start: usize, keys: Tensor<3>, values: Tensor<3>) {
+        let [n_kv, t, hs] = keys.dims();
+        let at = [0..n_kv, start..start + t, 0..hs];
+        // Take each cache tensor out so that it has one owner and slice_assign writes in place.
+        for (cache, new) in [
+            (&mut self.keys[layer], keys),
+            (&mut self.values[layer], values),
+        ] {
+            let all = std::mem::replace(cache, Tensor::empty([0, 0, 0], &self.device));
+            *cache = all.slice_assign(at.clone(), new);
+        }
+    }
+
+    /// Layer `layer`'s keys and values for positions `0..end`.
+    fn view(&self, layer: usize, end: usize) -> (Tensor<3>, Tensor<3>) {
+        let range = [0..self.n_kv_heads, 0..end, 0..self.head_size];
+        (
+            self.keys[layer].clone().slice(range.clone()),
+            self.values[layer].clone().slice(range),
+        )
+    }
+
+    /// Forget positions from `len` on (what speculative decoding needs to reject a draft).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Positions the cache can hold without growing.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+/// The most bytes one prefill chunk's largest intermediate (attention scores, or the feed-forward
+/// activations) may take; longer prompts are run in several chunks. 64 MiB keeps a 512-token prompt
+/// of the models the page offers in one chunk, and a 100,000-token prompt on a model claiming a
+/// 2^20-token context from building a multi-gigabyte `t x t` mask.
+const PREFILL_CHUNK_BYTES: usize = 64 << 20;
 
 impl Llama {
     /// Move host weights to `device`, quantizing the projection matrices with `scheme`.
@@ -91,7 +171,6 @@ impl Llama {
             .unwrap_or(&weights.token_embedding);
         let classifier = matrix("classifier", classifier_weights, &mut plan);
         plan.add_f32(config.dim);
-        let (rope_cos, rope_sin) = rope_tables(&config, device);
         Self {
             rms_final: vector(&weights.rms_final),
             embedding: weights.token_embedding.data,
@@ -99,8 +178,6 @@ impl Llama {
             device: device.clone(),
             layers,
             classifier,
-            rope_cos,
-            rope_sin,
             quant: plan,
         }
     }
@@ -109,24 +186,66 @@ impl Llama {
         &self.device
     }
 
+    /// An empty cache; it allocates as positions are written.
     pub fn new_cache(&self) -> KvCache {
         let c = &self.config;
-        let shape = [c.n_kv_heads, c.seq_len, c.head_size()];
+        let empty = || Tensor::<3>::empty([0, 0, 0], &self.device);
         KvCache {
-            keys: (0..c.n_layers)
-                .map(|_| Tensor::zeros(shape, &self.device))
-                .collect(),
-            values: (0..c.n_layers)
-                .map(|_| Tensor::zeros(shape, &self.device))
-                .collect(),
+            keys: (0..c.n_layers).map(|_| empty()).collect(),
+            values: (0..c.n_layers).map(|_| empty()).collect(),
+            capacity: 0,
             len: 0,
+            limit: c.seq_len,
+            n_kv_heads: c.n_kv_heads,
+            head_size: c.head_size(),
+            device: self.device.clone(),
         }
     }
 
-    /// Run `tokens` at positions `cache.len..`, all in one batched pass (prefill) or one token
-    /// (decode). Returns logits `[1, vocab]` for the last position, or `[T, vocab]` for every
-    /// position when `all_logits` (used to check quantization along a known sequence).
+    /// Run `tokens` at positions `cache.len..`: the whole prompt in batched passes (prefill, in
+    /// chunks when it is long) or one token (decode). Returns logits `[1, vocab]` for the last
+    /// position, or `[T, vocab]` for every position when `all_logits` (used to check quantization
+    /// along a known sequence).
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Tensor<2> {
+        let c = &self.config;
+        let end = cache.len + tokens.len();
+        // The largest intermediates per chunk position: a row of attention scores per head over
+        // every key, and the feed-forward's three hidden-width rows.
+        let per_position = 4 * (c.n_heads * end).max(3 * c.hidden_dim + 4 * c.dim);
+        let chunk = (PREFILL_CHUNK_BYTES / per_position).max(1);
+        self.forward_in_chunks(tokens, cache, all_logits, chunk)
+    }
+
+    /// [`forward`](Self::forward) with `tokens` run `chunk` at a time (tests compare chunkings).
+    pub fn forward_in_chunks(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        all_logits: bool,
+        chunk: usize,
+    ) -> Tensor<2> {
+        let c = &self.config;
+        let mut hidden = Vec::new();
+        for piece in tokens.chunks(chunk.max(1)) {
+            let x = self.transformer(piece, cache);
+            let t = piece.len();
+            hidden.push(if all_logits {
+                x
+            } else {
+                x.slice([t - 1..t, 0..c.dim])
+            });
+        }
+        let x = if all_logits {
+            Tensor::cat(hidden, 0)
+        } else {
+            hidden.pop().expect("forward needs at least one token")
+        };
+        rms_norm(x, &self.rms_final, c.norm_eps).matmul(self.classifier.clone())
+    }
+
+    /// Every layer for `tokens` at positions `cache.len..` in one batched pass, storing their keys
+    /// and values in the cache. Returns the hidden states `[T, dim]` before the final norm.
+    fn transformer(&self, tokens: &[u32], cache: &mut KvCache) -> Tensor<2> {
         let c = &self.config;
         let (t, dim, hs) = (tokens.len(), c.dim, c.head_size());
         let (n_heads, n_kv) = (c.n_heads, c.n_kv_heads);
@@ -145,16 +264,12 @@ impl Llama {
         }
         let mut x = Tensor::<2>::from_data(TensorData::new(rows, [t, dim]), &self.device);
 
-        let cos = self
-            .rope_cos
-            .clone()
-            .slice(s![start..end])
-            .reshape([t, 1, hs / 2, 1]);
-        let sin = self
-            .rope_sin
-            .clone()
-            .slice(s![start..end])
-            .reshape([t, 1, hs / 2, 1]);
+        let (cos, sin) = c.rope_cos_sin(start, end);
+        let angles = |v: Vec<f32>| {
+            Tensor::<4>::from_data(TensorData::new(v, [t, 1, hs / 2, 1]), &self.device)
+        };
+        let (cos, sin) = (angles(cos), angles(sin));
+        cache.reserve(end);
         // Prefill needs a causal mask; a single decode token sees the whole cache anyway.
         let mask = (t > 1).then(|| causal_mask(start, t, rep, &self.device));
 
@@ -173,16 +288,8 @@ impl Llama {
             );
             let v = h.matmul(layer.wv.clone()).reshape([t, n_kv, hs]);
 
-            // Take each cache tensor out so that it has one owner and slice_assign writes in place.
-            let keys_all =
-                std::mem::replace(&mut cache.keys[l], Tensor::empty([0, 0, 0], &self.device));
-            cache.keys[l] = keys_all.slice_assign([0..n_kv, start..end, 0..hs], k.swap_dims(0, 1));
-            let values_all =
-                std::mem::replace(&mut cache.values[l], Tensor::empty([0, 0, 0], &self.device));
-            cache.values[l] =
-                values_all.slice_assign([0..n_kv, start..end, 0..hs], v.swap_dims(0, 1));
-            let keys = cache.keys[l].clone().slice([0..n_kv, 0..end, 0..hs]);
-            let values = cache.values[l].clone().slice([0..n_kv, 0..end, 0..hs]);
+            cache.write(l, start, k.swap_dims(0, 1), v.swap_dims(0, 1));
+            let (keys, values) = cache.view(l, end);
 
             // Grouped-query attention: the `rep` query heads of one KV head become extra rows.
             let q = q.swap_dims(0, 1).reshape([n_kv, rep * t, hs]);
@@ -206,13 +313,7 @@ impl Llama {
             x = x + (gate * up).matmul(layer.w2.clone());
         }
         cache.len = end;
-
-        let x = if all_logits {
-            x
-        } else {
-            x.slice([t - 1..t, 0..dim])
-        };
-        rms_norm(x, &self.rms_final, c.norm_eps).matmul(self.classifier.clone())
+        x
     }
 }
 
@@ -260,15 +361,6 @@ fn rope(x: Tensor<3>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<3> {
     let rotated_even = even.clone() * cos.clone() - odd.clone() * sin.clone();
     let rotated_odd = even * sin.clone() + odd * cos.clone();
     Tensor::cat(vec![rotated_even, rotated_odd], 3).reshape([t, heads, hs])
-}
-
-/// The RoPE angles' cos and sin as device tables.
-fn rope_tables(c: &LlamaConfig, device: &Device) -> (Tensor<2>, Tensor<2>) {
-    let (cos, sin) = c.rope_cos_sin();
-    let table = |v: Vec<f32>| {
-        Tensor::<2>::from_data(TensorData::new(v, [c.seq_len, c.head_size() / 2]), device)
-    };
-    (table(cos), table(sin))
 }
 
 /// Additive mask `[1, rep * t, start + t]`: row `r * t + i` (query position `start + i`) may not

@@ -9,6 +9,8 @@ use crate::error::{Error, Result};
 
 pub const BOS: u32 = 1;
 pub const EOS: u32 = 2;
+/// Token ids past this are refused at load (the model's own vocabulary limit).
+const MAX_TOKEN_ID: usize = 1 << 20;
 
 /// A tokenizer plus the byte table that streaming decoding needs.
 pub struct Tokenizer {
@@ -30,8 +32,16 @@ impl Tokenizer {
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
         let inner = tokenizers::Tokenizer::from_bytes(bytes)
             .map_err(|e| Error::BadTokenizer(format!("tokenizer.json does not load: {e}")))?;
-        let size = inner.get_vocab_size(true);
-        let piece_bytes = (0..size as u32)
+        // The vocabulary's size is one past its largest id, not its number of entries: a file with
+        // 512 entries whose ids skip to 100000 can produce id 100000.
+        let max_id = inner.get_vocab(true).into_values().max().unwrap_or(0);
+        if max_id as usize >= MAX_TOKEN_ID {
+            return Err(Error::BadTokenizer(format!(
+                "tokenizer.json has a token with id {max_id}; no vocabulary this engine runs \
+                 goes past {MAX_TOKEN_ID}"
+            )));
+        }
+        let piece_bytes = (0..=max_id)
             .map(|id| {
                 inner
                     .id_to_token(id)
@@ -58,6 +68,7 @@ impl Tokenizer {
         Ok(Self { inner, piece_bytes })
     }
 
+    /// One past the largest id this tokenizer can produce.
     pub fn vocab_size(&self) -> usize {
         self.piece_bytes.len()
     }

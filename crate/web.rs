@@ -4,7 +4,7 @@
 //! Every event reaches JavaScript with the meter's report as of that moment, so the page shows
 //! figures computed by the same Rust code as the CLI.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::rc::Rc;
 
 use js_sys::Function;
@@ -17,24 +17,117 @@ use crate::{
     Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling,
 };
 
-thread_local! {
-    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+/// Leave the cause of a fatal failure where the worker's JavaScript can read it after the wasm
+/// instance traps: `globalThis.tokenometerFatalKind` (`"panic"` or `"oom"`) and
+/// `globalThis.tokenometerFatal` (the message). A trap unwinds past every Rust frame, so the
+/// message has to be out of wasm memory before it happens. Writing a JS string allocates nothing
+/// in wasm memory, which matters when the cause is that memory ran out.
+fn record_fatal(kind: &str, message: &str) {
+    let global = js_sys::global();
+    let _ = js_sys::Reflect::set(&global, &"tokenometerFatal".into(), &message.into());
+    let _ = js_sys::Reflect::set(&global, &"tokenometerFatalKind".into(), &kind.into());
 }
 
-/// Install a panic hook that logs to the console and keeps the message for [`last_panic`]: a panic
-/// in wasm traps, and the worker reports this message instead of dying silently.
+/// Install a panic hook that logs to the console and records the message for the worker (see
+/// [`record_fatal`]): a panic in wasm traps, and the page shows this message instead of
+/// "unreachable".
 #[wasm_bindgen(start)]
 pub fn start() {
     std::panic::set_hook(Box::new(|info| {
-        LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string()));
+        let message = match info.payload_as_str() {
+            Some(text) => text.to_string(),
+            None => info.to_string(),
+        };
+        let place = info
+            .location()
+            .map(|l| format!(" (at {}:{})", l.file(), l.line()))
+            .unwrap_or_default();
+        record_fatal("panic", &format!("{message}{place}"));
         console_error_panic_hook::hook(info);
     }));
 }
 
-/// The message of the last Rust panic, if one happened.
-#[wasm_bindgen(js_name = lastPanic)]
-pub fn last_panic() -> Option<String> {
-    LAST_PANIC.with(|p| p.borrow().clone())
+/// The global allocator in wasm: the system one (dlmalloc), recording an allocation that fails
+/// before Rust aborts on it. Without this, running out of wasm memory shows nothing at all.
+struct RecordingAllocator;
+
+#[global_allocator]
+static ALLOCATOR: RecordingAllocator = RecordingAllocator;
+
+// SAFETY: every call is passed to `System` unchanged; only a null result is observed.
+unsafe impl std::alloc::GlobalAlloc for RecordingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if p.is_null() {
+            out_of_memory(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if p.is_null() {
+            out_of_memory(layout.size());
+        }
+        p
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, size) };
+        if p.is_null() {
+            out_of_memory(size);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+/// Record "could not allocate N MB (...)" without allocating: the text is formatted into a buffer
+/// on the stack.
+fn out_of_memory(size: usize) {
+    use std::fmt::Write;
+    struct Buffer {
+        bytes: [u8; 256],
+        len: usize,
+    }
+    impl Write for Buffer {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let n = s.len().min(self.bytes.len() - self.len);
+            self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+            self.len += n;
+            Ok(())
+        }
+    }
+    let mut buffer = Buffer {
+        bytes: [0; 256],
+        len: 0,
+    };
+    let memory = core::arch::wasm32::memory_size(0) as f64 * 65536.0;
+    let _ = write!(
+        buffer,
+        "could not allocate {:.1} MB more; this tab's WebAssembly memory already holds {:.1} MB and \
+         cannot grow past 4096 MB",
+        size as f64 / 1e6,
+        memory / 1e6
+    );
+    // Cut at a character boundary in case the buffer filled up.
+    let text = match std::str::from_utf8(&buffer.bytes[..buffer.len]) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&buffer.bytes[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    record_fatal("oom", text);
+}
+
+/// Panic inside an async call, as a bug in the engine would. The end-to-end tests use it to check
+/// that the page names the cause of a crash and restarts the engine: no input is known to make the
+/// engine panic, so nothing else can trigger that path.
+#[wasm_bindgen(js_name = panicForTests)]
+pub async fn panic_for_tests(message: String) {
+    futures_lite::future::yield_now().await;
+    panic!("{message}");
 }
 
 fn js_error(e: impl std::fmt::Display) -> JsError {

@@ -29,6 +29,32 @@ const MAX_DIM: usize = 1 << 15;
 const MAX_LAYERS: usize = 512;
 const MAX_VOCAB: usize = 1 << 20;
 const MAX_SEQ_LEN: usize = 1 << 20;
+/// The smallest vocabulary that holds `<unk>`, BOS (1) and EOS (2), which the engine feeds and stops on.
+const MIN_VOCAB: usize = 3;
+/// The smallest context: BOS plus one generated token.
+const MIN_SEQ_LEN: usize = 2;
+
+/// What each format calls the config's fields, so that an error quotes the file's own words.
+pub struct FieldNames {
+    /// How to introduce a field: "header field" (llama2.c) or "config.json" (Hugging Face).
+    pub prefix: &'static str,
+    /// dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len in the file's naming.
+    pub names: [&'static str; 7],
+}
+
+/// llama2.c's header names.
+pub const LLAMA2C_FIELDS: FieldNames = FieldNames {
+    prefix: "header field",
+    names: [
+        "dim",
+        "hidden_dim",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "vocab_size",
+        "seq_len",
+    ],
+};
 
 impl LlamaConfig {
     pub fn head_size(&self) -> usize {
@@ -39,55 +65,80 @@ impl LlamaConfig {
         self.n_kv_heads * self.head_size()
     }
 
-    /// Reject shapes that cannot be a Llama model, before anything is allocated.
-    pub fn validate(&self) -> Result<()> {
+    /// Reject shapes that cannot be a Llama model, before anything is allocated. `fields` names the
+    /// fields as the file does.
+    pub fn validate(&self, fields: &FieldNames) -> Result<()> {
+        let [dim, hidden, layers, heads, kv_heads, vocab, seq_len] = fields.names;
+        let prefix = fields.prefix;
         let bad = |m: String| Err(Error::BadModel(m));
-        let fields = [
-            ("dim", self.dim, MAX_DIM),
-            ("hidden_dim", self.hidden_dim, 4 * MAX_DIM),
-            ("n_layers", self.n_layers, MAX_LAYERS),
-            ("n_heads", self.n_heads, MAX_DIM),
-            ("n_kv_heads", self.n_kv_heads, MAX_DIM),
-            ("vocab_size", self.vocab_size, MAX_VOCAB),
-            ("seq_len", self.seq_len, MAX_SEQ_LEN),
+        let ranges = [
+            (dim, self.dim, 1, MAX_DIM),
+            (hidden, self.hidden_dim, 1, 4 * MAX_DIM),
+            (layers, self.n_layers, 1, MAX_LAYERS),
+            (heads, self.n_heads, 1, MAX_DIM),
+            (kv_heads, self.n_kv_heads, 1, MAX_DIM),
+            (vocab, self.vocab_size, MIN_VOCAB, MAX_VOCAB),
+            (seq_len, self.seq_len, MIN_SEQ_LEN, MAX_SEQ_LEN),
         ];
-        for (name, value, max) in fields {
-            if value == 0 || value > max {
+        for (name, value, min, max) in ranges {
+            if value < min || value > max {
+                let why = if name == vocab {
+                    " (a vocabulary must hold <unk>, BOS and EOS)"
+                } else if name == seq_len {
+                    " (the context must hold BOS plus one generated token)"
+                } else {
+                    ""
+                };
                 return bad(format!(
-                    "header field {name} = {value} is outside 1..={max}"
+                    "{prefix} {name} = {value} is outside {min}..={max}{why}"
                 ));
             }
         }
         if !self.dim.is_multiple_of(self.n_heads) {
             return bad(format!(
-                "dim {} is not a multiple of n_heads {}",
+                "{dim} {} is not a multiple of {heads} {}",
                 self.dim, self.n_heads
             ));
         }
         if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
-                "n_heads {} is not a multiple of n_kv_heads {}",
+                "{heads} {} is not a multiple of {kv_heads} {}",
                 self.n_heads, self.n_kv_heads
             ));
         }
         if !self.head_size().is_multiple_of(2) {
             return bad(format!(
-                "head size {} is odd; RoPE needs pairs",
+                "head size {} ({dim} / {heads}) is odd; RoPE needs pairs",
                 self.head_size()
             ));
         }
         Ok(())
     }
 
-    /// cos and sin of `pos * theta^(-2i / head_size)` for every position and pair, `[seq_len,
-    /// head_size / 2]` row-major, in f32 like run.c.
-    pub fn rope_cos_sin(&self) -> (Vec<f32>, Vec<f32>) {
+    /// How many f32 values the weights hold (embedding and classifier counted separately when
+    /// not shared), in u64 so that no header can make it wrap, on 64-bit or 32-bit (wasm) targets.
+    /// After [`validate`](Self::validate) the fields are bounded, so the products fit easily.
+    pub fn weight_count(&self) -> u64 {
+        let [d, h, l, v] =
+            [self.dim, self.hidden_dim, self.n_layers, self.vocab_size].map(|x| x as u64);
+        let kv = self.kv_dim() as u64;
+        let per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * h * d;
+        let classifier = if self.shared_classifier { 0 } else { v * d };
+        v * d + l * per_layer + d + classifier
+    }
+
+    /// The RoPE angles' cos and sin for positions `start..end`, `[end - start, head_size / 2]`
+    /// row-major: `pos * theta^(-2i / head_size)` in f32 like run.c. Computed per call for just the
+    /// positions a forward pass needs, so a model claiming a huge context costs nothing up front.
+    pub fn rope_cos_sin(&self, start: usize, end: usize) -> (Vec<f32>, Vec<f32>) {
         let (hs, half) = (self.head_size(), self.head_size() / 2);
-        let mut cos = Vec::with_capacity(self.seq_len * half);
-        let mut sin = Vec::with_capacity(self.seq_len * half);
-        for pos in 0..self.seq_len {
-            for i in 0..half {
-                let freq = 1.0 / self.rope_theta.powf((2 * i) as f32 / hs as f32);
+        let freqs: Vec<f32> = (0..half)
+            .map(|i| 1.0 / self.rope_theta.powf((2 * i) as f32 / hs as f32))
+            .collect();
+        let mut cos = Vec::with_capacity((end - start) * half);
+        let mut sin = Vec::with_capacity((end - start) * half);
+        for pos in start..end {
+            for &freq in &freqs {
                 let angle = pos as f32 * freq;
                 cos.push(angle.cos());
                 sin.push(angle.sin());
@@ -97,15 +148,8 @@ impl LlamaConfig {
     }
 
     /// How many parameters the model has (embedding counted once when shared).
-    pub fn parameter_count(&self) -> usize {
-        let (d, h, kv) = (self.dim, self.hidden_dim, self.kv_dim());
-        let per_layer = 2 * d + d * d + 2 * kv * d + d * d + 3 * h * d;
-        let classifier = if self.shared_classifier {
-            0
-        } else {
-            self.vocab_size * d
-        };
-        self.vocab_size * d + self.n_layers * per_layer + d + classifier
+    pub fn parameter_count(&self) -> u64 {
+        self.weight_count()
     }
 }
 

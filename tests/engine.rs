@@ -276,3 +276,73 @@ fn concurrent_first_wgpu_inits_share_one_device() {
         .collect();
     assert!(adapters.windows(2).all(|w| w[0] == w[1]), "{adapters:?}");
 }
+
+/// A prompt run in chunks (what prefill does when it is long) gives the same logits as one pass:
+/// the chunks see the cache the earlier ones wrote.
+fn check_chunked_prefill(backend: &Backend) {
+    let (_, sequence) = reference_ids();
+    let engine = engine(backend, Quant::F32);
+    let model = &engine.model;
+    let logits = |chunk: usize| -> Vec<f32> {
+        let mut cache = model.new_cache();
+        let t = model.forward_in_chunks(&sequence[..200], &mut cache, true, chunk);
+        assert_eq!(cache.len, 200);
+        t.into_data().into_vec::<f32>().unwrap()
+    };
+    let whole = logits(200);
+    for chunk in [1, 7, 64] {
+        let chunked = logits(chunk);
+        let worst = whole
+            .iter()
+            .zip(&chunked)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-3, "chunks of {chunk}: logits differ by {worst}");
+    }
+}
+
+#[test]
+fn prefill_in_chunks_equals_one_pass_on_cpu() {
+    check_chunked_prefill(&Backend::cpu());
+}
+
+#[test]
+fn prefill_in_chunks_equals_one_pass_on_wgpu() {
+    check_chunked_prefill(&wgpu());
+}
+
+/// The KV cache holds what was written, not the whole context: a short run on a 512-position
+/// model allocates 64 positions, and it grows (keeping its contents) as a run goes on.
+#[test]
+fn the_kv_cache_grows_with_use() {
+    let engine = engine(&Backend::cpu(), Quant::F32);
+    let model = &engine.model;
+    let (prompt, sequence) = reference_ids();
+    let mut cache = model.new_cache();
+    assert_eq!(cache.capacity(), 0);
+    let mut next = vec![];
+    // Token by token through 130 positions: the cache doubles 64 -> 128 -> 256, and greedy still
+    // follows run.c the whole way, so what was copied on growth is intact.
+    let mut ids = prompt.clone();
+    for pos in 0..130 {
+        let logits = model.forward(&ids[pos..pos + 1], &mut cache, false);
+        let mut greedy = tokenometer::sampling::Sampler::new(Default::default());
+        let id = pollster::block_on(greedy.sample(logits)).unwrap();
+        if pos + 1 >= prompt.len() {
+            next.push(id);
+            ids.push(id);
+        }
+        let expected_capacity = if pos < 64 {
+            64
+        } else if pos < 128 {
+            128
+        } else {
+            256
+        };
+        assert_eq!(cache.capacity(), expected_capacity, "at position {pos}");
+    }
+    assert_eq!(next, sequence[prompt.len()..prompt.len() + next.len()]);
+    // Truncating forgets positions; the capacity stays.
+    cache.truncate(10);
+    assert_eq!((cache.len, cache.capacity()), (10, 256));
+}

@@ -227,7 +227,7 @@ async fn a_truncated_model_is_an_error_not_a_panic() {
         .as_string()
         .unwrap();
     assert!(message.contains("bad model file"), "{message}");
-    assert!(tokenometer::web::last_panic().is_none());
+    assert_eq!(recorded_fatal(), (None, None), "an error is not a crash");
     // And an over-long prompt is an error too, with the session still usable afterwards.
     let session = session(MODEL).await.unwrap();
     let noop = Closure::<dyn FnMut(JsValue, JsValue) -> bool>::new(|_, _| true);
@@ -242,4 +242,69 @@ async fn a_truncated_model_is_an_error_not_a_panic() {
         .as_string()
         .unwrap();
     assert!(message.contains("context holds 512"), "{message}");
+}
+
+/// What the engine left for the worker before a trap: `(kind, message)`.
+fn recorded_fatal() -> (Option<String>, Option<String>) {
+    let global = js_sys::global();
+    let get = |key: &str| {
+        js_sys::Reflect::get(&global, &key.into())
+            .ok()
+            .and_then(|v| v.as_string())
+    };
+    (get("tokenometerFatalKind"), get("tokenometerFatal"))
+}
+
+fn clear_recorded_fatal() {
+    let global = js_sys::global();
+    for key in ["tokenometerFatalKind", "tokenometerFatal"] {
+        js_sys::Reflect::delete_property(&global.clone().into(), &key.into()).unwrap();
+    }
+}
+
+/// In wasm `usize` is 32 bits: this header's size, 5 * 2^32 + 98304 floats, wraps to exactly the
+/// file's length there. It is refused, quoting the real size (natively it is refused the same way).
+#[wasm_bindgen_test]
+async fn a_header_whose_size_wraps_in_32_bits_is_refused_with_its_real_size() {
+    assert_eq!(usize::BITS, 32);
+    let mut bytes: Vec<u8> = [32768i32, 131072, 1, 1, 1, 131072, 2]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    bytes.resize(28 + 4 * 98304, 0);
+    let error = session(&bytes).await.err().expect("refused");
+    let message = js_sys::Reflect::get(&error, &"message".into())
+        .unwrap()
+        .as_string()
+        .unwrap();
+    assert!(
+        message.contains("header says 85899739164 bytes")
+            && message.contains("the file has 393244"),
+        "{message}"
+    );
+}
+
+/// A panic traps the wasm instance and unwinds past every Rust frame; the panic hook has already
+/// left its message where the worker reads it, so the page can show the cause.
+#[wasm_bindgen_test]
+fn a_panic_leaves_its_message_for_the_worker() {
+    let previous = std::panic::take_hook();
+    tokenometer::web::start();
+    clear_recorded_fatal();
+    let boom = Closure::<dyn Fn()>::new(|| panic!("the test's own panic"));
+    let function: &js_sys::Function = boom.as_ref().unchecked_ref();
+    let trapped = function.call0(&JsValue::NULL).expect_err("a panic traps");
+    std::panic::set_hook(previous);
+    assert!(
+        trapped.is_instance_of::<js_sys::WebAssembly::RuntimeError>(),
+        "{trapped:?}"
+    );
+    let (kind, message) = recorded_fatal();
+    clear_recorded_fatal();
+    assert_eq!(kind.as_deref(), Some("panic"));
+    let message = message.unwrap();
+    assert!(
+        message.contains("the test's own panic") && message.contains("tests/web.rs"),
+        "{message}"
+    );
 }

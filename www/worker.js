@@ -1,12 +1,24 @@
 // The inference worker: a thin shell around the wasm engine. The page sends it requests; it answers
 // with progress, events (each with the meter's report) and errors. Nothing here computes a figure.
-import init, { loadSession, lastPanic } from '../pkg/tokenometer.js';
+import init, { loadSession } from '../pkg/tokenometer.js';
 
 const ready = init();
 let session = null;
+// What the worker is doing, for the words of a fatal error ("out of memory while loading the model").
+let phase = 'starting the engine';
 let stopFlag = null; // Int32Array over a SharedArrayBuffer from the page, when cross-origin isolated
 
 const post = (message) => self.postMessage(message);
+
+// The largest file the engine can take: wasm32 allocations stop short of 2 GiB (isize::MAX), and a
+// tab's whole WebAssembly memory at 4 GiB. Checked before reading, so a huge file is a sentence
+// rather than a crash.
+const MAX_FILE_BYTES = 2 ** 31 - 1;
+function checkSize(label, bytes) {
+  if (bytes > MAX_FILE_BYTES) {
+    throw new Error(`the ${label} is ${(bytes / 1e9).toFixed(1)} GB, but a browser tab's WebAssembly memory takes at most 2.1 GB in one piece (4.3 GB in all): it cannot run here; pick a smaller or quantized model, or run it with the CLI`);
+  }
+}
 
 // Downloads go through the Cache API; an incomplete download is an error and is never cached.
 async function fetchBytes(url, label) {
@@ -25,6 +37,7 @@ async function fetchBytes(url, label) {
   }
   if (!response.ok) throw new Error(`cannot download ${label}: ${url} answered ${response.status}`);
   const total = Number(response.headers.get('Content-Length')) || 0;
+  checkSize(label, total);
   const reader = response.body.getReader();
   const chunks = [];
   let loaded = 0;
@@ -38,6 +51,7 @@ async function fetchBytes(url, label) {
     if (step.done) break;
     chunks.push(step.value);
     loaded += step.value.length;
+    checkSize(label, loaded);
     post({ type: 'progress', label, loaded, total });
   }
   if (total && loaded !== total) {
@@ -57,6 +71,7 @@ async function fetchBytes(url, label) {
 async function bytesOf(source, label) {
   if (!source) return null;
   if (source.file) {
+    checkSize(label, source.file.size);
     const bytes = new Uint8Array(await source.file.arrayBuffer());
     post({ type: 'progress', label, loaded: bytes.length, total: bytes.length });
     return bytes;
@@ -68,35 +83,65 @@ async function load({ name, model, tokenizer, config, backend, quant }) {
   await ready;
   session?.free();
   session = null;
+  phase = 'downloading the model';
   const modelBytes = await bytesOf(model, 'model');
   const tokenizerBytes = await bytesOf(tokenizer, 'tokenizer');
   const configBytes = await bytesOf(config, 'config.json');
   post({ type: 'status', status: 'loading' });
+  phase = 'loading the model';
   session = await loadSession(name, modelBytes, tokenizerBytes, backend, quant, configBytes ?? undefined);
   post({ type: 'loaded', info: session.info() });
   post({ type: 'status', status: 'warming up' });
+  phase = 'warming up';
   const warmUpMs = await session.warmUp();
   post({ type: 'warmed', ms: warmUpMs });
+  phase = 'idle';
 }
 
 async function run({ prompt, options }) {
   if (!session) throw new Error('no model is loaded');
   if (stopFlag) Atomics.store(stopFlag, 0, 0);
+  phase = 'generating';
   const report = await session.generate(prompt, options, (events, report) => {
     post({ type: 'events', events, report });
     return !(stopFlag && Atomics.load(stopFlag, 0) === 1);
   });
   post({ type: 'finished', report });
+  phase = 'idle';
 }
 
-// A Rust panic traps the wasm instance, and a lost GPU device stays lost for it: both are fatal,
-// and the page starts a fresh worker.
+// A Rust panic or a failed allocation traps the wasm instance, and a lost GPU device stays lost for
+// it: all are fatal, and the page starts a fresh worker. The engine leaves the cause of a trap in
+// `tokenometerFatalKind` / `tokenometerFatal` before it happens (the trap itself only says
+// "unreachable").
+function fatalCause() {
+  const detail = self.tokenometerFatal;
+  if (self.tokenometerFatalKind === 'oom') return `out of memory while ${phase}: ${detail}`;
+  if (self.tokenometerFatalKind === 'panic') return `the engine crashed while ${phase}: ${detail}`;
+  return null;
+}
+
 function failure(e) {
-  const panic = lastPanic?.();
-  if (panic) return { type: 'fatal', message: `the engine crashed: ${panic}` };
+  const cause = e instanceof WebAssembly.RuntimeError ? fatalCause() : null;
+  if (cause) return { type: 'fatal', message: cause };
+  if (e instanceof WebAssembly.RuntimeError) {
+    return { type: 'fatal', message: `the engine crashed while ${phase}: ${e.message}` };
+  }
   if (e?.name === 'DeviceLostError') return { type: 'fatal', message: e.message };
   return { type: 'error', message: e?.message ?? String(e) };
 }
+
+// A trap inside an async engine call happens in a microtask, outside any try/catch here: it reaches
+// the worker's global error handler (and its promise never settles). Report it as fatal instead of
+// letting the page see an anonymous "Uncaught RuntimeError".
+self.addEventListener('error', (event) => {
+  event.preventDefault();
+  post(failure(event.error ?? new Error(event.message)));
+});
+self.addEventListener('unhandledrejection', (event) => {
+  event.preventDefault();
+  post(failure(event.reason));
+});
 
 self.onmessage = async ({ data }) => {
   try {

@@ -8,7 +8,21 @@ use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::weights::{HostWeights, LayerWeights, LlamaConfig, Matrix};
+use crate::weights::{FieldNames, HostWeights, LayerWeights, LlamaConfig, Matrix};
+
+/// `config.json`'s names for the fields, so that its errors quote them.
+const HF_FIELDS: FieldNames = FieldNames {
+    prefix: "config.json",
+    names: [
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "max_position_embeddings",
+    ],
+};
 
 #[derive(Deserialize)]
 struct HfConfig {
@@ -48,7 +62,7 @@ pub fn parse_config(json: &[u8]) -> Result<LlamaConfig> {
         rope_theta: hf.rope_theta.unwrap_or(10000.0),
         norm_eps: hf.rms_norm_eps.unwrap_or(1e-5),
     };
-    config.validate()?;
+    config.validate(&HF_FIELDS)?;
     Ok(config)
 }
 
@@ -63,7 +77,8 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
         config.kv_dim(),
         config.vocab_size,
     );
-    let get = |name: &str, rows: usize, cols: usize| tensor(&st, name, rows, cols);
+    let get = |name: &str, rows: usize, cols: usize| tensor(&st, name, &[rows, cols]);
+    let vector = |name: &str| tensor(&st, name, &[d]).map(|m| m.data);
 
     let token_embedding = get("model.embed_tokens.weight", v, d)?;
     let mut layers = Vec::with_capacity(config.n_layers);
@@ -72,18 +87,18 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
         let wq = get(&format!("{p}.self_attn.q_proj.weight"), d, d)?;
         let wk = get(&format!("{p}.self_attn.k_proj.weight"), kv, d)?;
         layers.push(LayerWeights {
-            rms_att: get(&format!("{p}.input_layernorm.weight"), 1, d)?.data,
+            rms_att: vector(&format!("{p}.input_layernorm.weight"))?,
             wq: unpermute_rope_rows(&wq, config.n_heads),
             wk: unpermute_rope_rows(&wk, config.n_kv_heads),
             wv: get(&format!("{p}.self_attn.v_proj.weight"), kv, d)?,
             wo: get(&format!("{p}.self_attn.o_proj.weight"), d, d)?,
-            rms_ffn: get(&format!("{p}.post_attention_layernorm.weight"), 1, d)?.data,
+            rms_ffn: vector(&format!("{p}.post_attention_layernorm.weight"))?,
             w1: get(&format!("{p}.mlp.gate_proj.weight"), h, d)?,
             w2: get(&format!("{p}.mlp.down_proj.weight"), d, h)?,
             w3: get(&format!("{p}.mlp.up_proj.weight"), h, d)?,
         });
     }
-    let rms_final = get("model.norm.weight", 1, d)?.data;
+    let rms_final = vector("model.norm.weight")?;
     // Some tied checkpoints still ship lm_head; others omit it even without the flag.
     let classifier = match st.tensor("lm_head.weight") {
         Ok(_) if !config.shared_classifier => Some(get("lm_head.weight", v, d)?),
@@ -102,18 +117,23 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
     })
 }
 
-/// Read one tensor as f32, checking its shape.
-fn tensor(st: &SafeTensors, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+/// Read one tensor as f32, checking that its shape is exactly `shape` (a transposed matrix has the
+/// right element count but the wrong shape, and would load as garbage).
+fn tensor(st: &SafeTensors, name: &str, shape: &[usize]) -> Result<Matrix> {
     let view = st
         .tensor(name)
         .map_err(|_| Error::BadModel(format!("safetensors file has no tensor {name}")))?;
-    let numel: usize = view.shape().iter().product();
-    if numel != rows * cols {
+    if view.shape() != shape {
         return Err(Error::BadModel(format!(
-            "tensor {name} has shape {:?}, expected [{rows}, {cols}]",
+            "tensor {name} has shape {:?}, expected {shape:?}",
             view.shape()
         )));
     }
+    let (rows, cols) = match *shape {
+        [rows, cols] => (rows, cols),
+        [n] => (1, n),
+        _ => unreachable!("weights are vectors or matrices"),
+    };
     let raw = view.data();
     let data: Vec<f32> = match view.dtype() {
         Dtype::F32 => raw

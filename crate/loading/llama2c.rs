@@ -4,7 +4,7 @@
 //! then f32 arrays. A negative `vocab_size` means a separate classifier follows at the very end.
 
 use crate::error::{Error, Result};
-use crate::weights::{HostWeights, LayerWeights, LlamaConfig, Matrix};
+use crate::weights::{HostWeights, LLAMA2C_FIELDS, LayerWeights, LlamaConfig, Matrix};
 
 pub const HEADER_BYTES: usize = 7 * 4;
 /// `ak42`: the magic of llama2.c's newer export versions, which `run.c` itself does not read.
@@ -46,19 +46,21 @@ pub fn parse_header(bytes: &[u8]) -> Result<LlamaConfig> {
         rope_theta: 10000.0,
         norm_eps: 1e-5,
     };
-    config.validate()?;
+    config.validate(&LLAMA2C_FIELDS)?;
     let (needed, allowed) = expected_floats(&config);
-    let have = (bytes.len() - HEADER_BYTES) / 4;
-    if !(bytes.len() - HEADER_BYTES).is_multiple_of(4) || !(have == needed || have == allowed) {
+    // u64 throughout: in wasm `usize` is 32 bits, and a crafted header could make a usize size wrap
+    // around to the file's length.
+    let have = bytes.len() as u64 - HEADER_BYTES as u64;
+    if !have.is_multiple_of(4) || !(have / 4 == needed || have / 4 == allowed) {
         return Err(Error::BadModel(format!(
-            "header says {} bytes ({:?}) but the file has {}: truncated or not a llama2.c checkpoint",
-            HEADER_BYTES + 4 * allowed,
-            (
-                config.dim,
-                config.hidden_dim,
-                config.n_layers,
-                config.vocab_size
-            ),
+            "header says {} bytes (dim {}, hidden_dim {}, n_layers {}, vocab_size {}, seq_len {}) but \
+             the file has {}: truncated or not a llama2.c checkpoint",
+            HEADER_BYTES as u64 + 4 * needed,
+            config.dim,
+            config.hidden_dim,
+            config.n_layers,
+            config.vocab_size,
+            config.seq_len,
             bytes.len()
         )));
     }
@@ -67,23 +69,16 @@ pub fn parse_header(bytes: &[u8]) -> Result<LlamaConfig> {
 
 /// Floats after the header: `(without the RoPE tables, with them)`. run.c's export writes the
 /// `freq_cis` tables; we accept files with or without them.
-fn expected_floats(c: &LlamaConfig) -> (usize, usize) {
-    let (d, h, l, kv) = (c.dim, c.hidden_dim, c.n_layers, c.kv_dim());
-    let layers = l * (2 * d + 2 * d * d + 2 * kv * d + 3 * h * d);
-    let classifier = if c.shared_classifier {
-        0
-    } else {
-        c.vocab_size * d
-    };
-    let weights = c.vocab_size * d + layers + d + classifier;
-    (weights, weights + c.seq_len * c.head_size())
+fn expected_floats(c: &LlamaConfig) -> (u64, u64) {
+    let weights = c.weight_count();
+    (weights, weights + c.seq_len as u64 * c.head_size() as u64)
 }
 
 /// Load a whole llama2.c checkpoint from its bytes.
 pub fn load(bytes: &[u8]) -> Result<HostWeights> {
     let config = parse_header(bytes)?;
     let (needed, allowed) = expected_floats(&config);
-    let has_rope_tables = (bytes.len() - HEADER_BYTES) / 4 == allowed;
+    let has_rope_tables = (bytes.len() - HEADER_BYTES) as u64 / 4 == allowed;
     let mut reader = FloatReader {
         bytes: &bytes[HEADER_BYTES..],
         at: 0,
@@ -109,11 +104,11 @@ pub fn load(bytes: &[u8]) -> Result<HostWeights> {
     let w3 = reader.per_layer(l, h * d);
     let rms_final = reader.floats(d);
     if has_rope_tables {
-        reader.floats(config.seq_len * config.head_size());
+        reader.at += 4 * config.seq_len * config.head_size();
     }
     let classifier = (!config.shared_classifier).then(|| reader.matrix(v, d));
     debug_assert_eq!(
-        reader.at,
+        reader.at as u64,
         4 * if has_rope_tables { allowed } else { needed }
     );
 
@@ -229,7 +224,7 @@ pub fn write(weights: &HostWeights, out: &mut impl std::io::Write) -> std::io::R
 
 /// run.c's `freq_cis_real` then `freq_cis_imag` tables, written for compatibility (run.c skips them).
 fn rope_tables(c: &LlamaConfig) -> Vec<f32> {
-    let (mut real, imag) = c.rope_cos_sin();
+    let (mut real, imag) = c.rope_cos_sin(0, c.seq_len);
     real.extend(imag);
     real
 }

@@ -5,7 +5,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
-import { mkdirSync, writeFileSync, readFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync, readFileSync, openSync, writeSync, ftruncateSync, closeSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -205,4 +206,79 @@ test('auto falls back to the CPU where the browser grants no WebGPU adapter', as
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'conditions'), /on cpu \[CPU \(burn flex\)\]/);
   await plain.close();
+});
+
+// A llama2.c file of `floats` weights after a header, all zeros on disk (sparse, so instant).
+function sparseModel(name, fields, floats) {
+  const path = resolve(tmpdir(), `tokenometer-e2e-${process.pid}-${name}`);
+  const fd = openSync(path, 'w');
+  writeSync(fd, Buffer.from(new Int32Array(fields).buffer));
+  ftruncateSync(fd, 28 + 4 * floats);
+  closeSync(fd);
+  return path;
+}
+
+test('a model too big for the tab is named as such, out of memory included, and the next Run works', async () => {
+  const { page, errors } = await open('backend=cpu&max=8');
+  await page.getByTestId('model').selectOption('file');
+  await page.getByTestId('tokenizer-file').setInputFiles(resolve(models, 'stories260K/tok512.bin'));
+  // Over 2 GiB: refused before it is read.
+  const huge = sparseModel('huge.bin', [4096, 11008, 32, 32, 32, 512, 512], 650_000_000);
+  await page.getByTestId('model-file').setInputFiles(huge);
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
+  assert.match(await text(page, 'error'), /the model is 2\.6 GB, .* cannot run here/);
+  rmSync(huge);
+  // 1.7 GB with a legal header (dim 512, hidden 131072, 2 layers, vocab 512): it fits in one piece,
+  // but the copies that loading makes do not fit in 4 GiB of wasm memory. The engine records the
+  // failed allocation before the trap, so the page names it instead of "unreachable".
+  const big = sparseModel('big.bin', [512, 131072, 2, 8, 8, 512, 512], 404_752_384 + 512 * 512 + 512);
+  await page.getByTestId('model-file').setInputFiles(big);
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 120_000 });
+  rmSync(big);
+  const message = await text(page, 'error');
+  assert.match(message, /^out of memory while loading the model: could not allocate [\d.]+ MB more; this tab's WebAssembly memory already holds [\d.]+ MB/, message);
+  assert.match(message, /the engine was restarted/);
+  // The engine restarted: the real model loads and runs in the same page.
+  await page.getByTestId('model-file').setInputFiles(resolve(models, 'stories260K/stories260K.bin'));
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  assert.match(await text(page, 'conditions'), /output 8 tok/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a panic in the engine names its cause, and the next Run works', async () => {
+  // Make the worker's engine panic once, as a bug would: its first `generate` call goes to a
+  // wasm export that panics. The page must show the panic's own message, not "unreachable".
+  const injectPanic = `
+    const realPost = self.postMessage.bind(self);
+    let armed = true;
+    self.addEventListener('message', (event) => {
+      if (armed && event.data?.type === 'run') {
+        armed = false;
+        event.stopImmediatePropagation();
+        import('../pkg/tokenometer.js').then((m) => m.default().then(() => m.panicForTests('a bug in the engine')));
+      }
+    });
+  `;
+  let served = 0;
+  const { page, errors } = await open('model=stories260K&backend=cpu&max=8&autorun=0', (page) =>
+    page.route('**/worker.js', async (route) => {
+      const response = await route.fetch();
+      // Before the worker's own code, so that this listener hears the run request first.
+      const body = (served++ === 0 ? injectPanic : '') + (await response.text());
+      await route.fulfill({ response, body });
+    }));
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 120_000 });
+  assert.match(await text(page, 'error'), /^the engine crashed while idle: a bug in the engine \(at .*\.rs:\d+\); the engine was restarted/);
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  assert.equal(served, 2);
+  assert.deepEqual(errors, []);
+  await page.close();
 });

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Write small valid seed inputs for each fuzz target into fuzz/corpus/<target>/ (stdlib only).
+
+Small seeds let libFuzzer mutate around the real formats' structure quickly: a llama2.c checkpoint
+of dim 8, a llama2.c tokenizer.bin with 3 specials, 256 byte tokens and a few merges, a
+tokenizer.json, and a Hugging Face config.json + NUL + model.safetensors pair.
+"""
+import json
+import os
+import struct
+import sys
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    folder = os.path.join(root, target)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+def floats(n, scale=0.01):
+    return struct.pack(f"<{n}f", *[((i * 7) % 13 - 6) * scale for i in range(n)])
+
+
+# llama2.c: dim 8, hidden 16, 1 layer, 2 heads, 2 kv heads, vocab 16 (shared), seq_len 8.
+d, h, l, heads, kv_heads, v, s = 8, 16, 1, 2, 2, 16, 8
+kv = kv_heads * (d // heads)
+count = v * d + l * (2 * d + 2 * d * d + 2 * kv * d + 3 * h * d) + d
+put("llama2c", "tiny.bin", struct.pack("<7i", d, h, l, heads, kv_heads, v, s) + floats(count))
+with_rope = count + s * (d // heads)
+put("llama2c", "tiny-rope.bin", struct.pack("<7i", d, h, l, heads, kv_heads, v, s) + floats(with_rope))
+separate = count + v * d
+put("llama2c", "tiny-classifier.bin", struct.pack("<7i", d, h, l, heads, kv_heads, -v, s) + floats(separate))
+
+# tokenizer.bin: max_token_length, then (score, len, bytes) per id.
+pieces = [b"<unk>", b"<s>", b"</s>"] + [b"<0x%02X>" % i for i in range(256)]
+pieces += [b" a", b" t", b"he", b" the", b"Once", b" upon"]
+out = struct.pack("<i", max(len(p) for p in pieces))
+for i, p in enumerate(pieces):
+    out += struct.pack("<fi", -float(i), len(p)) + p
+put("tokenizer_bin", "tiny.bin", out)
+
+# tokenizer.json: a BPE with byte fallback, like Llama's.
+vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+for i in range(256):
+    vocab["<0x%02X>" % i] = 3 + i
+for piece in ["▁", "a", "t", "h", "e", "▁t", "he", "▁the"]:
+    vocab.setdefault(piece, len(vocab))
+tokenizer = {
+    "version": "1.0", "truncation": None, "padding": None,
+    "added_tokens": [{"id": 1, "content": "<s>", "single_word": False, "lstrip": False,
+                      "rstrip": False, "normalized": False, "special": True}],
+    "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+    "pre_tokenizer": None, "post_processor": None,
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]},
+    "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+              "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+              "vocab": vocab, "merges": [["▁", "t"], ["h", "e"], ["▁t", "he"]]},
+}
+put("tokenizer_json", "tiny.json", json.dumps(tokenizer).encode())
+
+# Hugging Face: config.json, a NUL, then model.safetensors.
+config = {"model_type": "llama", "hidden_size": d, "intermediate_size": h, "num_hidden_layers": 1,
+          "num_attention_heads": heads, "num_key_value_heads": kv_heads, "vocab_size": v,
+          "max_position_embeddings": s, "tie_word_embeddings": True}
+shapes = {"model.embed_tokens.weight": [v, d], "model.norm.weight": [d]}
+p = "model.layers.0"
+shapes.update({
+    f"{p}.self_attn.q_proj.weight": [d, d], f"{p}.self_attn.k_proj.weight": [kv, d],
+    f"{p}.self_attn.v_proj.weight": [kv, d], f"{p}.self_attn.o_proj.weight": [d, d],
+    f"{p}.mlp.gate_proj.weight": [h, d], f"{p}.mlp.up_proj.weight": [h, d],
+    f"{p}.mlp.down_proj.weight": [d, h], f"{p}.input_layernorm.weight": [d],
+    f"{p}.post_attention_layernorm.weight": [d],
+})
+header, body = {}, b""
+for name, shape in shapes.items():
+    n = 1
+    for x in shape:
+        n *= x
+    data = floats(n)
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(body), len(body) + len(data)]}
+    body += data
+header_bytes = json.dumps(header).encode()
+safetensors = struct.pack("<Q", len(header_bytes)) + header_bytes + body
+put("huggingface", "tiny", json.dumps(config).encode() + b"\0" + safetensors)
+print(f"seeds written under {root}", file=sys.stderr)
