@@ -28,6 +28,9 @@ pub struct ModelInfo {
     pub bytes_per_token: u64,
     pub backend: BackendKind,
     pub adapter: String,
+    /// How `auto` chose the backend, when it did not take the GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_note: Option<String>,
     pub context_length: usize,
     pub vocab_size: usize,
     /// Matrices whose width did not allow blocks of 32 (quantized per tensor or kept f32).
@@ -157,6 +160,7 @@ impl Engine {
             bytes_per_token: model.quant.device_bytes + 4 * config.dim as u64,
             backend: backend.kind,
             adapter: backend.adapter.clone(),
+            backend_note: backend.auto_note.clone(),
             context_length: config.seq_len,
             vocab_size: config.vocab_size,
             quant_exceptions: model.quant.exceptions.clone(),

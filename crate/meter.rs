@@ -74,13 +74,17 @@ impl Conditions {
     /// One line for the top of a table or the page.
     pub fn summary(&self) -> String {
         format!(
-            "{} ({} params, {}, {}) on {} [{}], batch {}, prompt {} tok, output {} tok, context {}, {}",
+            "{} ({} params, {}, {}) on {} [{}]{}, batch {}, prompt {} tok, output {} tok, context {}, {}",
             self.model.name,
             human_count(self.model.parameters as f64),
             self.model.quant,
             human_bytes(self.model.weight_bytes),
             self.model.backend,
             self.model.adapter,
+            self.model
+                .backend_note
+                .as_ref()
+                .map_or_else(String::new, |note| format!(" ({note})")),
             self.batch_size,
             self.prompt_tokens,
             self.output_tokens,

@@ -127,7 +127,7 @@ impl KvCache {
 /// activations) may take; longer prompts are run in several chunks. 64 MiB keeps a 512-token prompt
 /// of the models the page offers in one chunk, and a 100,000-token prompt on a model claiming a
 /// 2^20-token context from building a multi-gigabyte `t x t` mask.
-const PREFILL_CHUNK_BYTES: usize = 64 << 20;
+const PREFILL_CHUNK_BYTES: u64 = 64 << 20;
 
 impl Llama {
     /// Move host weights to `device`, quantizing the projection matrices with `scheme`.
@@ -211,8 +211,10 @@ impl Llama {
         let end = cache.len + tokens.len();
         // The largest intermediates per chunk position: a row of attention scores per head over
         // every key, and the feed-forward's three hidden-width rows.
-        let per_position = 4 * (c.n_heads * end).max(3 * c.hidden_dim + 4 * c.dim);
-        let chunk = (PREFILL_CHUNK_BYTES / per_position).max(1);
+        // (In u64: n_heads * end can pass 2^32, wasm's usize.)
+        let per_position =
+            4 * (c.n_heads as u64 * end as u64).max(3 * c.hidden_dim as u64 + 4 * c.dim as u64);
+        let chunk = (PREFILL_CHUNK_BYTES / per_position).max(1) as usize;
         self.forward_in_chunks(tokens, cache, all_logits, chunk)
     }
 

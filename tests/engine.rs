@@ -287,7 +287,7 @@ fn check_chunked_prefill(backend: &Backend) {
         let mut cache = model.new_cache();
         let t = model.forward_in_chunks(&sequence[..200], &mut cache, true, chunk);
         assert_eq!(cache.len, 200);
-        t.into_data().into_vec::<f32>().unwrap()
+        t.into_data().try_into_vec::<f32>().unwrap()
     };
     let whole = logits(200);
     for chunk in [1, 7, 64] {
@@ -345,4 +345,32 @@ fn the_kv_cache_grows_with_use() {
     // Truncating forgets positions; the capacity stays.
     cache.truncate(10);
     assert_eq!((cache.len, cache.capacity()), (10, 256));
+}
+
+/// `auto` takes a hardware GPU and never a software renderer: where the only adapter is one
+/// (llvmpipe or lavapipe here, SwiftShader in a browser), it picks the CPU and says why.
+#[test]
+fn auto_does_not_pick_a_software_gpu() {
+    let gpu = wgpu();
+    let auto = pollster::block_on(Backend::init(BackendChoice::Auto)).unwrap();
+    if gpu.software {
+        assert_eq!(auto.kind, tokenometer::BackendKind::Cpu);
+        let note = auto.auto_note.clone().expect("auto says why");
+        assert!(
+            note.contains("is software") && note.contains(&gpu.adapter),
+            "{note}"
+        );
+        let engine = engine(&auto, Quant::F32);
+        let summary =
+            tokenometer::meter::Conditions::new(&engine.info, Default::default(), 1, None)
+                .summary();
+        assert!(
+            summary.contains("on cpu [CPU (burn flex)] (auto: CPU, the only GPU adapter ("),
+            "{summary}"
+        );
+    } else {
+        assert_eq!(auto.kind, tokenometer::BackendKind::Wgpu);
+        assert_eq!(auto.adapter, gpu.adapter);
+        assert!(auto.auto_note.is_none());
+    }
 }

@@ -14,6 +14,7 @@ fn info() -> ModelInfo {
         bytes_per_token: 2_000_000,
         backend: BackendKind::Cpu,
         adapter: "CPU".into(),
+        backend_note: None,
         context_length: 256,
         vocab_size: 512,
         quant_exceptions: vec![],

@@ -63,7 +63,7 @@ const handlers = {
   },
   status: ({ status }) => setStatus(status),
   loaded: ({ info }) => {
-    el.conditions.textContent = `${info.model} · ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})`;
+    el.conditions.textContent = `${info.model} · ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}`;
     el.warmup.hidden = false;
     state.warmStart = performance.now();
     tickWarmup();

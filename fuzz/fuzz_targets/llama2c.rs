@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokenometer::ModelFiles;
+use tokenometer_fuzz::loading::ModelFiles;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(weights) = ModelFiles::llama2c("fuzz", data.to_vec()).load() {

@@ -194,6 +194,15 @@ test('a lost WebGPU device is an error, and the next run gets a fresh device', a
   await page.close();
 });
 
+test('auto never picks a software GPU: with only SwiftShader, the page runs on the CPU and says why', async () => {
+  const { page, errors } = await open('model=stories260K&max=10&backend=auto&autorun=1');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  assert.match(await text(page, 'conditions'), /on cpu \[CPU \(burn flex\)\] \(auto: CPU, the only GPU adapter \(google swiftshader.*\) is software\)/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('auto falls back to the CPU where the browser grants no WebGPU adapter', async () => {
   const plain = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
