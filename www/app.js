@@ -335,6 +335,11 @@ function nameOf(path) {
 
 // ---- start-up: presets from the URL -------------------------------------------------------
 
+// Other names people use for a choice in a preset URL.
+const ALIASES = { backend: { webgpu: 'wgpu', gpu: 'wgpu', wasm: 'cpu' } };
+
+// Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&autorun=1`. A value
+// that is not one of the choices is named in an error (and nothing runs), never silently blank.
 function applyPresets() {
   const params = new URLSearchParams(location.search);
   const model = params.get('model');
@@ -344,10 +349,29 @@ function applyPresets() {
     el.modelUrl.value = model;
     el.tokenizerUrl.value = params.get('tokenizer') || '';
   }
-  for (const [param, input] of [['prompt', el.prompt], ['max', el.max], ['backend', el.backend], ['quant', el.quant], ['temperature', el.temperature], ['wpm', el.wpm]]) {
-    if (params.has(param)) input.value = params.get(param);
+  const problems = [];
+  for (const [param, input] of [['backend', el.backend], ['quant', el.quant]]) {
+    if (!params.has(param)) continue;
+    const raw = params.get(param);
+    const value = ALIASES[param]?.[raw.toLowerCase()] ?? raw.toLowerCase();
+    const choices = [...input.options].map((o) => o.value);
+    if (choices.includes(value)) input.value = value;
+    else problems.push(`${param}=${raw} is not a choice (${choices.join(', ')}${param === 'backend' ? '; webgpu means wgpu' : ''})`);
   }
+  for (const [param, input] of [['max', el.max], ['temperature', el.temperature], ['wpm', el.wpm]]) {
+    if (!params.has(param)) continue;
+    const raw = params.get(param);
+    const number = Number(raw);
+    const min = Number(input.min || 0);
+    if (raw.trim() !== '' && Number.isFinite(number) && number >= min) input.value = raw;
+    else problems.push(`${param}=${raw} is not a number of at least ${min}`);
+  }
+  if (params.has('prompt')) el.prompt.value = params.get('prompt');
   showSourceFields();
+  if (problems.length) {
+    fail(`this page's URL has presets it cannot use: ${problems.join('; ')}`);
+    return false;
+  }
   return params.get('autorun') === '1';
 }
 

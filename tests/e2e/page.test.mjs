@@ -80,6 +80,25 @@ test('a preset URL runs stories260K, streams tokens and fills every figure', asy
   await page.close();
 });
 
+test('preset URLs: webgpu is another name for wgpu, and a value that is not a choice is named', async () => {
+  const { page } = await open('backend=webgpu&quant=Q8');
+  assert.equal(await page.getByTestId('backend').inputValue(), 'wgpu');
+  assert.equal(await page.getByTestId('quant').inputValue(), 'q8');
+  assert.equal(await page.getByTestId('error').isHidden(), true);
+  await page.close();
+  const bad = await open('model=stories260K&backend=tpu&quant=q9&max=lots&autorun=1');
+  await bad.page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
+  const message = await text(bad.page, 'error');
+  assert.match(message, /backend=tpu is not a choice \(auto, wgpu, cpu; webgpu means wgpu\)/, message);
+  assert.match(message, /quant=q9 is not a choice \(f32, q8, q4\)/, message);
+  assert.match(message, /max=lots is not a number of at least 1/, message);
+  // Nothing ran.
+  await bad.page.waitForTimeout(500);
+  assert.equal(await text(bad.page, 'output'), '');
+  assert.equal(await text(bad.page, 'status'), 'idle');
+  await bad.page.close();
+});
+
 test('Stop cancels a run mid-way', async () => {
   const { page } = await open('model=stories260K&max=2000&backend=cpu&autorun=0');
   // Click Stop from inside the page the moment the first token shows, then let the worker react.
