@@ -120,6 +120,7 @@ fn reading_wpm(s: &str) -> Result<f64, String> {
 
 /// Parse the arguments, run, and turn any error into one line and exit code 2.
 pub fn main() -> ExitCode {
+    crate::error::quiet_contained_panics();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // clap answers a bare `tokenometer` with the description; that is a usage error.

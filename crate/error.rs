@@ -42,3 +42,44 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(panic = "unwind")]
+thread_local! {
+    static CONTAINING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run a call into a third-party library that is known to panic on some malformed input (the
+/// `tokenizers` crate's JSON loader does, found by fuzzing), turning a panic into `Err(message)`.
+/// Where panics unwind (natively) it is caught; in wasm a panic aborts, and the page's worker
+/// reports it and restarts. Callers validate what they can first, so this is the last line.
+pub fn contain_panic<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    #[cfg(panic = "unwind")]
+    {
+        CONTAINING.with(|c| c.set(true));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        CONTAINING.with(|c| c.set(false));
+        result.map_err(|payload| {
+            payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into())
+        })
+    }
+    #[cfg(not(panic = "unwind"))]
+    {
+        Ok(f())
+    }
+}
+
+/// Keep panics that [`contain_panic`] catches off stderr (the CLI prints one line per error);
+/// every other panic still goes to the previous hook.
+#[cfg(panic = "unwind")]
+pub fn quiet_contained_panics() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !CONTAINING.with(|c| c.get()) {
+            previous(info);
+        }
+    }));
+}

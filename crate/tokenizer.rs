@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, contain_panic};
 
 pub const BOS: u32 = 1;
 pub const EOS: u32 = 2;
@@ -30,7 +30,16 @@ impl Tokenizer {
 
     /// A Hugging Face `tokenizer.json`.
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
-        let inner = tokenizers::Tokenizer::from_bytes(bytes)
+        // Syntax first: the tokenizers crate panics (rather than erring) on some broken JSON
+        // inside a decoder (found by fuzzing; `tokenizers` 0.22.2, decoders/mod.rs:90).
+        serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+            .map_err(|e| Error::BadTokenizer(format!("tokenizer.json is not valid JSON: {e}")))?;
+        let inner = contain_panic(|| tokenizers::Tokenizer::from_bytes(bytes))
+            .map_err(|panic| {
+                Error::BadTokenizer(format!(
+                    "tokenizer.json does not load (the tokenizers library failed on it: {panic})"
+                ))
+            })?
             .map_err(|e| Error::BadTokenizer(format!("tokenizer.json does not load: {e}")))?;
         // The vocabulary's size is one past its largest id, not its number of entries: a file with
         // 512 entries whose ids skip to 100000 can produce id 100000.
@@ -56,8 +65,12 @@ impl Tokenizer {
     pub fn from_llama2c(bytes: &[u8]) -> Result<Self> {
         let pieces = parse_llama2c(bytes)?;
         let json = llama2c_to_tokenizer_json(&pieces);
-        let inner = tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
-            .map_err(|e| Error::BadTokenizer(format!("tokenizer.bin does not convert: {e}")))?;
+        let inner =
+            contain_panic(|| tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes()))
+                .map_err(|panic| {
+                    Error::BadTokenizer(format!("tokenizer.bin does not convert: {panic}"))
+                })?
+                .map_err(|e| Error::BadTokenizer(format!("tokenizer.bin does not convert: {e}")))?;
         let piece_bytes = pieces
             .iter()
             .enumerate()
@@ -75,9 +88,12 @@ impl Tokenizer {
 
     /// Encode with BOS first, as llama2.c's `encode(text, bos=1, eos=0)`.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let encoding = self
-            .inner
-            .encode(text, true)
+        let encoding = contain_panic(|| self.inner.encode(text, true))
+            .map_err(|panic| {
+                Error::BadTokenizer(format!(
+                    "cannot encode the prompt (the tokenizers library failed: {panic})"
+                ))
+            })?
             .map_err(|e| Error::BadTokenizer(format!("cannot encode the prompt: {e}")))?;
         let mut ids = encoding.get_ids().to_vec();
         // A tokenizer.json without a post-processor adds no BOS; the model expects one.

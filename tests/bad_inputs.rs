@@ -433,6 +433,14 @@ fn cases(corpus: &Corpus) -> Vec<Case> {
         generate(&stories, &stories, "Hi", &[]),
         "bad tokenizer",
     ));
+    // Found by fuzzing: broken JSON inside a decoder panicked in the tokenizers crate.
+    let decoder = br#"{"version": "1.0", "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "x"}, "content": {"version": "1.0", "" "}]}, "model": {"type": "BPE", "vocab": {}, "merges": []}}"#;
+    let decoder = corpus.file("decoder/tokenizer.json", decoder);
+    out.push(refused(
+        "tokenizer.json with broken JSON in its decoder",
+        generate(&stories, &decoder, "Hi", &[]),
+        "not valid JSON",
+    ));
     let json_garbage = corpus.file("garbage/tokenizer.json", b"{\"model\": 17}");
     out.push(refused(
         "tokenizer.json of the wrong shape",

@@ -135,3 +135,19 @@ fn a_truncated_or_foreign_tokenizer_is_an_error() {
         assert!(err.to_string().starts_with("bad tokenizer"), "{err}");
     }
 }
+
+/// Found by fuzzing (`fuzz/`, target tokenizer_json): broken JSON inside a decoder made the
+/// tokenizers crate panic ("Helper") instead of returning an error.
+#[test]
+fn broken_json_inside_a_decoder_is_an_error_not_a_panic() {
+    let json = r#"{"version": "1.0", "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "x"}, "content": {"version": "1.0", "" "}, {"type": "ByteFallback"}]}, "model": {"type": "BPE", "vocab": {}, "merges": []}}"#;
+    let error = Tokenizer::from_bytes(json.as_bytes())
+        .err()
+        .expect("refused");
+    assert!(
+        error
+            .to_string()
+            .contains("tokenizer.json is not valid JSON"),
+        "{error}"
+    );
+}
