@@ -30,9 +30,10 @@ impl Tokenizer {
 
     /// A Hugging Face `tokenizer.json`.
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
-        // Syntax first: the tokenizers crate panics (rather than erring) on some broken JSON
-        // inside a decoder (found by fuzzing; `tokenizers` 0.22.2, decoders/mod.rs:90).
-        serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        // Syntax first, strings decoded: the tokenizers crate panics (rather than erring) on broken
+        // JSON inside a decoder, a bad escape included (found by fuzzing; `tokenizers` 0.22.2,
+        // decoders/mod.rs:90). Parsing into a `Value` checks every escape, which skipping does not.
+        serde_json::from_slice::<serde_json::Value>(bytes)
             .map_err(|e| Error::BadTokenizer(format!("tokenizer.json is not valid JSON: {e}")))?;
         let inner = contain_panic(|| tokenizers::Tokenizer::from_bytes(bytes))
             .map_err(|panic| {

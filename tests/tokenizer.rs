@@ -141,13 +141,15 @@ fn a_truncated_or_foreign_tokenizer_is_an_error() {
 #[test]
 fn broken_json_inside_a_decoder_is_an_error_not_a_panic() {
     let json = r#"{"version": "1.0", "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "x"}, "content": {"version": "1.0", "" "}, {"type": "ByteFallback"}]}, "model": {"type": "BPE", "vocab": {}, "merges": []}}"#;
-    let error = Tokenizer::from_bytes(json.as_bytes())
-        .err()
-        .expect("refused");
-    assert!(
-        error
-            .to_string()
-            .contains("tokenizer.json is not valid JSON"),
-        "{error}"
-    );
+    // And bytes that are not UTF-8 inside a decoder's string (the second finding).
+    let not_utf8 = b"{\"version\": \"1.0\", \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"B\x9e\x9aFta\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}";
+    for bytes in [json.as_bytes(), &not_utf8[..]] {
+        let error = Tokenizer::from_bytes(bytes).err().expect("refused");
+        assert!(
+            error
+                .to_string()
+                .contains("tokenizer.json is not valid JSON"),
+            "{error}"
+        );
+    }
 }
