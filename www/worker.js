@@ -52,9 +52,12 @@ async function fetchBytes(url, label) {
     chunks.push(step.value);
     loaded += step.value.length;
     checkSize(label, loaded);
-    post({ type: 'progress', label, loaded, total });
+    post({ type: 'progress', label, loaded, total: Math.max(total, loaded) });
   }
-  if (total && loaded !== total) {
+  // Content-Length counts the bytes on the wire: with Content-Encoding (gzip, br) it is the
+  // compressed size, and the decompressed body is longer. Fewer bytes than it promised is a
+  // download that broke off; more is a compressed one (cross-origin, the encoding is not visible).
+  if (total && loaded < total) {
     throw new Error(`download of ${label} is incomplete: ${loaded} of ${total} bytes`);
   }
   const bytes = new Uint8Array(loaded);

@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { mkdirSync, writeFileSync, readFileSync, openSync, writeSync, ftruncateSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -158,6 +159,26 @@ test('a download that breaks off is an error and is not cached', async () => {
   assert.match(await text(page, 'error'), /download of model (broke off|is incomplete)/);
   const cached = await page.evaluate(async (url) => Boolean(await (await caches.open('tokenometer-models-v1')).match(url)), `${origin}/broken.bin`);
   assert.equal(cached, false);
+  await page.close();
+  remote.close();
+});
+
+test('a compressed download (Content-Length is the gzip size) loads and runs', async () => {
+  const model = gzipSync(readFileSync(resolve(models, 'stories260K/stories260K.bin')));
+  const tokenizer = gzipSync(readFileSync(resolve(models, 'stories260K/tok512.bin')));
+  const headers = { 'Access-Control-Allow-Origin': '*', 'Cross-Origin-Resource-Policy': 'cross-origin', 'Content-Encoding': 'gzip' };
+  const remote = createServer((req, res) => {
+    const body = req.url === '/tok512.bin' ? tokenizer : model;
+    res.writeHead(200, { ...headers, 'Content-Length': body.length });
+    res.end(body);
+  });
+  await new Promise((ok) => remote.listen(0, '127.0.0.1', ok));
+  const origin = `http://127.0.0.1:${remote.address().port}`;
+  const { page, errors } = await open(`model=${encodeURIComponent(`${origin}/gz.bin`)}&tokenizer=${encodeURIComponent(`${origin}/tok512.bin`)}&backend=cpu&max=8&autorun=1`);
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  assert.match(await text(page, 'conditions'), /output 8 tok/);
+  assert.deepEqual(errors, []);
   await page.close();
   remote.close();
 });
