@@ -28,6 +28,17 @@ fn record_fatal(kind: &str, message: &str) {
     let _ = js_sys::Reflect::set(&global, &"tokenometerFatalKind".into(), &kind.into());
 }
 
+/// What the engine recorded before its last trap, `(kind, message)`, as the worker reads it.
+pub fn recorded_fatal() -> (Option<String>, Option<String>) {
+    let global = js_sys::global();
+    let get = |key: &str| {
+        js_sys::Reflect::get(&global, &key.into())
+            .ok()
+            .and_then(|v| v.as_string())
+    };
+    (get("tokenometerFatalKind"), get("tokenometerFatal"))
+}
+
 /// Install a panic hook that logs to the console and records the message for the worker (see
 /// [`record_fatal`]): a panic in wasm traps, and the page shows this message instead of
 /// "unreachable".

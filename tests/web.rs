@@ -227,7 +227,11 @@ async fn a_truncated_model_is_an_error_not_a_panic() {
         .as_string()
         .unwrap();
     assert!(message.contains("bad model file"), "{message}");
-    assert_eq!(recorded_fatal(), (None, None), "an error is not a crash");
+    assert_eq!(
+        tokenometer::web::recorded_fatal(),
+        (None, None),
+        "an error is not a crash"
+    );
     // And an over-long prompt is an error too, with the session still usable afterwards.
     let session = session(MODEL).await.unwrap();
     let noop = Closure::<dyn FnMut(JsValue, JsValue) -> bool>::new(|_, _| true);
@@ -242,17 +246,6 @@ async fn a_truncated_model_is_an_error_not_a_panic() {
         .as_string()
         .unwrap();
     assert!(message.contains("context holds 512"), "{message}");
-}
-
-/// What the engine left for the worker before a trap: `(kind, message)`.
-fn recorded_fatal() -> (Option<String>, Option<String>) {
-    let global = js_sys::global();
-    let get = |key: &str| {
-        js_sys::Reflect::get(&global, &key.into())
-            .ok()
-            .and_then(|v| v.as_string())
-    };
-    (get("tokenometerFatalKind"), get("tokenometerFatal"))
 }
 
 /// In wasm `usize` is 32 bits: this header's size, 5 * 2^32 + 98304 floats, wraps to exactly the
