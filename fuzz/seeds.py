@@ -29,6 +29,7 @@ d, h, l, heads, kv_heads, v, s = 8, 16, 1, 2, 2, 16, 8
 kv = kv_heads * (d // heads)
 count = v * d + l * (2 * d + 2 * d * d + 2 * kv * d + 3 * h * d) + d
 put("llama2c", "tiny.bin", struct.pack("<7i", d, h, l, heads, kv_heads, v, s) + floats(count))
+put("llama2c_sized", "tiny.bin", struct.pack("<7i", d, h, l, heads, kv_heads, v, s) + floats(64))
 with_rope = count + s * (d // heads)
 put("llama2c", "tiny-rope.bin", struct.pack("<7i", d, h, l, heads, kv_heads, v, s) + floats(with_rope))
 separate = count + v * d
