@@ -153,3 +153,15 @@ fn broken_json_inside_a_decoder_is_an_error_not_a_panic() {
         );
     }
 }
+
+/// What calls into the tokenizers crate go through natively: a panic in there becomes an error.
+#[test]
+fn a_library_panic_is_contained_as_an_error() {
+    let caught: Result<(), String> =
+        tokenometer::error::contain_panic(|| panic!("inside a library"));
+    assert_eq!(caught, Err("inside a library".to_string()));
+    let formatted: Result<(), String> =
+        tokenometer::error::contain_panic(|| panic!("formatted {}", 42));
+    assert_eq!(formatted, Err("formatted 42".to_string()));
+    assert_eq!(tokenometer::error::contain_panic(|| 7), Ok(7));
+}
