@@ -106,6 +106,18 @@ impl LlamaConfig {
                 self.n_heads, self.n_kv_heads
             ));
         }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
+            return bad(format!(
+                "RoPE base (rope_theta) {} must be a finite number above 1",
+                self.rope_theta
+            ));
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
+            return bad(format!(
+                "RMSNorm epsilon (rms_norm_eps) {} must be a finite number of at least 0",
+                self.norm_eps
+            ));
+        }
         if !self.head_size().is_multiple_of(2) {
             return bad(format!(
                 "head size {} ({dim} / {heads}) is odd; RoPE needs pairs",

@@ -484,6 +484,44 @@ fn cases(corpus: &Corpus) -> Vec<Case> {
         generate(&short, &hf_tok, "once", &[]),
         "config.json max_position_embeddings = 1",
     ));
+    // Config values that parse but cannot be a model, each named in config.json's words.
+    let config_cases: [(&'static str, &str, serde_json::Value, &'static str); 5] = [
+        (
+            "HF num_key_value_heads 0",
+            "num_key_value_heads",
+            0.into(),
+            "config.json num_key_value_heads = 0",
+        ),
+        (
+            "HF hidden_size -16",
+            "hidden_size",
+            (-16).into(),
+            "config.json is not a Llama config",
+        ),
+        (
+            "HF vocab_size 1e30",
+            "vocab_size",
+            1e30.into(),
+            "config.json is not a Llama config",
+        ),
+        (
+            "HF rope_theta 0",
+            "rope_theta",
+            0.into(),
+            "(rope_theta) 0 must be",
+        ),
+        (
+            "HF rms_norm_eps -1",
+            "rms_norm_eps",
+            (-1.0).into(),
+            "(rms_norm_eps) -1 must be",
+        ),
+    ];
+    for (name, key, value, why) in config_cases {
+        let folder = format!("hf-{key}");
+        let path = hf_model(corpus, &folder, hf_config(&[(key, value)]), [512, 16]);
+        out.push(refused(name, generate(&path, &hf_tok, "once", &[]), why));
+    }
     let other = hf_model(
         corpus,
         "hf-mistral",
