@@ -208,17 +208,7 @@ fn args(list: &[&str]) -> Vec<String> {
 }
 
 fn generate(model: &str, tokenizer: &str, prompt: &str, extra: &[&str]) -> Vec<String> {
-    let mut a = args(&[
-        "generate",
-        "--model",
-        model,
-        "--tokenizer",
-        tokenizer,
-        "--prompt",
-        prompt,
-    ]);
-    a.extend(args(extra));
-    a
+    generate_args(model, tokenizer, prompt, extra)
 }
 
 fn cases(corpus: &Corpus) -> Vec<Case> {

@@ -41,17 +41,8 @@ fn scratch(name: &str, bytes: &[u8]) -> String {
 }
 
 fn generate(model: &str, tokenizer: &str, prompt: &str, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "generate",
-        "--model",
-        model,
-        "--tokenizer",
-        tokenizer,
-        "--prompt",
-        prompt,
-    ];
-    args.extend_from_slice(extra);
-    tokenometer(&args)
+    let args = generate_args(model, tokenizer, prompt, extra);
+    tokenometer(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 #[test]

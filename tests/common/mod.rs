@@ -59,3 +59,17 @@ pub fn generated_ids(
     .unwrap();
     ids
 }
+
+/// The arguments of `tokenometer generate` for a model, tokenizer and prompt, then `extra`.
+pub fn generate_args(model: &str, tokenizer: &str, prompt: &str, extra: &[&str]) -> Vec<String> {
+    let fixed = [
+        "generate",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--prompt",
+        prompt,
+    ];
+    fixed.iter().chain(extra).map(|s| s.to_string()).collect()
+}
