@@ -11,7 +11,7 @@ use burn::tensor::activation::{silu, softmax};
 use burn::tensor::quantization::QuantScheme;
 
 use crate::quant::{BLOCK, Quant, QuantPlan};
-use crate::weights::{HostWeights, LlamaConfig, Matrix};
+use crate::weights::{HostWeights, LlamaConfig, Matrix, rope_angles};
 
 /// A transformer block on the device.
 struct Layer {
@@ -35,6 +35,8 @@ pub struct Llama {
     rms_final: Tensor<1>,
     /// `[dim, vocab]`.
     classifier: Tensor<2>,
+    /// RoPE's frequency per pair; the angles are computed per pass for its positions.
+    rope_freqs: Vec<f32>,
     /// What the quantization did, tensor by tensor, and the bytes that resulted.
     pub quant: QuantPlan,
 }
@@ -172,6 +174,7 @@ impl Llama {
         let classifier = matrix("classifier", classifier_weights, &mut plan);
         plan.add_f32(config.dim);
         Self {
+            rope_freqs: config.rope_frequencies(),
             rms_final: vector(&weights.rms_final),
             embedding: weights.token_embedding.data,
             config,
@@ -266,7 +269,7 @@ impl Llama {
         }
         let mut x = Tensor::<2>::from_data(TensorData::new(rows, [t, dim]), &self.device);
 
-        let (cos, sin) = c.rope_cos_sin(start, end);
+        let (cos, sin) = rope_angles(&self.rope_freqs, start, end);
         let angles = |v: Vec<f32>| {
             Tensor::<4>::from_data(TensorData::new(v, [t, 1, hs / 2, 1]), &self.device)
         };

@@ -6,11 +6,10 @@
 use serde_json::json;
 
 use crate::error::{Error, Result, contain_panic};
+use crate::weights::MAX_VOCAB;
 
 pub const BOS: u32 = 1;
 pub const EOS: u32 = 2;
-/// Token ids past this are refused at load (the model's own vocabulary limit).
-const MAX_TOKEN_ID: usize = 1 << 20;
 
 /// A tokenizer plus the byte table that streaming decoding needs.
 pub struct Tokenizer {
@@ -35,20 +34,16 @@ impl Tokenizer {
         // decoders/mod.rs:90). Parsing into a `Value` checks every escape, which skipping does not.
         serde_json::from_slice::<serde_json::Value>(bytes)
             .map_err(|e| Error::BadTokenizer(format!("tokenizer.json is not valid JSON: {e}")))?;
-        let inner = contain_panic(|| tokenizers::Tokenizer::from_bytes(bytes))
-            .map_err(|panic| {
-                Error::BadTokenizer(format!(
-                    "tokenizer.json does not load (the tokenizers library failed on it: {panic})"
-                ))
-            })?
-            .map_err(|e| Error::BadTokenizer(format!("tokenizer.json does not load: {e}")))?;
+        let inner = library("tokenizer.json does not load", || {
+            tokenizers::Tokenizer::from_bytes(bytes)
+        })?;
         // The vocabulary's size is one past its largest id, not its number of entries: a file with
         // 512 entries whose ids skip to 100000 can produce id 100000.
         let max_id = inner.get_vocab(true).into_values().max().unwrap_or(0);
-        if max_id as usize >= MAX_TOKEN_ID {
+        if max_id as usize >= MAX_VOCAB {
             return Err(Error::BadTokenizer(format!(
                 "tokenizer.json has a token with id {max_id}; no vocabulary this engine runs \
-                 goes past {MAX_TOKEN_ID}"
+                 goes past {MAX_VOCAB}"
             )));
         }
         let piece_bytes = (0..=max_id)
@@ -66,12 +61,9 @@ impl Tokenizer {
     pub fn from_llama2c(bytes: &[u8]) -> Result<Self> {
         let pieces = parse_llama2c(bytes)?;
         let json = llama2c_to_tokenizer_json(&pieces);
-        let inner =
-            contain_panic(|| tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes()))
-                .map_err(|panic| {
-                    Error::BadTokenizer(format!("tokenizer.bin does not convert: {panic}"))
-                })?
-                .map_err(|e| Error::BadTokenizer(format!("tokenizer.bin does not convert: {e}")))?;
+        let inner = library("tokenizer.bin does not convert", || {
+            tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
+        })?;
         let piece_bytes = pieces
             .iter()
             .enumerate()
@@ -89,13 +81,7 @@ impl Tokenizer {
 
     /// Encode with BOS first, as llama2.c's `encode(text, bos=1, eos=0)`.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let encoding = contain_panic(|| self.inner.encode(text, true))
-            .map_err(|panic| {
-                Error::BadTokenizer(format!(
-                    "cannot encode the prompt (the tokenizers library failed: {panic})"
-                ))
-            })?
-            .map_err(|e| Error::BadTokenizer(format!("cannot encode the prompt: {e}")))?;
+        let encoding = library("cannot encode the prompt", || self.inner.encode(text, true))?;
         let mut ids = encoding.get_ids().to_vec();
         // A tokenizer.json without a post-processor adds no BOS; the model expects one.
         if ids.first() != Some(&BOS) {
@@ -175,6 +161,21 @@ impl TextStream {
                 }
             }
         }
+    }
+}
+
+/// Call into the tokenizers crate: its error, or a panic it raised (natively; see
+/// [`contain_panic`]), becomes one `BadTokenizer` sentence starting with `what`.
+fn library<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl FnOnce() -> std::result::Result<T, E>,
+) -> Result<T> {
+    match contain_panic(f) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Error::BadTokenizer(format!("{what}: {e}"))),
+        Err(panic) => Err(Error::BadTokenizer(format!(
+            "{what} (the tokenizers library panicked: {panic})"
+        ))),
     }
 }
 

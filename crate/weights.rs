@@ -27,7 +27,8 @@ pub struct LlamaConfig {
 /// Limits that no real small model comes near; a header past them is corrupt or foreign.
 const MAX_DIM: usize = 1 << 15;
 const MAX_LAYERS: usize = 512;
-const MAX_VOCAB: usize = 1 << 20;
+/// The largest vocabulary (and so one past the largest token id) the engine accepts.
+pub(crate) const MAX_VOCAB: usize = 1 << 20;
 const MAX_SEQ_LEN: usize = 1 << 20;
 /// The smallest vocabulary that holds `<unk>`, BOS (1) and EOS (2), which the engine feeds and stops on.
 const MIN_VOCAB: usize = 3;
@@ -72,23 +73,28 @@ impl LlamaConfig {
         let prefix = fields.prefix;
         let bad = |m: String| Err(Error::BadModel(m));
         let ranges = [
-            (dim, self.dim, 1, MAX_DIM),
-            (hidden, self.hidden_dim, 1, 4 * MAX_DIM),
-            (layers, self.n_layers, 1, MAX_LAYERS),
-            (heads, self.n_heads, 1, MAX_DIM),
-            (kv_heads, self.n_kv_heads, 1, MAX_DIM),
-            (vocab, self.vocab_size, MIN_VOCAB, MAX_VOCAB),
-            (seq_len, self.seq_len, MIN_SEQ_LEN, MAX_SEQ_LEN),
+            (dim, self.dim, 1, MAX_DIM, ""),
+            (hidden, self.hidden_dim, 1, 4 * MAX_DIM, ""),
+            (layers, self.n_layers, 1, MAX_LAYERS, ""),
+            (heads, self.n_heads, 1, MAX_DIM, ""),
+            (kv_heads, self.n_kv_heads, 1, MAX_DIM, ""),
+            (
+                vocab,
+                self.vocab_size,
+                MIN_VOCAB,
+                MAX_VOCAB,
+                " (a vocabulary must hold <unk>, BOS and EOS)",
+            ),
+            (
+                seq_len,
+                self.seq_len,
+                MIN_SEQ_LEN,
+                MAX_SEQ_LEN,
+                " (the context must hold BOS plus one generated token)",
+            ),
         ];
-        for (name, value, min, max) in ranges {
+        for (name, value, min, max, why) in ranges {
             if value < min || value > max {
-                let why = if name == vocab {
-                    " (a vocabulary must hold <unk>, BOS and EOS)"
-                } else if name == seq_len {
-                    " (the context must hold BOS plus one generated token)"
-                } else {
-                    ""
-                };
                 return bad(format!(
                     "{prefix} {name} = {value} is outside {min}..={max}{why}"
                 ));
@@ -139,30 +145,40 @@ impl LlamaConfig {
         v * d + l * per_layer + d + classifier
     }
 
-    /// The RoPE angles' cos and sin for positions `start..end`, `[end - start, head_size / 2]`
-    /// row-major: `pos * theta^(-2i / head_size)` in f32 like run.c. Computed per call for just the
-    /// positions a forward pass needs, so a model claiming a huge context costs nothing up front.
-    pub fn rope_cos_sin(&self, start: usize, end: usize) -> (Vec<f32>, Vec<f32>) {
-        let (hs, half) = (self.head_size(), self.head_size() / 2);
-        let freqs: Vec<f32> = (0..half)
+    /// RoPE's rotation speed per pair, `theta^(-2i / head_size)` in f32 like run.c: fixed by the
+    /// config, so a model computes them once.
+    pub fn rope_frequencies(&self) -> Vec<f32> {
+        let hs = self.head_size();
+        (0..hs / 2)
             .map(|i| 1.0 / self.rope_theta.powf((2 * i) as f32 / hs as f32))
-            .collect();
-        let mut cos = Vec::with_capacity((end - start) * half);
-        let mut sin = Vec::with_capacity((end - start) * half);
-        for pos in start..end {
-            for &freq in &freqs {
-                let angle = pos as f32 * freq;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
-        (cos, sin)
+            .collect()
+    }
+
+    /// The RoPE angles' cos and sin for positions `start..end` (see [`rope_angles`]).
+    pub fn rope_cos_sin(&self, start: usize, end: usize) -> (Vec<f32>, Vec<f32>) {
+        rope_angles(&self.rope_frequencies(), start, end)
     }
 
     /// How many parameters the model has (embedding counted once when shared).
     pub fn parameter_count(&self) -> u64 {
         self.weight_count()
     }
+}
+
+/// cos and sin of `pos * freq` for positions `start..end` and every pair's frequency,
+/// `[end - start, freqs.len()]` row-major. Computed for just the positions a forward pass needs,
+/// so a model claiming a huge context costs nothing up front.
+pub fn rope_angles(freqs: &[f32], start: usize, end: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut cos = Vec::with_capacity((end - start) * freqs.len());
+    let mut sin = Vec::with_capacity((end - start) * freqs.len());
+    for pos in start..end {
+        for &freq in freqs {
+            let angle = pos as f32 * freq;
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+        }
+    }
+    (cos, sin)
 }
 
 /// A row-major matrix `[rows, cols]` = `[out, in]`.

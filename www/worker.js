@@ -125,10 +125,8 @@ function fatalCause() {
 }
 
 function failure(e) {
-  const cause = e instanceof WebAssembly.RuntimeError ? fatalCause() : null;
-  if (cause) return { type: 'fatal', message: cause };
   if (e instanceof WebAssembly.RuntimeError) {
-    return { type: 'fatal', message: `the engine crashed while ${phase}: ${e.message}` };
+    return { type: 'fatal', message: fatalCause() ?? `the engine crashed while ${phase}: ${e.message}` };
   }
   if (e?.name === 'DeviceLostError') return { type: 'fatal', message: e.message };
   return { type: 'error', message: e?.message ?? String(e) };
