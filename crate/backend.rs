@@ -54,7 +54,7 @@ impl fmt::Display for BackendKind {
 pub struct Backend {
     pub kind: BackendKind,
     pub device: Device,
-    /// The adapter's name ("CPU (burn flex)" for the CPU backend).
+    /// The adapter's name ("CPU (AVX2)" for the CPU backend: its kernels' instruction set).
     pub adapter: String,
     /// Adapter details worth showing (driver, limits), one line.
     pub details: String,
@@ -89,12 +89,12 @@ static WGPU: async_lock::Mutex<Option<Backend>> = async_lock::Mutex::new(None);
 
 impl Backend {
     pub fn cpu() -> Backend {
-        // burn's flex backend: its `gemm` kernels (AVX2/FMA natively, SIMD128 in wasm) decode
-        // stories15M ~3.4x faster than the deprecated ndarray backend here.
+        // The model runs on tokenometer's own kernels (`kernels.rs`); burn's flex device holds the
+        // logits for sampling.
         Backend {
             kind: BackendKind::Cpu,
             device: Device::flex(),
-            adapter: "CPU (burn flex)".into(),
+            adapter: format!("CPU ({})", crate::kernels::Isa::detect().name()),
             details: String::new(),
             software: false,
             auto_note: None,

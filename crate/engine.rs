@@ -264,7 +264,7 @@ impl Engine {
             }
             generated += 1;
             let piece = text.push(&self.tokenizer, Some(prev), next);
-            let pos = cache.len;
+            let pos = cache.len();
             let event = Event::Token {
                 pos,
                 id: next,
@@ -278,7 +278,7 @@ impl Engine {
             if generated >= options.max_tokens {
                 break StopReason::MaxTokens;
             }
-            if cache.len >= self.model.config.seq_len {
+            if cache.len() >= self.model.config.seq_len {
                 break StopReason::ContextFull;
             }
             // Decode: one token through the cache.

@@ -2,15 +2,19 @@
 //! of what "tokens per second" means.
 //!
 //! Modules, one job each: [`weights`] (shapes and host arrays), [`loading`] (file formats),
-//! [`tokenizer`], [`quant`], [`model`] (the forward pass), [`sampling`], [`engine`] (prefill and
+//! [`tokenizer`], [`quant`], [`model`] (the forward pass, over the operations of `device_ops`
+//! (burn tensors) or `host_ops` (the CPU, with [`kernels`])), [`sampling`], [`engine`] (prefill and
 //! decode, with events), [`meter`] (the figures), [`synth`] (synthetic checkpoints), [`backend`]
 //! (device choice), and, on wasm, [`web`] (the JavaScript API the page's worker uses).
 
 pub mod backend;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
+mod device_ops;
 pub mod engine;
 pub mod error;
+mod host_ops;
+pub mod kernels;
 pub mod loading;
 pub mod meter;
 pub mod model;

@@ -1,29 +1,105 @@
-//! The Llama-2 transformer on burn tensors, read top to bottom like llama2.c's `forward()`:
-//! embedding, then per layer RMSNorm, attention with RoPE and a KV cache, a residual, RMSNorm,
-//! SwiGLU feed-forward, a residual; last, the final norm and the classifier.
+//! The Llama-2 transformer, read top to bottom like llama2.c's `forward()`: embedding, then per
+//! layer RMSNorm, attention with RoPE and a KV cache, a residual, RMSNorm, SwiGLU feed-forward, a
+//! residual; last, the final norm and the classifier.
 //!
-//! Weights live on the device transposed to `[in, out]`, so each projection is `x.matmul(w)`.
-//! The token embedding stays on the host: a step reads one row of it, not the whole table.
+//! The pass is written once, over the operations of [`Ops`]; each backend supplies them:
+//! - `device_ops.rs`: burn tensors (wgpu, natively and in WebGPU), f32 or burn's packed blocks.
+//! - `host_ops.rs`: the CPU, on host arrays with the kernels of `kernels.rs`, f32, Q8_0 or Q4_0.
+//!
+//! The token embedding stays on the host for both: a step reads one row of it, not the whole table.
+
+use std::ops::Range;
 
 use burn::prelude::*;
-use burn::tensor::activation::{silu, softmax};
-
 use burn::tensor::quantization::QuantScheme;
 
-use crate::quant::{BLOCK, Quant, QuantPlan};
+use crate::device_ops::DeviceOps;
+use crate::host_ops::HostOps;
+use crate::kernels::Isa;
+use crate::quant::{Quant, QuantPlan, pad_hidden_to_blocks};
 use crate::weights::{HostWeights, LlamaConfig, Matrix, rope_angles};
 
-/// A transformer block on the device.
-struct Layer {
-    rms_att: Tensor<1>,
-    wq: Tensor<2>,
-    wk: Tensor<2>,
-    wv: Tensor<2>,
-    wo: Tensor<2>,
-    rms_ffn: Tensor<1>,
-    w1: Tensor<2>,
-    w2: Tensor<2>,
-    w3: Tensor<2>,
+/// The shape of attention, which every backend's operations need.
+#[derive(Debug, Clone, Copy)]
+pub struct Heads {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_size: usize,
+}
+
+/// What the forward pass asks of a backend. `Act` is a batch of activations `[t, width]`.
+pub(crate) trait Ops {
+    type Act;
+    /// A norm's weight.
+    type Vector;
+    /// A projection `y = W x` with `W` of `[out, in]`, in whatever form the backend stores.
+    type Linear;
+    /// What one pass needs beyond the weights: RoPE's angles for its positions, a causal mask.
+    type Pass;
+    /// Every layer's keys and values.
+    type Cache;
+
+    fn vector(&self, v: &[f32]) -> Self::Vector;
+    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> Self::Linear;
+    fn new_cache(&self, layers: usize) -> Self::Cache;
+    /// Make the cache hold `capacity` positions, keeping the first `filled`.
+    fn grow(&self, cache: &mut Self::Cache, capacity: usize, filled: usize);
+
+    /// `t` embedding rows `[t, dim]` as activations.
+    fn embed(&self, rows: Vec<f32>, t: usize) -> Self::Act;
+    /// Prepare positions `start..start + t` (cos and sin are `[t, head_size / 2]`).
+    fn pass(&self, start: usize, t: usize, cos: Vec<f32>, sin: Vec<f32>) -> Self::Pass;
+    fn rms_norm(&self, x: &Self::Act, weight: &Self::Vector, eps: f32) -> Self::Act;
+    fn matmul(&self, x: &Self::Act, w: &Self::Linear) -> Self::Act;
+    /// Rotate adjacent pairs (2i, 2i+1) of each head of `x` `[t, heads * head_size]` by the
+    /// position's angle, as llama2.c does.
+    fn rope(&self, x: Self::Act, pass: &Self::Pass) -> Self::Act;
+    /// Store `k` and `v` for the pass's positions in `layer`'s cache, then attend: each query row
+    /// over keys `0..=` its position, query heads grouped onto KV heads. Returns `[t, dim]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        q: Self::Act,
+        k: Self::Act,
+        v: Self::Act,
+        cache: &mut Self::Cache,
+        layer: usize,
+        pass: &Self::Pass,
+    ) -> Self::Act;
+    fn add(&self, x: Self::Act, y: Self::Act) -> Self::Act;
+    /// `silu(gate) * up`.
+    fn swiglu(&self, gate: Self::Act, up: Self::Act) -> Self::Act;
+    fn rows(&self, x: Self::Act, rows: Range<usize>) -> Self::Act;
+    fn cat(&self, parts: Vec<Self::Act>) -> Self::Act;
+    /// The activations as a tensor on the backend's burn device (logits, for sampling).
+    fn as_tensor(&self, x: Self::Act) -> Tensor<2>;
+}
+
+/// A transformer block's weights in a backend's form.
+struct Layer<O: Ops> {
+    rms_att: O::Vector,
+    wq: O::Linear,
+    wk: O::Linear,
+    wv: O::Linear,
+    wo: O::Linear,
+    rms_ffn: O::Vector,
+    w1: O::Linear,
+    w2: O::Linear,
+    w3: O::Linear,
+}
+
+/// The weights a backend runs, with its operations.
+struct Weights<O: Ops> {
+    ops: O,
+    layers: Vec<Layer<O>>,
+    rms_final: O::Vector,
+    /// `[vocab, dim]`.
+    classifier: O::Linear,
+}
+
+enum Body {
+    Device(Box<Weights<DeviceOps>>),
+    Host(Box<Weights<HostOps>>),
 }
 
 /// The model, ready to run on one device.
@@ -31,87 +107,44 @@ pub struct Llama {
     pub config: LlamaConfig,
     device: Device,
     embedding: Vec<f32>,
-    layers: Vec<Layer>,
-    rms_final: Tensor<1>,
-    /// `[dim, vocab]`.
-    classifier: Tensor<2>,
+    body: Body,
     /// RoPE's frequency per pair; the angles are computed per pass for its positions.
     rope_freqs: Vec<f32>,
     /// What the quantization did, tensor by tensor, and the bytes that resulted.
     pub quant: QuantPlan,
 }
 
-/// Keys and values of every layer, `[n_kv_heads, capacity, head_size]`, filled up to `len`.
+/// Keys and values of every layer, filled up to `len()`.
 ///
-/// The cache grows with use (doubling, up to the context length) instead of holding the whole
-/// context from the start: a model that claims a 2^20-token context with 512 layers would otherwise
-/// ask for gigabytes before its first token.
+/// The cache grows with use (doubling from 64 positions, up to the context length) instead of
+/// holding the whole context from the start: a model that claims a 2^20-token context with 512
+/// layers would otherwise ask for gigabytes before its first token.
 pub struct KvCache {
-    keys: Vec<Tensor<3>>,
-    values: Vec<Tensor<3>>,
-    /// Positions each layer's tensors can hold now.
-    capacity: usize,
     /// Positions filled.
-    pub len: usize,
+    len: usize,
+    /// Positions each layer can hold now.
+    capacity: usize,
     /// The context length: the most the cache may grow to.
     limit: usize,
-    n_kv_heads: usize,
-    head_size: usize,
-    device: Device,
+    store: Store,
+}
+
+enum Store {
+    Device(<DeviceOps as Ops>::Cache),
+    Host(<HostOps as Ops>::Cache),
 }
 
 /// The smallest capacity a cache allocates, so that short runs grow it once or twice at most.
 const MIN_CACHE_POSITIONS: usize = 64;
 
 impl KvCache {
-    /// Make room for positions up to `end` (at most the context length), copying what is filled.
-    fn reserve(&mut self, end: usize) {
-        if end <= self.capacity {
-            return;
-        }
-        let capacity = end
-            .max(2 * self.capacity)
-            .max(MIN_CACHE_POSITIONS)
-            .min(self.limit);
-        let shape = [self.n_kv_heads, capacity, self.head_size];
-        let filled = [0..self.n_kv_heads, 0..self.len, 0..self.head_size];
-        let (device, len) = (&self.device, self.len);
-        for tensors in [&mut self.keys, &mut self.values] {
-            for t in tensors.iter_mut() {
-                let old = std::mem::replace(t, Tensor::empty([0, 0, 0], device));
-                let grown = Tensor::zeros(shape, device);
-                *t = if len == 0 {
-                    grown
-                } else {
-                    grown.slice_assign(filled.clone(), old.slice(filled.clone()))
-                };
-            }
-        }
-        self.capacity = capacity;
+    /// Positions filled.
+    pub fn len(&self) -> usize {
+        self.len
     }
 
-    /// Store layer `layer`'s keys and values `[n_kv_heads, t, head_size]` at positions
-    /// `start..start + t` (the caller has reserved them).
-    fn write(&mut self, layer: usize, start: usize, keys: Tensor<3>, values: Tensor<3>) {
-        let [n_kv, t, hs] = keys.dims();
-        let at = [0..n_kv, start..start + t, 0..hs];
-        // Take each cache tensor out so that it has one owner and slice_assign writes in place.
-        for (cache, new) in [
-            (&mut self.keys[layer], keys),
-            (&mut self.values[layer], values),
-        ] {
-            let all = std::mem::replace(cache, Tensor::empty([0, 0, 0], &self.device));
-            *cache = all.slice_assign(at.clone(), new);
-        }
-    }
-
-    /// Layer `layer`'s keys and values for positions `0..end`.
-    fn view(&self, layer: usize, end: usize) -> (Tensor<3>, Tensor<3>) {
-        let range = [0..self.n_kv_heads, 0..end, 0..self.head_size];
-        (
-            self.keys[layer].clone().slice(range.clone()),
-            self.values[layer].clone().slice(range),
-        )
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Forget positions from `len` on (what speculative decoding needs to reject a draft).
@@ -123,6 +156,15 @@ impl KvCache {
     pub fn capacity(&self) -> usize {
         self.capacity
     }
+
+    /// The capacity needed to hold positions up to `end`, when that means growing.
+    fn growth(&self, end: usize) -> Option<usize> {
+        (end > self.capacity).then(|| {
+            end.max(2 * self.capacity)
+                .max(MIN_CACHE_POSITIONS)
+                .min(self.limit)
+        })
+    }
 }
 
 /// The most bytes one prefill chunk's largest intermediate (attention scores, or the feed-forward
@@ -132,55 +174,51 @@ impl KvCache {
 const PREFILL_CHUNK_BYTES: u64 = 64 << 20;
 
 impl Llama {
-    /// Move host weights to `device`, quantizing the projection matrices with `scheme`.
+    /// Put host weights in the form `device` runs: burn tensors on a wgpu device (quantized with
+    /// `scheme`), host arrays with the CPU kernels on the CPU (quantized to `quant`'s blocks).
     pub fn new(
         mut weights: HostWeights,
         quant: Quant,
         scheme: Option<QuantScheme>,
         device: &Device,
     ) -> Self {
-        if scheme.is_some() {
+        let on_cpu = *device == Device::flex();
+        if quant != Quant::F32 {
             pad_hidden_to_blocks(&mut weights);
         }
         let config = weights.config.clone();
-        let mut plan = QuantPlan::new(quant);
-        let vector =
-            |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
-        let matrix = |name: &str, m: &Matrix, plan: &mut QuantPlan| -> Tensor<2> {
-            let t = m.transposed();
-            let tensor = Tensor::<2>::from_data(TensorData::new(t.data, [t.rows, t.cols]), device);
-            plan.apply(name, tensor, scheme.as_ref())
+        let heads = Heads {
+            n_heads: config.n_heads,
+            n_kv_heads: config.n_kv_heads,
+            head_size: config.head_size(),
         };
-        let mut layers = Vec::with_capacity(config.n_layers);
-        for (i, l) in weights.layers.iter().enumerate() {
-            let name = |w: &str| format!("layers.{i}.{w}");
-            layers.push(Layer {
-                rms_att: vector(&l.rms_att),
-                wq: matrix(&name("wq"), &l.wq, &mut plan),
-                wk: matrix(&name("wk"), &l.wk, &mut plan),
-                wv: matrix(&name("wv"), &l.wv, &mut plan),
-                wo: matrix(&name("wo"), &l.wo, &mut plan),
-                rms_ffn: vector(&l.rms_ffn),
-                w1: matrix(&name("w1"), &l.w1, &mut plan),
-                w2: matrix(&name("w2"), &l.w2, &mut plan),
-                w3: matrix(&name("w3"), &l.w3, &mut plan),
-            });
-            plan.add_f32(2 * config.dim);
-        }
-        let classifier_weights = weights
-            .classifier
-            .as_ref()
-            .unwrap_or(&weights.token_embedding);
-        let classifier = matrix("classifier", classifier_weights, &mut plan);
-        plan.add_f32(config.dim);
+        let mut plan = QuantPlan::new(quant);
+        let HostWeights {
+            token_embedding,
+            layers,
+            rms_final,
+            classifier,
+            ..
+        } = weights;
+        // A shared classifier is the embedding again, in the classifier's form.
+        let classifier = classifier.unwrap_or_else(|| token_embedding.clone());
+        let body = if on_cpu {
+            let ops = HostOps::new(Isa::detect(), heads, device.clone());
+            Body::Host(Box::new(Weights::new(
+                ops, layers, &rms_final, classifier, &mut plan, config.dim,
+            )))
+        } else {
+            let ops = DeviceOps::new(heads, scheme, device.clone());
+            Body::Device(Box::new(Weights::new(
+                ops, layers, &rms_final, classifier, &mut plan, config.dim,
+            )))
+        };
         Self {
             rope_freqs: config.rope_frequencies(),
-            rms_final: vector(&weights.rms_final),
-            embedding: weights.token_embedding.data,
+            embedding: token_embedding.data,
             config,
             device: device.clone(),
-            layers,
-            classifier,
+            body,
             quant: plan,
         }
     }
@@ -189,23 +227,36 @@ impl Llama {
         &self.device
     }
 
-    /// An empty cache; it allocates as positions are written.
-    pub fn new_cache(&self) -> KvCache {
-        let c = &self.config;
-        let empty = || Tensor::<3>::empty([0, 0, 0], &self.device);
-        KvCache {
-            keys: (0..c.n_layers).map(|_| empty()).collect(),
-            values: (0..c.n_layers).map(|_| empty()).collect(),
-            capacity: 0,
-            len: 0,
-            limit: c.seq_len,
-            n_kv_heads: c.n_kv_heads,
-            head_size: c.head_size(),
-            device: self.device.clone(),
+    /// The instruction set the CPU kernels use, when the model runs on the CPU.
+    pub fn cpu_kernels(&self) -> Option<Isa> {
+        match &self.body {
+            Body::Host(w) => Some(w.ops.isa),
+            Body::Device(_) => None,
         }
     }
 
-    /// Run `tokens` at positions `cache.len..`: the whole prompt in batched passes (prefill, in
+    /// Run the CPU kernels with `isa` (tests compare the scalar kernels with the vector ones).
+    pub fn set_cpu_kernels(&mut self, isa: Isa) {
+        if let Body::Host(w) = &mut self.body {
+            w.ops.isa = isa;
+        }
+    }
+
+    /// An empty cache; it allocates as positions are written.
+    pub fn new_cache(&self) -> KvCache {
+        let layers = self.config.n_layers;
+        KvCache {
+            len: 0,
+            capacity: 0,
+            limit: self.config.seq_len,
+            store: match &self.body {
+                Body::Device(w) => Store::Device(w.ops.new_cache(layers)),
+                Body::Host(w) => Store::Host(w.ops.new_cache(layers)),
+            },
+        }
+    }
+
+    /// Run `tokens` at positions `cache.len()..`: the whole prompt in batched passes (prefill, in
     /// chunks when it is long) or one token (decode). Returns logits `[1, vocab]` for the last
     /// position, or `[T, vocab]` for every position when `all_logits` (used to check quantization
     /// along a known sequence).
@@ -229,33 +280,70 @@ impl Llama {
         all_logits: bool,
         chunk: usize,
     ) -> Tensor<2> {
+        match (&self.body, &mut cache.store) {
+            (Body::Device(w), Store::Device(_)) => {
+                self.chunks(w, tokens, cache, all_logits, chunk, |s| match s {
+                    Store::Device(s) => s,
+                    Store::Host(_) => unreachable!(),
+                })
+            }
+            (Body::Host(w), Store::Host(_)) => {
+                self.chunks(w, tokens, cache, all_logits, chunk, |s| match s {
+                    Store::Host(s) => s,
+                    Store::Device(_) => unreachable!(),
+                })
+            }
+            _ => panic!("a KV cache from a model on another backend"),
+        }
+    }
+
+    fn chunks<O: Ops>(
+        &self,
+        w: &Weights<O>,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        all_logits: bool,
+        chunk: usize,
+        store: impl Fn(&mut Store) -> &mut O::Cache,
+    ) -> Tensor<2> {
         let c = &self.config;
         let mut hidden = Vec::new();
         for piece in tokens.chunks(chunk.max(1)) {
-            let x = self.transformer(piece, cache);
+            let end = cache.len + piece.len();
+            if let Some(capacity) = cache.growth(end) {
+                w.ops.grow(store(&mut cache.store), capacity, cache.len);
+                cache.capacity = capacity;
+            }
+            let x = self.transformer(w, piece, cache.len, store(&mut cache.store));
+            cache.len = end;
             let t = piece.len();
             hidden.push(if all_logits {
                 x
             } else {
-                x.slice([t - 1..t, 0..c.dim])
+                w.ops.rows(x, t - 1..t)
             });
         }
         let x = if all_logits {
-            Tensor::cat(hidden, 0)
+            w.ops.cat(hidden)
         } else {
             hidden.pop().expect("forward needs at least one token")
         };
-        rms_norm(x, &self.rms_final, c.norm_eps).matmul(self.classifier.clone())
+        let x = w.ops.rms_norm(&x, &w.rms_final, c.norm_eps);
+        w.ops.as_tensor(w.ops.matmul(&x, &w.classifier))
     }
 
-    /// Every layer for `tokens` at positions `cache.len..` in one batched pass, storing their keys
-    /// and values in the cache. Returns the hidden states `[T, dim]` before the final norm.
-    fn transformer(&self, tokens: &[u32], cache: &mut KvCache) -> Tensor<2> {
-        let c = &self.config;
-        let (t, dim, hs) = (tokens.len(), c.dim, c.head_size());
-        let (n_heads, n_kv) = (c.n_heads, c.n_kv_heads);
-        let rep = n_heads / n_kv;
-        let start = cache.len;
+    /// Every layer for `tokens` at positions `start..` in one batched pass, storing their keys and
+    /// values in the cache (which holds room for them). Returns the hidden states `[T, dim]`
+    /// before the final norm.
+    fn transformer<O: Ops>(
+        &self,
+        w: &Weights<O>,
+        tokens: &[u32],
+        start: usize,
+        cache: &mut O::Cache,
+    ) -> O::Act {
+        let (c, ops) = (&self.config, &w.ops);
+        let (t, dim) = (tokens.len(), c.dim);
         let end = start + t;
         assert!(
             t > 0 && end <= c.seq_len,
@@ -267,116 +355,62 @@ impl Llama {
         for &id in tokens {
             rows.extend_from_slice(&self.embedding[id as usize * dim..(id as usize + 1) * dim]);
         }
-        let mut x = Tensor::<2>::from_data(TensorData::new(rows, [t, dim]), &self.device);
-
+        let mut x = ops.embed(rows, t);
         let (cos, sin) = rope_angles(&self.rope_freqs, start, end);
-        let angles = |v: Vec<f32>| {
-            Tensor::<4>::from_data(TensorData::new(v, [t, 1, hs / 2, 1]), &self.device)
-        };
-        let (cos, sin) = (angles(cos), angles(sin));
-        cache.reserve(end);
-        // Prefill needs a causal mask; a single decode token sees the whole cache anyway.
-        let mask = (t > 1).then(|| causal_mask(start, t, rep, &self.device));
+        let pass = ops.pass(start, t, cos, sin);
 
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, layer) in w.layers.iter().enumerate() {
             // Attention: project, rotate, store in the cache, attend over positions 0..end.
-            let h = rms_norm(x.clone(), &layer.rms_att, c.norm_eps);
-            let q = rope(
-                h.clone().matmul(layer.wq.clone()).reshape([t, n_heads, hs]),
-                &cos,
-                &sin,
-            );
-            let k = rope(
-                h.clone().matmul(layer.wk.clone()).reshape([t, n_kv, hs]),
-                &cos,
-                &sin,
-            );
-            let v = h.matmul(layer.wv.clone()).reshape([t, n_kv, hs]);
-
-            cache.write(l, start, k.swap_dims(0, 1), v.swap_dims(0, 1));
-            let (keys, values) = cache.view(l, end);
-
-            // Grouped-query attention: the `rep` query heads of one KV head become extra rows.
-            let q = q.swap_dims(0, 1).reshape([n_kv, rep * t, hs]);
-            let mut scores = q
-                .matmul(keys.swap_dims(1, 2))
-                .div_scalar((hs as f32).sqrt());
-            if let Some(mask) = &mask {
-                scores = scores + mask.clone();
-            }
-            let attention = softmax(scores, 2).matmul(values);
-            let attention = attention
-                .reshape([n_heads, t, hs])
-                .swap_dims(0, 1)
-                .reshape([t, dim]);
-            x = x + attention.matmul(layer.wo.clone());
+            let h = ops.rms_norm(&x, &layer.rms_att, c.norm_eps);
+            let q = ops.rope(ops.matmul(&h, &layer.wq), &pass);
+            let k = ops.rope(ops.matmul(&h, &layer.wk), &pass);
+            let v = ops.matmul(&h, &layer.wv);
+            let attention = ops.attention(q, k, v, cache, l, &pass);
+            x = ops.add(x, ops.matmul(&attention, &layer.wo));
 
             // Feed-forward: w2(silu(w1 x) * w3 x).
-            let h = rms_norm(x.clone(), &layer.rms_ffn, c.norm_eps);
-            let gate = silu(h.clone().matmul(layer.w1.clone()));
-            let up = h.matmul(layer.w3.clone());
-            x = x + (gate * up).matmul(layer.w2.clone());
+            let h = ops.rms_norm(&x, &layer.rms_ffn, c.norm_eps);
+            let hidden = ops.swiglu(ops.matmul(&h, &layer.w1), ops.matmul(&h, &layer.w3));
+            x = ops.add(x, ops.matmul(&hidden, &layer.w2));
         }
-        cache.len = end;
         x
     }
 }
 
-/// Quantization blocks need widths that are multiples of [`BLOCK`]. A hidden size that is not one
-/// (stories260K's 172) is padded with zero units: `w1` and `w3` get zero rows, `w2` zero columns,
-/// so each padded unit computes `silu(0) * 0 = 0` and adds nothing. The result is exact.
-fn pad_hidden_to_blocks(weights: &mut HostWeights) {
-    let hidden = weights.config.hidden_dim;
-    let padded = hidden.div_ceil(BLOCK) * BLOCK;
-    if padded == hidden {
-        return;
-    }
-    for layer in &mut weights.layers {
-        for w in [&mut layer.w1, &mut layer.w3] {
-            w.data.resize(padded * w.cols, 0.0);
-            w.rows = padded;
+impl<O: Ops> Weights<O> {
+    /// Convert every matrix (consuming its f32 copy as it goes) into `ops`' form.
+    fn new(
+        ops: O,
+        layers: Vec<crate::weights::LayerWeights>,
+        rms_final: &[f32],
+        classifier: Matrix,
+        plan: &mut QuantPlan,
+        dim: usize,
+    ) -> Self {
+        let mut out = Vec::with_capacity(layers.len());
+        for (i, l) in layers.into_iter().enumerate() {
+            let name = |w: &str| format!("layers.{i}.{w}");
+            let mut linear = |w: &str, m: Matrix| ops.linear(&name(w), m, plan);
+            out.push(Layer {
+                wq: linear("wq", l.wq),
+                wk: linear("wk", l.wk),
+                wv: linear("wv", l.wv),
+                wo: linear("wo", l.wo),
+                w1: linear("w1", l.w1),
+                w2: linear("w2", l.w2),
+                w3: linear("w3", l.w3),
+                rms_att: ops.vector(&l.rms_att),
+                rms_ffn: ops.vector(&l.rms_ffn),
+            });
+            plan.add_f32(2 * dim);
         }
-        let w2 = &layer.w2;
-        let mut data = Vec::with_capacity(w2.rows * padded);
-        for row in w2.data.chunks_exact(hidden) {
-            data.extend_from_slice(row);
-            data.extend(std::iter::repeat_n(0.0, padded - hidden));
-        }
-        layer.w2 = Matrix::new(w2.rows, padded, data);
-    }
-    weights.config.hidden_dim = padded;
-}
-
-/// `x * weight / sqrt(mean(x^2) + eps)`, per row.
-fn rms_norm(x: Tensor<2>, weight: &Tensor<1>, eps: f32) -> Tensor<2> {
-    let inv_rms = (x.clone() * x.clone())
-        .mean_dim(1)
-        .add_scalar(eps)
-        .sqrt()
-        .recip();
-    x * inv_rms * weight.clone().unsqueeze::<2>()
-}
-
-/// Rotate adjacent pairs (2i, 2i+1) of each head by the position's angle, as llama2.c does.
-fn rope(x: Tensor<3>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<3> {
-    let [t, heads, hs] = x.dims();
-    let pairs = x.reshape([t, heads, hs / 2, 2]);
-    let even = pairs.clone().slice([0..t, 0..heads, 0..hs / 2, 0..1]);
-    let odd = pairs.slice([0..t, 0..heads, 0..hs / 2, 1..2]);
-    let rotated_even = even.clone() * cos.clone() - odd.clone() * sin.clone();
-    let rotated_odd = even * sin.clone() + odd * cos.clone();
-    Tensor::cat(vec![rotated_even, rotated_odd], 3).reshape([t, heads, hs])
-}
-
-/// Additive mask `[1, rep * t, start + t]`: row `r * t + i` (query position `start + i`) may not
-/// see keys after its own position.
-fn causal_mask(start: usize, t: usize, rep: usize, device: &Device) -> Tensor<3> {
-    let keys = start + t;
-    let mut mask = Vec::with_capacity(rep * t * keys);
-    for _ in 0..rep {
-        for i in 0..t {
-            mask.extend((0..keys).map(|j| if j <= start + i { 0.0 } else { -1e30 }));
+        let classifier = ops.linear("classifier", classifier, plan);
+        plan.add_f32(dim);
+        Self {
+            rms_final: ops.vector(rms_final),
+            layers: out,
+            classifier,
+            ops,
         }
     }
-    Tensor::<3>::from_data(TensorData::new(mask, [1, rep * t, keys]), device)
 }

@@ -101,10 +101,22 @@ fn prompt_longer_than_the_context() {
 }
 
 #[test]
-fn q4_on_the_cpu_backend() {
-    assert_refused(
-        generate(&model(), &tok512(), "Hi", &["--quant", "q4"]),
-        "q4 does not run on the CPU backend",
+fn q4_runs_on_the_cpu_backend() {
+    let output = generate(
+        &model(),
+        &tok512(),
+        "Once upon a time",
+        &["--quant", "q4", "--backend", "cpu", "--max-tokens", "20"],
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.starts_with("Once upon a time, "), "{stdout}");
+    assert!(
+        stderr.contains("q4") && stderr.contains("on cpu [CPU ("),
+        "{stderr}"
     );
 }
 

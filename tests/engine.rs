@@ -98,7 +98,8 @@ fn agreement(backend: &Backend, quant: Quant) -> f64 {
 
 #[test]
 fn q8_agrees_with_f32_on_cpu() {
-    assert!(agreement(&Backend::cpu(), Quant::Q8) >= 0.95);
+    // stories260K's hidden size 172 is padded with zero units to 192 for the blocks (exact).
+    assert!(agreement(&Backend::cpu(), Quant::Q8) >= 0.99);
 }
 
 #[test]
@@ -113,21 +114,47 @@ fn q4_runs_on_wgpu_and_mostly_agrees() {
 }
 
 #[test]
-fn q4_on_cpu_is_refused_with_a_reason() {
-    let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
-    let err = Engine::load(
-        files,
-        &read(stories260k("tok512.bin")),
-        Quant::Q4,
-        &Backend::cpu(),
-    )
-    .err()
-    .unwrap();
-    assert!(
-        err.to_string()
-            .contains("q4 does not run on the CPU backend"),
-        "{err}"
-    );
+fn q4_agrees_with_f32_on_cpu() {
+    assert!(agreement(&Backend::cpu(), Quant::Q4) >= 0.75);
+}
+
+/// The scalar kernels (what a CPU without AVX2 runs) work as the vector ones do: f32 logits equal
+/// up to the order of sums, q8 and q4 agreeing with f32. Quantized logits are not compared across
+/// kernels: a different last bit in one layer can move an activation across an int8 rounding
+/// boundary in the next, and on stories260K the two q8 runs then part by up to 0.33 in a logit
+/// (of 22). Measured: q8 agrees on 254/256 with AVX2 and 253/256 with the scalar kernels, so the
+/// floor here is 98%; `q8_agrees_with_f32_on_cpu` holds the machine's own kernels to 99%.
+#[test]
+fn scalar_and_vector_cpu_kernels_both_meet_the_bars() {
+    let (_, sequence) = reference_ids();
+    let ids = &sequence[..sequence.len() - 1];
+    let cpu = Backend::cpu();
+    let mut f32_logits = Vec::new();
+    for isa in tokenometer::kernels::Isa::available() {
+        let run = |quant| {
+            let mut engine = engine(&cpu, quant);
+            engine.model.set_cpu_kernels(isa);
+            let predictions = pollster::block_on(engine.predictions(ids)).unwrap();
+            (engine, predictions)
+        };
+        let (f32_engine, f32_preds) = run(Quant::F32);
+        let mut cache = f32_engine.model.new_cache();
+        let logits = f32_engine.model.forward(&ids[..64], &mut cache, true);
+        f32_logits.push(logits.into_data().try_to_vec::<f32>().unwrap());
+        for (quant, floor) in [(Quant::Q8, 0.98), (Quant::Q4, 0.75)] {
+            let preds = run(quant).1;
+            let same = preds.iter().zip(&f32_preds).filter(|(a, b)| a == b).count();
+            let share = same as f64 / ids.len() as f64;
+            println!("{isa:?} {quant}: {same}/{} agree with f32", ids.len());
+            assert!(share >= floor, "{isa:?} {quant}: {share}");
+        }
+    }
+    let (first, last) = (&f32_logits[0], f32_logits.last().unwrap());
+    let worst = first
+        .iter()
+        .zip(last)
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst < 1e-3, "f32 logits differ by {worst} between kernels");
 }
 
 #[test]
@@ -135,7 +162,7 @@ fn quantization_shrinks_the_reported_weight_bytes() {
     let cpu = Backend::cpu();
     let f32_bytes = engine(&cpu, Quant::F32).info.bytes_per_token;
     let q8_bytes = engine(&cpu, Quant::Q8).info.bytes_per_token;
-    let q4_bytes = engine(&wgpu(), Quant::Q4).info.bytes_per_token;
+    let q4_bytes = engine(&cpu, Quant::Q4).info.bytes_per_token;
     assert!(q8_bytes * 3 < f32_bytes, "{q8_bytes} vs {f32_bytes}");
     assert!(q4_bytes < q8_bytes, "{q4_bytes} vs {q8_bytes}");
 }
@@ -286,7 +313,7 @@ fn check_chunked_prefill(backend: &Backend) {
     let logits = |chunk: usize| -> Vec<f32> {
         let mut cache = model.new_cache();
         let t = model.forward_in_chunks(&sequence[..200], &mut cache, true, chunk);
-        assert_eq!(cache.len, 200);
+        assert_eq!(cache.len(), 200);
         t.into_data().try_into_vec::<f32>().unwrap()
     };
     let whole = logits(200);
@@ -344,7 +371,7 @@ fn the_kv_cache_grows_with_use() {
     assert_eq!(next, sequence[prompt.len()..prompt.len() + next.len()]);
     // Truncating forgets positions; the capacity stays.
     cache.truncate(10);
-    assert_eq!((cache.len, cache.capacity()), (10, 256));
+    assert_eq!((cache.len(), cache.capacity()), (10, 256));
 }
 
 /// `auto` takes a hardware GPU and never a software renderer: where the only adapter is one
@@ -365,7 +392,7 @@ fn auto_does_not_pick_a_software_gpu() {
             tokenometer::meter::Conditions::new(&engine.info, Default::default(), 1, None)
                 .summary();
         assert!(
-            summary.contains("on cpu [CPU (burn flex)] (auto: CPU, the only GPU adapter ("),
+            summary.contains("on cpu [CPU (AVX2)] (auto: CPU, the only GPU adapter ("),
             "{summary}"
         );
     } else {

@@ -1,0 +1,224 @@
+//! The forward pass's operations on burn tensors, for the wgpu backend (native Vulkan/Metal and
+//! browser WebGPU). Weights live on the device transposed to `[in, out]`, so each projection is
+//! `x.matmul(w)`; quantized ones are burn's packed blocks.
+
+use std::ops::Range;
+
+use burn::prelude::*;
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::quantization::QuantScheme;
+
+use crate::model::{Heads, Ops};
+use crate::quant::QuantPlan;
+use crate::weights::Matrix;
+
+pub(crate) struct DeviceOps {
+    heads: Heads,
+    scheme: Option<QuantScheme>,
+    device: Device,
+}
+
+impl DeviceOps {
+    pub fn new(heads: Heads, scheme: Option<QuantScheme>, device: Device) -> Self {
+        Self {
+            heads,
+            scheme,
+            device,
+        }
+    }
+}
+
+/// RoPE's angles `[t, 1, head_size / 2, 1]` and, for more than one position, the causal mask.
+pub(crate) struct DevicePass {
+    t: usize,
+    start: usize,
+    cos: Tensor<4>,
+    sin: Tensor<4>,
+    mask: Option<Tensor<3>>,
+}
+
+/// Per layer, keys and values `[n_kv_heads, capacity, head_size]`.
+pub(crate) struct DeviceCache {
+    keys: Vec<Tensor<3>>,
+    values: Vec<Tensor<3>>,
+}
+
+impl Ops for DeviceOps {
+    type Act = Tensor<2>;
+    type Vector = Tensor<1>;
+    type Linear = Tensor<2>;
+    type Pass = DevicePass;
+    type Cache = DeviceCache;
+
+    fn vector(&self, v: &[f32]) -> Tensor<1> {
+        Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), &self.device)
+    }
+
+    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> Tensor<2> {
+        let t = m.transposed();
+        drop(m);
+        let tensor =
+            Tensor::<2>::from_data(TensorData::new(t.data, [t.rows, t.cols]), &self.device);
+        plan.apply(name, tensor, self.scheme.as_ref())
+    }
+
+    fn new_cache(&self, layers: usize) -> DeviceCache {
+        let empty = || Tensor::<3>::empty([0, 0, 0], &self.device);
+        DeviceCache {
+            keys: (0..layers).map(|_| empty()).collect(),
+            values: (0..layers).map(|_| empty()).collect(),
+        }
+    }
+
+    fn grow(&self, cache: &mut DeviceCache, capacity: usize, filled: usize) {
+        let Heads {
+            n_kv_heads: n_kv,
+            head_size: hs,
+            ..
+        } = self.heads;
+        let kept = [0..n_kv, 0..filled, 0..hs];
+        for tensors in [&mut cache.keys, &mut cache.values] {
+            for t in tensors.iter_mut() {
+                let old = std::mem::replace(t, Tensor::empty([0, 0, 0], &self.device));
+                let grown = Tensor::zeros([n_kv, capacity, hs], &self.device);
+                *t = if filled == 0 {
+                    grown
+                } else {
+                    grown.slice_assign(kept.clone(), old.slice(kept.clone()))
+                };
+            }
+        }
+    }
+
+    fn embed(&self, rows: Vec<f32>, t: usize) -> Tensor<2> {
+        let dim = rows.len() / t;
+        Tensor::from_data(TensorData::new(rows, [t, dim]), &self.device)
+    }
+
+    fn pass(&self, start: usize, t: usize, cos: Vec<f32>, sin: Vec<f32>) -> DevicePass {
+        let half = self.heads.head_size / 2;
+        let angles =
+            |v: Vec<f32>| Tensor::<4>::from_data(TensorData::new(v, [t, 1, half, 1]), &self.device);
+        let rep = self.heads.n_heads / self.heads.n_kv_heads;
+        DevicePass {
+            t,
+            start,
+            cos: angles(cos),
+            sin: angles(sin),
+            // A single decode token sees the whole cache anyway.
+            mask: (t > 1).then(|| causal_mask(start, t, rep, &self.device)),
+        }
+    }
+
+    /// `x * weight / sqrt(mean(x^2) + eps)`, per row.
+    fn rms_norm(&self, x: &Tensor<2>, weight: &Tensor<1>, eps: f32) -> Tensor<2> {
+        let inv_rms = (x.clone() * x.clone())
+            .mean_dim(1)
+            .add_scalar(eps)
+            .sqrt()
+            .recip();
+        x.clone() * inv_rms * weight.clone().unsqueeze::<2>()
+    }
+
+    fn matmul(&self, x: &Tensor<2>, w: &Tensor<2>) -> Tensor<2> {
+        x.clone().matmul(w.clone())
+    }
+
+    fn rope(&self, x: Tensor<2>, pass: &DevicePass) -> Tensor<2> {
+        let [t, width] = x.dims();
+        let hs = self.heads.head_size;
+        let heads = width / hs;
+        let pairs = x.reshape([t, heads, hs / 2, 2]);
+        let even = pairs.clone().slice([0..t, 0..heads, 0..hs / 2, 0..1]);
+        let odd = pairs.slice([0..t, 0..heads, 0..hs / 2, 1..2]);
+        let (cos, sin) = (&pass.cos, &pass.sin);
+        let rotated_even = even.clone() * cos.clone() - odd.clone() * sin.clone();
+        let rotated_odd = even * sin.clone() + odd * cos.clone();
+        Tensor::cat(vec![rotated_even, rotated_odd], 3).reshape([t, width])
+    }
+
+    fn attention(
+        &self,
+        q: Tensor<2>,
+        k: Tensor<2>,
+        v: Tensor<2>,
+        cache: &mut DeviceCache,
+        layer: usize,
+        pass: &DevicePass,
+    ) -> Tensor<2> {
+        let Heads {
+            n_heads,
+            n_kv_heads: n_kv,
+            head_size: hs,
+        } = self.heads;
+        let (t, start) = (pass.t, pass.start);
+        let end = start + t;
+        let rep = n_heads / n_kv;
+        let k = k.reshape([t, n_kv, hs]).swap_dims(0, 1);
+        let v = v.reshape([t, n_kv, hs]).swap_dims(0, 1);
+
+        // Store: take each cache tensor out so that it has one owner and slice_assign writes in
+        // place. Then view positions 0..end.
+        let at = [0..n_kv, start..end, 0..hs];
+        let seen = [0..n_kv, 0..end, 0..hs];
+        let mut view = Vec::with_capacity(2);
+        for (stored, new) in [(&mut cache.keys[layer], k), (&mut cache.values[layer], v)] {
+            let all = std::mem::replace(stored, Tensor::empty([0, 0, 0], &self.device));
+            *stored = all.slice_assign(at.clone(), new);
+            view.push(stored.clone().slice(seen.clone()));
+        }
+        let values = view.pop().expect("values");
+        let keys = view.pop().expect("keys");
+
+        // Grouped-query attention: the `rep` query heads of one KV head become extra rows.
+        let q = q
+            .reshape([t, n_heads, hs])
+            .swap_dims(0, 1)
+            .reshape([n_kv, rep * t, hs]);
+        let mut scores = q
+            .matmul(keys.swap_dims(1, 2))
+            .div_scalar((hs as f32).sqrt());
+        if let Some(mask) = &pass.mask {
+            scores = scores + mask.clone();
+        }
+        softmax(scores, 2)
+            .matmul(values)
+            .reshape([n_heads, t, hs])
+            .swap_dims(0, 1)
+            .reshape([t, n_heads * hs])
+    }
+
+    fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+        x + y
+    }
+
+    fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
+        silu(gate) * up
+    }
+
+    fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
+        let [_, width] = x.dims();
+        x.slice([rows, 0..width])
+    }
+
+    fn cat(&self, parts: Vec<Tensor<2>>) -> Tensor<2> {
+        Tensor::cat(parts, 0)
+    }
+
+    fn as_tensor(&self, x: Tensor<2>) -> Tensor<2> {
+        x
+    }
+}
+
+/// Additive mask `[1, rep * t, start + t]`: row `r * t + i` (query position `start + i`) may not
+/// see keys after its own position.
+fn causal_mask(start: usize, t: usize, rep: usize, device: &Device) -> Tensor<3> {
+    let keys = start + t;
+    let mut mask = Vec::with_capacity(rep * t * keys);
+    for _ in 0..rep {
+        for i in 0..t {
+            mask.extend((0..keys).map(|j| if j <= start + i { 0.0 } else { -1e30 }));
+        }
+    }
+    Tensor::<3>::from_data(TensorData::new(mask, [1, rep * t, keys]), device)
+}

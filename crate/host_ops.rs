@@ -1,0 +1,250 @@
+//! The forward pass's operations on the CPU: host arrays and the kernels of `kernels.rs`.
+//!
+//! Each operation is one loop over plain `Vec<f32>` rows: RMSNorm, RoPE, SwiGLU and the residual
+//! are fused loops, the projections stream each weight row once for every activation row (f32, or
+//! Q8_0 / Q4_0 blocks against int8 activations), and attention of a query walks its head's cache
+//! rows directly. burn's CPU backend paid an allocation and a dispatch for every tensor op, which
+//! a 288-wide decode step cannot hide: in the page's worker it decoded stories15M f32 at ~46 tok/s
+//! where llama.cpp in wasm reached ~64.
+
+use std::ops::Range;
+
+use burn::prelude::*;
+
+use crate::kernels::{self, Isa, Q8Rows};
+use crate::model::{Heads, Ops};
+use crate::quant::{HostLinear, HostMatrix, QuantPlan};
+use crate::weights::Matrix;
+
+pub(crate) struct HostOps {
+    pub isa: Isa,
+    heads: Heads,
+    /// Logits go back to burn (flex) for sampling.
+    device: Device,
+}
+
+impl HostOps {
+    pub fn new(isa: Isa, heads: Heads, device: Device) -> Self {
+        Self { isa, heads, device }
+    }
+}
+
+/// `t` rows of `width` values, row-major.
+pub(crate) struct Rows {
+    t: usize,
+    width: usize,
+    data: Vec<f32>,
+}
+
+impl Rows {
+    fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.width..(i + 1) * self.width]
+    }
+}
+
+/// RoPE's cos and sin `[t, head_size / 2]` for positions `start..start + t`.
+pub(crate) struct HostPass {
+    start: usize,
+    t: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+/// Per layer, keys and values `[capacity, n_kv_heads * head_size]` (position-major, as llama2.c).
+pub(crate) struct HostCache {
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+}
+
+impl Ops for HostOps {
+    type Act = Rows;
+    type Vector = Vec<f32>;
+    type Linear = HostLinear;
+    type Pass = HostPass;
+    type Cache = HostCache;
+
+    fn vector(&self, v: &[f32]) -> Vec<f32> {
+        v.to_vec()
+    }
+
+    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> HostLinear {
+        plan.apply_host(name, m)
+    }
+
+    fn new_cache(&self, layers: usize) -> HostCache {
+        HostCache {
+            keys: vec![Vec::new(); layers],
+            values: vec![Vec::new(); layers],
+        }
+    }
+
+    fn grow(&self, cache: &mut HostCache, capacity: usize, filled: usize) {
+        let kv_dim = self.heads.n_kv_heads * self.heads.head_size;
+        for rows in cache.keys.iter_mut().chain(cache.values.iter_mut()) {
+            rows.truncate(filled * kv_dim);
+            rows.reserve_exact(capacity * kv_dim - rows.len());
+            rows.resize(capacity * kv_dim, 0.0);
+        }
+    }
+
+    fn embed(&self, rows: Vec<f32>, t: usize) -> Rows {
+        Rows {
+            t,
+            width: rows.len() / t,
+            data: rows,
+        }
+    }
+
+    fn pass(&self, start: usize, t: usize, cos: Vec<f32>, sin: Vec<f32>) -> HostPass {
+        HostPass { start, t, cos, sin }
+    }
+
+    fn rms_norm(&self, x: &Rows, weight: &Vec<f32>, eps: f32) -> Rows {
+        let mut data = Vec::with_capacity(x.data.len());
+        for i in 0..x.t {
+            let row = x.row(i);
+            let mean_square = kernels::dot(self.isa, row, row) / x.width as f32;
+            let inv_rms = 1.0 / (mean_square + eps).sqrt();
+            data.extend(row.iter().zip(weight).map(|(v, w)| v * inv_rms * w));
+        }
+        Rows { data, ..*x }
+    }
+
+    fn matmul(&self, x: &Rows, w: &HostLinear) -> Rows {
+        assert_eq!(x.width, w.cols, "a projection's input width");
+        let mut quantized = Q8Rows::default();
+        if !matches!(w.weights, HostMatrix::F32(_)) {
+            kernels::quantize_rows_q8(&x.data, w.cols, &mut quantized);
+        }
+        let mut data = vec![0.0; x.t * w.rows];
+        kernels::matmul(
+            self.isa,
+            w.weights.rows(),
+            w.rows,
+            w.cols,
+            &x.data,
+            &quantized,
+            x.t,
+            &mut data,
+        );
+        Rows {
+            t: x.t,
+            width: w.rows,
+            data,
+        }
+    }
+
+    fn rope(&self, mut x: Rows, pass: &HostPass) -> Rows {
+        let half = self.heads.head_size / 2;
+        for (i, row) in x.data.chunks_exact_mut(x.width).enumerate() {
+            let (cos, sin) = (
+                &pass.cos[i * half..(i + 1) * half],
+                &pass.sin[i * half..(i + 1) * half],
+            );
+            for head in row.chunks_exact_mut(2 * half) {
+                for (p, pair) in head.chunks_exact_mut(2).enumerate() {
+                    let (even, odd) = (pair[0], pair[1]);
+                    pair[0] = even * cos[p] - odd * sin[p];
+                    pair[1] = even * sin[p] + odd * cos[p];
+                }
+            }
+        }
+        x
+    }
+
+    fn attention(
+        &self,
+        q: Rows,
+        k: Rows,
+        v: Rows,
+        cache: &mut HostCache,
+        layer: usize,
+        pass: &HostPass,
+    ) -> Rows {
+        let Heads {
+            n_heads,
+            n_kv_heads,
+            head_size: hs,
+        } = self.heads;
+        let kv_dim = n_kv_heads * hs;
+        let rep = n_heads / n_kv_heads;
+        let (start, t) = (pass.start, pass.t);
+        let (keys, values) = (&mut cache.keys[layer], &mut cache.values[layer]);
+        keys[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&k.data);
+        values[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&v.data);
+
+        let scale = 1.0 / (hs as f32).sqrt();
+        let mut out = vec![0.0; t * n_heads * hs];
+        let mut scores = vec![0.0f32; start + t];
+        for i in 0..t {
+            let seen = start + i + 1;
+            for h in 0..n_heads {
+                let query = &q.row(i)[h * hs..(h + 1) * hs];
+                let kv = (h / rep) * hs;
+                let scores = &mut scores[..seen];
+                for (j, s) in scores.iter_mut().enumerate() {
+                    let key = &keys[j * kv_dim + kv..j * kv_dim + kv + hs];
+                    *s = kernels::dot(self.isa, query, key) * scale;
+                }
+                softmax(scores);
+                let o = &mut out[(i * n_heads + h) * hs..(i * n_heads + h + 1) * hs];
+                for (j, &p) in scores.iter().enumerate() {
+                    let value = &values[j * kv_dim + kv..j * kv_dim + kv + hs];
+                    kernels::axpy(self.isa, p, value, o);
+                }
+            }
+        }
+        Rows {
+            t,
+            width: n_heads * hs,
+            data: out,
+        }
+    }
+
+    fn add(&self, mut x: Rows, y: Rows) -> Rows {
+        for (a, b) in x.data.iter_mut().zip(&y.data) {
+            *a += b;
+        }
+        x
+    }
+
+    fn swiglu(&self, mut gate: Rows, up: Rows) -> Rows {
+        for (g, u) in gate.data.iter_mut().zip(&up.data) {
+            *g = *g / (1.0 + (-*g).exp()) * u;
+        }
+        gate
+    }
+
+    fn rows(&self, x: Rows, rows: Range<usize>) -> Rows {
+        Rows {
+            t: rows.len(),
+            width: x.width,
+            data: x.data[rows.start * x.width..rows.end * x.width].to_vec(),
+        }
+    }
+
+    fn cat(&self, parts: Vec<Rows>) -> Rows {
+        let width = parts.first().map_or(0, |p| p.width);
+        let t = parts.iter().map(|p| p.t).sum();
+        let data = parts.into_iter().flat_map(|p| p.data).collect();
+        Rows { t, width, data }
+    }
+
+    fn as_tensor(&self, x: Rows) -> Tensor<2> {
+        Tensor::from_data(TensorData::new(x.data, [x.t, x.width]), &self.device)
+    }
+}
+
+/// Softmax in place, shifted by the maximum.
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}

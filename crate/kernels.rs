@@ -1,0 +1,521 @@
+//! The CPU backend's inner loops: dot products of f32 rows and of Q8_0 / Q4_0 weight blocks with
+//! int8-quantized activations, vectorized for AVX2 natively (chosen at run time) and SIMD128 in
+//! WebAssembly (chosen at compile time), with a scalar version that every other machine runs and
+//! the tests compare against.
+//!
+//! Quantized dot products follow the idea of llama.cpp's `ggml_vec_dot_q8_0_q8_0`: both sides are
+//! blocks of 32 integers with one scale, so a block's products are summed exactly in integers and
+//! scaled once. Weight blocks hold values in -127..=127 (Q8_0) or 0..=15 meaning -8..=7 (Q4_0), so
+//! the 16-bit pair sums of AVX2's `maddubs` cannot saturate.
+//!
+//! Layouts (row-major, one row per output unit; see `quant.rs` for how they are made):
+//! - Q8_0: `quants[r * cols + i]` as i8, `scales[r * cols / 32 + b]`.
+//! - Q4_0: 16 bytes per block; byte `j` holds value `j` in its low nibble and value `j + 16` in
+//!   its high nibble (GGUF's order), stored as `value + 8`.
+
+use crate::quant::BLOCK;
+
+/// The instruction set the kernels use on this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "wasm32")]
+    Simd128,
+}
+
+impl Isa {
+    /// The best this machine runs.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            return Isa::Avx2;
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return Isa::Simd128;
+        #[allow(unreachable_code)]
+        Isa::Scalar
+    }
+
+    /// Every set this machine can run, for tests that compare them.
+    pub fn available() -> Vec<Isa> {
+        let best = Isa::detect();
+        if best == Isa::Scalar {
+            vec![Isa::Scalar]
+        } else {
+            vec![Isa::Scalar, best]
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => "AVX2",
+            #[cfg(target_arch = "wasm32")]
+            Isa::Simd128 => "SIMD128",
+        }
+    }
+}
+
+/// Int8 activations in blocks of 32 with one f32 scale each, row-major like the weights.
+#[derive(Debug, Clone, Default)]
+pub struct Q8Rows {
+    pub quants: Vec<i8>,
+    pub scales: Vec<f32>,
+}
+
+/// Quantize `rows` (each `cols` wide, a multiple of 32) to int8 blocks: scale = max |x| / 127.
+pub fn quantize_rows_q8(x: &[f32], cols: usize, out: &mut Q8Rows) {
+    debug_assert_eq!(cols % BLOCK, 0);
+    out.quants.clear();
+    out.scales.clear();
+    out.quants.reserve(x.len());
+    out.scales.reserve(x.len() / BLOCK);
+    for block in x.chunks_exact(BLOCK) {
+        let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        out.scales.push(scale);
+        out.quants.extend(
+            block
+                .iter()
+                .map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8),
+        );
+    }
+}
+
+/// The stored weights of a matrix, borrowed for one product.
+#[derive(Clone, Copy)]
+pub enum WeightRows<'a> {
+    F32(&'a [f32]),
+    Q8 { quants: &'a [i8], scales: &'a [f32] },
+    Q4 { quants: &'a [u8], scales: &'a [f32] },
+}
+
+/// `out[i * rows + r] = dot(weight row r, x row i)` for a `[rows, cols]` weight and `t` rows of
+/// `x` (f32 for f32 weights; int8 blocks in `xq` for quantized ones). Each weight row is read
+/// once for all `t` activation rows.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    isa: Isa,
+    w: WeightRows,
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    xq: &Q8Rows,
+    t: usize,
+    out: &mut [f32],
+) {
+    debug_assert_eq!(out.len(), t * rows);
+    match isa {
+        Isa::Scalar => matmul_with(w, rows, cols, x, xq, t, out, scalar::dot_f32, |a, b| {
+            scalar::dot_q8(a, b)
+        }),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA.
+        Isa::Avx2 => unsafe { avx2::matmul(w, rows, cols, x, xq, t, out) },
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 => matmul_with(w, rows, cols, x, xq, t, out, simd128::dot_f32, |a, b| {
+            simd128::dot_q8(a, b)
+        }),
+    }
+}
+
+/// One weight row's blocks and one activation row's blocks, for a quantized dot product.
+#[derive(Clone, Copy)]
+pub struct BlockPair<'a> {
+    /// Q8_0 quants, or Q4_0 packed nibbles (`q4` set).
+    pub wq: &'a [u8],
+    pub ws: &'a [f32],
+    pub q4: bool,
+    pub xq: &'a [i8],
+    pub xs: &'a [f32],
+}
+
+/// The loop over weight rows and activation rows, shared by the instruction sets whose dot
+/// products inline well through a function pointer (scalar, SIMD128).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn matmul_with(
+    w: WeightRows,
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    xq: &Q8Rows,
+    t: usize,
+    out: &mut [f32],
+    dot_f32: impl Fn(&[f32], &[f32]) -> f32,
+    dot_q: impl Fn(BlockPair, bool) -> f32,
+) {
+    let blocks = cols / BLOCK;
+    for r in 0..rows {
+        match w {
+            WeightRows::F32(data) => {
+                let wr = &data[r * cols..(r + 1) * cols];
+                for i in 0..t {
+                    out[i * rows + r] = dot_f32(wr, &x[i * cols..(i + 1) * cols]);
+                }
+            }
+            WeightRows::Q8 { quants, scales } => {
+                let wq = bytemuck::cast_slice(&quants[r * cols..(r + 1) * cols]);
+                let ws = &scales[r * blocks..(r + 1) * blocks];
+                for i in 0..t {
+                    out[i * rows + r] = dot_q(pair(wq, ws, false, xq, i, cols), false);
+                }
+            }
+            WeightRows::Q4 { quants, scales } => {
+                let wq = &quants[r * cols / 2..(r + 1) * cols / 2];
+                let ws = &scales[r * blocks..(r + 1) * blocks];
+                for i in 0..t {
+                    out[i * rows + r] = dot_q(pair(wq, ws, true, xq, i, cols), true);
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn pair<'a>(
+    wq: &'a [u8],
+    ws: &'a [f32],
+    q4: bool,
+    xq: &'a Q8Rows,
+    i: usize,
+    cols: usize,
+) -> BlockPair<'a> {
+    let blocks = cols / BLOCK;
+    BlockPair {
+        wq,
+        ws,
+        q4,
+        xq: &xq.quants[i * cols..(i + 1) * cols],
+        xs: &xq.scales[i * blocks..(i + 1) * blocks],
+    }
+}
+
+/// The dot product of two f32 slices, with the best instruction set.
+pub fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    match isa {
+        Isa::Scalar => scalar::dot_f32(a, b),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA.
+        Isa::Avx2 => unsafe { avx2::dot_f32(a, b) },
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 => simd128::dot_f32(a, b),
+    }
+}
+
+/// `y += a * x`.
+pub fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA.
+        Isa::Avx2 => unsafe { avx2::axpy(a, x, y) },
+        _ => {
+            for (y, x) in y.iter_mut().zip(x) {
+                *y += a * x;
+            }
+        }
+    }
+}
+
+mod scalar {
+    use super::{BLOCK, BlockPair};
+
+    pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        // Eight partial sums, as the vector versions keep, so results differ only by rounding.
+        let mut acc = [0.0f32; 8];
+        let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+        let tail: f32 = ac
+            .remainder()
+            .iter()
+            .zip(bc.remainder())
+            .map(|(x, y)| x * y)
+            .sum();
+        for (x, y) in ac.zip(bc) {
+            for k in 0..8 {
+                acc[k] += x[k] * y[k];
+            }
+        }
+        acc.iter().sum::<f32>() + tail
+    }
+
+    pub fn dot_q8(p: BlockPair, q4: bool) -> f32 {
+        let mut sum = 0.0f32;
+        for b in 0..p.ws.len() {
+            let x = &p.xq[b * BLOCK..(b + 1) * BLOCK];
+            let mut acc = 0i32;
+            if q4 {
+                let w = &p.wq[b * BLOCK / 2..(b + 1) * BLOCK / 2];
+                for j in 0..BLOCK / 2 {
+                    let lo = (w[j] & 0x0f) as i32 - 8;
+                    let hi = (w[j] >> 4) as i32 - 8;
+                    acc += lo * x[j] as i32 + hi * x[j + BLOCK / 2] as i32;
+                }
+            } else {
+                let w = &p.wq[b * BLOCK..(b + 1) * BLOCK];
+                for j in 0..BLOCK {
+                    acc += (w[j] as i8) as i32 * x[j] as i32;
+                }
+            }
+            sum += p.ws[b] * p.xs[b] * acc as f32;
+        }
+        sum
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{BLOCK, Q8Rows, WeightRows};
+
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let hi = _mm256_extractf128_ps(v, 1);
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        // SAFETY: every load is within 0..n of both slices.
+        unsafe {
+            while i + 32 <= n {
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm256_loadu_ps(pa.add(i + 8 * k));
+                    let y = _mm256_loadu_ps(pb.add(i + 8 * k));
+                    *acc = _mm256_fmadd_ps(x, y, *acc);
+                }
+                i += 32;
+            }
+            while i + 8 <= n {
+                acc[0] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i)),
+                    _mm256_loadu_ps(pb.add(i)),
+                    acc[0],
+                );
+                i += 8;
+            }
+        }
+        let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut sum = hsum(v);
+        while i < n {
+            sum += a[i] * b[i];
+            i += 1;
+        }
+        sum
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+        let n = x.len().min(y.len());
+        let av = _mm256_set1_ps(a);
+        let mut i = 0;
+        // SAFETY: every access is within 0..n of both slices.
+        unsafe {
+            while i + 8 <= n {
+                let py = y.as_mut_ptr().add(i);
+                let r =
+                    _mm256_fmadd_ps(av, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(py));
+                _mm256_storeu_ps(py, r);
+                i += 8;
+            }
+        }
+        while i < n {
+            y[i] += a * x[i];
+            i += 1;
+        }
+    }
+
+    /// The products of 32 signed weights and 32 signed activations, as 8 i32 partial sums.
+    #[target_feature(enable = "avx2,fma")]
+    fn block_dot(w: __m256i, x: __m256i) -> __m256 {
+        // maddubs multiplies unsigned by signed bytes: move w's sign onto x.
+        let aw = _mm256_sign_epi8(w, w);
+        let sx = _mm256_sign_epi8(x, w);
+        let pairs = _mm256_maddubs_epi16(aw, sx);
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    /// Q4_0's 16 bytes as 32 signed values in -8..=7, in value order.
+    #[target_feature(enable = "avx2,fma")]
+    fn unpack_q4(p: *const u8) -> __m256i {
+        // SAFETY: the caller passes a pointer to 16 readable bytes.
+        let bytes = unsafe { _mm_loadu_si128(p as *const __m128i) };
+        let mask = _mm_set1_epi8(0x0f);
+        let lo = _mm_and_si128(bytes, mask);
+        let hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+        _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        w: WeightRows,
+        rows: usize,
+        cols: usize,
+        x: &[f32],
+        xq: &Q8Rows,
+        t: usize,
+        out: &mut [f32],
+    ) {
+        let blocks = cols / BLOCK;
+        assert!(xq.quants.len() >= t * cols || matches!(w, WeightRows::F32(_)));
+        for r in 0..rows {
+            match w {
+                WeightRows::F32(data) => {
+                    let wr = &data[r * cols..(r + 1) * cols];
+                    for i in 0..t {
+                        out[i * rows + r] = dot_f32(wr, &x[i * cols..(i + 1) * cols]);
+                    }
+                }
+                WeightRows::Q8 { quants, scales } => {
+                    assert!(quants.len() >= (r + 1) * cols && scales.len() >= (r + 1) * blocks);
+                    for i in 0..t {
+                        let mut acc = _mm256_setzero_ps();
+                        for b in 0..blocks {
+                            // SAFETY: both rows hold `blocks * 32` values (asserted above).
+                            let (wv, xv) = unsafe {
+                                (
+                                    _mm256_loadu_si256(
+                                        quants.as_ptr().add(r * cols + b * BLOCK) as *const __m256i
+                                    ),
+                                    _mm256_loadu_si256(
+                                        xq.quants.as_ptr().add(i * cols + b * BLOCK)
+                                            as *const __m256i,
+                                    ),
+                                )
+                            };
+                            let scale = scales[r * blocks + b] * xq.scales[i * blocks + b];
+                            acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), block_dot(wv, xv), acc);
+                        }
+                        out[i * rows + r] = hsum(acc);
+                    }
+                }
+                WeightRows::Q4 { quants, scales } => {
+                    assert!(quants.len() >= (r + 1) * cols / 2 && scales.len() >= (r + 1) * blocks);
+                    for i in 0..t {
+                        let mut acc = _mm256_setzero_ps();
+                        for b in 0..blocks {
+                            // SAFETY: the weight row holds `blocks * 16` bytes and the activation
+                            // row `blocks * 32` values (asserted above).
+                            let (wv, xv) = unsafe {
+                                (
+                                    unpack_q4(quants.as_ptr().add((r * cols + b * BLOCK) / 2)),
+                                    _mm256_loadu_si256(
+                                        xq.quants.as_ptr().add(i * cols + b * BLOCK)
+                                            as *const __m256i,
+                                    ),
+                                )
+                            };
+                            let scale = scales[r * blocks + b] * xq.scales[i * blocks + b];
+                            acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), block_dot(wv, xv), acc);
+                        }
+                        out[i * rows + r] = hsum(acc);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+mod simd128 {
+    use std::arch::wasm32::*;
+
+    use super::{BLOCK, BlockPair};
+
+    #[inline(always)]
+    fn hsum(v: v128) -> f32 {
+        f32x4_extract_lane::<0>(v)
+            + f32x4_extract_lane::<1>(v)
+            + f32x4_extract_lane::<2>(v)
+            + f32x4_extract_lane::<3>(v)
+    }
+
+    #[inline(always)]
+    pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [f32x4_splat(0.0); 4];
+        let mut i = 0;
+        // SAFETY: every load is within 0..n of both slices (unaligned loads are allowed).
+        unsafe {
+            while i + 16 <= n {
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    let x = v128_load(pa.add(i + 4 * k) as *const v128);
+                    let y = v128_load(pb.add(i + 4 * k) as *const v128);
+                    *acc = f32x4_add(*acc, f32x4_mul(x, y));
+                }
+                i += 16;
+            }
+            while i + 4 <= n {
+                let x = v128_load(pa.add(i) as *const v128);
+                let y = v128_load(pb.add(i) as *const v128);
+                acc[0] = f32x4_add(acc[0], f32x4_mul(x, y));
+                i += 4;
+            }
+        }
+        let v = f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3]));
+        let mut sum = hsum(v);
+        while i < n {
+            sum += a[i] * b[i];
+            i += 1;
+        }
+        sum
+    }
+
+    /// 16 signed bytes times 16 signed bytes, summed into 4 i32 lanes.
+    #[inline(always)]
+    fn dot16(w: v128, x: v128) -> v128 {
+        i32x4_add(
+            i32x4_dot_i16x8(i16x8_extend_low_i8x16(w), i16x8_extend_low_i8x16(x)),
+            i32x4_dot_i16x8(i16x8_extend_high_i8x16(w), i16x8_extend_high_i8x16(x)),
+        )
+    }
+
+    #[inline(always)]
+    pub fn dot_q8(p: BlockPair, q4: bool) -> f32 {
+        let blocks = p.ws.len();
+        assert!(
+            p.xq.len() >= blocks * BLOCK && p.wq.len() >= blocks * BLOCK / if q4 { 2 } else { 1 }
+        );
+        let mut acc = f32x4_splat(0.0);
+        for b in 0..blocks {
+            // SAFETY: both rows hold `blocks` blocks (asserted above).
+            let (x0, x1, w0, w1) = unsafe {
+                let px = p.xq.as_ptr().add(b * BLOCK);
+                let x0 = v128_load(px as *const v128);
+                let x1 = v128_load(px.add(16) as *const v128);
+                if q4 {
+                    let bytes = v128_load(p.wq.as_ptr().add(b * BLOCK / 2) as *const v128);
+                    let eight = i8x16_splat(8);
+                    let lo = i8x16_sub(v128_and(bytes, i8x16_splat(0x0f)), eight);
+                    let hi = i8x16_sub(u8x16_shr(bytes, 4), eight);
+                    (x0, x1, lo, hi)
+                } else {
+                    let pw = p.wq.as_ptr().add(b * BLOCK);
+                    (
+                        x0,
+                        x1,
+                        v128_load(pw as *const v128),
+                        v128_load(pw.add(16) as *const v128),
+                    )
+                }
+            };
+            let ints = i32x4_add(dot16(w0, x0), dot16(w1, x1));
+            let scale = f32x4_splat(p.ws[b] * p.xs[b]);
+            acc = f32x4_add(acc, f32x4_mul(scale, f32x4_convert_i32x4(ints)));
+        }
+        hsum(acc)
+    }
+}

@@ -1,0 +1,143 @@
+//! The CPU kernels against plain f32 arithmetic: every instruction set this machine runs (the
+//! scalar one always), f32, Q8_0 and Q4_0 weights, one activation row (decode) and several
+//! (prefill), widths with and without a tail.
+
+use tokenometer::kernels::{self, Isa, Q8Rows};
+use tokenometer::quant::HostMatrix;
+
+/// A deterministic spread of values in -1..1 (xorshift), with a few large ones as real weights
+/// have.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.max(1);
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            if i % 97 == 0 { v * 8.0 } else { v }
+        })
+        .collect()
+}
+
+fn reference(w: &[f32], x: &[f32], rows: usize, cols: usize, t: usize) -> Vec<f32> {
+    let mut out = vec![0.0; t * rows];
+    for i in 0..t {
+        for r in 0..rows {
+            out[i * rows + r] = (0..cols)
+                .map(|c| w[r * cols + c] as f64 * x[i * cols + c] as f64)
+                .sum::<f64>() as f32;
+        }
+    }
+    out
+}
+
+fn run(isa: Isa, m: &HostMatrix, x: &[f32], rows: usize, cols: usize, t: usize) -> Vec<f32> {
+    let mut xq = Q8Rows::default();
+    if !matches!(m, HostMatrix::F32(_)) {
+        kernels::quantize_rows_q8(x, cols, &mut xq);
+    }
+    let mut out = vec![f32::NAN; t * rows];
+    kernels::matmul(isa, m.rows(), rows, cols, x, &xq, t, &mut out);
+    out
+}
+
+/// The largest error relative to the largest magnitude of the exact result.
+fn relative_error(got: &[f32], exact: &[f32]) -> f32 {
+    let scale = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = got
+        .iter()
+        .zip(exact)
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    worst / scale
+}
+
+#[test]
+fn every_kernel_matches_f32_arithmetic() {
+    for (rows, cols, t) in [(7, 64, 1), (33, 288, 1), (5, 768, 3), (16, 96, 9)] {
+        let w = values(rows * cols, 7 + cols as u64);
+        let x = values(t * cols, 11 + rows as u64);
+        let exact = reference(&w, &x, rows, cols, t);
+        for (m, tolerance) in [
+            (HostMatrix::F32(w.clone()), 1e-5),
+            (HostMatrix::q8(&w), 0.02),
+            (HostMatrix::q4(&w), 0.15),
+        ] {
+            // Against the dequantized weights the only error left is the activations' int8 step.
+            let dequantized = reference(&m.dequantize(), &x, rows, cols, t);
+            for isa in Isa::available() {
+                let got = run(isa, &m, &x, rows, cols, t);
+                let name = format!("{isa:?} {rows}x{cols} t={t} {m:?}")
+                    .chars()
+                    .take(60)
+                    .collect::<String>();
+                assert!(
+                    relative_error(&got, &exact) < tolerance,
+                    "{name}: {}",
+                    relative_error(&got, &exact)
+                );
+                let step = if matches!(m, HostMatrix::F32(_)) {
+                    1e-5
+                } else {
+                    0.02
+                };
+                assert!(relative_error(&got, &dequantized) < step, "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn vector_kernels_equal_the_scalar_ones() {
+    let (rows, cols, t) = (64, 288, 2);
+    let w = values(rows * cols, 3);
+    let x = values(t * cols, 5);
+    for m in [
+        HostMatrix::F32(w.clone()),
+        HostMatrix::q8(&w),
+        HostMatrix::q4(&w),
+    ] {
+        let scalar = run(Isa::Scalar, &m, &x, rows, cols, t);
+        for isa in Isa::available() {
+            let got = run(isa, &m, &x, rows, cols, t);
+            // Integer block sums are exact; only the f32 accumulation order differs.
+            assert!(relative_error(&got, &scalar) < 1e-5, "{isa:?}");
+        }
+    }
+}
+
+#[test]
+fn quantized_blocks_round_trip_within_their_step() {
+    let w = values(32 * 40, 9);
+    // Q8_0 rounds to the nearest of 127 steps per side; Q4_0 maps the extreme to -8, so a value
+    // of the other sign and the same size clamps to 7, one whole step off.
+    for (m, step) in [
+        (HostMatrix::q8(&w), 0.5 / 127.0),
+        (HostMatrix::q4(&w), 1.0 / 8.0),
+    ] {
+        let back = m.dequantize();
+        for (block, restored) in w.chunks(32).zip(back.chunks(32)) {
+            let amax = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            for (a, b) in block.iter().zip(restored) {
+                assert!((a - b).abs() <= amax * step + 1e-6, "{a} vs {b}");
+            }
+        }
+    }
+    // Bytes per value: 1 + 4/32 for Q8_0 and 0.5 + 4/32 for Q4_0.
+    assert_eq!(HostMatrix::q8(&w).bytes(), 40 * (32 + 4));
+    assert_eq!(HostMatrix::q4(&w).bytes(), 40 * (16 + 4));
+}
+
+#[test]
+fn a_zero_block_stays_zero() {
+    let mut w = values(64, 1);
+    w[..32].fill(0.0);
+    for m in [HostMatrix::q8(&w), HostMatrix::q4(&w)] {
+        assert!(m.dequantize()[..32].iter().all(|&v| v == 0.0));
+    }
+    let x = vec![0.0; 64];
+    for isa in Isa::available() {
+        let m = HostMatrix::q8(&w);
+        assert_eq!(run(isa, &m, &x, 1, 64, 1), vec![0.0]);
+    }
+}
