@@ -2,19 +2,24 @@
 // It sends the headers a wasm app wants: application/wasm, and COOP/COEP so that the page is
 // cross-origin isolated (precise timers, and a SharedArrayBuffer to cancel a run instantly).
 // Usage: node www/serve.mjs  (PORT=8080, HOST=127.0.0.1, MODELS=../shared/models)
+// As a module: staticServer(mounts) serves other folders too (tests/bench/browser.mjs does).
 import { createServer } from 'node:http';
 import { createReadStream, promises as fs } from 'node:fs';
 import { extname, join, normalize, resolve, sep } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const port = Number(process.env.PORT || 8080);
 const host = process.env.HOST || '127.0.0.1';
-const mounts = [
-  ['/pkg/', resolve(root, 'pkg')],
-  ['/models/', resolve(root, process.env.MODELS || '../shared/models')],
-  ['/', resolve(root, 'www')],
-];
+/** The page's folders, by URL prefix; `extra` mounts come first. */
+export function pageMounts(extra = []) {
+  return [
+    ...extra,
+    ['/pkg/', resolve(root, 'pkg')],
+    ['/models/', resolve(root, process.env.MODELS || '../shared/models')],
+    ['/', resolve(root, 'www')],
+  ];
+}
 const types = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8',
   '.mjs': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',
@@ -22,40 +27,47 @@ const types = {
   '.svg': 'image/svg+xml', '.bin': 'application/octet-stream', '.txt': 'text/plain; charset=utf-8',
 };
 
-async function resolvePath(urlPath) {
+async function resolvePath(mounts, urlPath) {
   for (const [prefix, dir] of mounts) {
     if (!urlPath.startsWith(prefix)) continue;
     const file = normalize(join(dir, decodeURIComponent(urlPath.slice(prefix.length))));
     if (file !== dir && !file.startsWith(dir + sep)) return null;
     const stat = await fs.stat(file).catch(() => null);
-    if (stat?.isDirectory()) return resolvePath(urlPath.replace(/\/?$/, '/') + 'index.html');
+    if (stat?.isDirectory()) return resolvePath(mounts, urlPath.replace(/\/?$/, '/') + 'index.html');
     return stat?.isFile() ? { file, size: stat.size } : null;
   }
   return null;
 }
 
-const server = createServer(async (req, res) => {
-  const headers = {
-    'Cross-Origin-Opener-Policy': 'same-origin',
-    'Cross-Origin-Embedder-Policy': 'require-corp',
-    'Cross-Origin-Resource-Policy': 'same-origin',
-    'Cache-Control': 'no-cache',
-  };
-  const path = new URL(req.url, 'http://x').pathname;
-  const found = await resolvePath(path).catch(() => null);
-  if (!found) {
-    res.writeHead(404, { ...headers, 'Content-Type': 'text/plain' });
-    return res.end(`not found: ${path}\n`);
-  }
-  res.writeHead(200, {
-    ...headers,
-    'Content-Type': types[extname(found.file)] || 'application/octet-stream',
-    'Content-Length': found.size,
+/** An HTTP server for `mounts` ([URL prefix, folder] pairs), not yet listening. */
+export function staticServer(mounts) {
+  return createServer(async (req, res) => {
+    const headers = {
+      'Cross-Origin-Opener-Policy': 'same-origin',
+      'Cross-Origin-Embedder-Policy': 'require-corp',
+      'Cross-Origin-Resource-Policy': 'same-origin',
+      'Cache-Control': 'no-cache',
+    };
+    const path = new URL(req.url, 'http://x').pathname;
+    const found = await resolvePath(mounts, path).catch(() => null);
+    if (!found) {
+      res.writeHead(404, { ...headers, 'Content-Type': 'text/plain' });
+      return res.end(`not found: ${path}\n`);
+    }
+    res.writeHead(200, {
+      ...headers,
+      'Content-Type': types[extname(found.file)] || 'application/octet-stream',
+      'Content-Length': found.size,
+    });
+    if (req.method === 'HEAD') return res.end();
+    createReadStream(found.file).pipe(res);
   });
-  if (req.method === 'HEAD') return res.end();
-  createReadStream(found.file).pipe(res);
-});
+}
 
-server.listen(port, host, () => {
-  console.log(`tokenometer: serving on http://${host}:${server.address().port}/ (models from ${mounts[1][1]})`);
-});
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const mounts = pageMounts();
+  const server = staticServer(mounts);
+  server.listen(port, host, () => {
+    console.log(`tokenometer: serving on http://${host}:${server.address().port}/ (models from ${mounts[1][1]})`);
+  });
+}

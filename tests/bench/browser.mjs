@@ -1,0 +1,69 @@
+// Decode speed in headless Chromium: tokenometer's page worker (CPU backend) beside llama.cpp
+// compiled to wasm (@wllama/wllama, one thread), on the same model, in the same tab, interleaved.
+// `make bench-browser` prepares the files; by hand:
+//   node tests/bench/browser.mjs MODEL.bin TOKENIZER.bin F32.gguf Q8_0.gguf [Q4_0.gguf]
+// Environment: RUNS (5), MAX_TOKENS (128), CHROMIUM (/usr/lib/chromium/chromium).
+import { mkdtempSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { pageMounts, staticServer } from '../../www/serve.mjs';
+
+const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const [model, tokenizer, ...ggufs] = process.argv.slice(2);
+if (!model || !tokenizer || ggufs.length < 1) {
+  console.error('usage: node tests/bench/browser.mjs MODEL.bin TOKENIZER.bin F32.gguf [Q8_0.gguf [Q4_0.gguf]]');
+  process.exit(2);
+}
+const files = mkdtempSync(join(tmpdir(), 'tokenometer-bench-'));
+symlinkSync(resolve(model), join(files, 'model.bin'));
+symlinkSync(resolve(tokenizer), join(files, 'tokenizer.bin'));
+const quants = ['f32', 'q8', 'q4'];
+const configs = ggufs.map((g, i) => {
+  symlinkSync(resolve(g), join(files, basename(g)));
+  return `${quants[i]}:${basename(g)}`;
+});
+
+const server = staticServer(pageMounts([
+  ['/files/', files],
+  ['/bench/', resolve(root, 'tests/bench')],
+  ['/wllama/', resolve(root, 'node_modules/@wllama/wllama/esm')],
+]));
+await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+const base = `http://127.0.0.1:${server.address().port}`;
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
+  args: ['--no-sandbox', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking'],
+});
+const page = await browser.newPage();
+page.on('console', (m) => m.type() === 'log' && console.error(m.text()));
+const query = new URLSearchParams({
+  runs: process.env.RUNS || '5', max: process.env.MAX_TOKENS || '128', configs: configs.join(','),
+});
+await page.goto(`${base}/bench/peers.html?${query}`);
+await page.waitForFunction(() => window.benchResult, null, { timeout: 0, polling: 500 });
+const result = await page.evaluate(() => window.benchResult);
+await browser.close();
+server.close();
+if (result.error) {
+  console.error(`bench failed: ${result.error}`);
+  process.exit(1);
+}
+
+const median = (xs) => { const s = xs.filter((x) => x != null).sort((a, b) => a - b); return s.length ? s[Math.floor((s.length - 1) / 2)] : null; };
+const fmt = (x) => (x == null ? '-' : x.toFixed(1));
+console.log(`\n${result.userAgent}\nprompt "${result.prompt}", ${result.maxTokens} tokens, greedy, ${result.runs} runs each after one untimed run, interleaved\n`);
+console.log('| engine | adapter | tokens | decode tok/s median [min-max] | its own figure (median) |');
+console.log('| --- | --- | --- | --- | --- |');
+const byQuant = {};
+for (const row of result.rows) {
+  const tps = row.samples.map((s) => s.decode_tps);
+  const m = median(tps);
+  (byQuant[row.quant] ??= []).push(m);
+  console.log(`| ${row.engine} | ${row.adapter} | ${row.samples[0].tokens} | ${fmt(m)} [${fmt(Math.min(...tps))}-${fmt(Math.max(...tps))}] | ${fmt(median(row.samples.map((s) => s.own_tps)))} |`);
+}
+console.log('');
+for (const [quant, [ours, theirs]] of Object.entries(byQuant)) {
+  console.log(`${quant}: tokenometer / wllama = ${(ours / theirs).toFixed(2)}x`);
+}

@@ -1,0 +1,114 @@
+// Decode speed of tokenometer's page worker and of llama.cpp compiled to wasm (wllama), in the same
+// tab, one engine at a time, runs interleaved (A B A B) so that both see the same machine.
+// Both count decode tok/s the same way, from the times tokens reach this page: tokens after the
+// first over the time from the first to the last. tokenometer's own meter is reported beside it.
+// Query: ?runs=5&max=128&prompt=...&configs=f32:model-f32.gguf,q8:model-q8_0.gguf
+import { Wllama } from '/wllama/index.js';
+
+const params = new URLSearchParams(location.search);
+const runs = Number(params.get('runs') || 5);
+const maxTokens = Number(params.get('max') || 128);
+const prompt = params.get('prompt') || 'Once upon a time';
+const configs = (params.get('configs') || 'f32:model-f32.gguf,q8:model-q8_0.gguf')
+  .split(',').map((c) => { const [quant, gguf] = c.split(':'); return { quant, gguf }; });
+const logEl = document.getElementById('log');
+const log = (line) => { logEl.textContent += line + '\n'; console.log(line); };
+
+/** tok/s after the first token over the span from the first to the last, from arrival times (ms). */
+function decodeTps(times) {
+  if (times.length < 2) return null;
+  return (times.length - 1) / ((times[times.length - 1] - times[0]) / 1000);
+}
+
+function once(worker, wanted) {
+  return new Promise((resolve, reject) => {
+    const listener = ({ data }) => {
+      if (data.type === 'error' || data.type === 'fatal') {
+        worker.removeEventListener('message', listener);
+        reject(new Error(data.message));
+      } else if (data.type === wanted) {
+        worker.removeEventListener('message', listener);
+        resolve(data);
+      }
+    };
+    worker.addEventListener('message', listener);
+  });
+}
+
+async function tokenometer(quant) {
+  const worker = new Worker('/worker.js', { type: 'module' });
+  await once(worker, 'ready');
+  worker.postMessage({
+    type: 'load', name: 'model', model: { url: '/files/model.bin' },
+    tokenizer: { url: '/files/tokenizer.bin' }, backend: 'cpu', quant,
+  });
+  const loaded = await once(worker, 'loaded');
+  await once(worker, 'warmed');
+  return {
+    name: `tokenometer ${quant}`,
+    adapter: loaded.info.adapter,
+    async run() {
+      const times = [];
+      // Tokens reach the page in batches about once a frame, so their arrival times would be
+      // off by up to a frame; each event carries the time the engine had it on the host.
+      const listener = ({ data }) => {
+        if (data.type !== 'events') return;
+        for (const e of data.events) if (e.event === 'token') times.push(e.t_ms);
+      };
+      worker.addEventListener('message', listener);
+      worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0 } });
+      const { report } = await once(worker, 'finished');
+      worker.removeEventListener('message', listener);
+      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms };
+    },
+    close() { worker.terminate(); },
+  };
+}
+
+async function wllama(quant, gguf) {
+  const engine = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { suppressNativeLog: true });
+  await engine.loadModelFromUrl(`/files/${gguf}`, { n_threads: 1, n_ctx: 512, useCache: false });
+  return {
+    name: `wllama ${quant}`,
+    adapter: `llama.cpp ${Wllama.getLibllamaVersion?.() ?? ''} wasm, 1 thread`,
+    async run() {
+      const times = [];
+      const start = performance.now();
+      let timings = null;
+      const stream = await engine.createCompletion({
+        prompt, max_tokens: maxTokens, temp: 0, temperature: 0, ignore_eos: true, stream: true,
+      });
+      for await (const chunk of stream) {
+        if (chunk.choices?.[0]?.text !== undefined && chunk.choices[0].text !== '') times.push(performance.now() - start);
+        if (chunk.timings) timings = chunk.timings;
+      }
+      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: timings?.predicted_per_second ?? null, ttft_ms: times[0] ?? null };
+    },
+    close() { return engine.exit(); },
+  };
+}
+
+async function main() {
+  const rows = [];
+  for (const { quant, gguf } of configs) {
+    const engines = [await tokenometer(quant), await wllama(quant, gguf)];
+    // One untimed run each, then interleaved timed runs.
+    for (const e of engines) await e.run();
+    const samples = engines.map(() => []);
+    for (let i = 0; i < runs; i++) {
+      for (const [k, e] of engines.entries()) {
+        const r = await e.run();
+        samples[k].push(r);
+        log(`${e.name} run ${i + 1}: ${r.tokens} tokens, decode ${r.decode_tps?.toFixed(1)} tok/s (engine's own figure ${r.own_tps?.toFixed(1)})`);
+      }
+    }
+    for (const [k, e] of engines.entries()) {
+      rows.push({ engine: e.name, quant, adapter: e.adapter, samples: samples[k] });
+      await e.close();
+    }
+  }
+  window.benchResult = { runs, maxTokens, prompt, userAgent: navigator.userAgent, rows };
+  log('done');
+}
+
+main().catch((e) => { window.benchResult = { error: e.message ?? String(e) }; log(`error: ${e.stack ?? e}`); });
