@@ -32,7 +32,7 @@ test-native:
 # `wasm-pack test --headless --chrome --release --test web`.
 test-wasm:
 	WASM_BINDGEN_TEST_TIMEOUT=600 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
-		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --release --target wasm32-unknown-unknown --test web --test web_crash
+		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --release --target wasm32-unknown-unknown --test web --test web_crash --test kernels
 
 test-e2e:
 	MODELS=$(MODELS) node --test tests/e2e/

@@ -474,13 +474,13 @@ mod simd128 {
         sum
     }
 
-    /// 16 signed bytes times 16 signed bytes, summed into 4 i32 lanes.
+    /// 16 signed bytes times 16 signed bytes, summed into 4 i32 lanes. Each product fits in
+    /// i16 (|w x| <= 127 * 127), and so does the sum of two, so the low and high halves' products
+    /// are added as i16 before widening: 4 instructions per 16 values.
     #[inline(always)]
     fn dot16(w: v128, x: v128) -> v128 {
-        i32x4_add(
-            i32x4_dot_i16x8(i16x8_extend_low_i8x16(w), i16x8_extend_low_i8x16(x)),
-            i32x4_dot_i16x8(i16x8_extend_high_i8x16(w), i16x8_extend_high_i8x16(x)),
-        )
+        let products = i16x8_add(i16x8_extmul_low_i8x16(w, x), i16x8_extmul_high_i8x16(w, x));
+        i32x4_extadd_pairwise_i16x8(products)
     }
 
     #[inline(always)]

@@ -1,8 +1,11 @@
 //! The CPU kernels against plain f32 arithmetic: every instruction set this machine runs (the
 //! scalar one always), f32, Q8_0 and Q4_0 weights, one activation row (decode) and several
-//! (prefill), widths with and without a tail.
+//! (prefill), widths with and without a tail. Natively (AVX2) and in headless Chromium (SIMD128).
 
 use tokenometer::kernels::{self, Isa, Q8Rows};
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 use tokenometer::quant::HostMatrix;
 
 /// A deterministic spread of values in -1..1 (xorshift), with a few large ones as real weights
@@ -52,7 +55,8 @@ fn relative_error(got: &[f32], exact: &[f32]) -> f32 {
     worst / scale
 }
 
-#[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
 fn every_kernel_matches_f32_arithmetic() {
     for (rows, cols, t) in [(7, 64, 1), (33, 288, 1), (5, 768, 3), (16, 96, 9)] {
         let w = values(rows * cols, 7 + cols as u64);
@@ -87,7 +91,8 @@ fn every_kernel_matches_f32_arithmetic() {
     }
 }
 
-#[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
 fn vector_kernels_equal_the_scalar_ones() {
     let (rows, cols, t) = (64, 288, 2);
     let w = values(rows * cols, 3);
@@ -106,7 +111,8 @@ fn vector_kernels_equal_the_scalar_ones() {
     }
 }
 
-#[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
 fn quantized_blocks_round_trip_within_their_step() {
     let w = values(32 * 40, 9);
     // Q8_0 rounds to the nearest of 127 steps per side; Q4_0 maps the extreme to -8, so a value
@@ -128,7 +134,8 @@ fn quantized_blocks_round_trip_within_their_step() {
     assert_eq!(HostMatrix::q4(&w).bytes(), 40 * (16 + 4));
 }
 
-#[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
 fn a_zero_block_stays_zero() {
     let mut w = values(64, 1);
     w[..32].fill(0.0);
