@@ -14,7 +14,7 @@ WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: serve test test-native test-wasm test-e2e pkg bench lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
+.PHONY: serve test test-native test-wasm test-e2e pkg bench bench-browser lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
 
 serve: setup-serve pkg
 	PORT=$(PORT) MODELS=$(MODELS) node www/serve.mjs
@@ -45,12 +45,26 @@ bench: setup-serve
 	cargo build --release
 	mkdir -p target/synth
 	[ -f target/synth/stories15M.bin ] || target/release/tokenometer synth --shape stories15M --out target/synth/stories15M.bin
-	for q in f32 q8; do target/release/tokenometer bench --model target/synth/stories15M.bin \
-		--tokenizer $(MODELS)/llama2-tokenizer/tokenizer.bin --quant $$q --runs 5; done
+	for q in f32 q8 q4; do target/release/tokenometer bench --model target/synth/stories15M.bin \
+		--tokenizer $(MODELS)/llama2-tokenizer/tokenizer.bin --backend cpu --quant $$q --runs 5; done
+
+# The page's worker beside llama.cpp compiled to wasm (@wllama/wllama, one thread) in headless
+# Chromium: synthetic stories15M as llama2.c .bin for us and as GGUF F32/Q8_0/Q4_0 for wllama,
+# written by llama.cpp's own writer (PyPI `gguf`) with the converter in the shared models folder.
+PEERS := target/peers
+bench-browser: setup-serve pkg
+	cargo build --release
+	mkdir -p target/synth $(PEERS)
+	[ -f target/synth/stories15M.bin ] || target/release/tokenometer synth --shape stories15M --out target/synth/stories15M.bin
+	python3 -c 'import gguf' 2>/dev/null || pip install gguf==0.19.0
+	for q in f32 q8_0 q4_0; do [ -f $(PEERS)/stories15M-$$q.gguf ] || python3 $(MODELS)/stories260K/convert_llama2c_to_gguf.py \
+		target/synth/stories15M.bin $(PEERS)/stories15M-$$q.gguf --outtype $$q --tokenizer-bin $(MODELS)/llama2-tokenizer/tokenizer.bin; done
+	node tests/bench/browser.mjs target/synth/stories15M.bin $(MODELS)/llama2-tokenizer/tokenizer.bin \
+		$(PEERS)/stories15M-f32.gguf $(PEERS)/stories15M-q8_0.gguf $(PEERS)/stories15M-q4_0.gguf
 
 # Coverage-guided fuzzing of every parser (nightly + cargo-fuzz; not part of `make test`).
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= llama2c llama2c_sized huggingface tokenizer_bin tokenizer_json
+FUZZ_TARGETS ?= llama2c llama2c_sized huggingface tokenizer_bin tokenizer_json gguf
 fuzz:
 	rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::engine::DEFAULT_MAX_TOKENS;
+use crate::loading::ModelFormat;
 use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter, Report, human_bytes};
 use crate::synth::Shape;
 use crate::{
@@ -230,14 +231,17 @@ async fn run(command: Command) -> Result<(), Error> {
 
 async fn load(args: &ModelArgs) -> Result<Engine, Error> {
     let files = ModelFiles::from_path(&args.model)?;
-    let tokenizer_path = match &args.tokenizer {
-        Some(path) => path.clone(),
-        None => find_tokenizer(&args.model)?,
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
     };
-    let tokenizer = std::fs::read(&tokenizer_path)
-        .map_err(|e| Error::Io(format!("{}: {e}", tokenizer_path.display())))?;
+    // A GGUF carries its tokenizer; other formats find theirs beside the model.
+    let tokenizer = match &args.tokenizer {
+        Some(path) => Some(read(path)?),
+        None if matches!(files.format, ModelFormat::Gguf(_)) => None,
+        None => Some(read(&find_tokenizer(&args.model)?)?),
+    };
     let backend = Backend::init(args.backend).await?;
-    Engine::load(files, &tokenizer, args.quant, &backend)
+    Engine::load(files, tokenizer.as_deref(), args.quant, &backend)
 }
 
 /// `tokenizer.json`, `tokenizer.bin` or `tok*.bin` in the model's folder.

@@ -129,15 +129,26 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Build an engine from model files on a ready backend.
+    /// Build an engine from model files on a ready backend. The tokenizer comes from
+    /// `tokenizer_bytes` (tokenizer.json or llama2.c tokenizer.bin) or, when that is `None`, from
+    /// inside the model file (GGUF).
     pub fn load(
         files: ModelFiles,
-        tokenizer_bytes: &[u8],
+        tokenizer_bytes: Option<&[u8]>,
         quant: Quant,
         backend: &Backend,
     ) -> Result<Engine> {
         let scheme = quant.scheme(backend.kind)?;
-        let tokenizer = Tokenizer::from_bytes(tokenizer_bytes)?;
+        let tokenizer = match tokenizer_bytes {
+            Some(bytes) => Tokenizer::from_bytes(bytes)?,
+            None => files.embedded_tokenizer()?.ok_or_else(|| {
+                Error::BadTokenizer(format!(
+                    "{} carries no tokenizer; give its tokenizer file (tokenizer.json or \
+                     tokenizer.bin)",
+                    files.name
+                ))
+            })?,
+        };
         let weights = files.load()?;
         let config = weights.config.clone();
         // Every id the tokenizer can produce (and BOS and EOS, which the model's vocabulary of at

@@ -74,7 +74,7 @@ impl Conditions {
     /// One line for the top of a table or the page.
     pub fn summary(&self) -> String {
         format!(
-            "{} ({} params, {}, {}) on {} [{}]{}, batch {}, prompt {} tok, output {} tok, context {}, {}",
+            "{} ({} params, {}, {}) on {} [{}]{}, batch {}, prompt {} tok, output {} tok, context {}, {}{}",
             self.model.name,
             human_count(self.model.parameters as f64),
             self.model.quant,
@@ -97,6 +97,12 @@ impl Conditions {
                     self.sampling.temperature, self.sampling.top_p, self.sampling.seed
                 )
             },
+            // What quantization and loading did beyond the plain choice (padding, GGUF types).
+            self.model
+                .quant_exceptions
+                .iter()
+                .map(|e| format!("; {e}"))
+                .collect::<String>(),
         )
     }
 }

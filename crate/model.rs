@@ -183,6 +183,7 @@ impl Llama {
         device: &Device,
     ) -> Self {
         let on_cpu = *device == Device::flex();
+        let hidden = weights.config.hidden_dim;
         if quant != Quant::F32 {
             pad_hidden_to_blocks(&mut weights);
         }
@@ -193,6 +194,13 @@ impl Llama {
             head_size: config.head_size(),
         };
         let mut plan = QuantPlan::new(quant);
+        if config.hidden_dim != hidden {
+            plan.exceptions.push(format!(
+                "hidden size {hidden} padded to {} with zero units for blocks of 32 (exact)",
+                config.hidden_dim
+            ));
+        }
+        plan.exceptions.extend(weights.conversions.iter().cloned());
         let HostWeights {
             token_embedding,
             layers,

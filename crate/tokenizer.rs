@@ -6,6 +6,7 @@
 use serde_json::json;
 
 use crate::error::{Error, Result, contain_panic};
+use crate::loading::gguf::{self, Gguf, Value};
 use crate::weights::MAX_VOCAB;
 
 pub const BOS: u32 = 1;
@@ -59,9 +60,70 @@ impl Tokenizer {
 
     /// A llama2.c `tokenizer.bin`: `i32 max_token_length`, then per id `f32 score, i32 len, bytes`.
     pub fn from_llama2c(bytes: &[u8]) -> Result<Self> {
-        let pieces = parse_llama2c(bytes)?;
+        Self::from_pieces(parse_llama2c(bytes)?, "tokenizer.bin")
+    }
+
+    /// The tokenizer inside a GGUF file (`tokenizer.ggml.*`): a `llama` (SentencePiece) vocabulary
+    /// with scores, converted like a llama2.c `tokenizer.bin`.
+    pub fn from_gguf(gguf: &Gguf) -> Result<Self> {
+        let bad = |m: String| Error::BadTokenizer(format!("the GGUF file's tokenizer {m}"));
+        let model = gguf
+            .get("tokenizer.ggml.model")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                bad("is missing (no tokenizer.ggml.model); give a tokenizer file".into())
+            })?;
+        if model != "llama" {
+            return Err(bad(format!(
+                "is {model:?}; this engine reads GGUF vocabularies of SentencePiece kind \
+                 (\"llama\"); give the model's tokenizer.json instead"
+            )));
+        }
+        let list = |key: &str| {
+            gguf.get(key)
+                .and_then(Value::as_array)
+                .ok_or_else(|| bad(format!("has no {key} list")))
+        };
+        let tokens = list("tokenizer.ggml.tokens")?;
+        let scores = list("tokenizer.ggml.scores")?;
+        if tokens.len() != scores.len() || tokens.len() > MAX_VOCAB {
+            return Err(bad(format!(
+                "has {} tokens and {} scores",
+                tokens.len(),
+                scores.len()
+            )));
+        }
+        for (key, id) in [("bos", BOS), ("eos", EOS)] {
+            let key = format!("tokenizer.ggml.{key}_token_id");
+            if let Some(v) = gguf.get(&key)
+                && *v != gguf::Value::Uint(id as u64)
+                && *v != gguf::Value::Int(id as i64)
+            {
+                return Err(bad(format!("has {key} {v:?}; this engine needs {id}")));
+            }
+        }
+        let pieces = tokens
+            .iter()
+            .zip(scores)
+            .map(|(t, s)| match (t, s) {
+                (Value::Str(t), Value::Float(s)) => Ok((t.replace('▁', " "), *s as f32)),
+                _ => Err(bad("has a token that is not a string with a score".into())),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if pieces.len() < 259 {
+            return Err(bad(format!(
+                "has {} tokens; a SentencePiece vocabulary has 3 specials and 256 bytes",
+                pieces.len()
+            )));
+        }
+        Self::from_pieces(pieces, "the GGUF tokenizer")
+    }
+
+    /// A SentencePiece-style vocabulary of `(piece, score)` by id (ids 0, 1, 2 are `<unk>`, BOS,
+    /// EOS; spaces as ' '), as a BPE `tokenizers::Tokenizer`.
+    fn from_pieces(pieces: Vec<(String, f32)>, what: &str) -> Result<Self> {
         let json = llama2c_to_tokenizer_json(&pieces);
-        let inner = library("tokenizer.bin does not convert", || {
+        let inner = library(&format!("{what} does not convert"), || {
             tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
         })?;
         let piece_bytes = pieces

@@ -207,13 +207,14 @@ pub struct Session {
     cancelled: Rc<Cell<bool>>,
 }
 
-/// Load a model. `model` is a llama2.c `.bin`, or `model.safetensors` when `hf_config` (the bytes of
-/// `config.json`) is given. `backend` is `auto`, `wgpu` or `cpu`; `quant` is `f32`, `q8` or `q4`.
+/// Load a model. `model` is a GGUF or a llama2.c `.bin`, or `model.safetensors` when `hf_config`
+/// (the bytes of `config.json`) is given. `tokenizer` may be left out for a GGUF that carries one.
+/// `backend` is `auto`, `wgpu` or `cpu`; `quant` is `f32`, `q8` or `q4`.
 #[wasm_bindgen(js_name = loadSession)]
 pub async fn load_session(
     name: String,
     model: Vec<u8>,
-    tokenizer: Vec<u8>,
+    tokenizer: Option<Vec<u8>>,
     backend: String,
     quant: String,
     hf_config: Option<Vec<u8>>,
@@ -223,9 +224,9 @@ pub async fn load_session(
     let backend = Backend::init(choice).await.map_err(js_error)?;
     let files = match hf_config {
         Some(config) => ModelFiles::hugging_face(name, config, model),
-        None => ModelFiles::llama2c(name, model),
+        None => ModelFiles::single(name, model),
     };
-    let engine = Engine::load(files, &tokenizer, quant, &backend).map_err(js_error)?;
+    let engine = Engine::load(files, tokenizer.as_deref(), quant, &backend).map_err(js_error)?;
     Ok(Session {
         engine: Rc::new(engine),
         details: backend.details,

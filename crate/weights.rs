@@ -237,4 +237,7 @@ pub struct HostWeights {
     pub rms_final: Vec<f32>,
     /// A separate classifier `[vocab, dim]`, or `None` when it is the embedding.
     pub classifier: Option<Matrix>,
+    /// What loading changed about the file's tensors (a GGUF's Q4_K widened to f32, say), for the
+    /// conditions; empty when the file was f32 or f16/bf16.
+    pub conversions: Vec<String>,
 }

@@ -88,4 +88,58 @@ for name, shape in shapes.items():
 header_bytes = json.dumps(header).encode()
 safetensors = struct.pack("<Q", len(header_bytes)) + header_bytes + body
 put("huggingface", "tiny", json.dumps(config).encode() + b"\0" + safetensors)
+
+
+# GGUF v3, llama architecture: the same tiny shape with F32 norms, Q8_0 and Q4_0 matrices, and the
+# SentencePiece vocabulary above inside.
+def gguf_string(text):
+    data = text.encode()
+    return struct.pack("<Q", len(data)) + data
+
+
+def gguf_kv(key, kind, payload):
+    return gguf_string(key) + struct.pack("<I", kind) + payload
+
+
+def q8_0(n):
+    return b"".join(struct.pack("<e", 0.01) + bytes((i * 5) % 256 for i in range(32)) for _ in range(n // 32))
+
+
+def q4_0(n):
+    return b"".join(struct.pack("<e", 0.01) + bytes((i * 7) % 256 for i in range(16)) for _ in range(n // 32))
+
+
+tokens = [p.decode("latin-1").replace(" ", "\u2581") for p in pieces]
+kvs = [
+    gguf_kv("general.architecture", 8, gguf_string("llama")),
+    gguf_kv("llama.embedding_length", 4, struct.pack("<I", 32)),
+    gguf_kv("llama.feed_forward_length", 4, struct.pack("<I", 64)),
+    gguf_kv("llama.block_count", 4, struct.pack("<I", 1)),
+    gguf_kv("llama.attention.head_count", 4, struct.pack("<I", 4)),
+    gguf_kv("llama.attention.head_count_kv", 4, struct.pack("<I", 2)),
+    gguf_kv("llama.context_length", 4, struct.pack("<I", 16)),
+    gguf_kv("llama.rope.freq_base", 6, struct.pack("<f", 10000.0)),
+    gguf_kv("tokenizer.ggml.model", 8, gguf_string("llama")),
+    gguf_kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, len(tokens)) + b"".join(gguf_string(t) for t in tokens)),
+    gguf_kv("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, len(tokens)) + b"".join(struct.pack("<f", -i) for i in range(len(tokens)))),
+]
+gd, gh, gkv, gv = 32, 64, 16, len(tokens)
+tensors = [("token_embd.weight", [gd, gv], 8, q8_0(gd * gv)), ("output_norm.weight", [gd], 0, floats(gd))]
+tensors += [
+    ("blk.0.attn_norm.weight", [gd], 0, floats(gd)), ("blk.0.ffn_norm.weight", [gd], 0, floats(gd)),
+    ("blk.0.attn_q.weight", [gd, gd], 8, q8_0(gd * gd)), ("blk.0.attn_k.weight", [gd, gkv], 2, q4_0(gd * gkv)),
+    ("blk.0.attn_v.weight", [gd, gkv], 2, q4_0(gd * gkv)), ("blk.0.attn_output.weight", [gd, gd], 0, floats(gd * gd)),
+    ("blk.0.ffn_gate.weight", [gd, gh], 8, q8_0(gd * gh)), ("blk.0.ffn_up.weight", [gd, gh], 8, q8_0(gd * gh)),
+    ("blk.0.ffn_down.weight", [gh, gd], 2, q4_0(gd * gh)),
+]
+header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+offset, body = 0, b""
+for name, dims, kind, data in tensors:
+    header += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", x) for x in dims)
+    header += struct.pack("<IQ", kind, offset)
+    padded = data + b"\0" * (-len(data) % 32)
+    body += padded
+    offset += len(padded)
+header += b"\0" * (-len(header) % 32)
+put("gguf", "tiny.gguf", header + body)
 print(f"seeds written under {root}", file=sys.stderr)

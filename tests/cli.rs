@@ -101,6 +101,34 @@ fn prompt_longer_than_the_context() {
 }
 
 #[test]
+fn a_gguf_needs_no_tokenizer_file() {
+    let model = stories260k("stories260K-q8_0.gguf").display().to_string();
+    let output = tokenometer(&[
+        "generate",
+        "--model",
+        &model,
+        "--prompt",
+        "Once upon a time",
+        "--quant",
+        "q8",
+        "--backend",
+        "cpu",
+        "--max-tokens",
+        "12",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("Once upon a time, there was a little girl"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("GGUF Q8_0 tensors"), "{stderr}");
+}
+
+#[test]
 fn q4_runs_on_the_cpu_backend() {
     let output = generate(
         &model(),

@@ -10,7 +10,13 @@ use tokenometer::{
 
 fn engine(backend: &Backend, quant: Quant) -> Engine {
     let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
-    Engine::load(files, &read(stories260k("tok512.bin")), quant, backend).expect("loads")
+    Engine::load(
+        files,
+        Some(&read(stories260k("tok512.bin"))),
+        quant,
+        backend,
+    )
+    .expect("loads")
 }
 
 fn wgpu() -> Backend {
@@ -238,7 +244,7 @@ fn a_full_context_stops_with_its_reason() {
     let files = ModelFiles::llama2c("tiny", bytes);
     let engine = Engine::load(
         files,
-        &read(stories260k("tok512.bin")),
+        Some(&read(stories260k("tok512.bin"))),
         Quant::F32,
         &Backend::cpu(),
     )

@@ -117,7 +117,7 @@ fn hf_engine(dtype: Dtype) -> Engine {
     let files = ModelFiles::hugging_face(format!("stories260K-{dtype:?}"), config, weights);
     Engine::load(
         files,
-        &read(stories260k("tok512.bin")),
+        Some(&read(stories260k("tok512.bin"))),
         Quant::F32,
         &Backend::cpu(),
     )
@@ -174,7 +174,7 @@ fn a_broken_hf_checkpoint_is_an_error() {
     let load = |c: Vec<u8>, w: Vec<u8>| {
         Engine::load(
             ModelFiles::hugging_face("x", c, w),
-            &tok,
+            Some(&tok),
             Quant::F32,
             &Backend::cpu(),
         )

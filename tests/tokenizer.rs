@@ -89,6 +89,14 @@ fn all_llama_cpp_vectors_pass_with_tokenizer_bin() {
     check_vectors(&llama2_bin(), "tokenizer.bin");
 }
 
+/// The vocabulary inside llama.cpp's own vocab GGUF, the file its test vectors belong to.
+#[test]
+fn all_llama_cpp_vectors_pass_with_the_tokenizer_inside_a_gguf() {
+    let bytes = read(llama2_tokenizer("ggml-vocab-llama-spm.gguf"));
+    let gguf = tokenometer::loading::gguf::Gguf::parse(&bytes).unwrap();
+    check_vectors(&Tokenizer::from_gguf(&gguf).unwrap(), "GGUF vocabulary");
+}
+
 #[test]
 fn decode_round_trips_multibyte_text() {
     let text = "Führer said 你好 🦙 — naïve ½";

@@ -44,7 +44,7 @@ fn reference_generated() -> Vec<u32> {
 fn engine(backend: &Backend, quant: Quant) -> Engine {
     Engine::load(
         ModelFiles::llama2c("stories260K", MODEL.to_vec()),
-        TOKENIZER,
+        Some(TOKENIZER),
         quant,
         backend,
     )
@@ -116,7 +116,7 @@ async fn session(model: &[u8]) -> Result<Session, JsValue> {
     load_session(
         "stories260K".into(),
         model.to_vec(),
-        TOKENIZER.to_vec(),
+        Some(TOKENIZER.to_vec()),
         "cpu".into(),
         "f32".into(),
         None,

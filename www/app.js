@@ -5,6 +5,7 @@ const LLAMA2_TOKENIZER = 'https://raw.githubusercontent.com/karpathy/llama2.c/ma
 const TINYLLAMAS = 'https://huggingface.co/karpathy/tinyllamas/resolve/main';
 const MODELS = [
   { id: 'stories260K', label: 'stories260K (local, 1 MB)', model: 'models/stories260K/stories260K.bin', tokenizer: 'models/stories260K/tok512.bin' },
+  { id: 'stories260K-gguf', label: 'stories260K GGUF Q8_0 (local, tokenizer inside)', model: 'models/stories260K/stories260K-q8_0.gguf' },
   { id: 'stories15M', label: 'stories15M (Hugging Face, 61 MB)', model: `${TINYLLAMAS}/stories15M.bin`, tokenizer: LLAMA2_TOKENIZER },
   { id: 'stories42M', label: 'stories42M (Hugging Face, 167 MB)', model: `${TINYLLAMAS}/stories42M.bin`, tokenizer: LLAMA2_TOKENIZER },
   { id: 'stories110M', label: 'stories110M (Hugging Face, 438 MB)', model: `${TINYLLAMAS}/stories110M.bin`, tokenizer: LLAMA2_TOKENIZER },
@@ -106,18 +107,23 @@ const handlers = {
 
 // ---- loading and running ------------------------------------------------------------------
 
+// A GGUF file carries its tokenizer.
+const isGguf = (name) => /\.gguf($|[?#])/i.test(name);
+
 function selection() {
   const choice = MODELS.find((m) => m.id === el.model.value);
   let source;
   if (choice.id === 'url') {
-    if (!el.modelUrl.value || !el.tokenizerUrl.value) throw new Error('enter a model URL and a tokenizer URL');
-    source = { name: nameOf(el.modelUrl.value), model: { url: el.modelUrl.value }, tokenizer: { url: el.tokenizerUrl.value } };
+    if (!el.modelUrl.value) throw new Error('enter a model URL');
+    if (!el.tokenizerUrl.value && !isGguf(el.modelUrl.value)) throw new Error('enter a tokenizer URL (only a .gguf model carries its own)');
+    source = { name: nameOf(el.modelUrl.value), model: { url: el.modelUrl.value }, tokenizer: el.tokenizerUrl.value ? { url: el.tokenizerUrl.value } : null };
   } else if (choice.id === 'file') {
     const [model, tokenizer, config] = [el.modelFile.files[0], el.tokenizerFile.files[0], el.configFile.files[0]];
-    if (!model || !tokenizer) throw new Error('pick a model file and a tokenizer file');
-    source = { name: nameOf(model.name), model: { file: model }, tokenizer: { file: tokenizer }, config: config && { file: config } };
+    if (!model) throw new Error('pick a model file');
+    if (!tokenizer && !isGguf(model.name)) throw new Error('pick a tokenizer file (only a .gguf model carries its own)');
+    source = { name: nameOf(model.name), model: { file: model }, tokenizer: tokenizer ? { file: tokenizer } : null, config: config && { file: config } };
   } else {
-    source = { name: choice.id, model: { url: choice.model }, tokenizer: { url: choice.tokenizer } };
+    source = { name: choice.id, model: { url: choice.model }, tokenizer: choice.tokenizer ? { url: choice.tokenizer } : null };
   }
   const files = [source.model, source.tokenizer, source.config].map((s) => s && (s.url || `${s.file.name}:${s.file.size}:${s.file.lastModified}`));
   return { ...source, backend: el.backend.value, quant: el.quant.value, key: [...files, el.backend.value, el.quant.value].join('|') };
@@ -330,7 +336,7 @@ function formatCount(n) {
 }
 
 function nameOf(path) {
-  return path.split(/[\\/]/).pop().replace(/\.(bin|safetensors)$/, '') || 'model';
+  return path.split(/[\\/]/).pop().replace(/\.(bin|safetensors|gguf)$/, '') || 'model';
 }
 
 // ---- start-up: presets from the URL -------------------------------------------------------

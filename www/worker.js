@@ -92,7 +92,7 @@ async function load({ name, model, tokenizer, config, backend, quant }) {
   const configBytes = await bytesOf(config, 'config.json');
   post({ type: 'status', status: 'loading' });
   phase = 'loading the model';
-  session = await loadSession(name, modelBytes, tokenizerBytes, backend, quant, configBytes ?? undefined);
+  session = await loadSession(name, modelBytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined);
   post({ type: 'loaded', info: session.info() });
   post({ type: 'status', status: 'warming up' });
   phase = 'warming up';

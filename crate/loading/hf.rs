@@ -114,6 +114,7 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
         layers,
         rms_final,
         classifier,
+        conversions: Vec::new(),
     })
 }
 

@@ -142,6 +142,7 @@ pub fn load(bytes: &[u8]) -> Result<HostWeights> {
         layers,
         rms_final,
         classifier,
+        conversions: Vec::new(),
     })
 }
 

@@ -1,11 +1,13 @@
 //! Model files in the formats we read, from bytes (the browser hands over fetched buffers) or paths.
 
+pub mod gguf;
 pub mod hf;
 pub mod llama2c;
 
 #[cfg(not(target_arch = "wasm32"))]
 use crate::error::Error;
 use crate::error::Result;
+use crate::tokenizer::Tokenizer;
 use crate::weights::HostWeights;
 
 /// The bytes of a model in one of the supported formats.
@@ -16,6 +18,8 @@ pub struct ModelFiles {
 }
 
 pub enum ModelFormat {
+    /// A GGUF file (`llama` architecture), tokenizer usually inside.
+    Gguf(Vec<u8>),
     /// A llama2.c version-0 `.bin`.
     Llama2c(Vec<u8>),
     /// Hugging Face `config.json` + `model.safetensors`.
@@ -30,6 +34,36 @@ impl ModelFiles {
         Self {
             name: name.into(),
             format: ModelFormat::Llama2c(bytes),
+        }
+    }
+
+    pub fn gguf(name: impl Into<String>, bytes: Vec<u8>) -> Self {
+        Self {
+            name: name.into(),
+            format: ModelFormat::Gguf(bytes),
+        }
+    }
+
+    /// A single model file, GGUF or llama2.c, told apart by GGUF's magic.
+    pub fn single(name: impl Into<String>, bytes: Vec<u8>) -> Self {
+        if gguf::is_gguf(&bytes) {
+            Self::gguf(name, bytes)
+        } else {
+            Self::llama2c(name, bytes)
+        }
+    }
+
+    /// The tokenizer the model file carries (GGUF), if any.
+    pub fn embedded_tokenizer(&self) -> Result<Option<Tokenizer>> {
+        match &self.format {
+            ModelFormat::Gguf(bytes) => {
+                let header = gguf::Gguf::parse(bytes)?;
+                if header.get("tokenizer.ggml.model").is_none() {
+                    return Ok(None);
+                }
+                Tokenizer::from_gguf(&header).map(Some)
+            }
+            _ => Ok(None),
         }
     }
 
@@ -51,6 +85,7 @@ impl ModelFiles {
     pub fn load(&self) -> Result<HostWeights> {
         match &self.format {
             ModelFormat::Llama2c(bytes) => llama2c::load(bytes),
+            ModelFormat::Gguf(bytes) => gguf::load(bytes),
             ModelFormat::HuggingFace {
                 config_json,
                 safetensors,
@@ -58,7 +93,7 @@ impl ModelFiles {
         }
     }
 
-    /// Read from a path: a llama2.c `.bin`, a `.safetensors` with `config.json` beside it, or a
+    /// Read from a path: a GGUF, a llama2.c `.bin`, a `.safetensors` with `config.json` beside it, or a
     /// Hugging Face model folder.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn from_path(path: &std::path::Path) -> Result<Self> {
@@ -82,6 +117,6 @@ impl ModelFiles {
             let config = path.with_file_name("config.json");
             return Ok(Self::hugging_face(name, read(&config)?, read(path)?));
         }
-        Ok(Self::llama2c(name, read(path)?))
+        Ok(Self::single(name, read(path)?))
     }
 }

@@ -81,6 +81,27 @@ test('a preset URL runs stories260K, streams tokens and fills every figure', asy
   await page.close();
 });
 
+test('a GGUF runs with the tokenizer inside it, from the list and as a file, in q4 on the CPU', async () => {
+  const { page, errors } = await open('model=stories260K-gguf&prompt=Once%20upon%20a%20time&max=30&backend=cpu&quant=q8&autorun=1');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  // llama.cpp's own greedy output for this Q8_0 file begins the same way.
+  assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl named Lily\. She loved to play outside/);
+  assert.match(await text(page, 'conditions'), /GGUF Q8_0 tensors: widened to f32 at load/);
+  // A picked .gguf file needs no tokenizer file; q4 runs on the CPU backend.
+  await page.getByTestId('model').selectOption('file');
+  await page.getByTestId('quant').selectOption('q4');
+  await page.getByTestId('model-file').setInputFiles(resolve(models, 'stories260K/stories260K-q4_0.gguf'));
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=conditions]').textContent.includes('q4'), null, { timeout: 60_000 });
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl/);
+  assert.match(await text(page, 'conditions'), /^stories260K-q4_0 \(293K params, q4, .*\) on cpu \[CPU \((SIMD128|scalar)\)\]/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('preset URLs: webgpu is another name for wgpu, and a value that is not a choice is named', async () => {
   const { page } = await open('backend=webgpu&quant=Q8');
   assert.equal(await page.getByTestId('backend').inputValue(), 'wgpu');

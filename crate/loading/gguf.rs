@@ -1,0 +1,615 @@
+//! GGUF (v2 and v3), llama.cpp's file format: a header of typed key/value metadata and tensor
+//! descriptions, then the tensors' data, aligned.
+//!
+//! We read the `llama` architecture: its shape from the metadata (`llama.embedding_length`, ...),
+//! tensors F32, F16, BF16, Q8_0 and Q4_0, and Q4_K / Q6_K (the layers of "Q4_K_M" files), and the
+//! tokenizer inside (`tokenizer.ggml.*`). llama.cpp's `llama` architecture rotates adjacent pairs,
+//! as llama2.c does, so q/k rows are used as stored. Every count, length and offset is checked
+//! against the file's length before anything is allocated: a header can claim anything.
+//!
+//! Tensors are widened to f32 at load (the CPU backend then quantizes them block by block to the
+//! chosen precision). A Q8_0 or Q4_0 tensor requantized to its own type gets back its very blocks:
+//! the extreme value of each block is exactly `127 d` (Q8_0) or `-8 d` (Q4_0).
+
+use std::collections::HashMap;
+
+use half::{bf16, f16};
+
+use crate::error::{Error, Result};
+use crate::weights::{FieldNames, HostWeights, LayerWeights, LlamaConfig, Matrix};
+
+const MAGIC: &[u8; 4] = b"GGUF";
+/// Limits no real file comes near; past them a header is corrupt.
+const MAX_TENSORS: u64 = 1 << 16;
+const MAX_METADATA: u64 = 1 << 16;
+const MAX_DEPTH: usize = 4;
+
+/// GGUF's names for the config fields, for errors in the file's own words.
+const GGUF_FIELDS: FieldNames = FieldNames {
+    prefix: "GGUF",
+    names: [
+        "llama.embedding_length",
+        "llama.feed_forward_length",
+        "llama.block_count",
+        "llama.attention.head_count",
+        "llama.attention.head_count_kv",
+        "vocabulary size (token_embd rows)",
+        "llama.context_length",
+    ],
+};
+
+/// A metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Uint(u64),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    Array(Vec<Value>),
+}
+
+impl Value {
+    fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::Uint(v) => Some(v),
+            Value::Int(v) if v >= 0 => Some(v as u64),
+            _ => None,
+        }
+    }
+    fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::Float(v) => Some(v),
+            Value::Uint(v) => Some(v as f64),
+            Value::Int(v) => Some(v as f64),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// The element types we load, with their block sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorType {
+    F32,
+    F16,
+    BF16,
+    Q8_0,
+    Q4_0,
+    Q4K,
+    Q6K,
+}
+
+impl TensorType {
+    fn from_id(id: u32) -> Result<TensorType> {
+        Ok(match id {
+            0 => TensorType::F32,
+            1 => TensorType::F16,
+            2 => TensorType::Q4_0,
+            8 => TensorType::Q8_0,
+            12 => TensorType::Q4K,
+            14 => TensorType::Q6K,
+            30 => TensorType::BF16,
+            other => {
+                let name = match other {
+                    3 => "Q4_1",
+                    6 => "Q5_0",
+                    7 => "Q5_1",
+                    9 => "Q8_1",
+                    10 => "Q2_K",
+                    11 => "Q3_K",
+                    13 => "Q5_K",
+                    15 => "Q8_K",
+                    16..=23 | 29 => "an IQ type",
+                    _ => "an unknown type",
+                };
+                return Err(Error::BadModel(format!(
+                    "GGUF tensor type {other} ({name}) is not supported: this engine loads F32, \
+                     F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K; convert the file (llama-quantize) to one of them"
+                )));
+            }
+        })
+    }
+
+    /// Values per block and bytes per block.
+    fn block(self) -> (u64, u64) {
+        match self {
+            TensorType::F32 => (1, 4),
+            TensorType::F16 | TensorType::BF16 => (1, 2),
+            TensorType::Q8_0 => (32, 34),
+            TensorType::Q4_0 => (32, 18),
+            TensorType::Q4K => (256, 144),
+            TensorType::Q6K => (256, 210),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorType::F32 => "F32",
+            TensorType::F16 => "F16",
+            TensorType::BF16 => "BF16",
+            TensorType::Q8_0 => "Q8_0",
+            TensorType::Q4_0 => "Q4_0",
+            TensorType::Q4K => "Q4_K",
+            TensorType::Q6K => "Q6_K",
+        }
+    }
+}
+
+/// One tensor's description.
+#[derive(Debug, Clone)]
+pub struct TensorInfo {
+    /// GGUF order: `dims[0]` varies fastest (a matrix's columns).
+    pub dims: Vec<u64>,
+    pub kind: TensorType,
+    /// Byte range within the file.
+    pub start: usize,
+    pub end: usize,
+}
+
+/// A parsed GGUF header; tensor data stays in the file's bytes.
+#[derive(Debug)]
+pub struct Gguf {
+    pub version: u32,
+    pub metadata: HashMap<String, Value>,
+    pub tensors: HashMap<String, TensorInfo>,
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8]> {
+        let left = (self.bytes.len() - self.at) as u64;
+        if n > left {
+            return Err(Error::BadModel(format!(
+                "GGUF {what} at byte {} needs {n} bytes but the file has {left} left: truncated \
+                 or not a GGUF file",
+                self.at
+            )));
+        }
+        let s = &self.bytes[self.at..self.at + n as usize];
+        self.at += n as usize;
+        Ok(s)
+    }
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap()))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+    fn string(&mut self, what: &str) -> Result<String> {
+        let n = self.u64(what)?;
+        Ok(String::from_utf8_lossy(self.take(n, what)?).into_owned())
+    }
+
+    fn value(&mut self, kind: u32, key: &str, depth: usize) -> Result<Value> {
+        let mut fixed = |n: u64| self.take(n, key).map(|b| b.to_vec());
+        Ok(match kind {
+            0 => Value::Uint(fixed(1)?[0] as u64),
+            1 => Value::Int(fixed(1)?[0] as i8 as i64),
+            2 => Value::Uint(u16::from_le_bytes(fixed(2)?.try_into().unwrap()) as u64),
+            3 => Value::Int(i16::from_le_bytes(fixed(2)?.try_into().unwrap()) as i64),
+            4 => Value::Uint(u32::from_le_bytes(fixed(4)?.try_into().unwrap()) as u64),
+            5 => Value::Int(i32::from_le_bytes(fixed(4)?.try_into().unwrap()) as i64),
+            6 => Value::Float(f32::from_le_bytes(fixed(4)?.try_into().unwrap()) as f64),
+            7 => Value::Bool(fixed(1)?[0] != 0),
+            8 => Value::Str(self.string(key)?),
+            9 => {
+                if depth >= MAX_DEPTH {
+                    return Err(Error::BadModel(format!(
+                        "GGUF metadata {key} nests arrays more than {MAX_DEPTH} deep"
+                    )));
+                }
+                let inner = self.u32(key)?;
+                let count = self.u64(key)?;
+                // Every element takes at least one byte: a count past the bytes left is a lie,
+                // caught before anything is allocated.
+                let left = (self.bytes.len() - self.at) as u64;
+                if count > left {
+                    return Err(Error::BadModel(format!(
+                        "GGUF metadata {key} claims {count} elements but the file has {left} bytes left"
+                    )));
+                }
+                let mut items = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    items.push(self.value(inner, key, depth + 1)?);
+                }
+                Value::Array(items)
+            }
+            10 => Value::Uint(u64::from_le_bytes(fixed(8)?.try_into().unwrap())),
+            11 => Value::Int(i64::from_le_bytes(fixed(8)?.try_into().unwrap())),
+            12 => Value::Float(f64::from_le_bytes(fixed(8)?.try_into().unwrap())),
+            other => {
+                return Err(Error::BadModel(format!(
+                    "GGUF metadata {key} has value type {other}, which GGUF does not define"
+                )));
+            }
+        })
+    }
+}
+
+/// Whether `bytes` start like a GGUF file.
+pub fn is_gguf(bytes: &[u8]) -> bool {
+    bytes.starts_with(MAGIC)
+}
+
+impl Gguf {
+    /// Parse the header and check every tensor's place against the file.
+    pub fn parse(bytes: &[u8]) -> Result<Gguf> {
+        if !is_gguf(bytes) {
+            return Err(Error::BadModel(
+                "not a GGUF file (it does not start with \"GGUF\")".into(),
+            ));
+        }
+        let mut r = Reader { bytes, at: 4 };
+        let version = r.u32("version")?;
+        if !(2..=3).contains(&version) {
+            return Err(Error::BadModel(format!(
+                "GGUF version {version} is not supported (versions 2 and 3 are)"
+            )));
+        }
+        let n_tensors = r.u64("tensor count")?;
+        let n_metadata = r.u64("metadata count")?;
+        if n_tensors > MAX_TENSORS || n_metadata > MAX_METADATA {
+            return Err(Error::BadModel(format!(
+                "GGUF header claims {n_tensors} tensors and {n_metadata} metadata entries: corrupt"
+            )));
+        }
+        let mut metadata = HashMap::new();
+        for _ in 0..n_metadata {
+            let key = r.string("metadata key")?;
+            let kind = r.u32(&key)?;
+            let value = r.value(kind, &key, 0)?;
+            metadata.insert(key, value);
+        }
+        let mut infos = Vec::with_capacity(n_tensors as usize);
+        for _ in 0..n_tensors {
+            let name = r.string("tensor name")?;
+            let n_dims = r.u32(&name)?;
+            if !(1..=4).contains(&n_dims) {
+                return Err(Error::BadModel(format!(
+                    "GGUF tensor {name} has {n_dims} dimensions (1 to 4 are possible)"
+                )));
+            }
+            let dims = (0..n_dims)
+                .map(|_| r.u64(&name))
+                .collect::<Result<Vec<u64>>>()?;
+            let kind = r.u32(&name)?;
+            let offset = r.u64(&name)?;
+            infos.push((name, dims, kind, offset));
+        }
+        let alignment = match metadata.get("general.alignment") {
+            None => 32,
+            Some(v) => match v.as_u64() {
+                Some(a) if a.is_power_of_two() && a <= 1 << 16 => a,
+                _ => {
+                    return Err(Error::BadModel(format!(
+                        "GGUF general.alignment {v:?} is not a power of two"
+                    )));
+                }
+            },
+        };
+        let data_start = (r.at as u64).div_ceil(alignment) * alignment;
+        let file = bytes.len() as u64;
+        let mut tensors = HashMap::new();
+        for (name, dims, kind, offset) in infos {
+            let kind =
+                TensorType::from_id(kind).map_err(|e| Error::BadModel(format!("{name}: {e}")))?;
+            let count = dims
+                .iter()
+                .try_fold(1u64, |a, &d| a.checked_mul(d))
+                .filter(|&c| c > 0 && c <= 1 << 40)
+                .ok_or_else(|| {
+                    Error::BadModel(format!(
+                        "GGUF tensor {name} has dimensions {dims:?}: corrupt"
+                    ))
+                })?;
+            let (per_block, block_bytes) = kind.block();
+            if !dims[0].is_multiple_of(per_block) {
+                return Err(Error::BadModel(format!(
+                    "GGUF tensor {name} is {} with rows of {}, not a multiple of its block of {per_block}",
+                    kind.name(),
+                    dims[0]
+                )));
+            }
+            let size = count / per_block * block_bytes;
+            let start = data_start.checked_add(offset);
+            match start.and_then(|s| s.checked_add(size)) {
+                Some(end) if end <= file && offset.is_multiple_of(alignment) => {
+                    tensors.insert(
+                        name,
+                        TensorInfo {
+                            dims,
+                            kind,
+                            start: start.unwrap() as usize,
+                            end: end as usize,
+                        },
+                    );
+                }
+                _ => {
+                    return Err(Error::BadModel(format!(
+                        "GGUF tensor {name} ({} x {dims:?}) at offset {offset} runs past the \
+                         file's {file} bytes (or is misaligned): truncated or corrupt",
+                        kind.name()
+                    )));
+                }
+            }
+        }
+        Ok(Gguf {
+            version,
+            metadata,
+            tensors,
+        })
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    fn count(&self, key: &str) -> Result<Option<usize>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .filter(|&v| v <= u32::MAX as u64)
+                .map(|v| Some(v as usize))
+                .ok_or_else(|| Error::BadModel(format!("GGUF {key} is {v:?}, not a count"))),
+        }
+    }
+
+    fn required(&self, key: &str) -> Result<usize> {
+        self.count(key)?.ok_or_else(|| {
+            Error::BadModel(format!(
+                "GGUF metadata has no {key}: not a llama model file"
+            ))
+        })
+    }
+
+    /// The model's shape from its metadata.
+    pub fn config(&self) -> Result<LlamaConfig> {
+        let arch = self
+            .get("general.architecture")
+            .and_then(Value::as_str)
+            .unwrap_or("(none)");
+        if arch != "llama" {
+            return Err(Error::BadModel(format!(
+                "GGUF general.architecture is {arch:?}; this engine runs \"llama\" models"
+            )));
+        }
+        let embedding = self.tensor("token_embd.weight")?;
+        let heads = self.required("llama.attention.head_count")?;
+        let config = LlamaConfig {
+            dim: self.required("llama.embedding_length")?,
+            hidden_dim: self.required("llama.feed_forward_length")?,
+            n_layers: self.required("llama.block_count")?,
+            n_heads: heads,
+            n_kv_heads: self
+                .count("llama.attention.head_count_kv")?
+                .unwrap_or(heads),
+            vocab_size: embedding
+                .dims
+                .get(1)
+                .copied()
+                .unwrap_or(0)
+                .min(u32::MAX as u64) as usize,
+            seq_len: self.required("llama.context_length")?,
+            shared_classifier: !self.tensors.contains_key("output.weight"),
+            rope_theta: self.float("llama.rope.freq_base", 10000.0)?,
+            norm_eps: self.float("llama.attention.layer_norm_rms_epsilon", 1e-5)?,
+        };
+        config.validate(&GGUF_FIELDS)?;
+        if let Some(rope) = self.count("llama.rope.dimension_count")?
+            && rope != config.head_size()
+        {
+            return Err(Error::BadModel(format!(
+                "GGUF llama.rope.dimension_count {rope} differs from the head size {}: partial \
+                 rotary embeddings are not supported",
+                config.head_size()
+            )));
+        }
+        Ok(config)
+    }
+
+    fn float(&self, key: &str, default: f32) -> Result<f32> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .map(|f| f as f32)
+                .ok_or_else(|| Error::BadModel(format!("GGUF {key} is {v:?}, not a number"))),
+        }
+    }
+
+    fn tensor(&self, name: &str) -> Result<&TensorInfo> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| Error::BadModel(format!("GGUF file has no tensor {name}")))
+    }
+
+    /// Tensor `name` as f32, checked to be `[rows, cols]` (`[cols]` for a vector, rows 1).
+    fn matrix(&self, bytes: &[u8], name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let info = self.tensor(name)?;
+        let expected: Vec<u64> = if rows == 1 {
+            vec![cols as u64]
+        } else {
+            vec![cols as u64, rows as u64]
+        };
+        if info.dims != expected {
+            return Err(Error::BadModel(format!(
+                "GGUF tensor {name} has dimensions {:?}, expected {expected:?}",
+                info.dims
+            )));
+        }
+        let data = dequantize(info.kind, &bytes[info.start..info.end]);
+        Ok(Matrix::new(rows, cols, data))
+    }
+
+    /// Every tensor type in the file, for the conditions ("Q8_0 x 43, F32 x 13").
+    pub fn types(&self) -> Vec<(TensorType, usize)> {
+        let mut counts: Vec<(TensorType, usize)> = Vec::new();
+        for info in self.tensors.values() {
+            match counts.iter_mut().find(|(k, _)| *k == info.kind) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((info.kind, 1)),
+            }
+        }
+        counts
+    }
+}
+
+/// Load a `llama` GGUF's weights, widened to f32.
+pub fn load(bytes: &[u8]) -> Result<HostWeights> {
+    let gguf = Gguf::parse(bytes)?;
+    let config = gguf.config()?;
+    let (d, h, v, kv) = (
+        config.dim,
+        config.hidden_dim,
+        config.vocab_size,
+        config.kv_dim(),
+    );
+    let vector = |name: &str| -> Result<Vec<f32>> { Ok(gguf.matrix(bytes, name, 1, d)?.data) };
+    let mut layers = Vec::with_capacity(config.n_layers);
+    for i in 0..config.n_layers {
+        let m =
+            |w: &str, rows, cols| gguf.matrix(bytes, &format!("blk.{i}.{w}.weight"), rows, cols);
+        layers.push(LayerWeights {
+            rms_att: vector(&format!("blk.{i}.attn_norm.weight"))?,
+            wq: m("attn_q", d, d)?,
+            wk: m("attn_k", kv, d)?,
+            wv: m("attn_v", kv, d)?,
+            wo: m("attn_output", d, d)?,
+            rms_ffn: vector(&format!("blk.{i}.ffn_norm.weight"))?,
+            w1: m("ffn_gate", h, d)?,
+            w2: m("ffn_down", d, h)?,
+            w3: m("ffn_up", h, d)?,
+        });
+    }
+    Ok(HostWeights {
+        token_embedding: gguf.matrix(bytes, "token_embd.weight", v, d)?,
+        layers,
+        rms_final: vector("output_norm.weight")?,
+        classifier: if config.shared_classifier {
+            None
+        } else {
+            Some(gguf.matrix(bytes, "output.weight", v, d)?)
+        },
+        conversions: gguf
+            .types()
+            .into_iter()
+            .filter(|(kind, _)| *kind != TensorType::F32)
+            .map(|(kind, n)| {
+                format!(
+                    "{n} GGUF {} tensors: widened to f32 at load, then stored as the chosen precision",
+                    kind.name()
+                )
+            })
+            .collect(),
+        config,
+    })
+}
+
+/// A tensor's data as f32, block by block (its byte length is checked by [`Gguf::parse`]).
+pub fn dequantize(kind: TensorType, raw: &[u8]) -> Vec<f32> {
+    let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+    match kind {
+        TensorType::F32 => raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
+        TensorType::F16 => raw.chunks_exact(2).map(half).collect(),
+        TensorType::BF16 => raw
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        TensorType::Q8_0 => raw
+            .chunks_exact(34)
+            .flat_map(|b| {
+                let d = half(b);
+                b[2..].iter().map(move |&q| q as i8 as f32 * d)
+            })
+            .collect(),
+        TensorType::Q4_0 => raw
+            .chunks_exact(18)
+            .flat_map(|b| {
+                let d = half(b);
+                let qs = &b[2..];
+                let lo = qs.iter().map(move |&q| ((q & 0x0f) as f32 - 8.0) * d);
+                let hi = qs.iter().map(move |&q| ((q >> 4) as f32 - 8.0) * d);
+                lo.chain(hi)
+            })
+            .collect(),
+        TensorType::Q4K => {
+            let mut out = Vec::with_capacity(raw.len() / 144 * 256);
+            for b in raw.chunks_exact(144) {
+                let (d, dmin) = (half(&b[0..2]), half(&b[2..4]));
+                let scales = &b[4..16];
+                let qs = &b[16..144];
+                for j in 0..4 {
+                    let (sc1, m1) = scale_min_k4(2 * j, scales);
+                    let (sc2, m2) = scale_min_k4(2 * j + 1, scales);
+                    let q = &qs[32 * j..32 * (j + 1)];
+                    out.extend(
+                        q.iter()
+                            .map(|&v| d * sc1 as f32 * (v & 0x0f) as f32 - dmin * m1 as f32),
+                    );
+                    out.extend(
+                        q.iter()
+                            .map(|&v| d * sc2 as f32 * (v >> 4) as f32 - dmin * m2 as f32),
+                    );
+                }
+            }
+            out
+        }
+        TensorType::Q6K => {
+            let mut out = Vec::with_capacity(raw.len() / 210 * 256);
+            for b in raw.chunks_exact(210) {
+                let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+                let d = half(&b[208..210]);
+                for half_block in 0..2 {
+                    let (ql, qh) = (&ql[64 * half_block..], &qh[32 * half_block..]);
+                    let sc = &sc[8 * half_block..];
+                    let mut y = [0.0f32; 128];
+                    for l in 0..32 {
+                        let is = l / 16;
+                        let q = |low: u8, shift: u8| {
+                            (low as i32 | ((((qh[l] >> shift) & 3) as i32) << 4)) - 32
+                        };
+                        let scale = |k: usize| d * (sc[is + k] as i8) as f32;
+                        y[l] = scale(0) * q(ql[l] & 0x0f, 0) as f32;
+                        y[l + 32] = scale(2) * q(ql[l + 32] & 0x0f, 2) as f32;
+                        y[l + 64] = scale(4) * q(ql[l] >> 4, 4) as f32;
+                        y[l + 96] = scale(6) * q(ql[l + 32] >> 4, 6) as f32;
+                    }
+                    out.extend_from_slice(&y);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// Q4_K's 6-bit scale and min of sub-block `j` (of 8), packed into 12 bytes.
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}

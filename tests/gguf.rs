@@ -1,0 +1,271 @@
+//! GGUF files written by llama.cpp's own writer: greedy output against run.c and llama.cpp, the
+//! tokenizer inside, blocks read as they are, K-quants, and headers that lie.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::*;
+use tokenometer::loading::gguf::{self, Gguf, TensorType};
+use tokenometer::quant::HostMatrix;
+use tokenometer::{Backend, Engine, GenerateOptions, ModelFiles, Quant};
+
+fn gguf_engine(file: &str, quant: Quant) -> Engine {
+    let files = ModelFiles::gguf("stories260K", read(stories260k(file)));
+    Engine::load(files, None, quant, &Backend::cpu()).expect("loads")
+}
+
+/// `generated_ids` for `model` in `gguf-llamacpp-greedy.txt`.
+fn llama_cpp_greedy(model: &str) -> Vec<u32> {
+    let text = String::from_utf8(read(stories260k("gguf-llamacpp-greedy.txt"))).unwrap();
+    let section = text
+        .split("model: ")
+        .find(|s| s.starts_with(model))
+        .unwrap_or_else(|| panic!("{model} in gguf-llamacpp-greedy.txt"));
+    let line = section
+        .lines()
+        .find_map(|l| l.strip_prefix("generated_ids: "))
+        .unwrap();
+    line.split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+fn greedy(engine: &Engine, n: usize) -> Vec<u32> {
+    let options = GenerateOptions {
+        max_tokens: n,
+        ..Default::default()
+    };
+    generated_ids(engine, &options)
+}
+
+#[test]
+fn f32_gguf_with_its_own_tokenizer_reproduces_run_c() {
+    let (prompt, sequence) = reference_ids();
+    let engine = gguf_engine("stories260K-f32.gguf", Quant::F32);
+    assert_eq!(engine.encode_prompt("Once upon a time").unwrap(), prompt);
+    let expected = &sequence[prompt.len()..];
+    assert_eq!(greedy(&engine, 252), expected);
+    // And llama.cpp agrees with both, for the 250 tokens it was asked for.
+    let theirs = llama_cpp_greedy("stories260K-f32.gguf");
+    assert_eq!(theirs, expected[..theirs.len()]);
+}
+
+#[test]
+fn q8_0_gguf_follows_llama_cpp() {
+    let engine = gguf_engine("stories260K-q8_0.gguf", Quant::Q8);
+    let ours = greedy(&engine, 252);
+    let theirs = llama_cpp_greedy("stories260K-q8_0.gguf");
+    let same = ours.iter().zip(&theirs).take_while(|(a, b)| a == b).count();
+    println!(
+        "q8_0: the first {same} tokens equal llama.cpp's ({} compared)",
+        theirs.len()
+    );
+    assert!(same >= 40, "parted from llama.cpp after {same} tokens");
+}
+
+#[test]
+fn q4_0_gguf_runs_and_reports_its_conversions() {
+    let engine = gguf_engine("stories260K-q4_0.gguf", Quant::Q4);
+    let ours = greedy(&engine, 60);
+    let theirs = llama_cpp_greedy("stories260K-q4_0.gguf");
+    let same = ours.iter().zip(&theirs).take_while(|(a, b)| a == b).count();
+    println!("q4_0: the first {same} tokens equal llama.cpp's");
+    assert!(same >= 10, "parted from llama.cpp after {same} tokens");
+    let notes = engine.info.quant_exceptions.join("; ");
+    assert!(notes.contains("Q4_0"), "{notes}");
+}
+
+/// Quantizing a dequantized Q8_0 or Q4_0 tensor again gives back its very values: each block's
+/// extreme is exactly 127 d (Q8_0) or -8 d (Q4_0).
+#[test]
+fn q8_0_and_q4_0_blocks_survive_the_round_trip() {
+    for (file, kind) in [
+        ("stories260K-q8_0.gguf", TensorType::Q8_0),
+        ("stories260K-q4_0.gguf", TensorType::Q4_0),
+    ] {
+        let bytes = read(stories260k(file));
+        let header = Gguf::parse(&bytes).unwrap();
+        let info = &header.tensors["blk.0.attn_q.weight"];
+        assert_eq!(info.kind, kind);
+        let values = gguf::dequantize(kind, &bytes[info.start..info.end]);
+        let again = match kind {
+            TensorType::Q8_0 => HostMatrix::q8(&values),
+            _ => HostMatrix::q4(&values),
+        };
+        assert_eq!(again.dequantize(), values, "{file}");
+    }
+}
+
+/// Q4_K and Q6_K against llama.cpp's reference dequantization (gguf-py's `dequantize`), on
+/// blocks of random bytes: `tests/fixtures/kquants.json`, written by `tests/fixtures/kquants.py`.
+#[test]
+fn k_quants_dequantize_like_llama_cpp() {
+    let fixture: serde_json::Value = serde_json::from_slice(&read(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kquants.json"),
+    ))
+    .unwrap();
+    for (name, kind) in [("q4_k", TensorType::Q4K), ("q6_k", TensorType::Q6K)] {
+        let case = &fixture[name];
+        let hex = case["hex"].as_str().unwrap();
+        let raw: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let expected: Vec<f32> = case["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        let got = gguf::dequantize(kind, &raw);
+        assert_eq!(got.len(), expected.len(), "{name}");
+        for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "{name}[{i}]: {a} vs {b}"
+            );
+        }
+    }
+}
+
+/// A GGUF of our own making: `metadata` then `tensors` (name, dims, type id, data).
+fn write_gguf(
+    metadata: &[(&str, u32, Vec<u8>)],
+    tensors: &[(&str, Vec<u64>, u32, Vec<u8>)],
+) -> Vec<u8> {
+    let string = |s: &str| {
+        [
+            (s.len() as u64).to_le_bytes().to_vec(),
+            s.as_bytes().to_vec(),
+        ]
+        .concat()
+    };
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    out.extend((metadata.len() as u64).to_le_bytes());
+    for (key, kind, value) in metadata {
+        out.extend(string(key));
+        out.extend(kind.to_le_bytes());
+        out.extend(value);
+    }
+    let mut offset = 0u64;
+    for (name, dims, kind, data) in tensors {
+        out.extend(string(name));
+        out.extend((dims.len() as u32).to_le_bytes());
+        for d in dims {
+            out.extend(d.to_le_bytes());
+        }
+        out.extend(kind.to_le_bytes());
+        out.extend(offset.to_le_bytes());
+        offset += (data.len() as u64).div_ceil(32) * 32;
+    }
+    out.resize(out.len().div_ceil(32) * 32, 0);
+    for (_, _, _, data) in tensors {
+        let mut data = data.clone();
+        data.resize(data.len().div_ceil(32) * 32, 0);
+        out.extend(data);
+    }
+    out
+}
+
+/// The one-line error of loading `bytes`, with the tokenizer inside or, where `tokenizer`, tok512.
+fn load_error(bytes: Vec<u8>, tokenizer: bool) -> String {
+    let tok = tokenizer.then(|| read(stories260k("tok512.bin")));
+    let files = ModelFiles::gguf("bad", bytes);
+    match Engine::load(files, tok.as_deref(), Quant::F32, &Backend::cpu()) {
+        Ok(_) => panic!("loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn broken_and_foreign_ggufs_are_named() {
+    let good = read(stories260k("stories260K-q8_0.gguf"));
+    let u32s = |v: u32| v.to_le_bytes().to_vec();
+    let u64s = |v: u64| v.to_le_bytes().to_vec();
+    let text = |s: &str| [u64s(s.len() as u64), s.as_bytes().to_vec()].concat();
+    // Cases whose tokenizer comes from outside the file (`true`) or from inside it.
+    let mut cases: Vec<(Vec<u8>, &str)> = vec![
+        (good[..good.len() / 2].to_vec(), "runs past the file's"),
+        (good[..100].to_vec(), "truncated"),
+        (
+            [b"GGUF".as_slice(), &u32s(1)].concat(),
+            "GGUF version 1 is not supported",
+        ),
+    ];
+    // A tensor count far past anything real, and a string whose length is a lie.
+    let mut huge = good.clone();
+    huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    cases.push((huge, "claims 18446744073709551615 tensors"));
+    let mut long_key = good.clone();
+    long_key[24..32].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    cases.push((long_key, "needs 1099511627776 bytes"));
+    // An array that claims more elements than there are bytes.
+    cases.push((
+        write_gguf(
+            &[(
+                "tokenizer.ggml.tokens",
+                9,
+                [u32s(8), u64s(1 << 50)].concat(),
+            )],
+            &[],
+        ),
+        "claims 1125899906842624 elements",
+    ));
+    // Another architecture, another tensor type, a missing tensor, a tokenizer we do not read.
+    let arch = |a: &str| ("general.architecture", 8, text(a));
+    let dims = |k: &'static str, v: u32| (k, 4, u32s(v));
+    let llama = vec![
+        arch("llama"),
+        dims("llama.embedding_length", 32),
+        dims("llama.feed_forward_length", 64),
+        dims("llama.block_count", 1),
+        dims("llama.attention.head_count", 2),
+        dims("llama.context_length", 16),
+    ];
+    cases.push((
+        write_gguf(&[arch("mamba")], &[]),
+        "general.architecture is \"mamba\"",
+    ));
+    cases.push((
+        write_gguf(
+            &llama,
+            &[("token_embd.weight", vec![256, 8], 13, vec![0; 176 * 8])],
+        ),
+        "type 13 (Q5_K) is not supported",
+    ));
+    cases.push((
+        write_gguf(
+            &llama,
+            &[("token_embd.weight", vec![32, 8], 0, vec![0; 32 * 8 * 4])],
+        ),
+        "has no tensor blk.0.attn_norm.weight",
+    ));
+    cases.push((
+        write_gguf(&llama[1..], &[]),
+        "general.architecture is \"(none)\"",
+    ));
+    let mut gpt2 = llama.clone();
+    gpt2.push(("tokenizer.ggml.model", 8, text("gpt2")));
+    cases.push((
+        write_gguf(
+            &gpt2,
+            &[("token_embd.weight", vec![32, 8], 0, vec![0; 32 * 8 * 4])],
+        ),
+        "tokenizer is \"gpt2\"",
+    ));
+    cases.push((
+        write_gguf(
+            &llama,
+            &[("token_embd.weight", vec![32, 8], 0, vec![0; 32 * 8 * 4])],
+        ),
+        "carries no tokenizer",
+    ));
+    for (bytes, expected) in cases {
+        let inside = expected.contains("tokenizer");
+        let error = load_error(bytes, !inside);
+        assert!(error.contains(expected), "{expected:?} not in {error:?}");
+        assert_eq!(error.lines().count(), 1, "{error}");
+    }
+}
