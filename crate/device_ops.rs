@@ -57,8 +57,10 @@ impl Ops for DeviceOps {
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> Tensor<2> {
         let t = m.transposed();
         drop(m);
-        let tensor =
-            Tensor::<2>::from_data(TensorData::new(t.data, [t.rows, t.cols]), &self.device);
+        let tensor = Tensor::<2>::from_data(
+            TensorData::new(t.data.into_vec(), [t.rows, t.cols]),
+            &self.device,
+        );
         plan.apply(name, tensor, self.scheme.as_ref())
     }
 

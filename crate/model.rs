@@ -17,7 +17,7 @@ use crate::device_ops::DeviceOps;
 use crate::host_ops::HostOps;
 use crate::kernels::Isa;
 use crate::quant::{Quant, QuantPlan, pad_hidden_to_blocks};
-use crate::weights::{HostWeights, LlamaConfig, Matrix, rope_angles};
+use crate::weights::{HostWeights, LlamaConfig, Matrix, Values, rope_angles};
 
 /// The shape of attention, which every backend's operations need.
 #[derive(Debug, Clone, Copy)]
@@ -106,7 +106,8 @@ enum Body {
 pub struct Llama {
     pub config: LlamaConfig,
     device: Device,
-    embedding: Vec<f32>,
+    /// `[vocab, dim]`, often lying in the file's bytes.
+    embedding: Values,
     body: Body,
     /// RoPE's frequency per pair; the angles are computed per pass for its positions.
     rope_freqs: Vec<f32>,

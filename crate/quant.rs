@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
-use crate::weights::{HostWeights, Matrix};
+use crate::weights::{HostWeights, Matrix, Values};
 
 /// Values per scale in block quantization.
 pub const BLOCK: usize = 32;
@@ -151,17 +151,12 @@ impl QuantPlan {
 /// A weight matrix `[rows, cols]` (one row per output unit) in the form the CPU kernels read.
 #[derive(Debug, Clone)]
 pub enum HostMatrix {
-    F32(Vec<f32>),
+    /// Often lying in the model file's bytes, used in place.
+    F32(Values),
     /// Q8_0: one i8 per value, one f32 scale per block of 32.
-    Q8 {
-        quants: Vec<i8>,
-        scales: Vec<f32>,
-    },
+    Q8 { quants: Vec<i8>, scales: Vec<f32> },
     /// Q4_0: two values per byte (see `kernels.rs` for the order), one f32 scale per block.
-    Q4 {
-        quants: Vec<u8>,
-        scales: Vec<f32>,
-    },
+    Q4 { quants: Vec<u8>, scales: Vec<f32> },
 }
 
 impl HostMatrix {
@@ -217,7 +212,7 @@ impl HostMatrix {
     /// The values back as f32 (tests, and checking a quantization's error).
     pub fn dequantize(&self) -> Vec<f32> {
         match self {
-            HostMatrix::F32(d) => d.clone(),
+            HostMatrix::F32(d) => d.to_vec(),
             HostMatrix::Q8 { quants, scales } => quants
                 .chunks_exact(BLOCK)
                 .zip(scales)
@@ -280,7 +275,7 @@ pub fn pad_hidden_to_blocks(weights: &mut HostWeights) {
     }
     for layer in &mut weights.layers {
         for w in [&mut layer.w1, &mut layer.w3] {
-            w.data.resize(padded * w.cols, 0.0);
+            w.data.make_mut().resize(padded * w.cols, 0.0);
             w.rows = padded;
         }
         let w2 = &layer.w2;

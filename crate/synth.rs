@@ -57,7 +57,7 @@ impl Shape {
 pub fn weights(config: &LlamaConfig, seed: u64) -> HostWeights {
     let mut rng = SplitMix64(seed);
     let mut matrix = |rows: usize, cols: usize| {
-        let data = (0..rows * cols)
+        let data: Vec<f32> = (0..rows * cols)
             .map(|_| rng.uniform() * 0.02 * 3f32.sqrt())
             .collect();
         Matrix::new(rows, cols, data)
@@ -70,7 +70,7 @@ pub fn weights(config: &LlamaConfig, seed: u64) -> HostWeights {
     );
     let mut token_embedding = matrix(v, d);
     for id in [BOS, EOS] {
-        token_embedding.data[id as usize * d..(id as usize + 1) * d].fill(0.0);
+        token_embedding.data.make_mut()[id as usize * d..(id as usize + 1) * d].fill(0.0);
     }
     let layers = (0..config.n_layers)
         .map(|_| LayerWeights {

@@ -13,6 +13,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::engine::DEFAULT_MAX_TOKENS;
 use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter};
+use crate::weights::FileBytes;
 use crate::{
     Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling,
 };
@@ -213,7 +214,7 @@ pub struct Session {
 #[wasm_bindgen(js_name = loadSession)]
 pub async fn load_session(
     name: String,
-    model: Vec<u8>,
+    model: js_sys::Uint8Array,
     tokenizer: Option<Vec<u8>>,
     backend: String,
     quant: String,
@@ -222,6 +223,11 @@ pub async fn load_session(
     let choice: BackendChoice = backend.parse().map_err(js_error)?;
     let quant: Quant = quant.parse().map_err(js_error)?;
     let backend = Backend::init(choice).await.map_err(js_error)?;
+    // One copy into wasm memory, 4-byte aligned, whose f32 weights the engine then uses in place.
+    let mut bytes = FileBytes::zeroed(model.length() as usize);
+    model.copy_to(bytes.bytes_mut());
+    drop(model);
+    let model = bytes;
     let files = match hf_config {
         Some(config) => ModelFiles::hugging_face(name, config, model),
         None => ModelFiles::single(name, model),

@@ -14,7 +14,10 @@ use tokenometer::{Backend, Engine, GenerateOptions, ModelFiles, Quant};
 
 /// stories260K as HF files, in `dtype` (F32 or BF16).
 fn hf_files(dtype: Dtype) -> (Vec<u8>, Vec<u8>) {
-    let w = llama2c::load(&read(stories260k("stories260K.bin"))).unwrap();
+    let w = llama2c::load(&std::sync::Arc::new(
+        read(stories260k("stories260K.bin")).into(),
+    ))
+    .unwrap();
     let c = &w.config;
     let config = serde_json::json!({
         "model_type": "llama", "hidden_size": c.dim, "intermediate_size": c.hidden_dim,
@@ -157,7 +160,7 @@ fn hf_bf16_checkpoint_loads_and_mostly_agrees() {
 
 #[test]
 fn rope_permutation_round_trips() {
-    let m = Matrix::new(8, 3, (0..24).map(|x| x as f32).collect());
+    let m = Matrix::new(8, 3, (0..24).map(|x| x as f32).collect::<Vec<f32>>());
     assert_eq!(hf::unpermute_rope_rows(&hf::permute_rope_rows(&m, 2), 2), m);
     // Head 0 of HF layout holds llama2.c rows 0, 2 then 1, 3.
     let p = hf::permute_rope_rows(&m, 2);

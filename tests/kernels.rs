@@ -63,7 +63,7 @@ fn every_kernel_matches_f32_arithmetic() {
         let x = values(t * cols, 11 + rows as u64);
         let exact = reference(&w, &x, rows, cols, t);
         for (m, tolerance) in [
-            (HostMatrix::F32(w.clone()), 1e-5),
+            (HostMatrix::F32(w.clone().into()), 1e-5),
             (HostMatrix::q8(&w), 0.02),
             (HostMatrix::q4(&w), 0.15),
         ] {
@@ -98,7 +98,7 @@ fn vector_kernels_equal_the_scalar_ones() {
     let w = values(rows * cols, 3);
     let x = values(t * cols, 5);
     for m in [
-        HostMatrix::F32(w.clone()),
+        HostMatrix::F32(w.clone().into()),
         HostMatrix::q8(&w),
         HostMatrix::q4(&w),
     ] {

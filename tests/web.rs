@@ -115,7 +115,7 @@ async fn q8_runs_on_cpu_and_webgpu() {
 async fn session(model: &[u8]) -> Result<Session, JsValue> {
     load_session(
         "stories260K".into(),
-        model.to_vec(),
+        js_sys::Uint8Array::from(model),
         Some(TOKENIZER.to_vec()),
         "cpu".into(),
         "f32".into(),

@@ -93,7 +93,9 @@ async function load({ name, model, tokenizer, config, backend, quant }) {
   post({ type: 'status', status: 'loading' });
   phase = 'loading the model';
   session = await loadSession(name, modelBytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined);
-  post({ type: 'loaded', info: session.info() });
+  // The wasm instance's memory after loading: what the tab holds for the engine and its weights
+  // (the file's bytes given to the engine are used in place, not copied again).
+  post({ type: 'loaded', info: session.info(), wasmMemoryBytes: (await ready).memory.buffer.byteLength });
   post({ type: 'status', status: 'warming up' });
   phase = 'warming up';
   const warmUpMs = await session.warmUp();

@@ -16,7 +16,11 @@ use std::collections::HashMap;
 use half::{bf16, f16};
 
 use crate::error::{Error, Result};
-use crate::weights::{FieldNames, HostWeights, LayerWeights, LlamaConfig, Matrix};
+use std::sync::Arc;
+
+use crate::weights::{
+    FieldNames, FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values,
+};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 /// Limits no real file comes near; past them a header is corrupt.
@@ -440,8 +444,15 @@ impl Gguf {
             .ok_or_else(|| Error::BadModel(format!("GGUF file has no tensor {name}")))
     }
 
-    /// Tensor `name` as f32, checked to be `[rows, cols]` (`[cols]` for a vector, rows 1).
-    fn matrix(&self, bytes: &[u8], name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+    /// Tensor `name` as f32, checked to be `[rows, cols]` (`[cols]` for a vector, rows 1): an F32
+    /// tensor where it lies in `file`, any other type widened.
+    fn matrix(
+        &self,
+        file: &Arc<FileBytes>,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Matrix> {
         let info = self.tensor(name)?;
         let expected: Vec<u64> = if rows == 1 {
             vec![cols as u64]
@@ -454,7 +465,10 @@ impl Gguf {
                 info.dims
             )));
         }
-        let data = dequantize(info.kind, &bytes[info.start..info.end]);
+        let data = match info.kind {
+            TensorType::F32 => Values::in_file(file, info.start, rows * cols),
+            kind => Values::Owned(dequantize(kind, &file.bytes()[info.start..info.end])),
+        };
         Ok(Matrix::new(rows, cols, data))
     }
 
@@ -471,9 +485,10 @@ impl Gguf {
     }
 }
 
-/// Load a `llama` GGUF's weights, widened to f32.
-pub fn load(bytes: &[u8]) -> Result<HostWeights> {
-    let gguf = Gguf::parse(bytes)?;
+/// Load a `llama` GGUF's weights as f32 (F32 tensors used where they lie in `file`).
+pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
+    let bytes = file;
+    let gguf = Gguf::parse(file.bytes())?;
     let config = gguf.config()?;
     let (d, h, v, kv) = (
         config.dim,
@@ -481,7 +496,8 @@ pub fn load(bytes: &[u8]) -> Result<HostWeights> {
         config.vocab_size,
         config.kv_dim(),
     );
-    let vector = |name: &str| -> Result<Vec<f32>> { Ok(gguf.matrix(bytes, name, 1, d)?.data) };
+    let vector =
+        |name: &str| -> Result<Vec<f32>> { Ok(gguf.matrix(bytes, name, 1, d)?.data.into_vec()) };
     let mut layers = Vec::with_capacity(config.n_layers);
     for i in 0..config.n_layers {
         let m =

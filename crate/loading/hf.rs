@@ -78,7 +78,7 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
         config.vocab_size,
     );
     let get = |name: &str, rows: usize, cols: usize| tensor(&st, name, &[rows, cols]);
-    let vector = |name: &str| tensor(&st, name, &[d]).map(|m| m.data);
+    let vector = |name: &str| tensor(&st, name, &[d]).map(|m| m.data.into_vec());
 
     let token_embedding = get("model.embed_tokens.weight", v, d)?;
     let mut layers = Vec::with_capacity(config.n_layers);

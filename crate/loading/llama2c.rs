@@ -4,7 +4,11 @@
 //! then f32 arrays. A negative `vocab_size` means a separate classifier follows at the very end.
 
 use crate::error::{Error, Result};
-use crate::weights::{HostWeights, LLAMA2C_FIELDS, LayerWeights, LlamaConfig, Matrix};
+use std::sync::Arc;
+
+use crate::weights::{
+    FileBytes, HostWeights, LLAMA2C_FIELDS, LayerWeights, LlamaConfig, Matrix, Values,
+};
 
 pub const HEADER_BYTES: usize = 7 * 4;
 /// `ak42`: the magic of llama2.c's newer export versions, which `run.c` itself does not read.
@@ -75,13 +79,16 @@ fn expected_floats(c: &LlamaConfig) -> (u64, u64) {
 }
 
 /// Load a whole llama2.c checkpoint from its bytes.
-pub fn load(bytes: &[u8]) -> Result<HostWeights> {
+/// The matrices are used where they lie in `file` (see [`Values::in_file`]); only the norms are
+/// copied out.
+pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
+    let bytes = file.bytes();
     let config = parse_header(bytes)?;
     let (needed, allowed) = expected_floats(&config);
     let has_rope_tables = (bytes.len() - HEADER_BYTES) as u64 / 4 == allowed;
     let mut reader = FloatReader {
-        bytes: &bytes[HEADER_BYTES..],
-        at: 0,
+        file,
+        at: HEADER_BYTES,
     };
     let (d, h, l, kv, v) = (
         config.dim,
@@ -93,12 +100,12 @@ pub fn load(bytes: &[u8]) -> Result<HostWeights> {
 
     let token_embedding = reader.matrix(v, d);
     // run.c stores each kind of weight for all layers together; regroup them per layer.
-    let rms_att = reader.per_layer(l, d);
+    let rms_att = reader.vectors(l, d);
     let wq = reader.per_layer(l, d * d);
     let wk = reader.per_layer(l, kv * d);
     let wv = reader.per_layer(l, kv * d);
     let wo = reader.per_layer(l, d * d);
-    let rms_ffn = reader.per_layer(l, d);
+    let rms_ffn = reader.vectors(l, d);
     let w1 = reader.per_layer(l, h * d);
     let w2 = reader.per_layer(l, d * h);
     let w3 = reader.per_layer(l, h * d);
@@ -108,7 +115,7 @@ pub fn load(bytes: &[u8]) -> Result<HostWeights> {
     }
     let classifier = (!config.shared_classifier).then(|| reader.matrix(v, d));
     debug_assert_eq!(
-        reader.at as u64,
+        (reader.at - HEADER_BYTES) as u64,
         4 * if has_rope_tables { allowed } else { needed }
     );
 
@@ -148,25 +155,33 @@ pub fn load(bytes: &[u8]) -> Result<HostWeights> {
 
 /// Reads consecutive little-endian f32; the header check has already proved the length.
 struct FloatReader<'a> {
-    bytes: &'a [u8],
+    file: &'a Arc<FileBytes>,
+    /// Byte offset in the file.
     at: usize,
 }
 
 impl FloatReader<'_> {
-    fn floats(&mut self, n: usize) -> Vec<f32> {
-        let chunk = &self.bytes[self.at..self.at + 4 * n];
+    /// The next `n` values, in place.
+    fn values(&mut self, n: usize) -> Values {
+        let values = Values::in_file(self.file, self.at, n);
         self.at += 4 * n;
-        chunk
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect()
+        values
+    }
+
+    /// The next `n` values, copied (norm weights: small).
+    fn floats(&mut self, n: usize) -> Vec<f32> {
+        self.values(n).into_vec()
     }
 
     fn matrix(&mut self, rows: usize, cols: usize) -> Matrix {
-        Matrix::new(rows, cols, self.floats(rows * cols))
+        Matrix::new(rows, cols, self.values(rows * cols))
     }
 
-    fn per_layer(&mut self, layers: usize, each: usize) -> Vec<Vec<f32>> {
+    fn per_layer(&mut self, layers: usize, each: usize) -> Vec<Values> {
+        (0..layers).map(|_| self.values(each)).collect()
+    }
+
+    fn vectors(&mut self, layers: usize, each: usize) -> Vec<Vec<f32>> {
         (0..layers).map(|_| self.floats(each)).collect()
     }
 }

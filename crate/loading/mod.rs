@@ -8,7 +8,9 @@ pub mod llama2c;
 use crate::error::Error;
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
-use crate::weights::HostWeights;
+use std::sync::Arc;
+
+use crate::weights::{FileBytes, HostWeights};
 
 /// The bytes of a model in one of the supported formats.
 pub struct ModelFiles {
@@ -19,34 +21,35 @@ pub struct ModelFiles {
 
 pub enum ModelFormat {
     /// A GGUF file (`llama` architecture), tokenizer usually inside.
-    Gguf(Vec<u8>),
+    Gguf(Arc<FileBytes>),
     /// A llama2.c version-0 `.bin`.
-    Llama2c(Vec<u8>),
+    Llama2c(Arc<FileBytes>),
     /// Hugging Face `config.json` + `model.safetensors`.
     HuggingFace {
         config_json: Vec<u8>,
-        safetensors: Vec<u8>,
+        safetensors: Arc<FileBytes>,
     },
 }
 
 impl ModelFiles {
-    pub fn llama2c(name: impl Into<String>, bytes: Vec<u8>) -> Self {
+    pub fn llama2c(name: impl Into<String>, bytes: impl Into<FileBytes>) -> Self {
         Self {
             name: name.into(),
-            format: ModelFormat::Llama2c(bytes),
+            format: ModelFormat::Llama2c(Arc::new(bytes.into())),
         }
     }
 
-    pub fn gguf(name: impl Into<String>, bytes: Vec<u8>) -> Self {
+    pub fn gguf(name: impl Into<String>, bytes: impl Into<FileBytes>) -> Self {
         Self {
             name: name.into(),
-            format: ModelFormat::Gguf(bytes),
+            format: ModelFormat::Gguf(Arc::new(bytes.into())),
         }
     }
 
     /// A single model file, GGUF or llama2.c, told apart by GGUF's magic.
-    pub fn single(name: impl Into<String>, bytes: Vec<u8>) -> Self {
-        if gguf::is_gguf(&bytes) {
+    pub fn single(name: impl Into<String>, bytes: impl Into<FileBytes>) -> Self {
+        let bytes = bytes.into();
+        if gguf::is_gguf(bytes.bytes()) {
             Self::gguf(name, bytes)
         } else {
             Self::llama2c(name, bytes)
@@ -57,7 +60,7 @@ impl ModelFiles {
     pub fn embedded_tokenizer(&self) -> Result<Option<Tokenizer>> {
         match &self.format {
             ModelFormat::Gguf(bytes) => {
-                let header = gguf::Gguf::parse(bytes)?;
+                let header = gguf::Gguf::parse(bytes.bytes())?;
                 if header.get("tokenizer.ggml.model").is_none() {
                     return Ok(None);
                 }
@@ -70,13 +73,13 @@ impl ModelFiles {
     pub fn hugging_face(
         name: impl Into<String>,
         config_json: Vec<u8>,
-        safetensors: Vec<u8>,
+        safetensors: impl Into<FileBytes>,
     ) -> Self {
         Self {
             name: name.into(),
             format: ModelFormat::HuggingFace {
                 config_json,
-                safetensors,
+                safetensors: Arc::new(safetensors.into()),
             },
         }
     }
@@ -89,7 +92,7 @@ impl ModelFiles {
             ModelFormat::HuggingFace {
                 config_json,
                 safetensors,
-            } => hf::load(config_json, safetensors),
+            } => hf::load(config_json, safetensors.bytes()),
         }
     }
 
@@ -97,8 +100,9 @@ impl ModelFiles {
     /// Hugging Face model folder.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn from_path(path: &std::path::Path) -> Result<Self> {
+        // Straight into aligned memory: the weights are then used where they lie.
         let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| Error::Io(format!("{}: {e}", p.display())))
+            FileBytes::read(p).map_err(|e| Error::Io(format!("{}: {e}", p.display())))
         };
         let name = path
             .file_stem()
@@ -109,13 +113,17 @@ impl ModelFiles {
                 .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
             return Ok(Self::hugging_face(
                 folder_name,
-                read(&path.join("config.json"))?,
+                read(&path.join("config.json"))?.bytes().to_vec(),
                 read(&path.join("model.safetensors"))?,
             ));
         }
         if path.extension().is_some_and(|e| e == "safetensors") {
             let config = path.with_file_name("config.json");
-            return Ok(Self::hugging_face(name, read(&config)?, read(path)?));
+            return Ok(Self::hugging_face(
+                name,
+                read(&config)?.bytes().to_vec(),
+                read(path)?,
+            ));
         }
         Ok(Self::single(name, read(path)?))
     }

@@ -64,6 +64,8 @@ for (const row of result.rows) {
   console.log(`| ${row.engine} | ${row.adapter} | ${row.samples[0].tokens} | ${fmt(m)} [${fmt(Math.min(...tps))}-${fmt(Math.max(...tps))}] | ${fmt(median(row.samples.map((s) => s.own_tps)))} |`);
 }
 console.log('');
+for (const row of result.rows) if (row.memory) console.log(`${row.engine}: ${row.memory}`);
+console.log('');
 for (const [quant, [ours, theirs]] of Object.entries(byQuant)) {
   console.log(`${quant}: tokenometer / wllama = ${(ours / theirs).toFixed(2)}x`);
 }

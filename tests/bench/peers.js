@@ -47,6 +47,7 @@ async function tokenometer(quant) {
   return {
     name: `tokenometer ${quant}`,
     adapter: loaded.info.adapter,
+    memory: `wasm memory after load ${(loaded.wasmMemoryBytes / 1e6).toFixed(1)} MB`,
     async run() {
       const times = [];
       // Tokens reach the page in batches about once a frame, so their arrival times would be
@@ -103,7 +104,7 @@ async function main() {
       }
     }
     for (const [k, e] of engines.entries()) {
-      rows.push({ engine: e.name, quant, adapter: e.adapter, samples: samples[k] });
+      rows.push({ engine: e.name, quant, adapter: e.adapter, memory: e.memory ?? '', samples: samples[k] });
       await e.close();
     }
   }
