@@ -10,6 +10,7 @@ use burn::tensor::quantization::QuantScheme;
 
 use crate::model::{Heads, Ops};
 use crate::quant::QuantPlan;
+use crate::sampling::Logits;
 use crate::weights::Matrix;
 
 pub(crate) struct DeviceOps {
@@ -207,8 +208,8 @@ impl Ops for DeviceOps {
         Tensor::cat(parts, 0)
     }
 
-    fn as_tensor(&self, x: Tensor<2>) -> Tensor<2> {
-        x
+    fn logits(&self, x: Tensor<2>) -> Logits {
+        Logits::Device(Box::new(x))
     }
 }
 

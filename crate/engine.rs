@@ -314,7 +314,10 @@ impl Engine {
     pub async fn predictions(&self, ids: &[u32]) -> Result<Vec<u32>> {
         let mut cache = self.model.new_cache();
         let n = ids.len().min(self.model.config.seq_len);
-        crate::sampling::argmax_ids(self.model.forward(&ids[..n], &mut cache, true)).await
+        self.model
+            .forward(&ids[..n], &mut cache, true)
+            .argmax()
+            .await
     }
 }
 

@@ -9,23 +9,20 @@
 
 use std::ops::Range;
 
-use burn::prelude::*;
-
 use crate::kernels::{self, Isa, Q8Rows};
 use crate::model::{Heads, Ops};
 use crate::quant::{HostLinear, HostMatrix, QuantPlan};
+use crate::sampling::Logits;
 use crate::weights::Matrix;
 
 pub(crate) struct HostOps {
     pub isa: Isa,
     heads: Heads,
-    /// Logits go back to burn (flex) for sampling.
-    device: Device,
 }
 
 impl HostOps {
-    pub fn new(isa: Isa, heads: Heads, device: Device) -> Self {
-        Self { isa, heads, device }
+    pub fn new(isa: Isa, heads: Heads) -> Self {
+        Self { isa, heads }
     }
 }
 
@@ -230,8 +227,12 @@ impl Ops for HostOps {
         Rows { t, width, data }
     }
 
-    fn as_tensor(&self, x: Rows) -> Tensor<2> {
-        Tensor::from_data(TensorData::new(x.data, [x.t, x.width]), &self.device)
+    fn logits(&self, x: Rows) -> Logits {
+        Logits::Host {
+            rows: x.t,
+            vocab: x.width,
+            data: x.data,
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use crate::device_ops::DeviceOps;
 use crate::host_ops::HostOps;
 use crate::kernels::Isa;
 use crate::quant::{Quant, QuantPlan, pad_hidden_to_blocks};
+use crate::sampling::Logits;
 use crate::weights::{HostWeights, LlamaConfig, Matrix, Values, rope_angles};
 
 /// The shape of attention, which every backend's operations need.
@@ -71,8 +72,8 @@ pub(crate) trait Ops {
     fn swiglu(&self, gate: Self::Act, up: Self::Act) -> Self::Act;
     fn rows(&self, x: Self::Act, rows: Range<usize>) -> Self::Act;
     fn cat(&self, parts: Vec<Self::Act>) -> Self::Act;
-    /// The activations as a tensor on the backend's burn device (logits, for sampling).
-    fn as_tensor(&self, x: Self::Act) -> Tensor<2>;
+    /// The activations as logits, for sampling.
+    fn logits(&self, x: Self::Act) -> Logits;
 }
 
 /// A transformer block's weights in a backend's form.
@@ -212,7 +213,7 @@ impl Llama {
         // A shared classifier is the embedding again, in the classifier's form.
         let classifier = classifier.unwrap_or_else(|| token_embedding.clone());
         let body = if on_cpu {
-            let ops = HostOps::new(Isa::detect(), heads, device.clone());
+            let ops = HostOps::new(Isa::detect(), heads);
             Body::Host(Box::new(Weights::new(
                 ops, layers, &rms_final, classifier, &mut plan, config.dim,
             )))
@@ -269,7 +270,7 @@ impl Llama {
     /// chunks when it is long) or one token (decode). Returns logits `[1, vocab]` for the last
     /// position, or `[T, vocab]` for every position when `all_logits` (used to check quantization
     /// along a known sequence).
-    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Tensor<2> {
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Logits {
         let c = &self.config;
         let end = cache.len + tokens.len();
         // The largest intermediates per chunk position: a row of attention scores per head over
@@ -288,7 +289,7 @@ impl Llama {
         cache: &mut KvCache,
         all_logits: bool,
         chunk: usize,
-    ) -> Tensor<2> {
+    ) -> Logits {
         match (&self.body, &mut cache.store) {
             (Body::Device(w), Store::Device(_)) => {
                 self.chunks(w, tokens, cache, all_logits, chunk, |s| match s {
@@ -314,7 +315,7 @@ impl Llama {
         all_logits: bool,
         chunk: usize,
         store: impl Fn(&mut Store) -> &mut O::Cache,
-    ) -> Tensor<2> {
+    ) -> Logits {
         let c = &self.config;
         let mut hidden = Vec::new();
         for piece in tokens.chunks(chunk.max(1)) {
@@ -338,7 +339,7 @@ impl Llama {
             hidden.pop().expect("forward needs at least one token")
         };
         let x = w.ops.rms_norm(&x, &w.rms_final, c.norm_eps);
-        w.ops.as_tensor(w.ops.matmul(&x, &w.classifier))
+        w.ops.logits(w.ops.matmul(&x, &w.classifier))
     }
 
     /// Every layer for `tokens` at positions `start..` in one batched pass, storing their keys and

@@ -146,7 +146,7 @@ fn scalar_and_vector_cpu_kernels_both_meet_the_bars() {
         let (f32_engine, f32_preds) = run(Quant::F32);
         let mut cache = f32_engine.model.new_cache();
         let logits = f32_engine.model.forward(&ids[..64], &mut cache, true);
-        f32_logits.push(logits.into_data().try_to_vec::<f32>().unwrap());
+        f32_logits.push(pollster::block_on(logits.into_vec()).unwrap());
         for (quant, floor) in [(Quant::Q8, 0.98), (Quant::Q4, 0.75)] {
             let preds = run(quant).1;
             let same = preds.iter().zip(&f32_preds).filter(|(a, b)| a == b).count();
@@ -320,7 +320,7 @@ fn check_chunked_prefill(backend: &Backend) {
         let mut cache = model.new_cache();
         let t = model.forward_in_chunks(&sequence[..200], &mut cache, true, chunk);
         assert_eq!(cache.len(), 200);
-        t.into_data().try_into_vec::<f32>().unwrap()
+        pollster::block_on(t.into_vec()).unwrap()
     };
     let whole = logits(200);
     for chunk in [1, 7, 64] {
