@@ -379,44 +379,33 @@ mod avx2 {
                         out[i * rows + r] = dot_f32(wr, &x[i * cols..(i + 1) * cols]);
                     }
                 }
-                WeightRows::Q8 { quants, scales } => {
-                    assert!(quants.len() >= (r + 1) * cols && scales.len() >= (r + 1) * blocks);
-                    for i in 0..t {
-                        let mut acc = _mm256_setzero_ps();
-                        for b in 0..blocks {
-                            // SAFETY: both rows hold `blocks * 32` values (asserted above).
-                            let (wv, xv) = unsafe {
-                                (
-                                    _mm256_loadu_si256(
-                                        quants.as_ptr().add(r * cols + b * BLOCK) as *const __m256i
-                                    ),
-                                    _mm256_loadu_si256(
-                                        xq.quants.as_ptr().add(i * cols + b * BLOCK)
-                                            as *const __m256i,
-                                    ),
-                                )
-                            };
-                            let scale = scales[r * blocks + b] * xq.scales[i * blocks + b];
-                            acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), block_dot(wv, xv), acc);
+                WeightRows::Q8 { .. } | WeightRows::Q4 { .. } => {
+                    let (wq, scales, q4): (&[u8], &[f32], bool) = match w {
+                        WeightRows::Q8 { quants, scales } => {
+                            (bytemuck::cast_slice(quants), scales, false)
                         }
-                        out[i * rows + r] = hsum(acc);
-                    }
-                }
-                WeightRows::Q4 { quants, scales } => {
-                    assert!(quants.len() >= (r + 1) * cols / 2 && scales.len() >= (r + 1) * blocks);
+                        WeightRows::Q4 { quants, scales } => (quants, scales, true),
+                        WeightRows::F32(_) => unreachable!(),
+                    };
+                    // Bytes per block: 32 values of Q8_0, or 32 nibbles of Q4_0.
+                    let step = if q4 { BLOCK / 2 } else { BLOCK };
+                    assert!(
+                        wq.len() >= (r + 1) * blocks * step && scales.len() >= (r + 1) * blocks
+                    );
                     for i in 0..t {
                         let mut acc = _mm256_setzero_ps();
                         for b in 0..blocks {
-                            // SAFETY: the weight row holds `blocks * 16` bytes and the activation
-                            // row `blocks * 32` values (asserted above).
+                            // SAFETY: the weight row holds `blocks * step` bytes and the
+                            // activation row `blocks * 32` values (asserted above).
                             let (wv, xv) = unsafe {
-                                (
-                                    unpack_q4(quants.as_ptr().add((r * cols + b * BLOCK) / 2)),
-                                    _mm256_loadu_si256(
-                                        xq.quants.as_ptr().add(i * cols + b * BLOCK)
-                                            as *const __m256i,
-                                    ),
-                                )
+                                let pw = wq.as_ptr().add((r * blocks + b) * step);
+                                let px = xq.quants.as_ptr().add(i * cols + b * BLOCK);
+                                let wv = if q4 {
+                                    unpack_q4(pw)
+                                } else {
+                                    _mm256_loadu_si256(pw as *const __m256i)
+                                };
+                                (wv, _mm256_loadu_si256(px as *const __m256i))
                             };
                             let scale = scales[r * blocks + b] * xq.scales[i * blocks + b];
                             acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), block_dot(wv, xv), acc);
