@@ -225,7 +225,7 @@ impl Llama {
         };
         Self {
             rope_freqs: config.rope_frequencies(),
-            embedding: token_embedding.data,
+            embedding: token_embedding.into_values(),
             config,
             device: device.clone(),
             body,

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
-use crate::weights::{HostWeights, Matrix, Values};
+use crate::weights::{Blocks, HostWeights, Matrix, Values};
 
 /// Values per scale in block quantization.
 pub const BLOCK: usize = 32;
@@ -242,18 +242,26 @@ pub struct HostLinear {
 
 impl QuantPlan {
     /// Put `m` in the plan's form for the CPU kernels, block by block, consuming the f32 copy.
+    /// A matrix the file stores in blocks of the chosen kind is used as it is.
     pub fn apply_host(&mut self, name: &str, m: Matrix) -> HostLinear {
         let (rows, cols) = (m.rows, m.cols);
-        let weights = match self.quant {
-            Quant::F32 => HostMatrix::F32(m.data),
-            _ if cols % BLOCK != 0 => {
-                self.exceptions.push(format!(
-                    "{name}: width {cols} is not a multiple of {BLOCK}, kept in f32"
-                ));
-                HostMatrix::F32(m.data)
+        let weights = match (self.quant, m.blocks) {
+            (Quant::Q8, Some(Blocks::Q8 { quants, scales })) => HostMatrix::Q8 { quants, scales },
+            (Quant::Q4, Some(Blocks::Q4 { quants, scales })) => HostMatrix::Q4 { quants, scales },
+            (quant, blocks) => {
+                let m = Matrix { blocks, ..m };
+                match quant {
+                    Quant::F32 => HostMatrix::F32(m.into_values()),
+                    _ if cols % BLOCK != 0 => {
+                        self.exceptions.push(format!(
+                            "{name}: width {cols} is not a multiple of {BLOCK}, kept in f32"
+                        ));
+                        HostMatrix::F32(m.into_values())
+                    }
+                    Quant::Q8 => HostMatrix::q8(&m.values()),
+                    Quant::Q4 => HostMatrix::q4(&m.values()),
+                }
             }
-            Quant::Q8 => HostMatrix::q8(&m.data),
-            Quant::Q4 => HostMatrix::q4(&m.data),
         };
         self.device_bytes += weights.bytes();
         HostLinear {
@@ -275,12 +283,13 @@ pub fn pad_hidden_to_blocks(weights: &mut HostWeights) {
     }
     for layer in &mut weights.layers {
         for w in [&mut layer.w1, &mut layer.w3] {
-            w.data.make_mut().resize(padded * w.cols, 0.0);
+            let len = padded * w.cols;
+            w.make_mut().resize(len, 0.0);
             w.rows = padded;
         }
         let w2 = &layer.w2;
         let mut data = Vec::with_capacity(w2.rows * padded);
-        for row in w2.data.chunks_exact(hidden) {
+        for row in w2.values().chunks_exact(hidden) {
             data.extend_from_slice(row);
             data.extend(std::iter::repeat_n(0.0, padded - hidden));
         }

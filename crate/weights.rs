@@ -322,12 +322,47 @@ impl PartialEq for Values {
     }
 }
 
-/// A row-major matrix `[rows, cols]` = `[out, in]`.
+/// Weights a file stores in blocks of 32 values with one scale (GGUF's Q8_0 and Q4_0), scales
+/// widened to f32: the form the CPU kernels read, so such blocks are used as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Blocks {
+    /// One i8 per value.
+    Q8 { quants: Vec<i8>, scales: Vec<f32> },
+    /// Two values per byte: byte `j` of a block holds value `j` (low nibble) and `j + 16` (high),
+    /// each stored as `value + 8`.
+    Q4 { quants: Vec<u8>, scales: Vec<f32> },
+}
+
+impl Blocks {
+    pub fn dequantize(&self) -> Vec<f32> {
+        match self {
+            Blocks::Q8 { quants, scales } => quants
+                .chunks_exact(32)
+                .zip(scales)
+                .flat_map(|(q, &s)| q.iter().map(move |&v| v as f32 * s))
+                .collect(),
+            Blocks::Q4 { quants, scales } => quants
+                .chunks_exact(16)
+                .zip(scales)
+                .flat_map(|(q, &s)| {
+                    let value = move |nibble: u8| (nibble as f32 - 8.0) * s;
+                    let lo = q.iter().map(move |&b| value(b & 0x0f));
+                    let hi = q.iter().map(move |&b| value(b >> 4));
+                    lo.chain(hi)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A row-major matrix `[rows, cols]` = `[out, in]`: f32 values, or (`blocks`) the quantized
+/// blocks a file stores, in which case `data` is empty and [`values`](Self::values) widens them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Matrix {
     pub rows: usize,
     pub cols: usize,
     pub data: Values,
+    pub blocks: Option<Blocks>,
 }
 
 impl Matrix {
@@ -338,15 +373,55 @@ impl Matrix {
             data.len(),
             "matrix data does not fit its shape"
         );
-        Self { rows, cols, data }
+        Self {
+            rows,
+            cols,
+            data,
+            blocks: None,
+        }
+    }
+
+    /// A matrix kept in a file's quantized blocks.
+    pub fn quantized(rows: usize, cols: usize, blocks: Blocks) -> Self {
+        Self {
+            rows,
+            cols,
+            data: Values::default(),
+            blocks: Some(blocks),
+        }
+    }
+
+    /// The values as f32 (widened from the blocks, when the matrix is kept in blocks).
+    pub fn values(&self) -> std::borrow::Cow<'_, [f32]> {
+        match &self.blocks {
+            Some(blocks) => std::borrow::Cow::Owned(blocks.dequantize()),
+            None => std::borrow::Cow::Borrowed(&self.data),
+        }
+    }
+
+    /// The values as f32, consuming the matrix.
+    pub fn into_values(self) -> Values {
+        match self.blocks {
+            Some(blocks) => Values::Owned(blocks.dequantize()),
+            None => self.data,
+        }
+    }
+
+    /// Mutable f32 values (widening the blocks, or copying out of the file, first).
+    pub fn make_mut(&mut self) -> &mut Vec<f32> {
+        if let Some(blocks) = self.blocks.take() {
+            self.data = Values::Owned(blocks.dequantize());
+        }
+        self.data.make_mut()
     }
 
     /// The transpose, `[in, out]`, which is what `x.matmul(w)` wants.
     pub fn transposed(&self) -> Matrix {
-        let mut out = vec![0.0; self.data.len()];
+        let values = self.values();
+        let mut out = vec![0.0; values.len()];
         for r in 0..self.rows {
             for c in 0..self.cols {
-                out[c * self.rows + r] = self.data[r * self.cols + c];
+                out[c * self.rows + r] = values[r * self.cols + c];
             }
         }
         Matrix::new(self.cols, self.rows, out)

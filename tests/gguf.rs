@@ -96,6 +96,31 @@ fn q8_0_and_q4_0_blocks_survive_the_round_trip() {
     }
 }
 
+/// On the CPU in q8, a Q8_0 file's blocks are used as they are: the quants byte for byte, the
+/// f16 scale widened.
+#[test]
+fn q8_0_blocks_are_used_as_they_are() {
+    let bytes = read(stories260k("stories260K-q8_0.gguf"));
+    let file = std::sync::Arc::new(tokenometer::weights::FileBytes::from(bytes.as_slice()));
+    let weights = gguf::load(&file).unwrap();
+    let info = &Gguf::parse(&bytes).unwrap().tensors["blk.0.attn_q.weight"];
+    let raw = &bytes[info.start..info.end];
+    let mut plan = tokenometer::quant::QuantPlan::new(Quant::Q8);
+    let linear = plan.apply_host("wq", weights.layers[0].wq.clone());
+    let HostMatrix::Q8 { quants, scales } = linear.weights else {
+        panic!("not kept as Q8_0 blocks");
+    };
+    assert_eq!(scales.len(), raw.len() / 34);
+    for (b, block) in raw.chunks_exact(34).enumerate() {
+        let quants: &[u8] = bytemuck::cast_slice(&quants[b * 32..(b + 1) * 32]);
+        assert_eq!(quants, &block[2..], "block {b}");
+        assert_eq!(
+            scales[b],
+            half::f16::from_le_bytes([block[0], block[1]]).to_f32()
+        );
+    }
+}
+
 /// Q4_K and Q6_K against llama.cpp's reference dequantization (gguf-py's `dequantize`), on
 /// blocks of random bytes: `tests/fixtures/kquants.json`, written by `tests/fixtures/kquants.py`.
 #[test]

@@ -7,9 +7,11 @@
 //! as llama2.c does, so q/k rows are used as stored. Every count, length and offset is checked
 //! against the file's length before anything is allocated: a header can claim anything.
 //!
-//! Tensors are widened to f32 at load (the CPU backend then quantizes them block by block to the
-//! chosen precision). A Q8_0 or Q4_0 tensor requantized to its own type gets back its very blocks:
-//! the extreme value of each block is exactly `127 d` (Q8_0) or `-8 d` (Q4_0).
+//! Q8_0 and Q4_0 tensors are kept in their blocks (scales widened to f32), which the CPU uses as
+//! they are when the chosen precision is theirs; anywhere else they are widened (and requantizing
+//! one to its own type would give back its very blocks: each block's extreme value is exactly
+//! `127 d` for Q8_0 and `-8 d` for Q4_0). F32 tensors are used where they lie in the file; F16,
+//! BF16 and the K-quants are widened to f32 at load.
 
 use std::collections::HashMap;
 
@@ -19,7 +21,7 @@ use crate::error::{Error, Result};
 use std::sync::Arc;
 
 use crate::weights::{
-    FieldNames, FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values,
+    Blocks, FieldNames, FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values,
 };
 
 const MAGIC: &[u8; 4] = b"GGUF";
@@ -465,11 +467,37 @@ impl Gguf {
                 info.dims
             )));
         }
-        let data = match info.kind {
-            TensorType::F32 => Values::in_file(file, info.start, rows * cols),
-            kind => Values::Owned(dequantize(kind, &file.bytes()[info.start..info.end])),
-        };
-        Ok(Matrix::new(rows, cols, data))
+        let raw = &file.bytes()[info.start..info.end];
+        let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+        Ok(match info.kind {
+            TensorType::F32 => {
+                Matrix::new(rows, cols, Values::in_file(file, info.start, rows * cols))
+            }
+            // Blocks of 32 kept as they are (the scale widened to f32), for the CPU kernels.
+            TensorType::Q8_0 => Matrix::quantized(
+                rows,
+                cols,
+                Blocks::Q8 {
+                    scales: raw.chunks_exact(34).map(half).collect(),
+                    quants: raw
+                        .chunks_exact(34)
+                        .flat_map(|b| b[2..].iter().map(|&q| q as i8))
+                        .collect(),
+                },
+            ),
+            TensorType::Q4_0 => Matrix::quantized(
+                rows,
+                cols,
+                Blocks::Q4 {
+                    scales: raw.chunks_exact(18).map(half).collect(),
+                    quants: raw
+                        .chunks_exact(18)
+                        .flat_map(|b| b[2..].iter().copied())
+                        .collect(),
+                },
+            ),
+            kind => Matrix::new(rows, cols, dequantize(kind, raw)),
+        })
     }
 
     /// Every tensor type in the file, for the conditions ("Q8_0 x 43, F32 x 13").
@@ -496,8 +524,9 @@ pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
         config.vocab_size,
         config.kv_dim(),
     );
-    let vector =
-        |name: &str| -> Result<Vec<f32>> { Ok(gguf.matrix(bytes, name, 1, d)?.data.into_vec()) };
+    let vector = |name: &str| -> Result<Vec<f32>> {
+        Ok(gguf.matrix(bytes, name, 1, d)?.into_values().into_vec())
+    };
     let mut layers = Vec::with_capacity(config.n_layers);
     for i in 0..config.n_layers {
         let m =
@@ -527,11 +556,16 @@ pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
             .types()
             .into_iter()
             .filter(|(kind, _)| *kind != TensorType::F32)
-            .map(|(kind, n)| {
-                format!(
+            .map(|(kind, n)| match kind {
+                TensorType::Q8_0 | TensorType::Q4_0 => format!(
+                    "{n} GGUF {} tensors: used as they are where the CPU runs {}, widened otherwise",
+                    kind.name(),
+                    if kind == TensorType::Q8_0 { "q8" } else { "q4" }
+                ),
+                _ => format!(
                     "{n} GGUF {} tensors: widened to f32 at load, then stored as the chosen precision",
                     kind.name()
-                )
+                ),
             })
             .collect(),
         config,

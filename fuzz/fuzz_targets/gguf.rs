@@ -12,6 +12,6 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(weights) = files.load() {
         let c = &weights.config;
         assert_eq!(weights.layers.len(), c.n_layers);
-        assert_eq!(weights.token_embedding.data.len(), c.vocab_size * c.dim);
+        assert_eq!(weights.token_embedding.values().len(), c.vocab_size * c.dim);
     }
 });

@@ -87,7 +87,7 @@ test('a GGUF runs with the tokenizer inside it, from the list and as a file, in 
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   // llama.cpp's own greedy output for this Q8_0 file begins the same way.
   assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl named Lily\. She loved to play outside/);
-  assert.match(await text(page, 'conditions'), /GGUF Q8_0 tensors: widened to f32 at load/);
+  assert.match(await text(page, 'conditions'), /GGUF Q8_0 tensors: used as they are where the CPU runs q8/);
   // A picked .gguf file needs no tokenizer file; q4 runs on the CPU backend.
   await page.getByTestId('model').selectOption('file');
   await page.getByTestId('quant').selectOption('q4');
