@@ -153,10 +153,8 @@ impl QuantPlan {
 pub enum HostMatrix {
     /// Often lying in the model file's bytes, used in place.
     F32(Values),
-    /// Q8_0: one i8 per value, one f32 scale per block of 32.
-    Q8 { quants: Vec<i8>, scales: Vec<f32> },
-    /// Q4_0: two values per byte (see `kernels.rs` for the order), one f32 scale per block.
-    Q4 { quants: Vec<u8>, scales: Vec<f32> },
+    /// Q8_0 or Q4_0 blocks of 32 with an f32 scale each (see [`Blocks`]).
+    Blocks(Blocks),
 }
 
 impl HostMatrix {
@@ -164,8 +162,12 @@ impl HostMatrix {
     pub fn bytes(&self) -> u64 {
         match self {
             HostMatrix::F32(d) => 4 * d.len() as u64,
-            HostMatrix::Q8 { quants, scales } => (quants.len() + 4 * scales.len()) as u64,
-            HostMatrix::Q4 { quants, scales } => (quants.len() + 4 * scales.len()) as u64,
+            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => {
+                (quants.len() + 4 * scales.len()) as u64
+            }
+            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => {
+                (quants.len() + 4 * scales.len()) as u64
+            }
         }
     }
 
@@ -174,8 +176,8 @@ impl HostMatrix {
         use crate::kernels::WeightRows;
         match self {
             HostMatrix::F32(d) => WeightRows::F32(d),
-            HostMatrix::Q8 { quants, scales } => WeightRows::Q8 { quants, scales },
-            HostMatrix::Q4 { quants, scales } => WeightRows::Q4 { quants, scales },
+            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => WeightRows::Q8 { quants, scales },
+            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => WeightRows::Q4 { quants, scales },
         }
     }
 
@@ -183,10 +185,10 @@ impl HostMatrix {
     pub fn q8(data: &[f32]) -> HostMatrix {
         let mut rows = crate::kernels::Q8Rows::default();
         crate::kernels::quantize_rows_q8(data, BLOCK, &mut rows);
-        HostMatrix::Q8 {
+        HostMatrix::Blocks(Blocks::Q8 {
             quants: rows.quants,
             scales: rows.scales,
-        }
+        })
     }
 
     /// Q4_0 blocks of `data` (a multiple of 32 long): the value of largest magnitude maps to -8,
@@ -206,28 +208,14 @@ impl HostMatrix {
             let (lo, hi) = block.split_at(BLOCK / 2);
             quants.extend(lo.iter().zip(hi).map(|(&l, &h)| code(l) | (code(h) << 4)));
         }
-        HostMatrix::Q4 { quants, scales }
+        HostMatrix::Blocks(Blocks::Q4 { quants, scales })
     }
 
     /// The values back as f32 (tests, and checking a quantization's error).
     pub fn dequantize(&self) -> Vec<f32> {
         match self {
             HostMatrix::F32(d) => d.to_vec(),
-            HostMatrix::Q8 { quants, scales } => quants
-                .chunks_exact(BLOCK)
-                .zip(scales)
-                .flat_map(|(q, &s)| q.iter().map(move |&v| v as f32 * s))
-                .collect(),
-            HostMatrix::Q4 { quants, scales } => quants
-                .chunks_exact(BLOCK / 2)
-                .zip(scales)
-                .flat_map(|(q, &s)| {
-                    let value = move |nibble: u8| (nibble as f32 - 8.0) * s;
-                    let lo = q.iter().map(move |&b| value(b & 0x0f));
-                    let hi = q.iter().map(move |&b| value(b >> 4));
-                    lo.chain(hi)
-                })
-                .collect(),
+            HostMatrix::Blocks(blocks) => blocks.dequantize(),
         }
     }
 }
@@ -246,8 +234,8 @@ impl QuantPlan {
     pub fn apply_host(&mut self, name: &str, m: Matrix) -> HostLinear {
         let (rows, cols) = (m.rows, m.cols);
         let weights = match (self.quant, m.blocks) {
-            (Quant::Q8, Some(Blocks::Q8 { quants, scales })) => HostMatrix::Q8 { quants, scales },
-            (Quant::Q4, Some(Blocks::Q4 { quants, scales })) => HostMatrix::Q4 { quants, scales },
+            (Quant::Q8, Some(blocks @ Blocks::Q8 { .. }))
+            | (Quant::Q4, Some(blocks @ Blocks::Q4 { .. })) => HostMatrix::Blocks(blocks),
             (quant, blocks) => {
                 let m = Matrix { blocks, ..m };
                 match quant {

@@ -107,7 +107,8 @@ fn q8_0_blocks_are_used_as_they_are() {
     let raw = &bytes[info.start..info.end];
     let mut plan = tokenometer::quant::QuantPlan::new(Quant::Q8);
     let linear = plan.apply_host("wq", weights.layers[0].wq.clone());
-    let HostMatrix::Q8 { quants, scales } = linear.weights else {
+    let HostMatrix::Blocks(tokenometer::weights::Blocks::Q8 { quants, scales }) = linear.weights
+    else {
         panic!("not kept as Q8_0 blocks");
     };
     assert_eq!(scales.len(), raw.len() / 34);

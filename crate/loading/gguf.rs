@@ -468,34 +468,31 @@ impl Gguf {
             )));
         }
         let raw = &file.bytes()[info.start..info.end];
-        let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+        // Q8_0 and Q4_0 blocks are an f16 scale then the payload; kept as they are, scale widened.
+        let split = |block_bytes: usize| -> (Vec<f32>, Vec<u8>) {
+            let blocks = raw.chunks_exact(block_bytes);
+            let scales = blocks
+                .clone()
+                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect();
+            (
+                scales,
+                blocks.flat_map(|b| b[2..].iter().copied()).collect(),
+            )
+        };
         Ok(match info.kind {
             TensorType::F32 => {
                 Matrix::new(rows, cols, Values::in_file(file, info.start, rows * cols))
             }
-            // Blocks of 32 kept as they are (the scale widened to f32), for the CPU kernels.
-            TensorType::Q8_0 => Matrix::quantized(
-                rows,
-                cols,
-                Blocks::Q8 {
-                    scales: raw.chunks_exact(34).map(half).collect(),
-                    quants: raw
-                        .chunks_exact(34)
-                        .flat_map(|b| b[2..].iter().map(|&q| q as i8))
-                        .collect(),
-                },
-            ),
-            TensorType::Q4_0 => Matrix::quantized(
-                rows,
-                cols,
-                Blocks::Q4 {
-                    scales: raw.chunks_exact(18).map(half).collect(),
-                    quants: raw
-                        .chunks_exact(18)
-                        .flat_map(|b| b[2..].iter().copied())
-                        .collect(),
-                },
-            ),
+            TensorType::Q8_0 => {
+                let (scales, payload) = split(34);
+                let quants = payload.into_iter().map(|q| q as i8).collect();
+                Matrix::quantized(rows, cols, Blocks::Q8 { quants, scales })
+            }
+            TensorType::Q4_0 => {
+                let (scales, quants) = split(18);
+                Matrix::quantized(rows, cols, Blocks::Q4 { quants, scales })
+            }
             kind => Matrix::new(rows, cols, dequantize(kind, raw)),
         })
     }
