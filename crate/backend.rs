@@ -1,5 +1,7 @@
 //! Choosing the compute device at run time: burn's wgpu backend (Vulkan/Metal natively, WebGPU in the
-//! browser) or its flex CPU backend (which also runs in wasm).
+//! browser) or the CPU, where the model runs on tokenometer's own kernels (`kernels.rs`, natively
+//! and in wasm). The CPU backend's burn device is flex's, which marks it as the CPU; no model work
+//! goes through burn there.
 
 use std::fmt;
 use std::str::FromStr;
@@ -89,8 +91,8 @@ static WGPU: async_lock::Mutex<Option<Backend>> = async_lock::Mutex::new(None);
 
 impl Backend {
     pub fn cpu() -> Backend {
-        // The model runs on tokenometer's own kernels (`kernels.rs`); burn's flex device holds the
-        // logits for sampling.
+        // The model runs on tokenometer's own kernels (`kernels.rs`); flex's device only marks
+        // the CPU (`Llama::new` picks the host operations for it).
         Backend {
             kind: BackendKind::Cpu,
             device: Device::flex(),

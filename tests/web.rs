@@ -1,5 +1,5 @@
 //! The engine and its JavaScript API inside a real browser (wasm-bindgen-test in headless Chromium):
-//! the CPU backend (burn flex in wasm) and WebGPU (Chromium's software adapter here).
+//! the CPU backend (tokenometer's kernels, SIMD128) and WebGPU (Chromium's software adapter here).
 #![cfg(target_arch = "wasm32")]
 
 use std::cell::RefCell;
