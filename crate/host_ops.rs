@@ -230,7 +230,6 @@ impl Ops for HostOps {
 
     fn logits(&self, x: Rows) -> Logits {
         Logits::Host {
-            rows: x.t,
             vocab: x.width,
             data: x.data,
         }

@@ -111,16 +111,32 @@ pub fn matmul(
 ) {
     debug_assert_eq!(out.len(), t * rows);
     match isa {
-        Isa::Scalar => matmul_with(w, rows, cols, x, xq, t, out, scalar::dot_f32, |a, b| {
-            scalar::dot_q8(a, b)
-        }),
+        Isa::Scalar => matmul_with(
+            w,
+            rows,
+            cols,
+            x,
+            xq,
+            t,
+            out,
+            scalar::dot_f32,
+            scalar::dot_q8,
+        ),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA.
         Isa::Avx2 => unsafe { avx2::matmul(w, rows, cols, x, xq, t, out) },
         #[cfg(target_arch = "wasm32")]
-        Isa::Simd128 => matmul_with(w, rows, cols, x, xq, t, out, simd128::dot_f32, |a, b| {
-            simd128::dot_q8(a, b)
-        }),
+        Isa::Simd128 => matmul_with(
+            w,
+            rows,
+            cols,
+            x,
+            xq,
+            t,
+            out,
+            simd128::dot_f32,
+            simd128::dot_q8,
+        ),
     }
 }
 
@@ -148,51 +164,43 @@ fn matmul_with(
     t: usize,
     out: &mut [f32],
     dot_f32: impl Fn(&[f32], &[f32]) -> f32,
-    dot_q: impl Fn(BlockPair, bool) -> f32,
+    dot_q: impl Fn(BlockPair) -> f32,
 ) {
     let blocks = cols / BLOCK;
+    if let WeightRows::F32(data) = w {
+        for r in 0..rows {
+            let wr = &data[r * cols..(r + 1) * cols];
+            for i in 0..t {
+                out[i * rows + r] = dot_f32(wr, &x[i * cols..(i + 1) * cols]);
+            }
+        }
+        return;
+    }
+    let (wq, scales, q4) = w.blocks();
+    // Bytes per row: one per Q8_0 value, one per two Q4_0 values.
+    let row_bytes = if q4 { cols / 2 } else { cols };
     for r in 0..rows {
-        match w {
-            WeightRows::F32(data) => {
-                let wr = &data[r * cols..(r + 1) * cols];
-                for i in 0..t {
-                    out[i * rows + r] = dot_f32(wr, &x[i * cols..(i + 1) * cols]);
-                }
-            }
-            WeightRows::Q8 { quants, scales } => {
-                let wq = bytemuck::cast_slice(&quants[r * cols..(r + 1) * cols]);
-                let ws = &scales[r * blocks..(r + 1) * blocks];
-                for i in 0..t {
-                    out[i * rows + r] = dot_q(pair(wq, ws, false, xq, i, cols), false);
-                }
-            }
-            WeightRows::Q4 { quants, scales } => {
-                let wq = &quants[r * cols / 2..(r + 1) * cols / 2];
-                let ws = &scales[r * blocks..(r + 1) * blocks];
-                for i in 0..t {
-                    out[i * rows + r] = dot_q(pair(wq, ws, true, xq, i, cols), true);
-                }
-            }
+        for i in 0..t {
+            out[i * rows + r] = dot_q(BlockPair {
+                wq: &wq[r * row_bytes..(r + 1) * row_bytes],
+                ws: &scales[r * blocks..(r + 1) * blocks],
+                q4,
+                xq: &xq.quants[i * cols..(i + 1) * cols],
+                xs: &xq.scales[i * blocks..(i + 1) * blocks],
+            });
         }
     }
 }
 
-#[inline(always)]
-fn pair<'a>(
-    wq: &'a [u8],
-    ws: &'a [f32],
-    q4: bool,
-    xq: &'a Q8Rows,
-    i: usize,
-    cols: usize,
-) -> BlockPair<'a> {
-    let blocks = cols / BLOCK;
-    BlockPair {
-        wq,
-        ws,
-        q4,
-        xq: &xq.quants[i * cols..(i + 1) * cols],
-        xs: &xq.scales[i * blocks..(i + 1) * blocks],
+impl<'a> WeightRows<'a> {
+    /// A quantized matrix's bytes (Q8_0 values as bytes, or Q4_0 nibbles), its scales, and
+    /// whether it is Q4_0.
+    fn blocks(self) -> (&'a [u8], &'a [f32], bool) {
+        match self {
+            WeightRows::Q8 { quants, scales } => (bytemuck::cast_slice(quants), scales, false),
+            WeightRows::Q4 { quants, scales } => (quants, scales, true),
+            WeightRows::F32(_) => panic!("f32 weights have no blocks"),
+        }
     }
 }
 
@@ -243,12 +251,12 @@ mod scalar {
         acc.iter().sum::<f32>() + tail
     }
 
-    pub fn dot_q8(p: BlockPair, q4: bool) -> f32 {
+    pub fn dot_q8(p: BlockPair) -> f32 {
         let mut sum = 0.0f32;
         for b in 0..p.ws.len() {
             let x = &p.xq[b * BLOCK..(b + 1) * BLOCK];
             let mut acc = 0i32;
-            if q4 {
+            if p.q4 {
                 let w = &p.wq[b * BLOCK / 2..(b + 1) * BLOCK / 2];
                 for j in 0..BLOCK / 2 {
                     let lo = (w[j] & 0x0f) as i32 - 8;
@@ -380,13 +388,7 @@ mod avx2 {
                     }
                 }
                 WeightRows::Q8 { .. } | WeightRows::Q4 { .. } => {
-                    let (wq, scales, q4): (&[u8], &[f32], bool) = match w {
-                        WeightRows::Q8 { quants, scales } => {
-                            (bytemuck::cast_slice(quants), scales, false)
-                        }
-                        WeightRows::Q4 { quants, scales } => (quants, scales, true),
-                        WeightRows::F32(_) => unreachable!(),
-                    };
+                    let (wq, scales, q4) = w.blocks();
                     // Bytes per block: 32 values of Q8_0, or 32 nibbles of Q4_0.
                     let step = if q4 { BLOCK / 2 } else { BLOCK };
                     assert!(
@@ -474,8 +476,8 @@ mod simd128 {
     }
 
     #[inline(always)]
-    pub fn dot_q8(p: BlockPair, q4: bool) -> f32 {
-        let blocks = p.ws.len();
+    pub fn dot_q8(p: BlockPair) -> f32 {
+        let (blocks, q4) = (p.ws.len(), p.q4);
         assert!(
             p.xq.len() >= blocks * BLOCK && p.wq.len() >= blocks * BLOCK / if q4 { 2 } else { 1 }
         );

@@ -122,13 +122,18 @@ pub struct Llama {
 /// holding the whole context from the start: a model that claims a 2^20-token context with 512
 /// layers would otherwise ask for gigabytes before its first token.
 pub struct KvCache {
+    positions: Positions,
+    store: Store,
+}
+
+/// How far a cache is filled and how far it can grow.
+struct Positions {
     /// Positions filled.
     len: usize,
     /// Positions each layer can hold now.
     capacity: usize,
     /// The context length: the most the cache may grow to.
     limit: usize,
-    store: Store,
 }
 
 enum Store {
@@ -142,23 +147,25 @@ const MIN_CACHE_POSITIONS: usize = 64;
 impl KvCache {
     /// Positions filled.
     pub fn len(&self) -> usize {
-        self.len
+        self.positions.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.positions.len == 0
     }
 
     /// Forget positions from `len` on (what speculative decoding needs to reject a draft).
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        self.positions.len = self.positions.len.min(len);
     }
 
     /// Positions the cache can hold without growing.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.positions.capacity
     }
+}
 
+impl Positions {
     /// The capacity needed to hold positions up to `end`, when that means growing.
     fn growth(&self, end: usize) -> Option<usize> {
         (end > self.capacity).then(|| {
@@ -237,14 +244,6 @@ impl Llama {
         &self.device
     }
 
-    /// The instruction set the CPU kernels use, when the model runs on the CPU.
-    pub fn cpu_kernels(&self) -> Option<Isa> {
-        match &self.body {
-            Body::Host(w) => Some(w.ops.isa),
-            Body::Device(_) => None,
-        }
-    }
-
     /// Run the CPU kernels with `isa` (tests compare the scalar kernels with the vector ones).
     pub fn set_cpu_kernels(&mut self, isa: Isa) {
         if let Body::Host(w) = &mut self.body {
@@ -256,9 +255,11 @@ impl Llama {
     pub fn new_cache(&self) -> KvCache {
         let layers = self.config.n_layers;
         KvCache {
-            len: 0,
-            capacity: 0,
-            limit: self.config.seq_len,
+            positions: Positions {
+                len: 0,
+                capacity: 0,
+                limit: self.config.seq_len,
+            },
             store: match &self.body {
                 Body::Device(w) => Store::Device(w.ops.new_cache(layers)),
                 Body::Host(w) => Store::Host(w.ops.new_cache(layers)),
@@ -272,7 +273,7 @@ impl Llama {
     /// along a known sequence).
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Logits {
         let c = &self.config;
-        let end = cache.len + tokens.len();
+        let end = cache.len() + tokens.len();
         // The largest intermediates per chunk position: a row of attention scores per head over
         // every key, and the feed-forward's three hidden-width rows.
         // (In u64: n_heads * end can pass 2^32, wasm's usize.)
@@ -290,18 +291,13 @@ impl Llama {
         all_logits: bool,
         chunk: usize,
     ) -> Logits {
-        match (&self.body, &mut cache.store) {
-            (Body::Device(w), Store::Device(_)) => {
-                self.chunks(w, tokens, cache, all_logits, chunk, |s| match s {
-                    Store::Device(s) => s,
-                    Store::Host(_) => unreachable!(),
-                })
+        let KvCache { positions, store } = cache;
+        match (&self.body, store) {
+            (Body::Device(w), Store::Device(s)) => {
+                self.chunks(w, tokens, positions, s, all_logits, chunk)
             }
-            (Body::Host(w), Store::Host(_)) => {
-                self.chunks(w, tokens, cache, all_logits, chunk, |s| match s {
-                    Store::Host(s) => s,
-                    Store::Device(_) => unreachable!(),
-                })
+            (Body::Host(w), Store::Host(s)) => {
+                self.chunks(w, tokens, positions, s, all_logits, chunk)
             }
             _ => panic!("a KV cache from a model on another backend"),
         }
@@ -311,21 +307,21 @@ impl Llama {
         &self,
         w: &Weights<O>,
         tokens: &[u32],
-        cache: &mut KvCache,
+        positions: &mut Positions,
+        store: &mut O::Cache,
         all_logits: bool,
         chunk: usize,
-        store: impl Fn(&mut Store) -> &mut O::Cache,
     ) -> Logits {
         let c = &self.config;
         let mut hidden = Vec::new();
         for piece in tokens.chunks(chunk.max(1)) {
-            let end = cache.len + piece.len();
-            if let Some(capacity) = cache.growth(end) {
-                w.ops.grow(store(&mut cache.store), capacity, cache.len);
-                cache.capacity = capacity;
+            let end = positions.len + piece.len();
+            if let Some(capacity) = positions.growth(end) {
+                w.ops.grow(store, capacity, positions.len);
+                positions.capacity = capacity;
             }
-            let x = self.transformer(w, piece, cache.len, store(&mut cache.store));
-            cache.len = end;
+            let x = self.transformer(w, piece, positions.len, store);
+            positions.len = end;
             let t = piece.len();
             hidden.push(if all_logits {
                 x

@@ -162,12 +162,7 @@ impl HostMatrix {
     pub fn bytes(&self) -> u64 {
         match self {
             HostMatrix::F32(d) => 4 * d.len() as u64,
-            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => {
-                (quants.len() + 4 * scales.len()) as u64
-            }
-            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => {
-                (quants.len() + 4 * scales.len()) as u64
-            }
+            HostMatrix::Blocks(blocks) => blocks.bytes(),
         }
     }
 

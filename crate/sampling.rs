@@ -132,8 +132,8 @@ fn sample_from(candidates: &[(usize, f32)], coin: f32) -> u32 {
 /// q8 decode step of stories15M.)
 pub enum Logits {
     Device(Box<Tensor<2>>),
+    /// Row-major, `vocab` values a row.
     Host {
-        rows: usize,
         vocab: usize,
         data: Vec<f32>,
     },
@@ -175,14 +175,6 @@ impl Logits {
                 Ok(data.iter::<f32>().collect())
             }
             Logits::Host { data, .. } => Ok(data),
-        }
-    }
-
-    /// `[rows, vocab]`.
-    pub fn dims(&self) -> [usize; 2] {
-        match self {
-            Logits::Device(t) => t.dims(),
-            Logits::Host { rows, vocab, .. } => [*rows, *vocab],
         }
     }
 }

@@ -334,6 +334,15 @@ pub enum Blocks {
 }
 
 impl Blocks {
+    /// Bytes the blocks take (values and f32 scales).
+    pub fn bytes(&self) -> u64 {
+        let (values, scales) = match self {
+            Blocks::Q8 { quants, scales } => (quants.len(), scales.len()),
+            Blocks::Q4 { quants, scales } => (quants.len(), scales.len()),
+        };
+        (values + 4 * scales) as u64
+    }
+
     pub fn dequantize(&self) -> Vec<f32> {
         match self {
             Blocks::Q8 { quants, scales } => quants

@@ -102,8 +102,9 @@ fn q8_0_and_q4_0_blocks_survive_the_round_trip() {
 fn q8_0_blocks_are_used_as_they_are() {
     let bytes = read(stories260k("stories260K-q8_0.gguf"));
     let file = std::sync::Arc::new(tokenometer::weights::FileBytes::from(bytes.as_slice()));
-    let weights = gguf::load(&file).unwrap();
-    let info = &Gguf::parse(&bytes).unwrap().tensors["blk.0.attn_q.weight"];
+    let header = Gguf::parse(&bytes).unwrap();
+    let weights = gguf::load(&file, &header).unwrap();
+    let info = &header.tensors["blk.0.attn_q.weight"];
     let raw = &bytes[info.start..info.end];
     let mut plan = tokenometer::quant::QuantPlan::new(Quant::Q8);
     let linear = plan.apply_host("wq", weights.layers[0].wq.clone());

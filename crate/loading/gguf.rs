@@ -510,10 +510,9 @@ impl Gguf {
     }
 }
 
-/// Load a `llama` GGUF's weights as f32 (F32 tensors used where they lie in `file`).
-pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
-    let bytes = file;
-    let gguf = Gguf::parse(file.bytes())?;
+/// Load a `llama` GGUF's weights from `file`, whose header `gguf` is: F32 tensors used where they
+/// lie, Q8_0 and Q4_0 kept in their blocks, the others widened to f32.
+pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
     let config = gguf.config()?;
     let (d, h, v, kv) = (
         config.dim,
@@ -522,12 +521,11 @@ pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
         config.kv_dim(),
     );
     let vector = |name: &str| -> Result<Vec<f32>> {
-        Ok(gguf.matrix(bytes, name, 1, d)?.into_values().into_vec())
+        Ok(gguf.matrix(file, name, 1, d)?.into_values().into_vec())
     };
     let mut layers = Vec::with_capacity(config.n_layers);
     for i in 0..config.n_layers {
-        let m =
-            |w: &str, rows, cols| gguf.matrix(bytes, &format!("blk.{i}.{w}.weight"), rows, cols);
+        let m = |w: &str, rows, cols| gguf.matrix(file, &format!("blk.{i}.{w}.weight"), rows, cols);
         layers.push(LayerWeights {
             rms_att: vector(&format!("blk.{i}.attn_norm.weight"))?,
             wq: m("attn_q", d, d)?,
@@ -541,13 +539,13 @@ pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
         });
     }
     Ok(HostWeights {
-        token_embedding: gguf.matrix(bytes, "token_embd.weight", v, d)?,
+        token_embedding: gguf.matrix(file, "token_embd.weight", v, d)?,
         layers,
         rms_final: vector("output_norm.weight")?,
         classifier: if config.shared_classifier {
             None
         } else {
-            Some(gguf.matrix(bytes, "output.weight", v, d)?)
+            Some(gguf.matrix(file, "output.weight", v, d)?)
         },
         conversions: gguf
             .types()

@@ -17,6 +17,8 @@ pub struct ModelFiles {
     /// A short name for the conditions line ("stories260K").
     pub name: String,
     pub format: ModelFormat,
+    /// A GGUF's header, parsed once for both the tokenizer inside and the weights.
+    gguf_header: std::cell::OnceCell<gguf::Gguf>,
 }
 
 pub enum ModelFormat {
@@ -35,6 +37,7 @@ impl ModelFiles {
     pub fn llama2c(name: impl Into<String>, bytes: impl Into<FileBytes>) -> Self {
         Self {
             name: name.into(),
+            gguf_header: Default::default(),
             format: ModelFormat::Llama2c(Arc::new(bytes.into())),
         }
     }
@@ -42,6 +45,7 @@ impl ModelFiles {
     pub fn gguf(name: impl Into<String>, bytes: impl Into<FileBytes>) -> Self {
         Self {
             name: name.into(),
+            gguf_header: Default::default(),
             format: ModelFormat::Gguf(Arc::new(bytes.into())),
         }
     }
@@ -60,14 +64,21 @@ impl ModelFiles {
     pub fn embedded_tokenizer(&self) -> Result<Option<Tokenizer>> {
         match &self.format {
             ModelFormat::Gguf(bytes) => {
-                let header = gguf::Gguf::parse(bytes.bytes())?;
+                let header = self.gguf_header(bytes)?;
                 if header.get("tokenizer.ggml.model").is_none() {
                     return Ok(None);
                 }
-                Tokenizer::from_gguf(&header).map(Some)
+                Tokenizer::from_gguf(header).map(Some)
             }
             _ => Ok(None),
         }
+    }
+
+    fn gguf_header(&self, bytes: &FileBytes) -> Result<&gguf::Gguf> {
+        if self.gguf_header.get().is_none() {
+            let _ = self.gguf_header.set(gguf::Gguf::parse(bytes.bytes())?);
+        }
+        Ok(self.gguf_header.get().expect("parsed above"))
     }
 
     pub fn hugging_face(
@@ -77,6 +88,7 @@ impl ModelFiles {
     ) -> Self {
         Self {
             name: name.into(),
+            gguf_header: Default::default(),
             format: ModelFormat::HuggingFace {
                 config_json,
                 safetensors: Arc::new(safetensors.into()),
@@ -88,7 +100,7 @@ impl ModelFiles {
     pub fn load(&self) -> Result<HostWeights> {
         match &self.format {
             ModelFormat::Llama2c(bytes) => llama2c::load(bytes),
-            ModelFormat::Gguf(bytes) => gguf::load(bytes),
+            ModelFormat::Gguf(bytes) => gguf::load(bytes, self.gguf_header(bytes)?),
             ModelFormat::HuggingFace {
                 config_json,
                 safetensors,
