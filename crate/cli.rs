@@ -7,7 +7,12 @@ use std::process::ExitCode;
 
 use crate::engine::DEFAULT_MAX_TOKENS;
 use crate::loading::ModelFormat;
-use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter, Report, human_bytes};
+use crate::meter::{
+    BatchMeter, Conditions, DEFAULT_READING_WPM, LoadConditions, LoadReport, Meter, Report,
+    human_bytes,
+};
+use crate::scheduler::{Arrival, DEFAULT_PROMPTS, Request, Scheduler};
+use crate::sequence::SeqEvent;
 use crate::synth::Shape;
 use crate::{
     Backend, BackendChoice, Engine, Error, Event, Flow, GenerateOptions, ModelFiles, Quant,
@@ -46,8 +51,11 @@ enum Command {
     Generate {
         #[command(flatten)]
         model: ModelArgs,
+        #[arg(long, required_unless_present = "prompts", conflicts_with = "prompts")]
+        prompt: Option<String>,
+        /// A file of prompts, one a line: every line is its own sequence, all in one batch.
         #[arg(long)]
-        prompt: String,
+        prompts: Option<PathBuf>,
         #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
         max_tokens: usize,
         /// 0 is greedy.
@@ -76,22 +84,45 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// Run greedy generation several times after a warm-up and print median, min and max.
+    /// Run greedy generation several times after a warm-up and print median, min and max; with
+    /// --concurrency, a load test: one row per number of simultaneous users.
     Bench {
         #[command(flatten)]
         model: ModelArgs,
         /// Timed runs, 1 to 10000.
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=MAX_RUNS))]
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=MAX_RUNS), conflicts_with = "concurrency")]
         runs: u32,
-        #[arg(long, default_value = "Once upon a time")]
+        #[arg(
+            long,
+            default_value = "Once upon a time",
+            conflicts_with = "concurrency"
+        )]
         prompt: String,
         #[arg(long, default_value_t = 128)]
         max_tokens: usize,
+        /// Numbers of simultaneous users, e.g. 1,2,4,8,16: each level is one batch of that many
+        /// users (greedy, each its own prompt).
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=MAX_USERS))]
+        concurrency: Option<Vec<u32>>,
+        /// How the users' requests arrive: burst (all at once) or poisson:RATE (a second).
+        #[arg(long, default_value = "burst", value_parser = parse::<Arrival>, requires = "concurrency")]
+        arrival: Arrival,
+        /// The most sequences one step decodes (default: as many as there are users); the rest wait.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_USERS), requires = "concurrency")]
+        max_batch: Option<u32>,
+        /// A file of prompts, one a line, given to the users in turn (default: built-in stories).
+        #[arg(long, requires = "concurrency")]
+        prompts: Option<PathBuf>,
+        /// Print the results as JSON: an array of one object per level (or per run).
+        #[arg(long)]
+        json: bool,
     },
 }
 
 /// The most timed runs `bench` takes (each one's report is kept until the summary).
 const MAX_RUNS: i64 = 10_000;
+/// The most users a load test or batch simulates (each holds its own KV cache).
+const MAX_USERS: i64 = 256;
 
 fn parse<T: std::str::FromStr<Err = Error>>(s: &str) -> Result<T, String> {
     s.parse().map_err(|e: Error| e.to_string())
@@ -165,6 +196,7 @@ async fn run(command: Command) -> Result<(), Error> {
         Command::Generate {
             model,
             prompt,
+            prompts,
             max_tokens,
             temperature,
             top_p,
@@ -190,6 +222,18 @@ async fn run(command: Command) -> Result<(), Error> {
                 sampling,
                 queued_ms: 0.0,
             };
+            if let Some(path) = prompts {
+                let prompts = read_prompts(&path)?;
+                let output = if json { Output::Json } else { Output::Text };
+                let report =
+                    generate_batch(&engine, &prompts, &options, reading_wpm, warm_up_ms, output)
+                        .await?;
+                if !json {
+                    eprintln!("\n{}", load_table(&report));
+                }
+                return Ok(());
+            }
+            let prompt = prompt.expect("clap requires --prompt or --prompts");
             let report = generate(
                 &engine,
                 &prompt,
@@ -222,10 +266,35 @@ async fn run(command: Command) -> Result<(), Error> {
         }
         Command::Bench {
             model,
+            max_tokens,
+            concurrency: Some(levels),
+            arrival,
+            max_batch,
+            prompts,
+            json,
+            ..
+        } => {
+            let prompts = match prompts {
+                Some(path) => read_prompts(&path)?,
+                None => DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect(),
+            };
+            let load = Load {
+                levels: levels.iter().map(|&n| n as usize).collect(),
+                arrival,
+                max_batch: max_batch.map(|n| n as usize),
+                prompts,
+                max_tokens,
+            };
+            bench_concurrency(&model, &load, json).await
+        }
+        Command::Bench {
+            model,
             runs,
             prompt,
             max_tokens,
-        } => bench(&model, runs as usize, &prompt, max_tokens).await,
+            json,
+            ..
+        } => bench(&model, runs as usize, &prompt, max_tokens, json).await,
     }
 }
 
@@ -408,6 +477,7 @@ async fn bench(
     runs: usize,
     prompt: &str,
     max_tokens: usize,
+    json: bool,
 ) -> Result<(), Error> {
     let engine = load(args).await?;
     let warm_up_ms = engine.warm_up().await?;
@@ -422,6 +492,10 @@ async fn bench(
     }
     // The first run is not counted: it compiles every kernel shape the timed runs meet.
     reports.remove(0);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports).unwrap());
+        return Ok(());
+    }
     let first = &reports[0].conditions;
     println!("conditions: {}", first.summary());
     println!(
@@ -457,6 +531,294 @@ async fn bench(
             values[0],
             values[values.len() - 1]
         );
+    }
+    Ok(())
+}
+
+/// The non-blank lines of a prompts file, in order.
+fn read_prompts(path: &Path) -> Result<Vec<String>, Error> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    let prompts: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    if prompts.is_empty() {
+        return Err(Error::BadPrompt(format!(
+            "{} has no prompts; write one prompt a line",
+            path.display()
+        )));
+    }
+    if prompts.len() > MAX_USERS as usize {
+        return Err(Error::BadPrompt(format!(
+            "{} has {} prompts; one batch takes at most {MAX_USERS}",
+            path.display(),
+            prompts.len()
+        )));
+    }
+    Ok(prompts)
+}
+
+/// Submit `prompts[i]` for user `i`, made at `arrivals[i]`, naming the prompt a bad one came from.
+fn submit_all(
+    engine: &Engine,
+    scheduler: &mut Scheduler,
+    meter: &mut BatchMeter,
+    prompts: &[String],
+    arrivals: &[f64],
+    options: &GenerateOptions,
+) -> Result<(), Error> {
+    for (i, &at) in arrivals.iter().enumerate() {
+        let prompt = &prompts[i % prompts.len()];
+        let request = Request {
+            prompt: prompt.clone(),
+            options: *options,
+        };
+        let seq = scheduler
+            .submit(engine, &request, Some(at))
+            .map_err(|e| Error::BadPrompt(format!("prompt {} ({prompt:?}): {e}", i + 1)))?;
+        meter.arrive(seq, at);
+    }
+    Ok(())
+}
+
+/// Step `scheduler` until every sequence has ended, passing each event to `on_event`; while
+/// nothing runs and the next user has not arrived yet, wait for them.
+async fn drive(
+    engine: &Engine,
+    scheduler: &mut Scheduler,
+    on_event: &mut dyn FnMut(SeqEvent),
+) -> Result<(), Error> {
+    while !scheduler.is_idle() {
+        let events = scheduler.step(engine).await?;
+        if let (true, 0, Some(at)) = (
+            events.is_empty(),
+            scheduler.running(),
+            scheduler.next_arrival_ms(),
+        ) {
+            let wait = (at - scheduler.now_ms()).max(0.0);
+            std::thread::sleep(std::time::Duration::from_secs_f64(wait / 1e3));
+        }
+        events.into_iter().for_each(&mut *on_event);
+    }
+    Ok(())
+}
+
+/// Run every prompt as its own sequence in one batch, writing events as `output` says.
+async fn generate_batch(
+    engine: &Engine,
+    prompts: &[String],
+    options: &GenerateOptions,
+    reading_wpm: f64,
+    warm_up_ms: Option<f64>,
+    output: Output,
+) -> Result<LoadReport, Error> {
+    let users = prompts.len();
+    let conditions = LoadConditions {
+        model: engine.info.clone(),
+        users,
+        max_batch: users,
+        arrival: Arrival::Burst.to_string(),
+        max_tokens: options.max_tokens,
+        sampling: options.sampling,
+        warm_up_ms,
+    };
+    let mut meter = BatchMeter::new(conditions, reading_wpm);
+    let mut scheduler = Scheduler::new(users);
+    let arrivals = Arrival::Burst.times(users);
+    submit_all(
+        engine,
+        &mut scheduler,
+        &mut meter,
+        prompts,
+        &arrivals,
+        options,
+    )?;
+    let mut out = std::io::stdout().lock();
+    let mut texts = vec![String::new(); users];
+    drive(engine, &mut scheduler, &mut |e: SeqEvent| {
+        meter.observe(e.seq, &e.event);
+        match (&e.event, output) {
+            (Event::Done { .. }, Output::Json) => {
+                let mut line = serde_json::to_value(&e).unwrap();
+                let report = meter.user(e.seq).map(Meter::final_report);
+                line["report"] = serde_json::to_value(report).unwrap();
+                let _ = writeln!(out, "{line}");
+            }
+            (_, Output::Json) => {
+                let _ = writeln!(out, "{}", serde_json::to_string(&e).unwrap());
+            }
+            (Event::Token { text, .. }, _) => texts[e.seq].push_str(text),
+            (
+                Event::Done {
+                    reason,
+                    trailing_text,
+                    ..
+                },
+                Output::Text,
+            ) => {
+                let _ = writeln!(
+                    out,
+                    "--- sequence {} ({}) ---\n{}{}{}\n",
+                    e.seq,
+                    reason.name().replace('_', " "),
+                    prompts[e.seq],
+                    texts[e.seq],
+                    trailing_text
+                );
+            }
+            _ => {}
+        }
+    })
+    .await?;
+    let report = meter.report();
+    if output == Output::Json {
+        let line = serde_json::json!({"event": "batch_done", "report": report});
+        let _ = writeln!(out, "{line}");
+    }
+    Ok(report)
+}
+
+/// A batch's or load level's figures, as lines for a person.
+fn load_table(r: &LoadReport) -> String {
+    [
+        format!("conditions: {}", r.summary),
+        format!(
+            "{} users, {} completed, {} prompt + {} output tokens in {} ms",
+            r.users,
+            r.requests_completed,
+            r.prompt_tokens,
+            r.output_tokens,
+            fmt(r.wall_ms, 1)
+        ),
+        format!(
+            "aggregate {} tok/s; per user {} tok/s p50, {} min; {} words/s p50 ({} wpm is {:.1} words/s)",
+            fmt(r.aggregate_tps, 1),
+            fmt(r.per_user_tps_p50, 1),
+            fmt(r.per_user_tps_min, 1),
+            fmt(r.per_user_words_per_s_p50, 1),
+            r.reading_wpm,
+            r.reading_wpm / 60.0
+        ),
+        format!(
+            "TTFT p50 {} ms, p99 {} ms; inter-token p50 {} ms, p99 {} ms",
+            fmt(r.ttft_ms_p50, 1),
+            fmt(r.ttft_ms_p99, 1),
+            fmt(r.itl_ms_p50, 2),
+            fmt(r.itl_ms_p99, 2)
+        ),
+    ]
+    .join("\n")
+}
+
+/// A load test's settings.
+struct Load {
+    levels: Vec<usize>,
+    arrival: Arrival,
+    max_batch: Option<usize>,
+    prompts: Vec<String>,
+    max_tokens: usize,
+}
+
+/// One load test level: `users` users, greedy, arriving as `load.arrival` says.
+async fn load_level(
+    engine: &Engine,
+    load: &Load,
+    users: usize,
+    max_tokens: usize,
+    warm_up_ms: Option<f64>,
+) -> Result<LoadReport, Error> {
+    let options = GenerateOptions {
+        max_tokens,
+        ..Default::default()
+    };
+    let max_batch = load.max_batch.unwrap_or(users);
+    let conditions = LoadConditions {
+        model: engine.info.clone(),
+        users,
+        max_batch,
+        arrival: load.arrival.to_string(),
+        max_tokens,
+        sampling: options.sampling,
+        warm_up_ms,
+    };
+    let mut meter = BatchMeter::new(conditions, DEFAULT_READING_WPM);
+    let mut scheduler = Scheduler::new(max_batch);
+    let arrivals = load.arrival.times(users);
+    submit_all(
+        engine,
+        &mut scheduler,
+        &mut meter,
+        &load.prompts,
+        &arrivals,
+        &options,
+    )?;
+    drive(engine, &mut scheduler, &mut |e| {
+        meter.observe(e.seq, &e.event)
+    })
+    .await?;
+    Ok(meter.report())
+}
+
+/// `bench --concurrency`: one row per level, each after an untimed short run of the same batch
+/// sizes (on wgpu, every new shape compiles its kernels the first time).
+async fn bench_concurrency(args: &ModelArgs, load: &Load, json: bool) -> Result<(), Error> {
+    let engine = self::load(args).await?;
+    let warm_up_ms = engine.warm_up().await?;
+    let mut reports = Vec::with_capacity(load.levels.len());
+    for (i, &users) in load.levels.iter().enumerate() {
+        load_level(&engine, load, users, 2, None).await?;
+        let report = load_level(&engine, load, users, load.max_tokens, Some(warm_up_ms)).await?;
+        if !json {
+            if i == 0 {
+                let c = &report.conditions;
+                println!(
+                    "conditions: {} ({} params, {}) on {} [{}], {} arrival, up to {} tokens a user, greedy, batch limit {}",
+                    c.model.name,
+                    crate::meter::human_count(c.model.parameters as f64),
+                    c.model.quant,
+                    c.model.backend,
+                    c.model.adapter,
+                    c.arrival,
+                    c.max_tokens,
+                    load.max_batch
+                        .map_or_else(|| "= users".to_string(), |n| n.to_string())
+                );
+                println!("warm-up (apart): {warm_up_ms:.1} ms; each level after an untimed run");
+                println!(
+                    "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10}",
+                    "users",
+                    "aggr tok/s",
+                    "user tok/s p50",
+                    "user min",
+                    "TTFT p50",
+                    "TTFT p99",
+                    "ITL p99",
+                    "x reading",
+                    "wall ms"
+                );
+            }
+            let reading = report
+                .per_user_words_per_s_p50
+                .map(|w| w / (report.reading_wpm / 60.0));
+            println!(
+                "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10}",
+                report.users,
+                fmt(report.aggregate_tps, 1),
+                fmt(report.per_user_tps_p50, 1),
+                fmt(report.per_user_tps_min, 1),
+                fmt(report.ttft_ms_p50, 1),
+                fmt(report.ttft_ms_p99, 1),
+                fmt(report.itl_ms_p99, 2),
+                fmt(reading, 1),
+                fmt(report.wall_ms, 0)
+            );
+        }
+        reports.push(report);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports).unwrap());
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use burn::prelude::*;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::quantization::QuantScheme;
 
-use crate::model::{Heads, Ops};
+use crate::model::{Heads, Ops, Span};
 use crate::quant::QuantPlan;
 use crate::sampling::Logits;
 use crate::weights::Matrix;
@@ -29,13 +29,12 @@ impl DeviceOps {
     }
 }
 
-/// RoPE's angles `[t, 1, head_size / 2, 1]` and, for more than one position, the causal mask.
+/// RoPE's angles `[t, 1, head_size / 2, 1]` for every row, and each span with, for more than one
+/// position, its causal mask.
 pub(crate) struct DevicePass {
-    t: usize,
-    start: usize,
+    spans: Vec<(Span, Option<Tensor<3>>)>,
     cos: Tensor<4>,
     sin: Tensor<4>,
-    mask: Option<Tensor<3>>,
 }
 
 /// Per layer, keys and values `[n_kv_heads, capacity, head_size]`.
@@ -98,18 +97,26 @@ impl Ops for DeviceOps {
         Tensor::from_data(TensorData::new(rows, [t, dim]), &self.device)
     }
 
-    fn pass(&self, start: usize, t: usize, cos: Vec<f32>, sin: Vec<f32>) -> DevicePass {
+    fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> DevicePass {
         let half = self.heads.head_size / 2;
+        let t = cos.len() / half;
         let angles =
             |v: Vec<f32>| Tensor::<4>::from_data(TensorData::new(v, [t, 1, half, 1]), &self.device);
         let rep = self.heads.n_heads / self.heads.n_kv_heads;
         DevicePass {
-            t,
-            start,
+            // A single decode token sees its whole cache anyway.
+            spans: spans
+                .iter()
+                .map(|&s| {
+                    let mask = s.len > 1;
+                    (
+                        s,
+                        mask.then(|| causal_mask(s.start, s.len, rep, &self.device)),
+                    )
+                })
+                .collect(),
             cos: angles(cos),
             sin: angles(sin),
-            // A single decode token sees the whole cache anyway.
-            mask: (t > 1).then(|| causal_mask(start, t, rep, &self.device)),
         }
     }
 
@@ -145,16 +152,77 @@ impl Ops for DeviceOps {
         q: Tensor<2>,
         k: Tensor<2>,
         v: Tensor<2>,
-        cache: &mut DeviceCache,
+        caches: &mut [&mut DeviceCache],
         layer: usize,
         pass: &DevicePass,
+    ) -> Tensor<2> {
+        if let [(span, mask)] = &pass.spans[..] {
+            return self.attend(q, k, v, caches[0], layer, *span, mask.as_ref());
+        }
+        // Several sequences: each attends over its own cache, on its own rows.
+        let mut row = 0;
+        let mut out = Vec::with_capacity(pass.spans.len());
+        for ((span, mask), cache) in pass.spans.iter().zip(caches.iter_mut()) {
+            let rows = |x: &Tensor<2>| {
+                let [_, width] = x.dims();
+                x.clone().slice([row..row + span.len, 0..width])
+            };
+            out.push(self.attend(
+                rows(&q),
+                rows(&k),
+                rows(&v),
+                cache,
+                layer,
+                *span,
+                mask.as_ref(),
+            ));
+            row += span.len;
+        }
+        Tensor::cat(out, 0)
+    }
+
+    fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+        x + y
+    }
+
+    fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
+        silu(gate) * up
+    }
+
+    fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
+        let [_, width] = x.dims();
+        x.slice([rows, 0..width])
+    }
+
+    fn cat(&self, parts: Vec<Tensor<2>>) -> Tensor<2> {
+        Tensor::cat(parts, 0)
+    }
+
+    fn logits(&self, x: Tensor<2>) -> Logits {
+        Logits::Device(Box::new(x))
+    }
+}
+
+impl DeviceOps {
+    /// One sequence's attention: store its keys and values at the span's positions, then attend
+    /// over positions `0..` the span's end.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        q: Tensor<2>,
+        k: Tensor<2>,
+        v: Tensor<2>,
+        cache: &mut DeviceCache,
+        layer: usize,
+        span: Span,
+        mask: Option<&Tensor<3>>,
     ) -> Tensor<2> {
         let Heads {
             n_heads,
             n_kv_heads: n_kv,
             head_size: hs,
         } = self.heads;
-        let (t, start) = (pass.t, pass.start);
+        let (t, start) = (span.len, span.start);
         let end = start + t;
         let rep = n_heads / n_kv;
         let k = k.reshape([t, n_kv, hs]).swap_dims(0, 1);
@@ -181,7 +249,7 @@ impl Ops for DeviceOps {
         let mut scores = q
             .matmul(keys.swap_dims(1, 2))
             .div_scalar((hs as f32).sqrt());
-        if let Some(mask) = &pass.mask {
+        if let Some(mask) = mask {
             scores = scores + mask.clone();
         }
         softmax(scores, 2)
@@ -189,27 +257,6 @@ impl Ops for DeviceOps {
             .reshape([n_heads, t, hs])
             .swap_dims(0, 1)
             .reshape([t, n_heads * hs])
-    }
-
-    fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
-        x + y
-    }
-
-    fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
-        silu(gate) * up
-    }
-
-    fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
-        let [_, width] = x.dims();
-        x.slice([rows, 0..width])
-    }
-
-    fn cat(&self, parts: Vec<Tensor<2>>) -> Tensor<2> {
-        Tensor::cat(parts, 0)
-    }
-
-    fn logits(&self, x: Tensor<2>) -> Logits {
-        Logits::Device(Box::new(x))
     }
 }
 

@@ -1,5 +1,6 @@
 //! Generation: a loaded model plus tokenizer, run as prefill (the whole prompt in one batched pass)
-//! then decode (one token at a time through the KV cache), emitting timestamped events.
+//! then decode (one token at a time through the KV cache), emitting timestamped events. Many
+//! requests at once go through `scheduler.rs`; `generate` is its batch-1 case.
 //!
 //! The API is async because a browser can only read GPU results back asynchronously; natively the
 //! futures are simply blocked on.
@@ -13,7 +14,9 @@ use crate::loading::ModelFiles;
 use crate::model::Llama;
 use crate::quant::Quant;
 use crate::sampling::{Sampler, Sampling};
-use crate::tokenizer::{BOS, EOS, TextStream, Tokenizer};
+use crate::scheduler::{Request, Scheduler};
+use crate::sequence::SeqEvent;
+use crate::tokenizer::{BOS, Tokenizer};
 
 /// What was loaded, for the conditions that travel with every figure.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -224,89 +227,33 @@ impl Engine {
     }
 
     /// Generate from `prompt`, calling `on_event` for each event; `on_event` returning
-    /// [`Flow::Stop`] cancels the run (reported as `Cancelled`).
+    /// [`Flow::Stop`] cancels the run (reported as `Cancelled`). This is the batch-1 case of the
+    /// [`Scheduler`]: one request, stepped until it ends.
     pub async fn generate(
         &self,
         prompt: &str,
         options: &GenerateOptions,
         on_event: &mut dyn FnMut(&Event) -> Flow,
     ) -> Result<StopReason> {
-        options.sampling.validate()?;
-        if options.max_tokens == 0 {
-            return Err(Error::Unsupported(
-                "max tokens 0 would generate nothing; ask for at least 1".into(),
-            ));
+        let mut scheduler = Scheduler::new(1);
+        let request = Request {
+            prompt: prompt.to_string(),
+            options: *options,
+        };
+        let seq = scheduler.submit(self, &request, None)?;
+        loop {
+            for SeqEvent { event, .. } in scheduler.step(self).await? {
+                let flow = on_event(&event);
+                if let Event::Done { reason, .. } = event {
+                    return Ok(reason);
+                }
+                if flow == Flow::Stop {
+                    let done = scheduler.cancel(seq).expect("a running sequence");
+                    on_event(&done.event);
+                    return Ok(StopReason::Cancelled);
+                }
+            }
         }
-        let start = Instant::now();
-        let at = |now: Instant| options.queued_ms + (now - start).as_secs_f64() * 1e3;
-
-        let prompt_ids = self.encode_prompt(prompt)?;
-        let tokenized = Instant::now();
-        let mut cache = self.model.new_cache();
-        let mut sampler = Sampler::new(options.sampling);
-
-        // Prefill: every prompt position in one batched forward pass; its last logits give token 1.
-        let mut next = sampler
-            .sample(self.model.forward(&prompt_ids, &mut cache, false))
-            .await?;
-        let prefilled = Instant::now();
-        let prefill = Event::Prefill {
-            prompt_tokens: prompt_ids.len(),
-            queued_ms: options.queued_ms,
-            tokenize_ms: (tokenized - start).as_secs_f64() * 1e3,
-            prefill_ms: (prefilled - tokenized).as_secs_f64() * 1e3,
-            t_ms: at(prefilled),
-        };
-        let mut stopped = on_event(&prefill) == Flow::Stop;
-
-        let mut text = TextStream::default();
-        let mut prev = *prompt_ids.last().unwrap();
-        let mut generated = 0;
-        let mut when = prefilled;
-        let reason = loop {
-            if stopped {
-                break StopReason::Cancelled;
-            }
-            if next == EOS {
-                break StopReason::Eos;
-            }
-            if next == BOS {
-                break StopReason::Bos;
-            }
-            generated += 1;
-            let piece = text.push(&self.tokenizer, Some(prev), next);
-            let pos = cache.len();
-            let event = Event::Token {
-                pos,
-                id: next,
-                text: piece,
-                t_ms: at(when),
-            };
-            stopped = on_event(&event) == Flow::Stop;
-            if stopped {
-                break StopReason::Cancelled;
-            }
-            if generated >= options.max_tokens {
-                break StopReason::MaxTokens;
-            }
-            if cache.len() >= self.model.config.seq_len {
-                break StopReason::ContextFull;
-            }
-            // Decode: one token through the cache.
-            prev = next;
-            next = sampler
-                .sample(self.model.forward(&[prev], &mut cache, false))
-                .await?;
-            when = Instant::now();
-        };
-        on_event(&Event::Done {
-            reason,
-            prompt_tokens: prompt_ids.len(),
-            output_tokens: generated,
-            t_ms: at(Instant::now()),
-            trailing_text: text.finish(),
-        });
-        Ok(reason)
     }
 
     /// Teacher-forced next-token predictions along `ids` (one batched pass): entry `i` is the argmax

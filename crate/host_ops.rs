@@ -11,7 +11,7 @@
 use std::ops::Range;
 
 use crate::kernels::{self, Isa, Q8Rows};
-use crate::model::{Heads, Ops};
+use crate::model::{Heads, Ops, Span};
 use crate::quant::{HostLinear, HostMatrix, QuantPlan};
 use crate::sampling::Logits;
 use crate::weights::Matrix;
@@ -28,6 +28,7 @@ impl HostOps {
 }
 
 /// `t` rows of `width` values, row-major.
+#[derive(Clone)]
 pub(crate) struct Rows {
     t: usize,
     width: usize,
@@ -40,10 +41,9 @@ impl Rows {
     }
 }
 
-/// RoPE's cos and sin `[t, head_size / 2]` for positions `start..start + t`.
+/// The pass's spans, and RoPE's cos and sin `[t, head_size / 2]` for their positions.
 pub(crate) struct HostPass {
-    start: usize,
-    t: usize,
+    spans: Vec<Span>,
     cos: Vec<f32>,
     sin: Vec<f32>,
 }
@@ -93,8 +93,12 @@ impl Ops for HostOps {
         }
     }
 
-    fn pass(&self, start: usize, t: usize, cos: Vec<f32>, sin: Vec<f32>) -> HostPass {
-        HostPass { start, t, cos, sin }
+    fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> HostPass {
+        HostPass {
+            spans: spans.to_vec(),
+            cos,
+            sin,
+        }
     }
 
     fn rms_norm(&self, x: &Rows, weight: &Vec<f32>, eps: f32) -> Rows {
@@ -155,7 +159,7 @@ impl Ops for HostOps {
         q: Rows,
         k: Rows,
         v: Rows,
-        cache: &mut HostCache,
+        caches: &mut [&mut HostCache],
         layer: usize,
         pass: &HostPass,
     ) -> Rows {
@@ -166,34 +170,40 @@ impl Ops for HostOps {
         } = self.heads;
         let kv_dim = n_kv_heads * hs;
         let rep = n_heads / n_kv_heads;
-        let (start, t) = (pass.start, pass.t);
-        let (keys, values) = (&mut cache.keys[layer], &mut cache.values[layer]);
-        keys[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&k.data);
-        values[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&v.data);
-
         let scale = 1.0 / (hs as f32).sqrt();
-        let mut out = vec![0.0; t * n_heads * hs];
-        let mut scores = vec![0.0f32; start + t];
-        for i in 0..t {
-            let seen = start + i + 1;
-            for h in 0..n_heads {
-                let query = &q.row(i)[h * hs..(h + 1) * hs];
-                let kv = (h / rep) * hs;
-                let scores = &mut scores[..seen];
-                for (j, s) in scores.iter_mut().enumerate() {
-                    let key = &keys[j * kv_dim + kv..j * kv_dim + kv + hs];
-                    *s = kernels::dot(self.isa, query, key) * scale;
-                }
-                softmax(scores);
-                let o = &mut out[(i * n_heads + h) * hs..(i * n_heads + h + 1) * hs];
-                for (j, &p) in scores.iter().enumerate() {
-                    let value = &values[j * kv_dim + kv..j * kv_dim + kv + hs];
-                    kernels::axpy(self.isa, p, value, o);
+        let mut out = vec![0.0; q.t * n_heads * hs];
+        let mut scores = Vec::new();
+        let mut row = 0;
+        for (span, cache) in pass.spans.iter().zip(caches.iter_mut()) {
+            let (start, t) = (span.start, span.len);
+            let (keys, values) = (&mut cache.keys[layer], &mut cache.values[layer]);
+            let new = row * kv_dim..(row + t) * kv_dim;
+            keys[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&k.data[new.clone()]);
+            values[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&v.data[new]);
+            scores.resize(start + t, 0.0f32);
+            for i in 0..t {
+                let seen = start + i + 1;
+                for h in 0..n_heads {
+                    let query = &q.row(row + i)[h * hs..(h + 1) * hs];
+                    let kv = (h / rep) * hs;
+                    let scores = &mut scores[..seen];
+                    for (j, s) in scores.iter_mut().enumerate() {
+                        let key = &keys[j * kv_dim + kv..j * kv_dim + kv + hs];
+                        *s = kernels::dot(self.isa, query, key) * scale;
+                    }
+                    softmax(scores);
+                    let at = ((row + i) * n_heads + h) * hs;
+                    let o = &mut out[at..at + hs];
+                    for (j, &p) in scores.iter().enumerate() {
+                        let value = &values[j * kv_dim + kv..j * kv_dim + kv + hs];
+                        kernels::axpy(self.isa, p, value, o);
+                    }
                 }
             }
+            row += t;
         }
         Rows {
-            t,
+            t: q.t,
             width: n_heads * hs,
             data: out,
         }

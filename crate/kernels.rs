@@ -366,6 +366,87 @@ mod avx2 {
         _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
     }
 
+    /// `N` activation rows against one f32 weight row, each summed in exactly [`dot_f32`]'s
+    /// order (so a row's result does not depend on which rows share its tile), with each 8-wide
+    /// piece of the weight row loaded once for all `N`.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_f32_tile<const N: usize>(w: &[f32], x: [&[f32]; N]) -> [f32; N] {
+        let n = w.len();
+        assert!(x.iter().all(|x| x.len() == n));
+        let pw = w.as_ptr();
+        let mut acc = [[_mm256_setzero_ps(); 4]; N];
+        let mut i = 0;
+        // SAFETY: every load is within 0..n of the weight row and of each activation row.
+        unsafe {
+            while i + 32 <= n {
+                for k in 0..4 {
+                    let wv = _mm256_loadu_ps(pw.add(i + 8 * k));
+                    for (acc, x) in acc.iter_mut().zip(&x) {
+                        let xv = _mm256_loadu_ps(x.as_ptr().add(i + 8 * k));
+                        acc[k] = _mm256_fmadd_ps(wv, xv, acc[k]);
+                    }
+                }
+                i += 32;
+            }
+            while i + 8 <= n {
+                let wv = _mm256_loadu_ps(pw.add(i));
+                for (acc, x) in acc.iter_mut().zip(&x) {
+                    acc[0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i)), acc[0]);
+                }
+                i += 8;
+            }
+        }
+        let mut out = [0.0; N];
+        for ((out, acc), x) in out.iter_mut().zip(&acc).zip(&x) {
+            let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+            let mut sum = hsum(v);
+            for j in i..n {
+                sum += w[j] * x[j];
+            }
+            *out = sum;
+        }
+        out
+    }
+
+    /// `N` int8 activation rows against one Q8_0 or Q4_0 weight row (`step` bytes a block), each
+    /// summed block by block in the same order whatever `N`; a weight block is loaded (and Q4_0
+    /// unpacked) once for all `N`.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_q_tile<const N: usize>(
+        wq: &[u8],
+        ws: &[f32],
+        q4: bool,
+        xq: [&[i8]; N],
+        xs: [&[f32]; N],
+    ) -> [f32; N] {
+        let blocks = ws.len();
+        let step = if q4 { BLOCK / 2 } else { BLOCK };
+        assert!(wq.len() >= blocks * step);
+        assert!(xq.iter().all(|x| x.len() >= blocks * BLOCK));
+        assert!(xs.iter().all(|s| s.len() >= blocks));
+        let mut acc = [_mm256_setzero_ps(); N];
+        for b in 0..blocks {
+            // SAFETY: the weight row holds `blocks * step` bytes and each activation row
+            // `blocks * 32` values (asserted above).
+            let wv = unsafe {
+                let pw = wq.as_ptr().add(b * step);
+                if q4 {
+                    unpack_q4(pw)
+                } else {
+                    _mm256_loadu_si256(pw as *const __m256i)
+                }
+            };
+            for n in 0..N {
+                // SAFETY: as above.
+                let xv =
+                    unsafe { _mm256_loadu_si256(xq[n].as_ptr().add(b * BLOCK) as *const __m256i) };
+                let scale = ws[b] * xs[n][b];
+                acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(scale), block_dot(wv, xv), acc[n]);
+            }
+        }
+        acc.map(|a| hsum(a))
+    }
+
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
@@ -379,44 +460,97 @@ mod avx2 {
     ) {
         let blocks = cols / BLOCK;
         assert!(xq.quants.len() >= t * cols || matches!(w, WeightRows::F32(_)));
+        // Activation rows go in tiles (3 for f32, 4 for blocks): a weight row, read once from
+        // memory for the whole batch, is then read from L1 once per tile, not once per row.
+        // Each row of a tile is summed in the single-row order, so batching never changes a result.
+        // Measured (this project's 2-core AMD EPYC, synthetic stories15M, 8 users, greedy, 128
+        // tokens, one run): aggregate 940 -> 1273 tok/s in f32, 1316 -> 1499 in q8.
+        let xr = |i: usize| &x[i * cols..(i + 1) * cols];
+        let qr = |i: usize| &xq.quants[i * cols..(i + 1) * cols];
+        let sr = |i: usize| &xq.scales[i * blocks..(i + 1) * blocks];
         for r in 0..rows {
             match w {
                 WeightRows::F32(data) => {
                     let wr = &data[r * cols..(r + 1) * cols];
-                    for i in 0..t {
-                        out[i * rows + r] = dot_f32(wr, &x[i * cols..(i + 1) * cols]);
+                    let mut i = 0;
+                    while i < t {
+                        i += match t - i {
+                            1 => {
+                                out[i * rows + r] = dot_f32(wr, xr(i));
+                                1
+                            }
+                            2 => tile(out, rows, r, i, dot_f32_tile(wr, [xr(i), xr(i + 1)])),
+                            _ => tile(
+                                out,
+                                rows,
+                                r,
+                                i,
+                                dot_f32_tile(wr, [xr(i), xr(i + 1), xr(i + 2)]),
+                            ),
+                        };
                     }
                 }
                 WeightRows::Q8 { .. } | WeightRows::Q4 { .. } => {
                     let (wq, scales, q4) = w.blocks();
-                    // Bytes per block: 32 values of Q8_0, or 32 nibbles of Q4_0.
                     let step = if q4 { BLOCK / 2 } else { BLOCK };
-                    assert!(
-                        wq.len() >= (r + 1) * blocks * step && scales.len() >= (r + 1) * blocks
-                    );
-                    for i in 0..t {
-                        let mut acc = _mm256_setzero_ps();
-                        for b in 0..blocks {
-                            // SAFETY: the weight row holds `blocks * step` bytes and the
-                            // activation row `blocks * 32` values (asserted above).
-                            let (wv, xv) = unsafe {
-                                let pw = wq.as_ptr().add((r * blocks + b) * step);
-                                let px = xq.quants.as_ptr().add(i * cols + b * BLOCK);
-                                let wv = if q4 {
-                                    unpack_q4(pw)
-                                } else {
-                                    _mm256_loadu_si256(pw as *const __m256i)
-                                };
-                                (wv, _mm256_loadu_si256(px as *const __m256i))
-                            };
-                            let scale = scales[r * blocks + b] * xq.scales[i * blocks + b];
-                            acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), block_dot(wv, xv), acc);
-                        }
-                        out[i * rows + r] = hsum(acc);
+                    let wr = &wq[r * blocks * step..(r + 1) * blocks * step];
+                    let ws = &scales[r * blocks..(r + 1) * blocks];
+                    let mut i = 0;
+                    while i < t {
+                        i += match t - i {
+                            1 => tile(out, rows, r, i, dot_q_tile(wr, ws, q4, [qr(i)], [sr(i)])),
+                            2 => tile(
+                                out,
+                                rows,
+                                r,
+                                i,
+                                dot_q_tile(wr, ws, q4, [qr(i), qr(i + 1)], [sr(i), sr(i + 1)]),
+                            ),
+                            3 => tile(
+                                out,
+                                rows,
+                                r,
+                                i,
+                                dot_q_tile(
+                                    wr,
+                                    ws,
+                                    q4,
+                                    [qr(i), qr(i + 1), qr(i + 2)],
+                                    [sr(i), sr(i + 1), sr(i + 2)],
+                                ),
+                            ),
+                            _ => tile(
+                                out,
+                                rows,
+                                r,
+                                i,
+                                dot_q_tile(
+                                    wr,
+                                    ws,
+                                    q4,
+                                    [qr(i), qr(i + 1), qr(i + 2), qr(i + 3)],
+                                    [sr(i), sr(i + 1), sr(i + 2), sr(i + 3)],
+                                ),
+                            ),
+                        };
                     }
                 }
             }
         }
+    }
+
+    /// Write a tile's results for weight row `r`, activation rows `i..`; returns how many.
+    fn tile<const N: usize>(
+        out: &mut [f32],
+        rows: usize,
+        r: usize,
+        i: usize,
+        v: [f32; N],
+    ) -> usize {
+        for (n, v) in v.into_iter().enumerate() {
+            out[(i + n) * rows + r] = v;
+        }
+        N
     }
 }
 

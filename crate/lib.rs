@@ -4,7 +4,7 @@
 //! Modules, one job each: [`weights`] (shapes and host arrays), [`loading`] (file formats),
 //! [`tokenizer`], [`quant`], [`model`] (the forward pass, over the operations of `device_ops`
 //! (burn tensors) or `host_ops` (the CPU, with [`kernels`])), [`sampling`], [`engine`] (prefill and
-//! decode, with events), [`meter`] (the figures), [`synth`] (synthetic checkpoints), [`backend`]
+//! decode, with events), [`sequence`] and [`scheduler`] (many requests in one batch, step by step), [`meter`] (the figures), [`synth`] (synthetic checkpoints), [`backend`]
 //! (device choice), and, on wasm, [`web`] (the JavaScript API the page's worker uses).
 
 pub mod backend;
@@ -20,6 +20,8 @@ pub mod meter;
 pub mod model;
 pub mod quant;
 pub mod sampling;
+pub mod scheduler;
+pub mod sequence;
 pub mod synth;
 pub mod tokenizer;
 pub mod weights;
@@ -30,6 +32,8 @@ pub use error::{Error, Result};
 pub use loading::ModelFiles;
 pub use quant::Quant;
 pub use sampling::Sampling;
+pub use scheduler::{Request, Scheduler};
+pub use sequence::SeqEvent;
 
 #[cfg(target_arch = "wasm32")]
 pub mod web;

@@ -25,6 +25,17 @@
 //! - **Aggregate vs per-request**: with a batch, aggregate tok/s counts every sequence's tokens over
 //!   the batch's span; per-request tok/s is one sequence's own rate. Batching raises the first and
 //!   lowers the second.
+//!
+//! For a batch or a load test of many users ([`BatchMeter`], [`LoadReport`]):
+//! - **Aggregate tok/s**: every user's generated tokens, over the span from the first request to
+//!   the last token: what the system produced.
+//! - **Per-user tok/s**: each user's own decode tok/s (as above); the report gives the median (p50)
+//!   and the slowest (min) across users: what each one saw.
+//! - **TTFT p50 / p99** across users, each from that user's own request, so time spent waiting for
+//!   a place in the batch counts.
+//! - **Inter-token p99**: across every user's gaps together; a step that prefills a joining user's
+//!   prompt shows up here as a long gap for everyone already running.
+//! - **Wall time**: from the first request to the last one's end.
 
 use serde::Serialize;
 
@@ -197,10 +208,12 @@ impl Meter {
             }
             Event::Done {
                 reason,
+                prompt_tokens,
                 t_ms,
                 trailing_text,
                 ..
             } => {
+                self.conditions.prompt_tokens = *prompt_tokens;
                 self.text.push_str(trailing_text);
                 self.conditions.stop_reason = Some(*reason);
                 self.done_ms = Some(*t_ms);
@@ -215,6 +228,11 @@ impl Meter {
 
     pub fn token_times(&self) -> &[f64] {
         &self.token_times
+    }
+
+    /// When the done event came (ms since the request was made).
+    pub fn done_ms(&self) -> Option<f64> {
+        self.done_ms
     }
 
     /// Decode tok/s over the live window ending at `now_ms`.
@@ -278,6 +296,176 @@ impl Meter {
                 .map(|tps| self.conditions.model.bytes_per_token as f64 * tps / 1e9),
             per_request_tps: decode_tps,
             aggregate_tps: aggregate_decode_tps(&[times]),
+        }
+    }
+}
+
+/// The conditions of a batch or load test: the model's, and how the users came.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadConditions {
+    #[serde(flatten)]
+    pub model: ModelInfo,
+    pub users: usize,
+    /// The most sequences one step decodes; more users wait in a queue.
+    pub max_batch: usize,
+    /// How requests arrived: `burst` (all at once) or `poisson:R` (R a second on average).
+    pub arrival: String,
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    pub warm_up_ms: Option<f64>,
+}
+
+impl LoadConditions {
+    /// One line for the top of a table or beside the figures.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} ({} params, {}, {}) on {} [{}], {} users, batch limit {}, {} arrival, up to {} tokens each, {}",
+            self.model.name,
+            human_count(self.model.parameters as f64),
+            self.model.quant,
+            human_bytes(self.model.weight_bytes),
+            self.model.backend,
+            self.model.adapter,
+            self.users,
+            self.max_batch,
+            self.arrival,
+            self.max_tokens,
+            if self.sampling.temperature == 0.0 {
+                "greedy".to_string()
+            } else {
+                format!(
+                    "T={} top-p={}",
+                    self.sampling.temperature, self.sampling.top_p
+                )
+            },
+        )
+    }
+}
+
+/// The figures of a batch or load test (see the module's definitions), with their conditions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadReport {
+    pub conditions: LoadConditions,
+    pub summary: String,
+    pub users: usize,
+    /// Users whose request ended other than by cancel.
+    pub requests_completed: usize,
+    pub prompt_tokens: usize,
+    pub output_tokens: usize,
+    pub aggregate_tps: Option<f64>,
+    pub per_user_tps_p50: Option<f64>,
+    pub per_user_tps_min: Option<f64>,
+    /// Each user's words/s, median: compare with `reading_wpm / 60`.
+    pub per_user_words_per_s_p50: Option<f64>,
+    pub reading_wpm: f64,
+    /// Reading speed as a decode rate: the reader's words/s times the tokens per word the users'
+    /// text showed. A user decoding slower than this falls behind a reader.
+    pub reading_tps: Option<f64>,
+    /// Whether the median user's text came slower than a reader reads.
+    pub per_user_below_reading: Option<bool>,
+    pub ttft_ms_p50: Option<f64>,
+    pub ttft_ms_p99: Option<f64>,
+    pub itl_ms_p50: Option<f64>,
+    pub itl_ms_p99: Option<f64>,
+    pub wall_ms: Option<f64>,
+}
+
+/// Collects the events of many sequences (each with its own [`Meter`]) and turns them into a
+/// [`LoadReport`].
+#[derive(Debug, Clone)]
+pub struct BatchMeter {
+    conditions: LoadConditions,
+    reading_wpm: f64,
+    /// Per sequence id: when it was made on the test's clock, and its own meter.
+    users: Vec<Option<(f64, Meter)>>,
+}
+
+impl BatchMeter {
+    pub fn new(conditions: LoadConditions, reading_wpm: f64) -> Self {
+        Self {
+            conditions,
+            reading_wpm,
+            users: Vec::new(),
+        }
+    }
+
+    /// Sequence `seq`'s request was made at `made_ms` on the test's clock.
+    pub fn arrive(&mut self, seq: usize, made_ms: f64) {
+        if self.users.len() <= seq {
+            self.users.resize(seq + 1, None);
+        }
+        let c = &self.conditions;
+        let conditions = Conditions::new(&c.model, c.sampling, c.max_batch, c.warm_up_ms);
+        self.users[seq] = Some((made_ms, Meter::new(conditions, self.reading_wpm)));
+    }
+
+    /// An event of sequence `seq` (which must have arrived).
+    pub fn observe(&mut self, seq: usize, event: &Event) {
+        if let Some(Some((_, meter))) = self.users.get_mut(seq) {
+            meter.observe(event);
+        }
+    }
+
+    /// Sequence `seq`'s own meter.
+    pub fn user(&self, seq: usize) -> Option<&Meter> {
+        self.users.get(seq)?.as_ref().map(|(_, m)| m)
+    }
+
+    pub fn report(&self) -> LoadReport {
+        let users: Vec<(f64, Report, &Meter)> = self
+            .users
+            .iter()
+            .flatten()
+            .map(|(made, m)| (*made, m.final_report(), m))
+            .collect();
+        let first_request = users.iter().map(|u| u.0).fold(f64::INFINITY, f64::min);
+        let last = |pick: &dyn Fn(&Meter) -> Option<f64>| {
+            users
+                .iter()
+                .filter_map(|(made, _, m)| pick(m).map(|t| made + t))
+                .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.max(t))))
+        };
+        let last_token = last(&|m| m.token_times().last().copied());
+        let end = last(&|m| m.done_ms().or(m.token_times().last().copied()));
+        let output_tokens: usize = users.iter().map(|u| u.1.conditions.output_tokens).sum();
+        let per_user: Vec<f64> = users.iter().filter_map(|u| u.1.decode_tps).collect();
+        let words: Vec<f64> = users.iter().filter_map(|u| u.1.words_per_s).collect();
+        let ttft: Vec<f64> = users.iter().filter_map(|u| u.1.ttft_ms).collect();
+        let itl: Vec<f64> = users.iter().flat_map(|u| gaps(u.2.token_times())).collect();
+        let words_p50 = percentiles(&words).map(|p| p.p50);
+        let reader = self.reading_wpm / 60.0;
+        // Tokens per word over every user's text together.
+        let all_words: usize = users.iter().map(|u| u.1.words).sum();
+        let reading_tps = (all_words > 0).then(|| reader * output_tokens as f64 / all_words as f64);
+        let ttft_p = percentiles(&ttft);
+        let itl_p = percentiles(&itl);
+        let per_user_p = percentiles(&per_user);
+        LoadReport {
+            summary: self.conditions.summary(),
+            conditions: self.conditions.clone(),
+            users: users.len(),
+            requests_completed: users
+                .iter()
+                .filter(|u| {
+                    u.1.conditions
+                        .stop_reason
+                        .is_some_and(|r| r != StopReason::Cancelled)
+                })
+                .count(),
+            prompt_tokens: users.iter().map(|u| u.1.conditions.prompt_tokens).sum(),
+            output_tokens,
+            aggregate_tps: last_token.and_then(|t| rate(output_tokens, t - first_request)),
+            per_user_tps_p50: per_user_p.map(|p| p.p50),
+            per_user_tps_min: per_user.iter().copied().reduce(f64::min),
+            per_user_words_per_s_p50: words_p50,
+            reading_wpm: self.reading_wpm,
+            reading_tps,
+            per_user_below_reading: words_p50.map(|w| w < reader),
+            ttft_ms_p50: ttft_p.map(|p| p.p50),
+            ttft_ms_p99: ttft_p.map(|p| p.p99),
+            itl_ms_p50: itl_p.map(|p| p.p50),
+            itl_ms_p99: itl_p.map(|p| p.p99),
+            wall_ms: end.map(|t| t - first_request),
         }
     }
 }

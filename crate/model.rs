@@ -28,9 +28,18 @@ pub struct Heads {
     pub head_size: usize,
 }
 
-/// What the forward pass asks of a backend. `Act` is a batch of activations `[t, width]`.
+/// One sequence's rows in a pass: positions `start..start + len` of its own KV cache. A prefill is
+/// one span of the whole prompt; a batched decode step is one span of one row per sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub start: usize,
+    pub len: usize,
+}
+
+/// What the forward pass asks of a backend. `Act` is a batch of activations `[t, width]`: the
+/// rows of every span of the pass, one after another.
 pub(crate) trait Ops {
-    type Act;
+    type Act: Clone;
     /// A norm's weight.
     type Vector;
     /// A projection `y = W x` with `W` of `[out, in]`, in whatever form the backend stores.
@@ -48,22 +57,22 @@ pub(crate) trait Ops {
 
     /// `t` embedding rows `[t, dim]` as activations.
     fn embed(&self, rows: Vec<f32>, t: usize) -> Self::Act;
-    /// Prepare positions `start..start + t` (cos and sin are `[t, head_size / 2]`).
-    fn pass(&self, start: usize, t: usize, cos: Vec<f32>, sin: Vec<f32>) -> Self::Pass;
+    /// Prepare the spans' positions (cos and sin are `[t, head_size / 2]`, every span's rows).
+    fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> Self::Pass;
     fn rms_norm(&self, x: &Self::Act, weight: &Self::Vector, eps: f32) -> Self::Act;
     fn matmul(&self, x: &Self::Act, w: &Self::Linear) -> Self::Act;
     /// Rotate adjacent pairs (2i, 2i+1) of each head of `x` `[t, heads * head_size]` by the
     /// position's angle, as llama2.c does.
     fn rope(&self, x: Self::Act, pass: &Self::Pass) -> Self::Act;
-    /// Store `k` and `v` for the pass's positions in `layer`'s cache, then attend: each query row
-    /// over keys `0..=` its position, query heads grouped onto KV heads. Returns `[t, dim]`.
-    #[allow(clippy::too_many_arguments)]
+    /// Store each span's `k` and `v` in `layer` of its own cache (`caches[i]` for span `i`), then
+    /// attend: each query row over its sequence's keys `0..=` its position, query heads grouped
+    /// onto KV heads. Returns `[t, dim]`.
     fn attention(
         &self,
         q: Self::Act,
         k: Self::Act,
         v: Self::Act,
-        cache: &mut Self::Cache,
+        caches: &mut [&mut Self::Cache],
         layer: usize,
         pass: &Self::Pass,
     ) -> Self::Act;
@@ -272,15 +281,18 @@ impl Llama {
     /// position, or `[T, vocab]` for every position when `all_logits` (used to check quantization
     /// along a known sequence).
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Logits {
+        let chunk = self.prefill_chunk(cache.len() + tokens.len());
+        self.forward_in_chunks(tokens, cache, all_logits, chunk)
+    }
+
+    /// How many positions one pass may run when the longest sequence ends at `end`: the largest
+    /// intermediates per position are a row of attention scores per head over every key, and the
+    /// feed-forward's three hidden-width rows. (In u64: n_heads * end can pass 2^32, wasm's usize.)
+    pub fn prefill_chunk(&self, end: usize) -> usize {
         let c = &self.config;
-        let end = cache.len() + tokens.len();
-        // The largest intermediates per chunk position: a row of attention scores per head over
-        // every key, and the feed-forward's three hidden-width rows.
-        // (In u64: n_heads * end can pass 2^32, wasm's usize.)
         let per_position =
             4 * (c.n_heads as u64 * end as u64).max(3 * c.hidden_dim as u64 + 4 * c.dim as u64);
-        let chunk = (PREFILL_CHUNK_BYTES / per_position).max(1) as usize;
-        self.forward_in_chunks(tokens, cache, all_logits, chunk)
+        (PREFILL_CHUNK_BYTES / per_position).max(1) as usize
     }
 
     /// [`forward`](Self::forward) with `tokens` run `chunk` at a time (tests compare chunkings).
@@ -291,15 +303,23 @@ impl Llama {
         all_logits: bool,
         chunk: usize,
     ) -> Logits {
-        let KvCache { positions, store } = cache;
-        match (&self.body, store) {
-            (Body::Device(w), Store::Device(s)) => {
-                self.chunks(w, tokens, positions, s, all_logits, chunk)
-            }
-            (Body::Host(w), Store::Host(s)) => {
-                self.chunks(w, tokens, positions, s, all_logits, chunk)
-            }
-            _ => panic!("a KV cache from a model on another backend"),
+        match &self.body {
+            Body::Device(w) => self.chunks(w, tokens, cache, device_store, all_logits, chunk),
+            Body::Host(w) => self.chunks(w, tokens, cache, host_store, all_logits, chunk),
+        }
+    }
+
+    /// One pass over several sequences at once, each at its own positions in its own cache: the
+    /// projections and the classifier see all their rows together, so each weight is read once
+    /// per step for the whole batch; attention reads each sequence's own cache. Returns logits
+    /// `[segments, vocab]`, row `i` for the last position of `segments[i]`.
+    ///
+    /// Each segment must fit a pass (a prompt longer than [`prefill_chunk`](Self::prefill_chunk)
+    /// goes through [`forward`](Self::forward) alone) and the context.
+    pub fn forward_batch(&self, segments: &mut [Segment]) -> Logits {
+        match &self.body {
+            Body::Device(w) => self.batch(w, segments, device_store),
+            Body::Host(w) => self.batch(w, segments, host_store),
         }
     }
 
@@ -307,21 +327,18 @@ impl Llama {
         &self,
         w: &Weights<O>,
         tokens: &[u32],
-        positions: &mut Positions,
-        store: &mut O::Cache,
+        cache: &mut KvCache,
+        store: fn(&mut Store) -> &mut O::Cache,
         all_logits: bool,
         chunk: usize,
     ) -> Logits {
-        let c = &self.config;
         let mut hidden = Vec::new();
         for piece in tokens.chunks(chunk.max(1)) {
-            let end = positions.len + piece.len();
-            if let Some(capacity) = positions.growth(end) {
-                w.ops.grow(store, capacity, positions.len);
-                positions.capacity = capacity;
-            }
-            let x = self.transformer(w, piece, positions.len, store);
-            positions.len = end;
+            let KvCache {
+                positions,
+                store: s,
+            } = &mut *cache;
+            let x = self.pass(w, &[piece], vec![positions], vec![store(s)]);
             let t = piece.len();
             hidden.push(if all_logits {
                 x
@@ -334,27 +351,88 @@ impl Llama {
         } else {
             hidden.pop().expect("forward needs at least one token")
         };
-        let x = w.ops.rms_norm(&x, &w.rms_final, c.norm_eps);
+        self.classify(w, x)
+    }
+
+    fn batch<O: Ops>(
+        &self,
+        w: &Weights<O>,
+        segments: &mut [Segment],
+        store: fn(&mut Store) -> &mut O::Cache,
+    ) -> Logits {
+        let tokens: Vec<&[u32]> = segments.iter().map(|s| s.tokens).collect();
+        let (positions, stores) = segments
+            .iter_mut()
+            .map(|s| {
+                let KvCache {
+                    positions,
+                    store: s,
+                } = &mut *s.cache;
+                (positions, store(s))
+            })
+            .unzip();
+        let x = self.pass(w, &tokens, positions, stores);
+        // Each segment's last row; a decode step's rows are all last rows already.
+        let x = if tokens.iter().all(|t| t.len() == 1) {
+            x
+        } else {
+            let mut end = 0;
+            let last = tokens.iter().map(|t| {
+                end += t.len();
+                w.ops.rows(x.clone(), end - 1..end)
+            });
+            w.ops.cat(last.collect())
+        };
+        self.classify(w, x)
+    }
+
+    /// Grow each cache for its tokens, run the layers over all of them, and advance the caches.
+    /// Returns the hidden states `[T, dim]` before the final norm.
+    fn pass<O: Ops>(
+        &self,
+        w: &Weights<O>,
+        tokens: &[&[u32]],
+        mut positions: Vec<&mut Positions>,
+        mut stores: Vec<&mut O::Cache>,
+    ) -> O::Act {
+        let mut spans = Vec::with_capacity(tokens.len());
+        for ((t, p), s) in tokens.iter().zip(&mut positions).zip(&mut stores) {
+            let end = p.len + t.len();
+            if let Some(capacity) = p.growth(end) {
+                w.ops.grow(s, capacity, p.len);
+                p.capacity = capacity;
+            }
+            spans.push(Span {
+                start: p.len,
+                len: t.len(),
+            });
+        }
+        let x = self.transformer(w, &tokens.concat(), &spans, &mut stores);
+        for (p, span) in positions.into_iter().zip(&spans) {
+            p.len = span.start + span.len;
+        }
+        x
+    }
+
+    /// The final norm and the classifier.
+    fn classify<O: Ops>(&self, w: &Weights<O>, x: O::Act) -> Logits {
+        let x = w.ops.rms_norm(&x, &w.rms_final, self.config.norm_eps);
         w.ops.logits(w.ops.matmul(&x, &w.classifier))
     }
 
-    /// Every layer for `tokens` at positions `start..` in one batched pass, storing their keys and
-    /// values in the cache (which holds room for them). Returns the hidden states `[T, dim]`
-    /// before the final norm.
+    /// Every layer for `tokens` (the spans' rows, one after another) in one batched pass, storing
+    /// their keys and values in each span's cache (which holds room for them). Returns the hidden
+    /// states `[T, dim]` before the final norm.
     fn transformer<O: Ops>(
         &self,
         w: &Weights<O>,
         tokens: &[u32],
-        start: usize,
-        cache: &mut O::Cache,
+        spans: &[Span],
+        caches: &mut [&mut O::Cache],
     ) -> O::Act {
         let (c, ops) = (&self.config, &w.ops);
         let (t, dim) = (tokens.len(), c.dim);
-        let end = start + t;
-        assert!(
-            t > 0 && end <= c.seq_len,
-            "positions {start}..{end} outside the context"
-        );
+        assert!(t > 0, "a pass needs at least one token");
 
         // Token embedding: copy the rows on the host.
         let mut rows = Vec::with_capacity(t * dim);
@@ -362,16 +440,27 @@ impl Llama {
             rows.extend_from_slice(&self.embedding[id as usize * dim..(id as usize + 1) * dim]);
         }
         let mut x = ops.embed(rows, t);
-        let (cos, sin) = rope_angles(&self.rope_freqs, start, end);
-        let pass = ops.pass(start, t, cos, sin);
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for span in spans {
+            let end = span.start + span.len;
+            assert!(
+                end <= c.seq_len,
+                "positions {}..{end} outside the context",
+                span.start
+            );
+            let (c, s) = rope_angles(&self.rope_freqs, span.start, end);
+            cos.extend(c);
+            sin.extend(s);
+        }
+        let pass = ops.pass(spans, cos, sin);
 
         for (l, layer) in w.layers.iter().enumerate() {
-            // Attention: project, rotate, store in the cache, attend over positions 0..end.
+            // Attention: project, rotate, store in the caches, attend over each sequence's past.
             let h = ops.rms_norm(&x, &layer.rms_att, c.norm_eps);
             let q = ops.rope(ops.matmul(&h, &layer.wq), &pass);
             let k = ops.rope(ops.matmul(&h, &layer.wk), &pass);
             let v = ops.matmul(&h, &layer.wv);
-            let attention = ops.attention(q, k, v, cache, l, &pass);
+            let attention = ops.attention(q, k, v, caches, l, &pass);
             x = ops.add(x, ops.matmul(&attention, &layer.wo));
 
             // Feed-forward: w2(silu(w1 x) * w3 x).
@@ -380,6 +469,26 @@ impl Llama {
             x = ops.add(x, ops.matmul(&hidden, &layer.w2));
         }
         x
+    }
+}
+
+/// One sequence's tokens in a batched pass, with its cache.
+pub struct Segment<'a> {
+    pub tokens: &'a [u32],
+    pub cache: &'a mut KvCache,
+}
+
+fn device_store(store: &mut Store) -> &mut <DeviceOps as Ops>::Cache {
+    match store {
+        Store::Device(cache) => cache,
+        Store::Host(_) => panic!("a KV cache from a model on another backend"),
+    }
+}
+
+fn host_store(store: &mut Store) -> &mut <HostOps as Ops>::Cache {
+    match store {
+        Store::Host(cache) => cache,
+        Store::Device(_) => panic!("a KV cache from a model on another backend"),
     }
 }
 

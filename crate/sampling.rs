@@ -68,6 +68,27 @@ impl Sampler {
         Ok(self.sample_host(&logits))
     }
 
+    /// One pick per row of `logits` `[samplers.len(), vocab]`, row `i` by `samplers[i]`, with one
+    /// read-back for the whole batch: only the ids when every sampler is greedy.
+    pub async fn sample_rows(samplers: &mut [&mut Sampler], logits: Logits) -> Result<Vec<u32>> {
+        if samplers.iter().all(|s| s.settings.temperature == 0.0) {
+            return logits.argmax().await;
+        }
+        let data = logits.into_vec().await?;
+        let vocab = data.len() / samplers.len().max(1);
+        Ok(samplers
+            .iter_mut()
+            .zip(data.chunks_exact(vocab))
+            .map(|(sampler, row)| {
+                if sampler.settings.temperature == 0.0 {
+                    argmax(row)
+                } else {
+                    sampler.sample_host(row)
+                }
+            })
+            .collect())
+    }
+
     /// Temperature and top-p on host logits (pure, so tests can drive it).
     pub fn sample_host(&mut self, logits: &[f32]) -> u32 {
         let probs = softmax(logits, self.settings.temperature);
@@ -152,18 +173,7 @@ impl Logits {
                     .map_err(device_error)?;
                 Ok(data.iter::<i64>().map(|id| id as u32).collect())
             }
-            Logits::Host { vocab, data, .. } => Ok(data
-                .chunks_exact(vocab)
-                .map(|row| {
-                    let mut best = 0;
-                    for (i, &v) in row.iter().enumerate() {
-                        if v > row[best] {
-                            best = i;
-                        }
-                    }
-                    best as u32
-                })
-                .collect()),
+            Logits::Host { vocab, data, .. } => Ok(data.chunks_exact(vocab).map(argmax).collect()),
         }
     }
 
@@ -177,6 +187,17 @@ impl Logits {
             Logits::Host { data, .. } => Ok(data),
         }
     }
+}
+
+/// The first index of the largest value, as run.c's `argmax`.
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
 }
 
 fn device_error(e: ExecutionError) -> Error {

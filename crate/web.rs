@@ -1,10 +1,11 @@
 //! The JavaScript API that the page's Web Worker uses (wasm only): load a model from bytes, pick the
-//! backend and quantization, warm up, generate with a callback per event, cancel.
+//! backend and quantization, warm up, generate with a callback per event, cancel; and the
+//! concurrency lab, many simulated users in one batch, started and then advanced by `pump`.
 //!
 //! Every event reaches JavaScript with the meter's report as of that moment, so the page shows
 //! figures computed by the same Rust code as the CLI.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use js_sys::Function;
@@ -12,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::engine::DEFAULT_MAX_TOKENS;
-use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter};
+use crate::meter::{BatchMeter, Conditions, DEFAULT_READING_WPM, LoadConditions, Meter};
+use crate::scheduler::{Arrival, DEFAULT_PROMPTS, Request, Scheduler};
 use crate::weights::FileBytes;
 use crate::{
     Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling,
@@ -365,6 +367,217 @@ impl Session {
     /// Stop the running generation after its current token.
     pub fn cancel(&self) {
         self.cancelled.set(true);
+    }
+}
+
+/// A concurrency lab's settings, as the page sends them.
+#[derive(Deserialize)]
+#[serde(default)]
+struct LabOptions {
+    users: usize,
+    /// `burst` or `poisson:RATE`.
+    arrival: String,
+    /// The most sequences one step decodes; `None`: as many as there are users.
+    max_batch: Option<usize>,
+    max_tokens: usize,
+    /// Given to the users in turn; `None`: the engine's built-in list of varied prompts.
+    prompts: Option<Vec<String>>,
+    reading_wpm: f64,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        Self {
+            users: 4,
+            arrival: "burst".into(),
+            max_batch: None,
+            max_tokens: 128,
+            prompts: None,
+            reading_wpm: DEFAULT_READING_WPM,
+        }
+    }
+}
+
+/// The most users the page's lab simulates.
+pub const MAX_LAB_USERS: usize = 64;
+
+/// A concurrency lab in progress: users' requests in one scheduler, advanced by `pump` so that the
+/// worker hears a cancel between pumps.
+#[wasm_bindgen]
+pub struct Lab {
+    engine: Rc<Engine>,
+    /// Taken out while a pump runs, so that a second pump or a cancel meanwhile is refused.
+    state: Rc<RefCell<Option<LabState>>>,
+}
+
+struct LabState {
+    scheduler: Scheduler,
+    meter: BatchMeter,
+    users: usize,
+}
+
+/// One user's figures so far, for its lane.
+#[derive(Serialize)]
+struct UserFigures {
+    seq: usize,
+    tokens: usize,
+    ttft_ms: Option<f64>,
+    decode_tps: Option<f64>,
+    reason: Option<crate::StopReason>,
+}
+
+#[wasm_bindgen]
+impl Session {
+    /// Start a concurrency lab (see `LabOptions`): every user's request is submitted now, to arrive
+    /// as `arrival` says. Then call `pump` until it reports `done`.
+    #[wasm_bindgen(js_name = startLab)]
+    pub fn start_lab(&self, options: JsValue) -> Result<Lab, JsError> {
+        let options: LabOptions = if options.is_undefined() || options.is_null() {
+            LabOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options).map_err(js_error)?
+        };
+        if !(1..=MAX_LAB_USERS).contains(&options.users) {
+            return Err(js_error(format!(
+                "{} users: the lab simulates 1 to {MAX_LAB_USERS}",
+                options.users
+            )));
+        }
+        let arrival: Arrival = options.arrival.parse().map_err(js_error)?;
+        let prompts = options
+            .prompts
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect());
+        let max_batch = options.max_batch.unwrap_or(options.users).max(1);
+        let run = GenerateOptions {
+            max_tokens: options.max_tokens,
+            ..Default::default()
+        };
+        let conditions = LoadConditions {
+            model: self.engine.info.clone(),
+            users: options.users,
+            max_batch,
+            arrival: arrival.to_string(),
+            max_tokens: options.max_tokens,
+            sampling: run.sampling,
+            warm_up_ms: self.warm_up_ms.get(),
+        };
+        let mut meter = BatchMeter::new(conditions, options.reading_wpm);
+        let mut scheduler = Scheduler::new(max_batch);
+        for (i, at) in arrival.times(options.users).into_iter().enumerate() {
+            let request = Request {
+                prompt: prompts[i % prompts.len()].clone(),
+                options: run,
+            };
+            let seq = scheduler
+                .submit(&self.engine, &request, Some(at))
+                .map_err(js_error)?;
+            meter.arrive(seq, at);
+        }
+        Ok(Lab {
+            engine: self.engine.clone(),
+            state: Rc::new(RefCell::new(Some(LabState {
+                scheduler,
+                meter,
+                users: options.users,
+            }))),
+        })
+    }
+}
+
+#[wasm_bindgen]
+impl Lab {
+    /// Run steps for about `budget_ms` (at least one), then resolve to `{ events, users, report,
+    /// done, wait_ms }`: the steps' events (each with its `seq`), every user's figures so far, the
+    /// load report so far, whether every user has ended, and, when nothing can run until the next
+    /// user arrives, how long until then.
+    pub fn pump(&self, budget_ms: f64) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        let state = self.state.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let busy = || JsValue::from(js_error("the lab is already being pumped"));
+            let mut lab = state.borrow_mut().take().ok_or_else(busy)?;
+            let start = lab.scheduler.now_ms();
+            let mut events = Vec::new();
+            let mut wait_ms = None;
+            while !lab.scheduler.is_idle() {
+                let step = lab.scheduler.step(&engine).await.map_err(engine_error)?;
+                if step.is_empty() && lab.scheduler.running() == 0 {
+                    wait_ms = lab
+                        .scheduler
+                        .next_arrival_ms()
+                        .map(|at| (at - lab.scheduler.now_ms()).max(0.0));
+                    break;
+                }
+                for e in &step {
+                    lab.meter.observe(e.seq, &e.event);
+                }
+                events.extend(step);
+                if lab.scheduler.now_ms() - start >= budget_ms {
+                    break;
+                }
+            }
+            #[derive(Serialize)]
+            struct Pumped<'a> {
+                events: &'a [crate::SeqEvent],
+                users: Vec<UserFigures>,
+                report: crate::meter::LoadReport,
+                done: bool,
+                wait_ms: Option<f64>,
+            }
+            let pumped = to_js(&Pumped {
+                events: &events,
+                users: lab.figures(),
+                report: lab.meter.report(),
+                done: lab.scheduler.is_idle(),
+                wait_ms,
+            });
+            *state.borrow_mut() = Some(lab);
+            Ok(pumped)
+        })
+    }
+
+    /// End every user's request now (between pumps); returns their done events.
+    #[wasm_bindgen(js_name = cancelAll)]
+    pub fn cancel_all(&self) -> Result<JsValue, JsError> {
+        let mut state = self.state.borrow_mut();
+        let lab = state
+            .as_mut()
+            .ok_or_else(|| js_error("the lab is being pumped; cancel between pumps"))?;
+        let mut events = Vec::new();
+        for seq in 0..lab.users {
+            if let Some(done) = lab.scheduler.cancel(seq) {
+                lab.meter.observe(seq, &done.event);
+                events.push(done);
+            }
+        }
+        Ok(to_js(&events))
+    }
+
+    /// The load report as of now.
+    pub fn report(&self) -> Result<JsValue, JsError> {
+        let state = self.state.borrow();
+        let lab = state
+            .as_ref()
+            .ok_or_else(|| js_error("the lab is being pumped"))?;
+        Ok(to_js(&lab.meter.report()))
+    }
+}
+
+impl LabState {
+    fn figures(&self) -> Vec<UserFigures> {
+        (0..self.users)
+            .filter_map(|seq| {
+                let r = self.meter.user(seq)?.final_report();
+                Some(UserFigures {
+                    seq,
+                    tokens: r.conditions.output_tokens,
+                    ttft_ms: r.ttft_ms,
+                    decode_tps: r.decode_tps,
+                    reason: r.conditions.stop_reason,
+                })
+            })
+            .collect()
     }
 }
 

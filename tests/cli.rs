@@ -300,3 +300,133 @@ fn synth_writes_a_loadable_checkpoint_and_bench_prints_a_table() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn generate_with_a_prompts_file_runs_one_batch_with_events_per_sequence() {
+    let prompts = scratch(
+        "prompts.txt",
+        b"Once upon a time\nLily and Ben went to the park\n\nThe little red car\n",
+    );
+    let output = tokenometer(&[
+        "generate",
+        "--model",
+        &model(),
+        "--tokenizer",
+        &tok512(),
+        "--prompts",
+        &prompts,
+        "--max-tokens",
+        "30",
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last["event"], "batch_done");
+    for seq in 0..3 {
+        let mine: Vec<_> = lines.iter().filter(|l| l["seq"] == seq).collect();
+        assert_eq!(mine[0]["event"], "prefill", "sequence {seq}");
+        assert_eq!(mine.iter().filter(|l| l["event"] == "token").count(), 30);
+        let done = mine.last().unwrap();
+        assert_eq!(done["event"], "done");
+        assert_eq!(done["report"]["conditions"]["batch_size"], 3);
+        assert!(done["report"]["decode_tps"].as_f64().unwrap() > 0.0);
+    }
+    // Sequence 0 is the reference prompt: its greedy text is run.c's, batched or not.
+    let text: String = lines
+        .iter()
+        .filter(|l| l["seq"] == 0 && l["event"] == "token")
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert!(reference_text().starts_with(&format!("Once upon a time{text}")));
+    let report = &last["report"];
+    assert_eq!(report["users"], 3);
+    assert_eq!(report["requests_completed"], 3);
+    assert_eq!(report["output_tokens"], 90);
+    let aggregate = report["aggregate_tps"].as_f64().unwrap();
+    assert!(aggregate >= report["per_user_tps_p50"].as_f64().unwrap());
+    assert_eq!(report["conditions"]["model"], "stories260K");
+}
+
+#[test]
+fn bench_with_concurrency_prints_one_json_object_per_level() {
+    let output = tokenometer(&[
+        "bench",
+        "--model",
+        &model(),
+        "--tokenizer",
+        &tok512(),
+        "--concurrency",
+        "1,2,4",
+        "--max-tokens",
+        "12",
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let levels: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(levels.len(), 3);
+    for (level, users) in levels.iter().zip([1, 2, 4]) {
+        assert_eq!(level["users"], users);
+        for key in [
+            "aggregate_tps",
+            "per_user_tps_p50",
+            "per_user_tps_min",
+            "ttft_ms_p50",
+            "ttft_ms_p99",
+            "itl_ms_p99",
+            "wall_ms",
+        ] {
+            assert!(level[key].as_f64().unwrap() > 0.0, "{key} at {users} users");
+        }
+        assert_eq!(level["conditions"]["users"], users);
+        assert_eq!(level["conditions"]["arrival"], "burst");
+        assert_eq!(level["conditions"]["quant"], "f32");
+    }
+    // The human table, with a Poisson arrival and a batch limit below the users.
+    let output = tokenometer(&[
+        "bench",
+        "--model",
+        &model(),
+        "--tokenizer",
+        &tok512(),
+        "--concurrency",
+        "4",
+        "--arrival",
+        "poisson:200",
+        "--max-batch",
+        "2",
+        "--max-tokens",
+        "8",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("poisson:200 arrival"), "{stdout}");
+    assert!(stdout.contains("batch limit 2"), "{stdout}");
+    assert!(stdout.contains("aggr tok/s"), "{stdout}");
+    assert_refused(
+        tokenometer(&[
+            "bench",
+            "--model",
+            &model(),
+            "--tokenizer",
+            &tok512(),
+            "--concurrency",
+            "2",
+            "--arrival",
+            "poisson:-1",
+        ]),
+        "use burst (all users at once) or poisson:RATE",
+    );
+}

@@ -278,7 +278,9 @@ fn prefill_and_tokens_are_timestamped_in_order() {
     else {
         panic!("{:?}", events[0])
     };
-    assert_eq!((*prompt_tokens, *queued_ms), (5, 5.0));
+    // The queue is the 5 ms before the engine plus the moment between submitting and the first step.
+    assert_eq!(*prompt_tokens, 5);
+    assert!((5.0..50.0).contains(queued_ms), "{queued_ms}");
     assert!(*t_ms >= 5.0);
     let times: Vec<f64> = events
         .iter()

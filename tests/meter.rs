@@ -249,3 +249,103 @@ fn conditions_line_names_everything_a_figure_depends_on() {
         assert!(line.contains(part), "{part:?} missing in {line}");
     }
 }
+
+fn load_meter(users: usize) -> tokenometer::meter::BatchMeter {
+    let conditions = tokenometer::meter::LoadConditions {
+        model: info(),
+        users,
+        max_batch: users,
+        arrival: "burst".into(),
+        max_tokens: 3,
+        sampling: Sampling::default(),
+        warm_up_ms: None,
+    };
+    tokenometer::meter::BatchMeter::new(conditions, 240.0)
+}
+
+fn event(text: &str, t_ms: f64) -> Event {
+    Event::Token {
+        pos: 0,
+        id: 7,
+        text: text.into(),
+        t_ms,
+    }
+}
+
+fn end(reason: StopReason, output_tokens: usize, t_ms: f64) -> Event {
+    Event::Done {
+        reason,
+        prompt_tokens: 4,
+        output_tokens,
+        t_ms,
+        trailing_text: String::new(),
+    }
+}
+
+#[test]
+fn a_load_test_reports_aggregate_per_user_ttft_and_inter_token_figures() {
+    // User 0 is made at 0 ms, user 1 at 10 ms; each event's time is from its own request.
+    let mut m = load_meter(2);
+    m.arrive(0, 0.0);
+    m.arrive(1, 10.0);
+    for t in [5.0, 15.0, 25.0] {
+        m.observe(0, &event(" a", t));
+    }
+    m.observe(0, &end(StopReason::MaxTokens, 3, 25.0));
+    for t in [20.0, 25.0] {
+        m.observe(1, &event(" b", t));
+    }
+    m.observe(1, &end(StopReason::Eos, 2, 25.0));
+    let r = m.report();
+    assert_eq!((r.users, r.requests_completed), (2, 2));
+    assert_eq!((r.prompt_tokens, r.output_tokens), (8, 5));
+    // 5 tokens from the first request (0 ms) to the last token (10 + 25 = 35 ms).
+    assert_eq!(r.aggregate_tps, Some(5.0 / 35.0 * 1e3));
+    // Per user: 2 tokens after the first over 20 ms = 100/s; 1 over 5 ms = 200/s.
+    assert_eq!(r.per_user_tps_p50, Some(100.0));
+    assert_eq!(r.per_user_tps_min, Some(100.0));
+    // TTFTs 5 and 20 ms, each from its own request: queueing counts.
+    assert_eq!((r.ttft_ms_p50, r.ttft_ms_p99), (Some(5.0), Some(20.0)));
+    // Gaps 10, 10 and 5 ms, all users together.
+    assert_eq!((r.itl_ms_p50, r.itl_ms_p99), (Some(10.0), Some(10.0)));
+    assert_eq!(r.wall_ms, Some(35.0));
+}
+
+#[test]
+fn a_cancelled_user_is_not_completed_and_a_one_token_user_has_no_rate() {
+    let mut m = load_meter(2);
+    m.arrive(0, 0.0);
+    m.arrive(1, 0.0);
+    m.observe(0, &event(" a", 4.0));
+    m.observe(0, &end(StopReason::Cancelled, 1, 6.0));
+    m.observe(1, &event(" b", 8.0));
+    m.observe(1, &event(" c", 12.0));
+    m.observe(1, &end(StopReason::MaxTokens, 2, 12.0));
+    let r = m.report();
+    assert_eq!(r.requests_completed, 1);
+    // Only user 1 has a decode rate (one token after its first, over 4 ms).
+    assert_eq!(r.per_user_tps_p50, Some(250.0));
+    assert_eq!(r.per_user_tps_min, Some(250.0));
+    assert_eq!(r.aggregate_tps, Some(3.0 / 12.0 * 1e3));
+    assert_eq!(r.wall_ms, Some(12.0));
+    let empty = load_meter(0).report();
+    assert_eq!(
+        (empty.aggregate_tps, empty.wall_ms, empty.ttft_ms_p99),
+        (None, None, None)
+    );
+}
+
+#[test]
+fn a_load_test_says_whether_users_keep_up_with_a_reader() {
+    // One user, 4 tokens ("a b c d", 4 words) over 30 ms after the first: 100 tok/s, 100 words/s.
+    let mut m = load_meter(1);
+    m.arrive(0, 0.0);
+    for (i, w) in ["a", " b", " c", " d"].iter().enumerate() {
+        m.observe(0, &event(w, 10.0 + 10.0 * i as f64));
+    }
+    m.observe(0, &end(StopReason::MaxTokens, 4, 40.0));
+    let r = m.report();
+    // 240 wpm is 4 words/s; at 1 token a word that is 4 tok/s.
+    assert_eq!(r.reading_tps, Some(4.0));
+    assert_eq!(r.per_user_below_reading, Some(false));
+}

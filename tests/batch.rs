@@ -1,0 +1,245 @@
+//! Batched generation is the same computation as batch 1: sequences of a batch (different prompts,
+//! joining mid-run, cancelled, or filling their context) each produce their own batch-1 tokens, on
+//! the CPU and the wgpu backends.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use tokenometer::{
+    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Request,
+    Scheduler, StopReason,
+};
+
+/// Different lengths and different stories.
+const PROMPTS: [&str; 3] = [
+    "Once upon a time",
+    "Lily and Ben went to the park with their dog",
+    "The little red car",
+];
+
+fn engine(backend: &Backend) -> Engine {
+    let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
+    let tokenizer = read(stories260k("tok512.bin"));
+    Engine::load(files, Some(&tokenizer), Quant::F32, backend).expect("loads")
+}
+
+fn options(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        ..Default::default()
+    }
+}
+
+/// The ids `generate` (batch 1) produces from `prompt`, and why it stopped.
+fn solo(engine: &Engine, prompt: &str, max_tokens: usize) -> (Vec<u32>, StopReason) {
+    let mut ids = Vec::new();
+    let reason = pollster::block_on(engine.generate(prompt, &options(max_tokens), &mut |e| {
+        if let Event::Token { id, .. } = e {
+            ids.push(*id);
+        }
+        Flow::Continue
+    }))
+    .unwrap();
+    (ids, reason)
+}
+
+/// What each sequence of a batch produced.
+#[derive(Default, Debug)]
+struct Outcome {
+    ids: Vec<u32>,
+    reason: Option<StopReason>,
+    /// The step at which it ended.
+    ended_at: usize,
+}
+
+/// Run `requests` through one scheduler; `(prompt, max_tokens, join_at_step)`. After each step,
+/// `between(step, scheduler)` may act (cancel). Returns the outcome by sequence id.
+fn batch(
+    engine: &Engine,
+    requests: &[(&str, usize, usize)],
+    mut between: impl FnMut(usize, &mut Scheduler) -> Vec<tokenometer::SeqEvent>,
+) -> BTreeMap<usize, Outcome> {
+    let mut scheduler = Scheduler::new(requests.len());
+    let mut out: BTreeMap<usize, Outcome> = BTreeMap::new();
+    let mut ids_by_request = BTreeMap::new();
+    let mut step = 0;
+    loop {
+        for (i, (prompt, max, join)) in requests.iter().enumerate() {
+            if *join == step {
+                let request = Request {
+                    prompt: prompt.to_string(),
+                    options: options(*max),
+                };
+                let id = scheduler.submit(engine, &request, None).unwrap();
+                ids_by_request.insert(i, id);
+            }
+        }
+        let joined_all = requests.iter().all(|r| r.2 <= step);
+        if scheduler.is_idle() && joined_all {
+            break;
+        }
+        let mut events = pollster::block_on(scheduler.step(engine)).unwrap();
+        events.extend(between(step, &mut scheduler));
+        for e in events {
+            let o = out.entry(e.seq).or_default();
+            match e.event {
+                Event::Token { id, .. } => o.ids.push(id),
+                Event::Done { reason, .. } => {
+                    o.reason = Some(reason);
+                    o.ended_at = step;
+                }
+                Event::Prefill { .. } => {}
+            }
+        }
+        step += 1;
+    }
+    // Outcomes in request order.
+    ids_by_request
+        .into_iter()
+        .map(|(i, id)| (i, out.remove(&id).unwrap_or_default()))
+        .collect()
+}
+
+fn check_batch_equals_solo(backend: &Backend) {
+    let engine = engine(backend);
+    let requests: Vec<_> = PROMPTS.iter().map(|p| (*p, 120, 0)).collect();
+    let outcomes = batch(&engine, &requests, |_, _| Vec::new());
+    for (i, prompt) in PROMPTS.iter().enumerate() {
+        let (ids, reason) = solo(&engine, prompt, 120);
+        assert!(
+            ids.len() >= 100,
+            "{prompt:?} gave only {} tokens",
+            ids.len()
+        );
+        assert_eq!(
+            outcomes[&i].ids, ids,
+            "{prompt:?} in a batch of 3 on {}",
+            backend.adapter
+        );
+        assert_eq!(outcomes[&i].reason, Some(reason));
+    }
+    // And the reference prompt follows run.c.
+    let (prompt, sequence) = reference_ids();
+    let expected = &sequence[prompt.len()..prompt.len() + 120];
+    assert_eq!(outcomes[&0].ids, expected);
+}
+
+#[test]
+fn a_batch_of_three_prompts_gives_each_its_batch_1_tokens_on_cpu() {
+    check_batch_equals_solo(&Backend::cpu());
+}
+
+#[test]
+fn a_batch_of_three_prompts_gives_each_its_batch_1_tokens_on_wgpu() {
+    let gpu = pollster::block_on(Backend::init(BackendChoice::Wgpu)).expect(
+        "the wgpu backend needs a Vulkan driver; on a machine without a GPU install Mesa's \
+         software one: apt-get install -y mesa-vulkan-drivers",
+    );
+    check_batch_equals_solo(&gpu);
+}
+
+#[test]
+fn a_sequence_joining_mid_run_changes_nobody_elses_tokens() {
+    let engine = engine(&Backend::cpu());
+    let requests = [
+        (PROMPTS[0], 100, 0),
+        (PROMPTS[1], 100, 0),
+        (PROMPTS[2], 60, 17),
+    ];
+    let outcomes = batch(&engine, &requests, |_, _| Vec::new());
+    for (i, (prompt, max, _)) in requests.iter().enumerate() {
+        assert_eq!(
+            outcomes[&i].ids,
+            solo(&engine, prompt, *max).0,
+            "{prompt:?}"
+        );
+    }
+    // The others were still running when it joined at step 17.
+    assert!(outcomes[&0].ended_at > 17 && outcomes[&1].ended_at > 17);
+}
+
+#[test]
+fn cancelling_one_sequence_leaves_the_others_running() {
+    let engine = engine(&Backend::cpu());
+    let requests: Vec<_> = PROMPTS.iter().map(|p| (*p, 100, 0)).collect();
+    let outcomes = batch(&engine, &requests, |step, scheduler| {
+        // Sequence 1 (the second request) is cancelled after its 10th token.
+        if step == 9 {
+            vec![scheduler.cancel(1).expect("running")]
+        } else {
+            Vec::new()
+        }
+    });
+    assert_eq!(outcomes[&1].reason, Some(StopReason::Cancelled));
+    assert_eq!(outcomes[&1].ids, solo(&engine, PROMPTS[1], 10).0);
+    for i in [0, 2] {
+        assert_eq!(outcomes[&i].ids, solo(&engine, PROMPTS[i], 100).0);
+        assert_eq!(outcomes[&i].reason, Some(StopReason::MaxTokens));
+    }
+}
+
+#[test]
+fn a_full_context_ends_only_its_own_sequence() {
+    // Synthetic weights never pick BOS or EOS, so only the context or max tokens end these runs.
+    let mut config = tokenometer::synth::Shape::Stories15M.config();
+    (
+        config.dim,
+        config.hidden_dim,
+        config.n_layers,
+        config.n_heads,
+        config.n_kv_heads,
+    ) = (64, 128, 2, 4, 2);
+    (config.vocab_size, config.seq_len) = (512, 32);
+    let mut bytes = Vec::new();
+    tokenometer::loading::llama2c::write(&tokenometer::synth::weights(&config, 1), &mut bytes)
+        .unwrap();
+    let files = ModelFiles::llama2c("tiny", bytes);
+    let tokenizer = read(stories260k("tok512.bin"));
+    let engine = Engine::load(files, Some(&tokenizer), Quant::F32, &Backend::cpu()).unwrap();
+    let long = "Lily and Ben went to the park with their dog and a ball";
+    let requests = [(long, 1000, 0), ("Once", 20, 0)];
+    let outcomes = batch(&engine, &requests, |_, _| Vec::new());
+    let prompt_len = engine.encode_prompt(long).unwrap().len();
+    assert_eq!(outcomes[&0].reason, Some(StopReason::ContextFull));
+    assert_eq!(outcomes[&0].ids.len(), 32 - prompt_len + 1);
+    assert_eq!(outcomes[&1].reason, Some(StopReason::MaxTokens));
+    assert_eq!(outcomes[&1].ids.len(), 20);
+    assert!(outcomes[&1].ended_at > outcomes[&0].ended_at);
+    for (i, (prompt, max, _)) in requests.iter().enumerate() {
+        assert_eq!(outcomes[&i].ids, solo(&engine, prompt, *max).0);
+    }
+}
+
+#[test]
+fn requests_beyond_the_batch_limit_wait_and_their_wait_is_queue_time() {
+    let engine = engine(&Backend::cpu());
+    let mut scheduler = Scheduler::new(2);
+    for prompt in PROMPTS {
+        let request = Request {
+            prompt: prompt.to_string(),
+            options: options(30),
+        };
+        scheduler.submit(&engine, &request, None).unwrap();
+    }
+    let mut prefills = BTreeMap::new();
+    let mut most_running = 0;
+    while !scheduler.is_idle() {
+        for e in pollster::block_on(scheduler.step(&engine)).unwrap() {
+            if let Event::Prefill {
+                queued_ms, t_ms, ..
+            } = e.event
+            {
+                prefills.insert(e.seq, (queued_ms, t_ms));
+            }
+        }
+        most_running = most_running.max(scheduler.running());
+    }
+    assert_eq!(most_running, 2);
+    // The third joined only when one of the first two ended, 30 tokens later.
+    let (queued, ttft) = prefills[&2];
+    assert!(queued > prefills[&0].0 && queued > 0.0, "{prefills:?}");
+    assert!(ttft > prefills[&0].1 && ttft >= queued, "{prefills:?}");
+}
