@@ -97,7 +97,7 @@ pub enum WeightRows<'a> {
 
 /// `out[i * rows + r] = dot(weight row r, x row i)` for a `[rows, cols]` weight and `t` rows of
 /// `x` (f32 for f32 weights; int8 blocks in `xq` for quantized ones). Each weight row is read
-/// once for all `t` activation rows.
+/// from memory once for all `t` activation rows.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     isa: Isa,
@@ -110,86 +110,147 @@ pub fn matmul(
     out: &mut [f32],
 ) {
     debug_assert_eq!(out.len(), t * rows);
+    let m = Matmul {
+        w,
+        rows,
+        cols,
+        x,
+        xq,
+        t,
+    };
     match isa {
-        Isa::Scalar => matmul_with(
-            w,
-            rows,
-            cols,
-            x,
-            xq,
-            t,
-            out,
-            scalar::dot_f32,
-            scalar::dot_q8,
-        ),
+        Isa::Scalar => m.tiled(out, 1, scalar::f32_tile, scalar::blocks_tile),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA.
-        Isa::Avx2 => unsafe { avx2::matmul(w, rows, cols, x, xq, t, out) },
+        Isa::Avx2 => unsafe { avx2::matmul(&m, out) },
         #[cfg(target_arch = "wasm32")]
-        Isa::Simd128 => matmul_with(
-            w,
-            rows,
-            cols,
-            x,
-            xq,
-            t,
-            out,
-            simd128::dot_f32,
-            simd128::dot_q8,
-        ),
+        Isa::Simd128 => m.tiled(out, 3, simd128::f32_tile, simd128::blocks_tile),
     }
 }
 
-/// One weight row's blocks and one activation row's blocks, for a quantized dot product.
-#[derive(Clone, Copy)]
-pub struct BlockPair<'a> {
-    /// Q8_0 quants, or Q4_0 packed nibbles (`q4` set).
-    pub wq: &'a [u8],
-    pub ws: &'a [f32],
-    pub q4: bool,
-    pub xq: &'a [i8],
-    pub xs: &'a [f32],
-}
+/// The most activation rows one tile holds.
+const TILE: usize = 4;
 
-/// The loop over weight rows and activation rows, shared by the instruction sets whose dot
-/// products inline well through a function pointer (scalar, SIMD128).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn matmul_with(
-    w: WeightRows,
+/// A matrix product's operands.
+pub(crate) struct Matmul<'a> {
+    w: WeightRows<'a>,
     rows: usize,
     cols: usize,
-    x: &[f32],
-    xq: &Q8Rows,
+    x: &'a [f32],
+    xq: &'a Q8Rows,
     t: usize,
-    out: &mut [f32],
-    dot_f32: impl Fn(&[f32], &[f32]) -> f32,
-    dot_q: impl Fn(BlockPair) -> f32,
-) {
-    let blocks = cols / BLOCK;
-    if let WeightRows::F32(data) = w {
-        for r in 0..rows {
-            let wr = &data[r * cols..(r + 1) * cols];
-            for i in 0..t {
-                out[i * rows + r] = dot_f32(wr, &x[i * cols..(i + 1) * cols]);
+}
+
+impl Matmul<'_> {
+    /// The loop over weight rows, with the activation rows in tiles (`f32_rows` at most for f32
+    /// weights, `TILE` for blocks): a weight row, read from memory once for the whole batch, is
+    /// then read from L1 once per tile, not once per row, and a quantized block is unpacked once
+    /// per tile. Each instruction set's tile functions sum every row in its single-row order, so a
+    /// row's result never depends on which rows share its tile (batched decode equals batch 1).
+    /// Measured (this project's 2-core AMD EPYC, synthetic stories15M, 8 users, greedy, 128
+    /// tokens, aggregate tok/s before -> after, one run each): AVX2 f32 940 -> 1273, q8 1316 ->
+    /// 1499; SIMD128 in Chromium's worker f32 488 -> 578, q4 424 -> 477, q8 530 -> 498 (a Q8_0
+    /// block's weight loads are a small part of its work there, so q8 gains nothing).
+    #[inline(always)]
+    fn tiled(
+        &self,
+        out: &mut [f32],
+        f32_rows: usize,
+        f32_tile: impl Fn(&[f32], &[&[f32]], &mut [f32]),
+        blocks_tile: impl Fn(WeightBlocks, &[BlockRow], &mut [f32]),
+    ) {
+        let (rows, cols, t) = (self.rows, self.cols, self.t);
+        let blocks = cols / BLOCK;
+        let quantized = !matches!(self.w, WeightRows::F32(_));
+        assert!(!quantized || self.xq.quants.len() >= t * cols);
+        assert!(quantized || self.x.len() >= t * cols);
+        let width = if quantized {
+            TILE
+        } else {
+            f32_rows.clamp(1, TILE)
+        };
+        // The tiles of activation rows, the same for every weight row: (first row, rows).
+        let tiles: Vec<(usize, usize)> = (0..t)
+            .step_by(width)
+            .map(|i| (i, (t - i).min(width)))
+            .collect();
+        let mut results = [0.0f32; TILE];
+        match self.w {
+            WeightRows::F32(data) => {
+                let x: Vec<[&[f32]; TILE]> = tiles
+                    .iter()
+                    .map(|&(i, n)| {
+                        std::array::from_fn(|k| &self.x[(i + k.min(n - 1)) * cols..][..cols])
+                    })
+                    .collect();
+                for r in 0..rows {
+                    let w = &data[r * cols..(r + 1) * cols];
+                    if t == 1 {
+                        // Decode at batch 1: straight into place (measured in wasm: the tile
+                        // bookkeeping cost q8 a tenth of its speed there).
+                        f32_tile(w, &x[0][..1], &mut out[r..r + 1]);
+                        continue;
+                    }
+                    for (&(i, n), x) in tiles.iter().zip(&x) {
+                        f32_tile(w, &x[..n], &mut results[..n]);
+                        for (k, v) in results[..n].iter().enumerate() {
+                            out[(i + k) * rows + r] = *v;
+                        }
+                    }
+                }
+            }
+            _ => {
+                let (wq, scales, q4) = self.w.blocks();
+                // Bytes per block: 32 values of Q8_0, or 32 nibbles of Q4_0.
+                let step = if q4 { BLOCK / 2 } else { BLOCK };
+                let x: Vec<[BlockRow; TILE]> = tiles
+                    .iter()
+                    .map(|&(i, n)| {
+                        std::array::from_fn(|k| {
+                            let row = i + k.min(n - 1);
+                            BlockRow {
+                                quants: bytemuck::cast_slice(&self.xq.quants[row * cols..][..cols]),
+                                scales: &self.xq.scales[row * blocks..][..blocks],
+                            }
+                        })
+                    })
+                    .collect();
+                for r in 0..rows {
+                    let w = WeightBlocks {
+                        row: BlockRow {
+                            quants: &wq[r * blocks * step..(r + 1) * blocks * step],
+                            scales: &scales[r * blocks..(r + 1) * blocks],
+                        },
+                        q4,
+                    };
+                    if t == 1 {
+                        blocks_tile(w, &x[0][..1], &mut out[r..r + 1]);
+                        continue;
+                    }
+                    for (&(i, n), x) in tiles.iter().zip(&x) {
+                        blocks_tile(w, &x[..n], &mut results[..n]);
+                        for (k, v) in results[..n].iter().enumerate() {
+                            out[(i + k) * rows + r] = *v;
+                        }
+                    }
+                }
             }
         }
-        return;
     }
-    let (wq, scales, q4) = w.blocks();
-    // Bytes per row: one per Q8_0 value, one per two Q4_0 values.
-    let row_bytes = if q4 { cols / 2 } else { cols };
-    for r in 0..rows {
-        for i in 0..t {
-            out[i * rows + r] = dot_q(BlockPair {
-                wq: &wq[r * row_bytes..(r + 1) * row_bytes],
-                ws: &scales[r * blocks..(r + 1) * blocks],
-                q4,
-                xq: &xq.quants[i * cols..(i + 1) * cols],
-                xs: &xq.scales[i * blocks..(i + 1) * blocks],
-            });
-        }
-    }
+}
+
+/// One row of blocks: Q8_0 values as bytes (or Q4_0 nibbles) and a scale per block of 32.
+#[derive(Clone, Copy)]
+pub struct BlockRow<'a> {
+    pub quants: &'a [u8],
+    pub scales: &'a [f32],
+}
+
+/// A weight row of blocks, and whether they are Q4_0.
+#[derive(Clone, Copy)]
+pub struct WeightBlocks<'a> {
+    pub row: BlockRow<'a>,
+    pub q4: bool,
 }
 
 impl<'a> WeightRows<'a> {
@@ -231,7 +292,7 @@ pub fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
 }
 
 mod scalar {
-    use super::{BLOCK, BlockPair};
+    use super::{BLOCK, BlockRow, WeightBlocks};
 
     pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         // Eight partial sums, as the vector versions keep, so results differ only by rounding.
@@ -251,25 +312,37 @@ mod scalar {
         acc.iter().sum::<f32>() + tail
     }
 
-    pub fn dot_q8(p: BlockPair) -> f32 {
+    pub fn f32_tile(w: &[f32], x: &[&[f32]], out: &mut [f32]) {
+        for (out, x) in out.iter_mut().zip(x) {
+            *out = dot_f32(w, x);
+        }
+    }
+
+    pub fn blocks_tile(w: WeightBlocks, x: &[BlockRow], out: &mut [f32]) {
+        for (out, x) in out.iter_mut().zip(x) {
+            *out = dot_blocks(w, *x);
+        }
+    }
+
+    fn dot_blocks(w: WeightBlocks, x: BlockRow) -> f32 {
         let mut sum = 0.0f32;
-        for b in 0..p.ws.len() {
-            let x = &p.xq[b * BLOCK..(b + 1) * BLOCK];
+        for b in 0..w.row.scales.len() {
+            let xb = &x.quants[b * BLOCK..(b + 1) * BLOCK];
             let mut acc = 0i32;
-            if p.q4 {
-                let w = &p.wq[b * BLOCK / 2..(b + 1) * BLOCK / 2];
+            if w.q4 {
+                let wb = &w.row.quants[b * BLOCK / 2..(b + 1) * BLOCK / 2];
                 for j in 0..BLOCK / 2 {
-                    let lo = (w[j] & 0x0f) as i32 - 8;
-                    let hi = (w[j] >> 4) as i32 - 8;
-                    acc += lo * x[j] as i32 + hi * x[j + BLOCK / 2] as i32;
+                    let lo = (wb[j] & 0x0f) as i32 - 8;
+                    let hi = (wb[j] >> 4) as i32 - 8;
+                    acc += lo * (xb[j] as i8) as i32 + hi * (xb[j + BLOCK / 2] as i8) as i32;
                 }
             } else {
-                let w = &p.wq[b * BLOCK..(b + 1) * BLOCK];
+                let wb = &w.row.quants[b * BLOCK..(b + 1) * BLOCK];
                 for j in 0..BLOCK {
-                    acc += (w[j] as i8) as i32 * x[j] as i32;
+                    acc += (wb[j] as i8) as i32 * (xb[j] as i8) as i32;
                 }
             }
-            sum += p.ws[b] * p.xs[b] * acc as f32;
+            sum += w.row.scales[b] * x.scales[b] * acc as f32;
         }
         sum
     }
@@ -279,7 +352,7 @@ mod scalar {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, Q8Rows, WeightRows};
+    use super::{BLOCK, BlockRow, Matmul, WeightBlocks};
 
     #[target_feature(enable = "avx2,fma")]
     fn hsum(v: __m256) -> f32 {
@@ -408,149 +481,63 @@ mod avx2 {
         out
     }
 
-    /// `N` int8 activation rows against one Q8_0 or Q4_0 weight row (`step` bytes a block), each
-    /// summed block by block in the same order whatever `N`; a weight block is loaded (and Q4_0
-    /// unpacked) once for all `N`.
+    /// `N` int8 activation rows against one Q8_0 or Q4_0 weight row, each summed block by block
+    /// in the same order whatever `N`; a weight block is loaded (and Q4_0 unpacked) once for all
+    /// `N`.
     #[target_feature(enable = "avx2,fma")]
-    fn dot_q_tile<const N: usize>(
-        wq: &[u8],
-        ws: &[f32],
-        q4: bool,
-        xq: [&[i8]; N],
-        xs: [&[f32]; N],
-    ) -> [f32; N] {
-        let blocks = ws.len();
-        let step = if q4 { BLOCK / 2 } else { BLOCK };
-        assert!(wq.len() >= blocks * step);
-        assert!(xq.iter().all(|x| x.len() >= blocks * BLOCK));
-        assert!(xs.iter().all(|s| s.len() >= blocks));
+    fn dot_q_tile<const N: usize>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
+        let blocks = w.row.scales.len();
+        let step = if w.q4 { BLOCK / 2 } else { BLOCK };
+        assert!(w.row.quants.len() >= blocks * step);
+        assert!(
+            x.iter()
+                .all(|x| x.quants.len() >= blocks * BLOCK && x.scales.len() >= blocks)
+        );
         let mut acc = [_mm256_setzero_ps(); N];
         for b in 0..blocks {
             // SAFETY: the weight row holds `blocks * step` bytes and each activation row
-            // `blocks * 32` values (asserted above).
+            // `blocks * 32` (asserted above).
             let wv = unsafe {
-                let pw = wq.as_ptr().add(b * step);
-                if q4 {
+                let pw = w.row.quants.as_ptr().add(b * step);
+                if w.q4 {
                     unpack_q4(pw)
                 } else {
                     _mm256_loadu_si256(pw as *const __m256i)
                 }
             };
-            for n in 0..N {
+            for (acc, x) in acc.iter_mut().zip(&x) {
                 // SAFETY: as above.
-                let xv =
-                    unsafe { _mm256_loadu_si256(xq[n].as_ptr().add(b * BLOCK) as *const __m256i) };
-                let scale = ws[b] * xs[n][b];
-                acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(scale), block_dot(wv, xv), acc[n]);
+                let xv = unsafe {
+                    _mm256_loadu_si256(x.quants.as_ptr().add(b * BLOCK) as *const __m256i)
+                };
+                let scale = w.row.scales[b] * x.scales[b];
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), block_dot(wv, xv), *acc);
             }
         }
         acc.map(|a| hsum(a))
     }
 
+    /// The whole product, its loops compiled for AVX2 so that the tiles inline into them; tiles
+    /// of up to 3 rows for f32 (4 accumulators a row fill 12 of the 16 registers) and 4 for blocks.
     #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    pub fn matmul(
-        w: WeightRows,
-        rows: usize,
-        cols: usize,
-        x: &[f32],
-        xq: &Q8Rows,
-        t: usize,
-        out: &mut [f32],
-    ) {
-        let blocks = cols / BLOCK;
-        assert!(xq.quants.len() >= t * cols || matches!(w, WeightRows::F32(_)));
-        // Activation rows go in tiles (3 for f32, 4 for blocks): a weight row, read once from
-        // memory for the whole batch, is then read from L1 once per tile, not once per row.
-        // Each row of a tile is summed in the single-row order, so batching never changes a result.
-        // Measured (this project's 2-core AMD EPYC, synthetic stories15M, 8 users, greedy, 128
-        // tokens, one run): aggregate 940 -> 1273 tok/s in f32, 1316 -> 1499 in q8.
-        let xr = |i: usize| &x[i * cols..(i + 1) * cols];
-        let qr = |i: usize| &xq.quants[i * cols..(i + 1) * cols];
-        let sr = |i: usize| &xq.scales[i * blocks..(i + 1) * blocks];
-        for r in 0..rows {
-            match w {
-                WeightRows::F32(data) => {
-                    let wr = &data[r * cols..(r + 1) * cols];
-                    let mut i = 0;
-                    while i < t {
-                        i += match t - i {
-                            1 => {
-                                out[i * rows + r] = dot_f32(wr, xr(i));
-                                1
-                            }
-                            2 => tile(out, rows, r, i, dot_f32_tile(wr, [xr(i), xr(i + 1)])),
-                            _ => tile(
-                                out,
-                                rows,
-                                r,
-                                i,
-                                dot_f32_tile(wr, [xr(i), xr(i + 1), xr(i + 2)]),
-                            ),
-                        };
-                    }
-                }
-                WeightRows::Q8 { .. } | WeightRows::Q4 { .. } => {
-                    let (wq, scales, q4) = w.blocks();
-                    let step = if q4 { BLOCK / 2 } else { BLOCK };
-                    let wr = &wq[r * blocks * step..(r + 1) * blocks * step];
-                    let ws = &scales[r * blocks..(r + 1) * blocks];
-                    let mut i = 0;
-                    while i < t {
-                        i += match t - i {
-                            1 => tile(out, rows, r, i, dot_q_tile(wr, ws, q4, [qr(i)], [sr(i)])),
-                            2 => tile(
-                                out,
-                                rows,
-                                r,
-                                i,
-                                dot_q_tile(wr, ws, q4, [qr(i), qr(i + 1)], [sr(i), sr(i + 1)]),
-                            ),
-                            3 => tile(
-                                out,
-                                rows,
-                                r,
-                                i,
-                                dot_q_tile(
-                                    wr,
-                                    ws,
-                                    q4,
-                                    [qr(i), qr(i + 1), qr(i + 2)],
-                                    [sr(i), sr(i + 1), sr(i + 2)],
-                                ),
-                            ),
-                            _ => tile(
-                                out,
-                                rows,
-                                r,
-                                i,
-                                dot_q_tile(
-                                    wr,
-                                    ws,
-                                    q4,
-                                    [qr(i), qr(i + 1), qr(i + 2), qr(i + 3)],
-                                    [sr(i), sr(i + 1), sr(i + 2), sr(i + 3)],
-                                ),
-                            ),
-                        };
-                    }
-                }
-            }
-        }
-    }
-
-    /// Write a tile's results for weight row `r`, activation rows `i..`; returns how many.
-    fn tile<const N: usize>(
-        out: &mut [f32],
-        rows: usize,
-        r: usize,
-        i: usize,
-        v: [f32; N],
-    ) -> usize {
-        for (n, v) in v.into_iter().enumerate() {
-            out[(i + n) * rows + r] = v;
-        }
-        N
+    pub fn matmul(m: &Matmul, out: &mut [f32]) {
+        m.tiled(
+            out,
+            3,
+            |w, x, o| match *x {
+                [a] => o[0] = dot_f32(w, a),
+                [a, b] => o.copy_from_slice(&dot_f32_tile(w, [a, b])),
+                [a, b, c] => o.copy_from_slice(&dot_f32_tile(w, [a, b, c])),
+                _ => panic!("an f32 tile holds 1 to 3 rows"),
+            },
+            |w, x, o| match *x {
+                [a] => o.copy_from_slice(&dot_q_tile(w, [a])),
+                [a, b] => o.copy_from_slice(&dot_q_tile(w, [a, b])),
+                [a, b, c] => o.copy_from_slice(&dot_q_tile(w, [a, b, c])),
+                [a, b, c, d] => o.copy_from_slice(&dot_q_tile(w, [a, b, c, d])),
+                _ => panic!("a block tile holds 1 to 4 rows"),
+            },
+        );
     }
 }
 
@@ -558,7 +545,7 @@ mod avx2 {
 mod simd128 {
     use std::arch::wasm32::*;
 
-    use super::{BLOCK, BlockPair};
+    use super::{BLOCK, BlockRow, WeightBlocks};
 
     #[inline(always)]
     fn hsum(v: v128) -> f32 {
@@ -609,39 +596,112 @@ mod simd128 {
         i32x4_extadd_pairwise_i16x8(products)
     }
 
+    /// `N` rows against one f32 weight row, each summed in exactly [`dot_f32`]'s order, with each
+    /// 4-wide piece of the weight row loaded once for all `N`.
     #[inline(always)]
-    pub fn dot_q8(p: BlockPair) -> f32 {
-        let (blocks, q4) = (p.ws.len(), p.q4);
+    fn dot_f32_tile<const N: usize>(w: &[f32], x: [&[f32]; N]) -> [f32; N] {
+        let n = w.len();
+        assert!(x.iter().all(|x| x.len() == n));
+        let pw = w.as_ptr();
+        let mut acc = [[f32x4_splat(0.0); 4]; N];
+        let mut i = 0;
+        // SAFETY: every load is within 0..n of the weight row and of each activation row.
+        unsafe {
+            while i + 16 <= n {
+                for k in 0..4 {
+                    let wv = v128_load(pw.add(i + 4 * k) as *const v128);
+                    for (acc, x) in acc.iter_mut().zip(&x) {
+                        let xv = v128_load(x.as_ptr().add(i + 4 * k) as *const v128);
+                        acc[k] = f32x4_add(acc[k], f32x4_mul(wv, xv));
+                    }
+                }
+                i += 16;
+            }
+            while i + 4 <= n {
+                let wv = v128_load(pw.add(i) as *const v128);
+                for (acc, x) in acc.iter_mut().zip(&x) {
+                    let xv = v128_load(x.as_ptr().add(i) as *const v128);
+                    acc[0] = f32x4_add(acc[0], f32x4_mul(wv, xv));
+                }
+                i += 4;
+            }
+        }
+        let mut out = [0.0; N];
+        for ((out, acc), x) in out.iter_mut().zip(&acc).zip(&x) {
+            let v = f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3]));
+            let mut sum = hsum(v);
+            for j in i..n {
+                sum += w[j] * x[j];
+            }
+            *out = sum;
+        }
+        out
+    }
+
+    /// `N` int8 rows against one Q8_0 or Q4_0 weight row, each summed block by block in the same
+    /// order whatever `N`; a weight block is loaded (and Q4_0 unpacked) once for all `N`.
+    #[inline(always)]
+    fn dot_q_tile<const N: usize>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
+        let blocks = w.row.scales.len();
+        let step = if w.q4 { BLOCK / 2 } else { BLOCK };
+        assert!(w.row.quants.len() >= blocks * step);
         assert!(
-            p.xq.len() >= blocks * BLOCK && p.wq.len() >= blocks * BLOCK / if q4 { 2 } else { 1 }
+            x.iter()
+                .all(|x| x.quants.len() >= blocks * BLOCK && x.scales.len() >= blocks)
         );
-        let mut acc = f32x4_splat(0.0);
+        let mut acc = [f32x4_splat(0.0); N];
         for b in 0..blocks {
-            // SAFETY: both rows hold `blocks` blocks (asserted above).
-            let (x0, x1, w0, w1) = unsafe {
-                let px = p.xq.as_ptr().add(b * BLOCK);
-                let x0 = v128_load(px as *const v128);
-                let x1 = v128_load(px.add(16) as *const v128);
-                if q4 {
-                    let bytes = v128_load(p.wq.as_ptr().add(b * BLOCK / 2) as *const v128);
+            // SAFETY: the weight row holds `blocks * step` bytes and each activation row
+            // `blocks * 32` (asserted above).
+            let (w0, w1) = unsafe {
+                let pw = w.row.quants.as_ptr().add(b * step);
+                if w.q4 {
+                    let bytes = v128_load(pw as *const v128);
                     let eight = i8x16_splat(8);
                     let lo = i8x16_sub(v128_and(bytes, i8x16_splat(0x0f)), eight);
                     let hi = i8x16_sub(u8x16_shr(bytes, 4), eight);
-                    (x0, x1, lo, hi)
+                    (lo, hi)
                 } else {
-                    let pw = p.wq.as_ptr().add(b * BLOCK);
                     (
-                        x0,
-                        x1,
                         v128_load(pw as *const v128),
                         v128_load(pw.add(16) as *const v128),
                     )
                 }
             };
-            let ints = i32x4_add(dot16(w0, x0), dot16(w1, x1));
-            let scale = f32x4_splat(p.ws[b] * p.xs[b]);
-            acc = f32x4_add(acc, f32x4_mul(scale, f32x4_convert_i32x4(ints)));
+            for (acc, x) in acc.iter_mut().zip(&x) {
+                // SAFETY: as above.
+                let (x0, x1) = unsafe {
+                    let px = x.quants.as_ptr().add(b * BLOCK);
+                    (
+                        v128_load(px as *const v128),
+                        v128_load(px.add(16) as *const v128),
+                    )
+                };
+                let ints = i32x4_add(dot16(w0, x0), dot16(w1, x1));
+                let scale = f32x4_splat(w.row.scales[b] * x.scales[b]);
+                *acc = f32x4_add(*acc, f32x4_mul(scale, f32x4_convert_i32x4(ints)));
+            }
         }
-        hsum(acc)
+        acc.map(hsum)
+    }
+
+    /// Every row of `x` against `w`, in tiles of up to 3 (see `Matmul::tiled`).
+    pub fn f32_tile(w: &[f32], x: &[&[f32]], out: &mut [f32]) {
+        match *x {
+            [a] => out[0] = dot_f32(w, a),
+            [a, b] => out.copy_from_slice(&dot_f32_tile(w, [a, b])),
+            [a, b, c] => out.copy_from_slice(&dot_f32_tile(w, [a, b, c])),
+            _ => panic!("an f32 tile holds 1 to 3 rows"),
+        }
+    }
+
+    pub fn blocks_tile(w: WeightBlocks, x: &[BlockRow], out: &mut [f32]) {
+        match *x {
+            [a] => out.copy_from_slice(&dot_q_tile(w, [a])),
+            [a, b] => out.copy_from_slice(&dot_q_tile(w, [a, b])),
+            [a, b, c] => out.copy_from_slice(&dot_q_tile(w, [a, b, c])),
+            [a, b, c, d] => out.copy_from_slice(&dot_q_tile(w, [a, b, c, d])),
+            _ => panic!("a block tile holds 1 to 4 rows"),
+        }
     }
 }

@@ -148,3 +148,31 @@ fn a_zero_block_stays_zero() {
         assert_eq!(run(isa, &m, &x, 1, 64, 1), vec![0.0]);
     }
 }
+
+/// A batch's rows go through the kernels in tiles; each row's result must be bit for bit what it
+/// gets alone, so that batched decode is the same computation as batch 1.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn a_row_in_a_tile_gets_exactly_its_result_alone() {
+    let (rows, cols, t) = (13, 296 - 8, 7);
+    let w = values(rows * cols, 5);
+    let x = values(t * cols, 9);
+    for m in [
+        HostMatrix::F32(w.clone().into()),
+        HostMatrix::q8(&w),
+        HostMatrix::q4(&w),
+    ] {
+        for isa in Isa::available() {
+            let batch = run(isa, &m, &x, rows, cols, t);
+            for i in 0..t {
+                let alone = run(isa, &m, &x[i * cols..(i + 1) * cols], rows, cols, 1);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&batch[i * rows..(i + 1) * rows]),
+                    bits(&alone),
+                    "{isa:?} row {i} of {t}"
+                );
+            }
+        }
+    }
+}
