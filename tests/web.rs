@@ -269,3 +269,63 @@ async fn a_header_whose_size_wraps_in_32_bits_is_refused_with_its_real_size() {
         "{message}"
     );
 }
+
+/// A property of a JS object.
+fn get(value: &JsValue, key: &str) -> JsValue {
+    js_sys::Reflect::get(value, &key.into()).unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn the_lab_batches_users_pump_by_pump_and_cancels_between_pumps() {
+    let session = session(MODEL).await.unwrap();
+    let options = js_sys::JSON::parse(r#"{"users": 3, "max_tokens": 40}"#).unwrap();
+    let lab = session.start_lab(options).unwrap();
+    let mut tokens = [0usize; 3];
+    let mut ids: Vec<Vec<u32>> = vec![Vec::new(); 3];
+    let report = loop {
+        let pumped = JsFuture::from(lab.pump(5.0)).await.unwrap();
+        let events: js_sys::Array = get(&pumped, "events").unchecked_into();
+        for event in events.iter() {
+            if get(&event, "event").as_string().as_deref() == Some("token") {
+                let seq = get(&event, "seq").as_f64().unwrap() as usize;
+                tokens[seq] += 1;
+                ids[seq].push(get(&event, "id").as_f64().unwrap() as u32);
+            }
+        }
+        if get(&pumped, "done").as_bool().unwrap() {
+            break get(&pumped, "report");
+        }
+    };
+    assert_eq!(tokens, [40, 40, 40]);
+    // User 0 has the reference prompt: its batched greedy ids are run.c's.
+    assert_eq!(ids[0], reference_generated()[..40]);
+    assert_eq!(get(&report, "users").as_f64(), Some(3.0));
+    assert_eq!(get(&report, "output_tokens").as_f64(), Some(120.0));
+    let aggregate = get(&report, "aggregate_tps").as_f64().unwrap();
+    assert!(aggregate >= get(&report, "per_user_tps_p50").as_f64().unwrap());
+
+    // Cancel between pumps: every user ends as cancelled, and the lab is done.
+    let options = js_sys::JSON::parse(r#"{"users": 2, "max_tokens": 400}"#).unwrap();
+    let lab = session.start_lab(options).unwrap();
+    JsFuture::from(lab.pump(1.0)).await.unwrap();
+    let cancelled: js_sys::Array = lab.cancel_all().unwrap().unchecked_into();
+    assert_eq!(cancelled.length(), 2);
+    for done in cancelled.iter() {
+        assert_eq!(
+            get(&done, "reason").as_string().as_deref(),
+            Some("cancelled")
+        );
+    }
+    let pumped = JsFuture::from(lab.pump(1.0)).await.unwrap();
+    assert_eq!(get(&pumped, "done").as_bool(), Some(true));
+    assert_eq!(
+        get(&lab.report().unwrap(), "requests_completed").as_f64(),
+        Some(0.0)
+    );
+
+    // A bad setting is a sentence.
+    let bad = js_sys::JSON::parse(r#"{"users": 3, "arrival": "sometimes"}"#).unwrap();
+    let error = session.start_lab(bad).err().map(JsValue::from).unwrap();
+    let message = get(&error, "message").as_string().unwrap();
+    assert!(message.contains("use burst"), "{message}");
+}

@@ -1,5 +1,6 @@
 // The page: renders what the worker reports. It never computes a figure itself; the meter's report
 // (computed in Rust, in the worker) arrives with every event.
+import { ConcurrencyLab } from './lab.js';
 
 const LLAMA2_TOKENIZER = 'https://raw.githubusercontent.com/karpathy/llama2.c/master/tokenizer.bin';
 const TINYLLAMAS = 'https://huggingface.co/karpathy/tinyllamas/resolve/main';
@@ -34,7 +35,7 @@ const figures = {
 };
 
 const state = {
-  worker: null, stopFlag: null, loadedKey: null, loading: null, running: false,
+  worker: null, stopFlag: null, loadedKey: null, loading: null, running: false, labBusy: false,
   text: '', report: null, points: [], readerStart: null, warmUpMs: null,
 };
 
@@ -73,6 +74,7 @@ const handlers = {
     state.warmUpMs = ms;
     el.warmup.hidden = true;
     el.conditions.textContent += ` · warm-up ${ms.toFixed(0)} ms (apart)`;
+    setStatus('idle');
     state.loading?.resolve();
   },
   events: ({ events, report }) => {
@@ -97,12 +99,52 @@ const handlers = {
     state.report = report;
     finishRun();
   },
-  error: ({ message }) => fail(message),
+  'lab-events': (message) => labListeners.get(message.id)?.(message),
+  'lab-finished': (message) => {
+    labListeners.get(message.id)?.(message);
+    labListeners.delete(message.id);
+  },
+  error: ({ message, id }) => {
+    const lab = labListeners.get(id);
+    if (lab) {
+      labListeners.delete(id);
+      return lab({ type: 'error', message });
+    }
+    fail(message);
+  },
   fatal: ({ message }) => {
     // The wasm instance trapped or lost its GPU device; a fresh worker is the only safe state.
-    fail(`${message}; the engine was restarted, Run loads the model again`);
+    for (const lab of labListeners.values()) lab({ type: 'error', message: `${message}; the engine was restarted` });
+    labListeners.clear();
+    if (state.running || !state.labBusy) fail(`${message}; the engine was restarted, Run loads the model again`);
     startWorker();
   },
+};
+
+// ---- the concurrency lab's access to the worker --------------------------------------------
+
+// Request ids of labs in the worker, and who hears their replies.
+const labListeners = new Map();
+let nextRequestId = 1;
+
+/** @type {import('./lab.js').LabClient} */
+const labClient = {
+  ensureLoaded,
+  runLab(options, onMessage) {
+    const id = nextRequestId++;
+    labListeners.set(id, onMessage);
+    state.worker.postMessage({ type: 'lab', id, options });
+    return id;
+  },
+  cancelLab: (id) => state.worker.postMessage({ type: 'lab-cancel', id }),
+  // One thing runs in the worker at a time, so that neither measurement slows the other.
+  claim(busy) {
+    if (busy && state.running) return false;
+    state.labBusy = busy;
+    el.run.disabled = busy;
+    return true;
+  },
+  readingWpm: () => Number(el.wpm.value) || 238,
 };
 
 // ---- loading and running ------------------------------------------------------------------
@@ -142,7 +184,7 @@ async function ensureLoaded() {
 }
 
 async function run() {
-  if (state.running) return;
+  if (state.running || state.labBusy) return;
   clearError();
   try {
     await ensureLoaded();
@@ -393,6 +435,8 @@ el.stop.addEventListener('click', stop);
 el.prompt.addEventListener('keydown', (e) => {
   if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) run();
 });
+
+new ConcurrencyLab(document.getElementById('lab'), labClient);
 
 const autorun = applyPresets();
 startWorker().then(() => {

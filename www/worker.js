@@ -115,6 +115,39 @@ async function run({ prompt, options }) {
   phase = 'idle';
 }
 
+// The concurrency lab: many simulated users in one batch, pumped a slice of time at a time so that a
+// cancel can arrive between pumps. Every reply names the lab's request id.
+const labsCancelled = new Set();
+// Yield to the event loop without setTimeout's 4 ms clamp (which would show up as inter-token gaps).
+const yieldNow = () => new Promise((resolve) => {
+  const channel = new MessageChannel();
+  channel.port1.onmessage = () => resolve();
+  channel.port2.postMessage(0);
+});
+
+async function lab({ id, options }) {
+  if (!session) throw new Error('no model is loaded');
+  phase = 'running the concurrency lab';
+  const lab = session.startLab(options);
+  try {
+    for (;;) {
+      if (labsCancelled.delete(id)) {
+        post({ type: 'lab-events', id, events: lab.cancelAll(), users: null, report: lab.report() });
+      }
+      const pumped = await lab.pump(40);
+      post({ type: 'lab-events', id, events: pumped.events, users: pumped.users, report: pumped.report });
+      if (pumped.done) break;
+      if (pumped.wait_ms > 0) await new Promise((resolve) => setTimeout(resolve, pumped.wait_ms));
+      else await yieldNow();
+    }
+    post({ type: 'lab-finished', id, report: lab.report() });
+  } finally {
+    lab.free();
+    labsCancelled.delete(id);
+    phase = 'idle';
+  }
+}
+
 // A Rust panic or a failed allocation traps the wasm instance, and a lost GPU device stays lost for
 // it: all are fatal, and the page starts a fresh worker. The engine leaves the cause of a trap in
 // `tokenometerFatalKind` / `tokenometerFatal` before it happens (the trap itself only says
@@ -152,8 +185,10 @@ self.onmessage = async ({ data }) => {
     else if (data.type === 'load') await load(data);
     else if (data.type === 'run') await run(data);
     else if (data.type === 'cancel') session?.cancel();
+    else if (data.type === 'lab') await lab(data);
+    else if (data.type === 'lab-cancel') labsCancelled.add(data.id);
   } catch (e) {
-    post(failure(e));
+    post({ ...failure(e), id: data.id });
   }
 };
 ready.then(() => post({ type: 'ready', webgpu: Boolean(self.navigator.gpu) }), (e) => post(failure(e)));

@@ -393,3 +393,58 @@ test('a panic in the engine names its cause, and the next Run works', async () =
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('the concurrency lab streams 4 users at once, and a sweep draws one level per number of users', async () => {
+  const { page, errors } = await open('model=stories260K&backend=cpu&quant=f32');
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
+  await page.getByTestId('lab-users').fill('4');
+  await page.getByTestId('lab-max').fill('60');
+  await page.getByTestId('lab-start').click();
+  const labDone = () => page.waitForFunction(() => document.querySelector('[data-testid=lab-status]').textContent === 'done', null, { timeout: 180_000 });
+  await labDone();
+  const lanes = page.getByTestId('lab-lane');
+  assert.equal(await lanes.count(), 4);
+  const texts = [];
+  for (let i = 0; i < 4; i++) texts.push(await lanes.nth(i).locator('.lane-text').textContent());
+  for (const t of texts) assert.ok(t.length > 60, `every lane streamed text: ${JSON.stringify(texts)}`);
+  // Each user has its own prompt, so its own story; user 1's prompt is the reference one, and in a
+  // batch of 4 its greedy text is still run.c's.
+  assert.equal(new Set(texts).size, 4);
+  assert.match(texts[0], /^, there was a little girl named Lily\./);
+  const number = async (id) => {
+    const value = (await text(page, id)).trim();
+    assert.match(value, /^\d+(\.\d+)?$/, `${id} is a number: ${value}`);
+    assert.ok(Number(value) > 0, `${id} is positive: ${value}`);
+    return Number(value);
+  };
+  const aggregate = await number('lab-aggregate-tps');
+  const perUser = await number('lab-per-user-tps');
+  await number('lab-ttft-p99-ms');
+  assert.ok(aggregate >= perUser, `aggregate ${aggregate} >= per user ${perUser}`);
+  assert.equal(await text(page, 'lab-completed'), '4 of 4');
+  const conditions = await text(page, 'lab-conditions');
+  for (const part of ['stories260K', 'f32', 'cpu', '4 users', 'batch limit 4', 'burst arrival', 'up to 60 tokens']) {
+    assert.ok(conditions.includes(part), `lab conditions show ${part}: ${conditions}`);
+  }
+  assert.equal(await page.getByTestId('lab-level').count(), 1);
+
+  // A sweep runs 1, 2, 4, 8 and 16 users and adds a level row for each.
+  await page.getByTestId('lab-max').fill('20');
+  await page.getByTestId('lab-sweep').click();
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=lab-level]').length === 6, null, { timeout: 180_000 });
+  await labDone();
+  const users = await page.getByTestId('lab-level').evaluateAll((rows) => rows.map((r) => r.cells[0].textContent));
+  assert.deepEqual(users, ['4', '1', '2', '4', '8', '16']);
+  assert.equal(await lanes.count(), 16);
+  const rows = await page.getByTestId('lab-level').evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+  // With several users the system makes more than any one of them sees. (At 1 user aggregate is
+  // below the user's decode rate: it counts from the request, so it includes the TTFT.)
+  for (const row of rows.filter((r) => Number(r[0]) >= 4)) {
+    assert.ok(Number(row[1]) >= Number(row[2]), `aggregate >= per user at ${row[0]} users: ${row}`);
+  }
+  // The single run's controls come back after the lab.
+  assert.equal(await page.getByTestId('run').isEnabled(), true);
+  mkdirSync(resolve(root, 'test-results'), { recursive: true });
+  await page.screenshot({ path: resolve(root, 'test-results/lab.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+});

@@ -1,0 +1,100 @@
+// The concurrency lab in headless Chromium: the page's worker (CPU backend, wasm) runs N users in
+// one batch, for N = 1 and 8 (or LEVELS), per quantization, levels interleaved round by round, and
+// prints aggregate and per-user tok/s with their conditions. `make bench-lab` prepares the model;
+// by hand:
+//   node tests/bench/lab.mjs MODEL.bin TOKENIZER.bin
+// Environment: ROUNDS (3), LEVELS (1,8), QUANTS (f32,q8,q4), MAX_TOKENS (128),
+// CHROMIUM (/usr/lib/chromium/chromium), and BUILDS=name=PKG_DIR,name=PKG_DIR to compare wasm
+// builds (each a `pkg/` folder), interleaved round by round (default: this checkout's pkg/).
+import { mkdtempSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { pageMounts, staticServer } from '../../www/serve.mjs';
+
+const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const [model, tokenizer] = process.argv.slice(2);
+if (!model || !tokenizer) {
+  console.error('usage: node tests/bench/lab.mjs MODEL.bin TOKENIZER.bin');
+  process.exit(2);
+}
+const rounds = Number(process.env.ROUNDS || 3);
+const levels = (process.env.LEVELS || '1,8').split(',').map(Number);
+const quants = (process.env.QUANTS || 'f32,q8,q4').split(',');
+const maxTokens = Number(process.env.MAX_TOKENS || 128);
+const files = mkdtempSync(join(tmpdir(), 'tokenometer-lab-'));
+symlinkSync(resolve(model), join(files, 'model.bin'));
+symlinkSync(resolve(tokenizer), join(files, 'tokenizer.bin'));
+
+// Each build's worker is served at /builds/NAME/www/worker.js, so that its `../pkg/` is that build's.
+const builds = (process.env.BUILDS || `this=${resolve(root, 'pkg')}`).split(',').map((b) => {
+  const [name, dir] = b.split('=');
+  return { name, dir: resolve(dir) };
+});
+const server = staticServer(pageMounts([
+  ['/files/', files], ['/bench/', resolve(root, 'tests/bench')],
+  ...builds.flatMap((b) => [[`/builds/${b.name}/pkg/`, b.dir], [`/builds/${b.name}/www/`, resolve(root, 'www')]]),
+]));
+await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+const base = `http://127.0.0.1:${server.address().port}`;
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
+  args: ['--no-sandbox', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking'],
+});
+const page = await browser.newPage();
+await page.goto(`${base}/bench/lab.html`);
+const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, builds }) => {
+  const once = (worker, wanted, id) => new Promise((resolve, reject) => {
+    const listener = ({ data }) => {
+      if (data.type === 'error' || data.type === 'fatal') reject(new Error(data.message));
+      else if (data.type === wanted && (id === undefined || data.id === id)) {
+        worker.removeEventListener('message', listener);
+        resolve(data);
+      }
+    };
+    worker.addEventListener('message', listener);
+  });
+  const out = [];
+  for (const quant of quants) {
+    const workers = [];
+    for (const build of builds) {
+      const worker = new Worker(`/builds/${build}/www/worker.js`, { type: 'module' });
+      await once(worker, 'ready');
+      worker.postMessage({ type: 'load', name: 'stories15M', model: { url: '/files/model.bin' }, tokenizer: { url: '/files/tokenizer.bin' }, backend: 'cpu', quant });
+      await once(worker, 'warmed');
+      workers.push({ build, worker });
+    }
+    let id = 1;
+    for (let round = 0; round <= rounds; round++) {
+      for (const { build, worker } of workers) {
+        for (const users of levels) {
+          const request = id++;
+          worker.postMessage({ type: 'lab', id: request, options: { users, max_tokens: maxTokens } });
+          const { report } = await once(worker, 'lab-finished', request);
+          // Round 0 is untimed: it settles the JIT and the allocator.
+          if (round > 0) out.push({ build, quant, users, report });
+        }
+      }
+    }
+    for (const { worker } of workers) worker.terminate();
+  }
+  return { out, userAgent: navigator.userAgent };
+}, { quants, levels, rounds, maxTokens, builds: builds.map((b) => b.name) });
+await browser.close();
+server.close();
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
+const fmt = (x, d = 1) => (x == null ? '-' : x.toFixed(d));
+console.log(`\n${results.userAgent}\n${results.out[0].report.conditions.model} on ${results.out[0].report.conditions.adapter}, greedy, ${maxTokens} tokens a user, burst arrival, batch limit = users; median of ${rounds} rounds, levels interleaved\n`);
+console.log('| build | quant | users | aggregate tok/s | per-user tok/s p50 | TTFT p99 ms | ITL p99 ms | aggregate / 1 user |');
+console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
+for (const quant of quants) {
+  for (const { name } of builds) {
+    const at = (users, key) => median(results.out.filter((r) => r.build === name && r.quant === quant && r.users === users).map((r) => r.report[key]));
+    for (const users of levels) {
+      const aggregate = at(users, 'aggregate_tps');
+      console.log(`| ${name} | ${quant} | ${users} | ${fmt(aggregate)} | ${fmt(at(users, 'per_user_tps_p50'))} | ${fmt(at(users, 'ttft_ms_p99'))} | ${fmt(at(users, 'itl_ms_p99'), 2)} | ${fmt(aggregate / at(levels[0], 'aggregate_tps'), 2)}x |`);
+    }
+  }
+}

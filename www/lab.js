@@ -1,0 +1,343 @@
+// @ts-check
+// The concurrency lab: N simulated users send requests to the engine at once (or as a Poisson
+// process); the engine batches them, and the view shows every user's text streaming in its own
+// lane, the aggregate and per-user needles side by side, and, for a sweep over 1, 2, 4, 8 and 16
+// users, the curve of aggregate tok/s rising while per-user tok/s falls and TTFT climbs.
+//
+// A component: `new ConcurrencyLab(root, client)` builds its view inside `root`, so the page can hold
+// more than one. Every figure comes from the engine's load report (computed in Rust); this file only
+// draws them.
+
+/** Users per level in a sweep. */
+export const SWEEP_LEVELS = [1, 2, 4, 8, 16];
+
+/**
+ * What the lab needs from the page: a loaded model and a way to run labs in its worker.
+ * @typedef {object} LabClient
+ * @property {() => Promise<void>} ensureLoaded  load the model the page's settings name
+ * @property {(options: object, onMessage: (message: any) => void) => number} runLab  start a lab; returns its request id
+ * @property {(id: number) => void} cancelLab
+ * @property {(busy: boolean) => boolean} claim  take (true) or give back (false) the worker; false when a single run holds it
+ * @property {() => number} readingWpm
+ */
+
+const TEMPLATE = `
+  <h2>Concurrency lab <small>many users at once: batching raises what the system makes and lowers what each user sees</small></h2>
+  <div class="row">
+    <label>Users <input data-testid="lab-users" data-ref="users" type="number" min="1" max="16" value="4"></label>
+    <label>Arrival
+      <select data-testid="lab-arrival" data-ref="arrival">
+        <option value="burst">all at once</option>
+        <option value="poisson:4">Poisson, 4 a second</option>
+        <option value="poisson:20">Poisson, 20 a second</option>
+      </select>
+    </label>
+    <label>Tokens each <input data-ref="max" data-testid="lab-max" type="number" min="1" max="1024" value="128"></label>
+    <button type="button" data-testid="lab-start" data-ref="start">Start</button>
+    <button type="button" data-testid="lab-sweep" data-ref="sweep">Sweep 1–16 users</button>
+    <button type="button" data-testid="lab-stop" data-ref="stop" disabled>Stop</button>
+    <span>Status: <strong data-testid="lab-status" data-ref="status" role="status">idle</strong></span>
+  </div>
+  <p class="error" data-testid="lab-error" data-ref="error" role="alert" hidden></p>
+  <p class="conditions" data-testid="lab-conditions" data-ref="conditions">Each user gets its own prompt; the engine runs them all in one batch, one forward pass a step.</p>
+  <div class="lab-needles">
+    <div class="needle"><span class="label">aggregate</span>
+      <span class="big"><span data-testid="lab-aggregate-tps" data-ref="aggregate">–</span> <small>tok/s</small></span></div>
+    <div class="needle"><span class="label">per user (median)</span>
+      <span class="big"><span data-testid="lab-per-user-tps" data-ref="perUser">–</span> <small>tok/s</small></span></div>
+  </div>
+  <dl class="figures">
+    <div><dt>slowest user</dt><dd><span data-testid="lab-per-user-min" data-ref="perUserMin">–</span> tok/s</dd></div>
+    <div><dt title="Time to first token, queue included, across users">TTFT p50 / p99</dt><dd><span data-testid="lab-ttft-p50-ms" data-ref="ttftP50">–</span> / <span data-testid="lab-ttft-p99-ms" data-ref="ttftP99">–</span> ms</dd></div>
+    <div><dt title="Gaps between tokens, every user's together">inter-token p99</dt><dd><span data-testid="lab-itl-p99-ms" data-ref="itlP99">–</span> ms</dd></div>
+    <div><dt title="Reading speed as a decode rate, at the tokens per word the users' text showed">a reader</dt><dd><span data-testid="lab-reading-tps" data-ref="readingTps">–</span> tok/s</dd></div>
+    <div><dt>completed</dt><dd><span data-testid="lab-completed" data-ref="completed">–</span></dd></div>
+  </dl>
+  <div class="lab-lanes" data-ref="lanes"></div>
+  <div class="lab-results">
+    <figure>
+      <canvas data-testid="lab-curve" data-ref="curve" width="760" height="300" role="img"
+        aria-label="Aggregate and per-user tok/s, and TTFT p99, by number of users"></canvas>
+      <figcaption>by users: <span class="key aggregate">aggregate tok/s</span>, <span class="key per-user">per-user tok/s (median)</span>,
+        <span class="key ttft">TTFT p99 (ms, right axis)</span>; the dashed line is reading speed</figcaption>
+    </figure>
+    <table data-testid="lab-levels">
+      <caption>Levels run</caption>
+      <thead><tr><th scope="col">users</th><th scope="col">aggregate tok/s</th><th scope="col">per user p50</th><th scope="col">slowest</th><th scope="col">TTFT p99 ms</th><th scope="col">keeps up with a reader</th></tr></thead>
+      <tbody data-ref="levels"></tbody>
+    </table>
+  </div>
+`;
+
+export class ConcurrencyLab {
+  /**
+   * @param {HTMLElement} root
+   * @param {LabClient} client
+   */
+  constructor(root, client) {
+    this.client = client;
+    root.innerHTML = TEMPLATE;
+    /** @type {Record<string, any>} */
+    this.ref = {};
+    for (const node of root.querySelectorAll('[data-ref]')) this.ref[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
+    /** @type {any[]} the finished levels' reports, in the order run */
+    this.levels = [];
+    /** @type {number | null} the running lab's request id */
+    this.running = null;
+    this.stopped = false;
+    this.ref.start.addEventListener('click', () => this.start());
+    this.ref.sweep.addEventListener('click', () => this.sweep());
+    this.ref.stop.addEventListener('click', () => this.stop());
+    this.drawCurve();
+  }
+
+  /** Run the chosen number of users once. */
+  async start() {
+    const users = Number(this.ref.users.value);
+    if (!Number.isInteger(users) || users < 1 || users > 16) return this.fail(`${this.ref.users.value} users: choose 1 to 16`);
+    await this.session([users]);
+  }
+
+  /** Run every level of the sweep, one after another. */
+  async sweep() {
+    await this.session(SWEEP_LEVELS);
+  }
+
+  stop() {
+    this.stopped = true;
+    if (this.running !== null) this.client.cancelLab(this.running);
+  }
+
+  /** @param {number[]} levels */
+  async session(levels) {
+    if (!this.client.claim(true)) return this.fail('a single run is in progress: stop it or let it finish first');
+    this.ref.error.hidden = true;
+    this.stopped = false;
+    this.setBusy(true);
+    try {
+      this.setStatus('loading');
+      await this.client.ensureLoaded();
+      for (const [i, users] of levels.entries()) {
+        if (this.stopped) break;
+        this.setStatus(levels.length > 1 ? `running ${users} users (level ${i + 1} of ${levels.length})` : `running ${users} users`);
+        const report = await this.level(users);
+        this.levels.push(report);
+        this.addLevelRow(report);
+        this.drawCurve();
+      }
+      this.setStatus(this.stopped ? 'stopped' : 'done');
+    } catch (e) {
+      this.fail(e instanceof Error ? e.message : String(e));
+    } finally {
+      this.running = null;
+      this.setBusy(false);
+      this.client.claim(false);
+    }
+  }
+
+  /**
+   * One lab run of `users` users; resolves to its final load report.
+   * @param {number} users
+   * @returns {Promise<any>}
+   */
+  level(users) {
+    const lanes = this.makeLanes(users);
+    /** @type {string[]} */
+    const texts = Array.from({ length: users }, () => '');
+    return new Promise((resolve, reject) => {
+      const options = {
+        users,
+        arrival: this.ref.arrival.value,
+        max_tokens: Number(this.ref.max.value) || 128,
+        reading_wpm: this.client.readingWpm(),
+      };
+      this.running = this.client.runLab(options, (message) => {
+        if (message.type === 'error') return reject(new Error(message.message));
+        if (message.type === 'lab-events') {
+          for (const { seq, ...event } of message.events) {
+            if (event.event === 'token') texts[seq] += event.text;
+            else if (event.event === 'done') texts[seq] += event.trailing_text;
+          }
+          for (const [seq, lane] of lanes.entries()) lane.text.textContent = texts[seq].slice(-400);
+          for (const figures of message.users ?? []) this.laneFigures(lanes[figures.seq], figures);
+          this.showReport(message.report);
+        } else if (message.type === 'lab-finished') {
+          this.showReport(message.report);
+          resolve(message.report);
+        }
+      });
+    });
+  }
+
+  /**
+   * @param {number} users
+   * @returns {{ text: HTMLElement, tps: HTMLElement, ttft: HTMLElement, state: HTMLElement }[]}
+   */
+  makeLanes(users) {
+    const root = this.ref.lanes;
+    root.replaceChildren();
+    return Array.from({ length: users }, (_, seq) => {
+      const lane = document.createElement('div');
+      lane.className = 'lab-lane';
+      lane.dataset.testid = 'lab-lane';
+      lane.setAttribute('role', 'group');
+      lane.setAttribute('aria-label', `user ${seq + 1}`);
+      const head = document.createElement('div');
+      head.className = 'lane-head';
+      const make = (/** @type {string} */ tag, /** @type {string} */ className) => {
+        const node = document.createElement(tag);
+        node.className = className;
+        return node;
+      };
+      const [tps, ttft, state] = [make('span', 'lane-tps'), make('span', 'lane-ttft'), make('span', 'lane-state')];
+      tps.textContent = '–';
+      ttft.textContent = '–';
+      state.textContent = 'waiting';
+      head.append(`user ${seq + 1} · `, tps, ' tok/s · TTFT ', ttft, ' ms · ', state);
+      const text = make('div', 'lane-text');
+      lane.append(head, text);
+      root.append(lane);
+      return { text, tps, ttft, state };
+    });
+  }
+
+  /**
+   * @param {{ text: HTMLElement, tps: HTMLElement, ttft: HTMLElement, state: HTMLElement } | undefined} lane
+   * @param {{ tokens: number, ttft_ms: number | null, decode_tps: number | null, reason: string | null }} figures
+   */
+  laneFigures(lane, figures) {
+    if (!lane) return;
+    lane.tps.textContent = format(figures.decode_tps, 0);
+    lane.ttft.textContent = format(figures.ttft_ms, 0);
+    lane.state.textContent = figures.reason ? figures.reason.replace('_', ' ') : figures.tokens ? `${figures.tokens} tokens` : 'waiting';
+  }
+
+  /** @param {any} report */
+  showReport(report) {
+    if (!report) return;
+    const r = this.ref;
+    r.aggregate.textContent = format(report.aggregate_tps, 0);
+    r.perUser.textContent = format(report.per_user_tps_p50, 0);
+    r.perUserMin.textContent = format(report.per_user_tps_min, 0);
+    r.ttftP50.textContent = format(report.ttft_ms_p50, 0);
+    r.ttftP99.textContent = format(report.ttft_ms_p99, 0);
+    r.itlP99.textContent = format(report.itl_ms_p99, 1);
+    r.readingTps.textContent = format(report.reading_tps, 1);
+    r.completed.textContent = `${report.requests_completed} of ${report.users}`;
+    r.conditions.textContent = report.summary;
+  }
+
+  /** @param {any} report */
+  addLevelRow(report) {
+    const row = document.createElement('tr');
+    row.dataset.testid = 'lab-level';
+    const keepsUp = report.per_user_below_reading === null ? '–' : report.per_user_below_reading ? 'no' : 'yes';
+    for (const value of [String(report.users), format(report.aggregate_tps, 0), format(report.per_user_tps_p50, 0),
+      format(report.per_user_tps_min, 0), format(report.ttft_ms_p99, 0), keepsUp]) {
+      const cell = document.createElement('td');
+      cell.textContent = value;
+      row.append(cell);
+    }
+    row.title = report.summary;
+    this.ref.levels.append(row);
+  }
+
+  /** The curve over the levels run so far (the latest at each number of users), by users on a log scale. */
+  drawCurve() {
+    /** @type {HTMLCanvasElement} */
+    const canvas = this.ref.curve;
+    const ctx = canvas.getContext('2d');
+    if (!ctx) return;
+    const { width, height } = canvas;
+    const pad = { left: 70, right: 70, top: 16, bottom: 40 };
+    ctx.clearRect(0, 0, width, height);
+    const style = getComputedStyle(canvas);
+    ctx.fillStyle = style.color;
+    ctx.font = '16px system-ui, sans-serif';
+    // The latest run at each number of users.
+    const latest = new Map(this.levels.filter((l) => l.aggregate_tps).map((l) => [l.users, l]));
+    const levels = [...latest.values()];
+    if (!levels.length) {
+      ctx.fillText('Sweep draws aggregate and per-user tok/s by number of users here', pad.left, height / 2);
+      return;
+    }
+    const maxUsers = Math.max(2, ...levels.map((l) => l.users));
+    const tpsMax = 1.15 * Math.max(...levels.map((l) => Math.max(l.aggregate_tps ?? 0, l.per_user_tps_p50 ?? 0, l.reading_tps ?? 0)));
+    const ttftMax = 1.15 * Math.max(1, ...levels.map((l) => l.ttft_ms_p99 ?? 0));
+    const x = (/** @type {number} */ users) => pad.left + (Math.log2(users) / Math.log2(maxUsers)) * (width - pad.left - pad.right);
+    const y = (/** @type {number} */ v, /** @type {number} */ max) => height - pad.bottom - (v / max) * (height - pad.top - pad.bottom);
+    ctx.strokeStyle = style.color;
+    ctx.beginPath();
+    ctx.moveTo(pad.left, pad.top);
+    ctx.lineTo(pad.left, height - pad.bottom);
+    ctx.lineTo(width - pad.right, height - pad.bottom);
+    ctx.lineTo(width - pad.right, pad.top);
+    ctx.stroke();
+    ctx.fillText(`${tpsMax.toFixed(0)} tok/s`, 2, pad.top + 12);
+    ctx.fillText(`${ttftMax.toFixed(0)} ms`, width - pad.right + 6, pad.top + 12);
+    for (let users = 1; users <= maxUsers; users *= 2) ctx.fillText(String(users), x(users) - 5, height - pad.bottom + 20);
+    ctx.fillText('users', width / 2 - 20, height - 4);
+    const series = [
+      { pick: (/** @type {any} */ l) => l.aggregate_tps, max: tpsMax, color: '#f5a524', dash: [] },
+      { pick: (/** @type {any} */ l) => l.per_user_tps_p50, max: tpsMax, color: '#4e9af1', dash: [] },
+      { pick: (/** @type {any} */ l) => l.ttft_ms_p99, max: ttftMax, color: '#d35ec6', dash: [8, 6] },
+    ];
+    const sorted = [...levels].sort((a, b) => a.users - b.users);
+    ctx.lineWidth = 3;
+    for (const s of series) {
+      ctx.strokeStyle = s.color;
+      ctx.fillStyle = s.color;
+      ctx.setLineDash(s.dash);
+      ctx.beginPath();
+      sorted.forEach((l, i) => (i ? ctx.lineTo(x(l.users), y(s.pick(l), s.max)) : ctx.moveTo(x(l.users), y(s.pick(l), s.max))));
+      ctx.stroke();
+      for (const l of sorted) ctx.fillRect(x(l.users) - 4, y(s.pick(l), s.max) - 4, 8, 8);
+    }
+    // Reading speed (as tok/s at the observed tokens per word), and where users fall below it.
+    const reading = sorted.find((l) => l.reading_tps)?.reading_tps;
+    ctx.lineWidth = 1;
+    if (reading) {
+      ctx.strokeStyle = style.color;
+      ctx.setLineDash([3, 5]);
+      ctx.beginPath();
+      ctx.moveTo(pad.left, y(reading, tpsMax));
+      ctx.lineTo(width - pad.right, y(reading, tpsMax));
+      ctx.stroke();
+      ctx.fillStyle = style.color;
+      ctx.fillText('reading speed', pad.left + 6, y(reading, tpsMax) - 6);
+    }
+    ctx.setLineDash([]);
+    const below = sorted.find((l) => l.per_user_below_reading);
+    if (below) {
+      ctx.fillStyle = style.color;
+      ctx.fillText(`below reading speed from ${below.users} users`, x(below.users) - 60, pad.top + 32);
+    }
+  }
+
+  /** @param {boolean} busy */
+  setBusy(busy) {
+    this.ref.start.disabled = busy;
+    this.ref.sweep.disabled = busy;
+    this.ref.stop.disabled = !busy;
+  }
+
+  /** @param {string} status */
+  setStatus(status) {
+    this.ref.status.textContent = status;
+  }
+
+  /** @param {string} message */
+  fail(message) {
+    this.ref.error.textContent = message;
+    this.ref.error.hidden = false;
+    this.setStatus('error');
+  }
+}
+
+/**
+ * @param {number | null | undefined} value
+ * @param {number} digits
+ */
+function format(value, digits) {
+  return value === null || value === undefined || !Number.isFinite(value) ? '–' : value.toFixed(digits);
+}
