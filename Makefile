@@ -14,7 +14,7 @@ WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: serve test test-native test-wasm test-e2e pkg bench bench-browser lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
+.PHONY: serve test test-native test-wasm test-e2e pkg bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
 
 serve: setup-serve pkg
 	PORT=$(PORT) MODELS=$(MODELS) node www/serve.mjs
@@ -47,6 +47,15 @@ bench: setup-serve
 	[ -f target/synth/stories15M.bin ] || target/release/tokenometer synth --shape stories15M --out target/synth/stories15M.bin
 	for q in f32 q8 q4; do target/release/tokenometer bench --model target/synth/stories15M.bin \
 		--tokenizer $(MODELS)/llama2-tokenizer/tokenizer.bin --backend cpu --quant $$q --runs 5; done
+	for q in f32 q8 q4; do target/release/tokenometer bench --model target/synth/stories15M.bin \
+		--tokenizer $(MODELS)/llama2-tokenizer/tokenizer.bin --backend cpu --quant $$q --concurrency 1,2,4,8,16; done
+
+# The concurrency lab in headless Chromium: the page's worker (CPU, wasm) at 1 and 8 users.
+bench-lab: setup-serve pkg
+	cargo build --release
+	mkdir -p target/synth
+	[ -f target/synth/stories15M.bin ] || target/release/tokenometer synth --shape stories15M --out target/synth/stories15M.bin
+	node tests/bench/lab.mjs target/synth/stories15M.bin $(MODELS)/llama2-tokenizer/tokenizer.bin
 
 # The page's worker beside llama.cpp compiled to wasm (@wllama/wllama, one thread) in headless
 # Chromium: synthetic stories15M as llama2.c .bin for us and as GGUF F32/Q8_0/Q4_0 for wllama,
