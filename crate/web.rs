@@ -1,9 +1,10 @@
 //! The JavaScript API that the page's Web Worker uses (wasm only): load a model from bytes, pick the
-//! backend and quantization, warm up, generate with a callback per event, cancel; and the
-//! concurrency lab, many simulated users in one batch, started and then advanced by `pump`.
+//! backend and quantization, warm up; then a run (or a concurrency lab of many simulated users in
+//! one batch) is started and advanced by `pump`, a slice of time at a time, so that the worker
+//! hears a cancel between pumps on every backend.
 //!
-//! Every event reaches JavaScript with the meter's report as of that moment, so the page shows
-//! figures computed by the same Rust code as the CLI.
+//! Every pump's events reach JavaScript with the meter's report as of that moment, so the page
+//! shows figures computed by the same Rust code as the CLI.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -16,9 +17,7 @@ use crate::engine::DEFAULT_MAX_TOKENS;
 use crate::meter::{BatchMeter, Conditions, DEFAULT_READING_WPM, LoadConditions, Meter};
 use crate::scheduler::{Arrival, DEFAULT_PROMPTS, Request, Scheduler};
 use crate::weights::FileBytes;
-use crate::{
-    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling,
-};
+use crate::{Backend, BackendChoice, Engine, Event, GenerateOptions, ModelFiles, Quant, Sampling};
 
 /// Leave the cause of a fatal failure where the worker's JavaScript can read it after the wasm
 /// instance traps: `globalThis.tokenometerFatalKind` (`"panic"` or `"oom"`) and
@@ -169,11 +168,6 @@ fn to_js(value: &impl Serialize) -> JsValue {
         .unwrap_or(JsValue::NULL)
 }
 
-/// How often a running generation hands its token events to JavaScript (about once a frame).
-const FLUSH_EVERY_MS: f64 = 16.0;
-/// How often the meter's report goes along with them.
-const REPORT_EVERY_MS: f64 = 50.0;
-
 /// Options for one run, as the page sends them.
 #[derive(Deserialize)]
 #[serde(default)]
@@ -207,7 +201,6 @@ pub struct Session {
     engine: Rc<Engine>,
     details: String,
     warm_up_ms: Rc<Cell<Option<f64>>>,
-    cancelled: Rc<Cell<bool>>,
 }
 
 /// Load a model. `model` is a GGUF or a llama2.c `.bin`, or `model.safetensors` when `hf_config`
@@ -239,7 +232,6 @@ pub async fn load_session(
         engine: Rc::new(engine),
         details: backend.details,
         warm_up_ms: Rc::new(Cell::new(None)),
-        cancelled: Rc::new(Cell::new(false)),
     })
 }
 
@@ -271,102 +263,159 @@ impl Session {
         })
     }
 
-    /// Generate. `on_events(events, report)` receives the events in order, in batches: at once for
-    /// the prefill, the first token and the end, else every 16 ms. `report` is the meter's report so
-    /// far, sent with those and every 50 ms (`null` between). Returning `false` stops the run.
-    /// Resolves to the final report.
-    pub fn generate(
-        &self,
-        prompt: String,
-        options: JsValue,
-        on_events: Function,
-    ) -> js_sys::Promise {
-        let engine = self.engine.clone();
-        let cancelled = self.cancelled.clone();
-        let warm_up_ms = self.warm_up_ms.get();
-        wasm_bindgen_futures::future_to_promise(async move {
-            let options: RunOptions = if options.is_undefined() || options.is_null() {
-                RunOptions::default()
-            } else {
-                serde_wasm_bindgen::from_value(options).map_err(|e| JsValue::from(js_error(e)))?
-            };
-            let sampling = Sampling {
-                temperature: options.temperature,
-                top_p: options.top_p,
-                seed: options.seed,
-            };
-            let queued_ms = options
-                .requested_at
-                .map_or(0.0, |at| (now_epoch_ms() - at).max(0.0));
-            let run = GenerateOptions {
+    /// Start generating from `prompt` (see `RunOptions`); then call `pump` on the returned run
+    /// until it reports `done`, and `cancel` between pumps to stop it. A bad prompt or setting is
+    /// an error here.
+    pub fn start(&self, prompt: String, options: JsValue) -> Result<Run, JsError> {
+        let options: RunOptions = if options.is_undefined() || options.is_null() {
+            RunOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options).map_err(js_error)?
+        };
+        let sampling = Sampling {
+            temperature: options.temperature,
+            top_p: options.top_p,
+            seed: options.seed,
+        };
+        let queued_ms = options
+            .requested_at
+            .map_or(0.0, |at| (now_epoch_ms() - at).max(0.0));
+        let request = Request {
+            prompt,
+            options: GenerateOptions {
                 max_tokens: options.max_tokens,
                 sampling,
                 queued_ms,
-            };
-            let mut meter = Meter::new(
-                Conditions::new(&engine.info, sampling, 1, warm_up_ms),
-                options.reading_wpm,
-            );
-            cancelled.set(false);
-            let mut callback_error = None;
-            let mut owned: Vec<Event> = Vec::new();
-            let mut last_flush_ms = f64::NEG_INFINITY;
-            let mut last_report_ms = f64::NEG_INFINITY;
-            let result = engine
-                .generate(&prompt, &run, &mut |event: &Event| {
-                    meter.observe(event);
-                    let now = match event {
-                        Event::Prefill { t_ms, .. }
-                        | Event::Token { t_ms, .. }
-                        | Event::Done { t_ms, .. } => *t_ms,
-                    };
-                    owned.push(event.clone());
-                    // Every crossing into JavaScript costs a fraction of a millisecond in a worker;
-                    // calling out per token would slow the very decode being measured. Events go
-                    // out in batches every FLUSH_EVERY_MS (at once for the prefill, the first token
-                    // and the end), with the meter's report every REPORT_EVERY_MS.
-                    let first_token =
-                        matches!(event, Event::Token { .. }) && meter.token_times().len() == 1;
-                    let urgent = first_token || !matches!(event, Event::Token { .. });
-                    if !urgent && now - last_flush_ms < FLUSH_EVERY_MS {
-                        return if cancelled.get() {
-                            Flow::Stop
-                        } else {
-                            Flow::Continue
-                        };
+            },
+        };
+        let mut scheduler = Scheduler::new(1);
+        let seq = scheduler
+            .submit(&self.engine, &request, None)
+            .map_err(js_error)?;
+        let meter = Meter::new(
+            Conditions::new(&self.engine.info, sampling, 1, self.warm_up_ms.get()),
+            options.reading_wpm,
+        );
+        Ok(Run {
+            engine: self.engine.clone(),
+            state: Rc::new(RefCell::new(Some(RunState {
+                scheduler,
+                meter,
+                seq,
+                queued_ms,
+            }))),
+        })
+    }
+}
+
+/// One generation in progress, advanced by `pump`.
+#[wasm_bindgen]
+pub struct Run {
+    engine: Rc<Engine>,
+    /// Taken out while a pump runs, so that a second pump or a cancel meanwhile is refused.
+    state: Rc<RefCell<Option<RunState>>>,
+}
+
+struct RunState {
+    scheduler: Scheduler,
+    meter: Meter,
+    seq: usize,
+    /// The wait before the engine, which every event time includes.
+    queued_ms: f64,
+}
+
+impl RunState {
+    /// Milliseconds since the request, as the events count them.
+    fn now_ms(&self) -> f64 {
+        self.queued_ms + self.scheduler.now_ms()
+    }
+}
+
+#[wasm_bindgen]
+impl Run {
+    /// Run decode steps for about `budget_ms` (at least one; the prefill's step and the first
+    /// token's return at once, so that TTFT shows without delay), then resolve to `{ events,
+    /// report, done }`: the events in order, the meter's report as of now, and whether the run
+    /// has ended. A pump's events reach JavaScript together: every crossing from wasm into
+    /// JavaScript costs a fraction of a millisecond in a worker, and crossing per token would slow
+    /// the very decode being measured.
+    pub fn pump(&self, budget_ms: f64) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        let state = self.state.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let busy = || JsValue::from(js_error("the run is already being pumped"));
+            let mut run = state.borrow_mut().take().ok_or_else(busy)?;
+            let start = run.scheduler.now_ms();
+            let mut events = Vec::new();
+            while !run.scheduler.is_idle() {
+                let step = run.scheduler.step(&engine).await;
+                let step = match step {
+                    Ok(step) => step,
+                    Err(e) => {
+                        *state.borrow_mut() = Some(run);
+                        return Err(engine_error(e));
                     }
-                    last_flush_ms = now;
-                    let report = if urgent || now - last_report_ms >= REPORT_EVERY_MS {
-                        last_report_ms = now;
-                        Some(meter.report(now))
-                    } else {
-                        None
-                    };
-                    let batch = to_js(&(&owned, &report));
-                    owned.clear();
-                    let batch: js_sys::Array = batch.unchecked_into();
-                    let answer = on_events.call2(&JsValue::NULL, &batch.get(0), &batch.get(1));
-                    match answer {
-                        Err(e) => {
-                            callback_error = Some(e);
-                            Flow::Stop
-                        }
-                        Ok(v) if v == JsValue::FALSE || cancelled.get() => Flow::Stop,
-                        Ok(_) => Flow::Continue,
-                    }
-                })
-                .await;
-            if let Some(e) = callback_error {
-                return Err(e);
+                };
+                let first = step
+                    .iter()
+                    .any(|e| matches!(e.event, Event::Prefill { .. }));
+                for e in &step {
+                    run.meter.observe(&e.event);
+                }
+                events.extend(step.into_iter().map(|e| e.event));
+                if first || run.scheduler.now_ms() - start >= budget_ms {
+                    break;
+                }
             }
-            result.map_err(engine_error)?;
-            Ok(to_js(&meter.final_report()))
+            #[derive(Serialize)]
+            struct Pumped<'a> {
+                events: &'a [Event],
+                report: crate::meter::Report,
+                done: bool,
+            }
+            let done = run.scheduler.is_idle();
+            let report = if done {
+                run.meter.final_report()
+            } else {
+                run.meter.report(run.now_ms())
+            };
+            let pumped = to_js(&Pumped {
+                events: &events,
+                report,
+                done,
+            });
+            *state.borrow_mut() = Some(run);
+            Ok(pumped)
         })
     }
 
-    /// Stop the running generation after its current token.
-    pub fn cancel(&self) {
-        self.cancelled.set(true);
+    /// Stop the run now (between pumps); returns its done event, or `null` when it had ended.
+    pub fn cancel(&self) -> Result<JsValue, JsError> {
+        let mut state = self.state.borrow_mut();
+        let run = state
+            .as_mut()
+            .ok_or_else(|| js_error("the run is being pumped; cancel between pumps"))?;
+        let seq = run.seq;
+        Ok(match run.scheduler.cancel(seq) {
+            Some(done) => {
+                run.meter.observe(&done.event);
+                to_js(&done.event)
+            }
+            None => JsValue::NULL,
+        })
+    }
+
+    /// The meter's report as of now (the final one once the run is done).
+    pub fn report(&self) -> Result<JsValue, JsError> {
+        let state = self.state.borrow();
+        let run = state
+            .as_ref()
+            .ok_or_else(|| js_error("the run is being pumped"))?;
+        Ok(to_js(&if run.scheduler.is_idle() {
+            run.meter.final_report()
+        } else {
+            run.meter.report(run.now_ms())
+        }))
     }
 }
 

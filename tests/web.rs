@@ -2,9 +2,6 @@
 //! the CPU backend (tokenometer's kernels, SIMD128) and WebGPU (Chromium's software adapter here).
 #![cfg(target_arch = "wasm32")]
 
-use std::cell::RefCell;
-use std::rc::Rc;
-
 use tokenometer::web::{Session, load_session};
 use tokenometer::{
     Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, StopReason,
@@ -125,93 +122,85 @@ async fn session(model: &[u8]) -> Result<Session, JsValue> {
     .map_err(JsValue::from)
 }
 
-#[wasm_bindgen_test]
-async fn the_js_api_streams_events_with_reports_and_cancels() {
-    let session = session(MODEL).await.unwrap();
-    let info = session.info();
-    let name = js_sys::Reflect::get(&info, &"model".into()).unwrap();
-    assert_eq!(name.as_string().unwrap(), "stories260K");
-    JsFuture::from(session.warm_up()).await.unwrap();
-
-    // A callback returning false once it has seen 5 tokens stops the run.
-    let seen = Rc::new(RefCell::new(Vec::<String>::new()));
-    let log = seen.clone();
-    let callback = Closure::<dyn FnMut(js_sys::Array, JsValue) -> bool>::new(
-        move |events: js_sys::Array, report: JsValue| {
-            for event in events.iter() {
-                let kind = js_sys::Reflect::get(&event, &"event".into())
-                    .unwrap()
-                    .as_string()
-                    .unwrap();
-                log.borrow_mut().push(kind);
-            }
-            if !report.is_null() {
-                assert!(
-                    js_sys::Reflect::get(&report, &"conditions".into())
-                        .unwrap()
-                        .is_object()
-                );
-            }
-            log.borrow().iter().filter(|k| *k == "token").count() < 5
-        },
-    );
-    let options = js_sys::JSON::parse(r#"{"max_tokens": 400}"#).unwrap();
-    let report = JsFuture::from(session.generate(
-        "Once upon a time".into(),
-        options,
-        callback.as_ref().clone().into(),
-    ))
-    .await
-    .unwrap();
-    let seen = seen.borrow();
-    assert_eq!(seen.first().map(String::as_str), Some("prefill"));
-    let tokens = seen.iter().filter(|k| *k == "token").count();
-    assert!((5..400).contains(&tokens), "{tokens} tokens");
-    assert_eq!(seen.last().map(String::as_str), Some("done"));
-    let conditions = js_sys::Reflect::get(&report, &"conditions".into()).unwrap();
-    let reason = js_sys::Reflect::get(&conditions, &"stop_reason".into()).unwrap();
-    assert_eq!(reason.as_string().unwrap(), "cancelled");
-    let decode = js_sys::Reflect::get(&report, &"decode_tps".into()).unwrap();
-    assert!(decode.as_f64().unwrap() > 0.0);
+/// A property of a JS object.
+fn get(value: &JsValue, key: &str) -> JsValue {
+    js_sys::Reflect::get(value, &key.into()).unwrap()
 }
 
 #[wasm_bindgen_test]
-async fn cancel_from_outside_stops_a_run() {
-    let session = Rc::new(session(MODEL).await.unwrap());
-    let outside = session.clone();
-    let count = Rc::new(RefCell::new(0));
-    let counter = count.clone();
-    let callback = Closure::<dyn FnMut(js_sys::Array, JsValue) -> bool>::new(
-        move |events: js_sys::Array, _| {
-            for event in events.iter() {
-                let kind = js_sys::Reflect::get(&event, &"event".into())
-                    .unwrap()
-                    .as_string();
-                if kind.as_deref() == Some("token") {
-                    *counter.borrow_mut() += 1;
-                }
+async fn the_js_api_streams_events_with_reports_pump_by_pump() {
+    let session = session(MODEL).await.unwrap();
+    let info = session.info();
+    assert_eq!(get(&info, "model").as_string().unwrap(), "stories260K");
+    JsFuture::from(session.warm_up()).await.unwrap();
+
+    let options = js_sys::JSON::parse(r#"{"max_tokens": 60}"#).unwrap();
+    let run = session.start("Once upon a time".into(), options).unwrap();
+    let mut kinds = Vec::new();
+    let mut ids = Vec::new();
+    let mut pumps = 0;
+    let report = loop {
+        let pumped = JsFuture::from(run.pump(1.0)).await.unwrap();
+        pumps += 1;
+        let events: js_sys::Array = get(&pumped, "events").unchecked_into();
+        for event in events.iter() {
+            kinds.push(get(&event, "event").as_string().unwrap());
+            if let Some(id) = get(&event, "id").as_f64() {
+                ids.push(id as u32);
             }
-            if *counter.borrow() >= 3 {
-                outside.cancel();
-            }
-            true
-        },
-    );
-    let report = JsFuture::from(session.generate(
-        "Once upon a time".into(),
-        JsValue::UNDEFINED,
-        callback.as_ref().clone().into(),
-    ))
-    .await
-    .unwrap();
-    let tokens = *count.borrow();
-    assert!((3..400).contains(&tokens), "{tokens} tokens");
-    let conditions = js_sys::Reflect::get(&report, &"conditions".into()).unwrap();
+        }
+        let report = get(&pumped, "report");
+        assert!(get(&report, "conditions").is_object());
+        if get(&pumped, "done").as_bool().unwrap() {
+            break report;
+        }
+    };
+    // The prefill's pump returns at once, with the first token, so TTFT shows without delay.
+    assert_eq!(kinds[..2], ["prefill", "token"]);
+    assert_eq!(kinds.last().map(String::as_str), Some("done"));
+    assert!(pumps >= 2, "{pumps} pumps");
+    assert_eq!(ids, reference_generated()[..60]);
+    let conditions = get(&report, "conditions");
     assert_eq!(
-        js_sys::Reflect::get(&conditions, &"stop_reason".into())
-            .unwrap()
-            .as_string()
-            .unwrap(),
+        get(&conditions, "stop_reason").as_string().unwrap(),
+        "max_tokens"
+    );
+    assert_eq!(get(&conditions, "output_tokens").as_f64(), Some(60.0));
+    assert!(get(&report, "decode_tps").as_f64().unwrap() > 0.0);
+    assert!(get(&conditions, "warm_up_ms").as_f64().unwrap() > 0.0);
+}
+
+#[wasm_bindgen_test]
+async fn cancel_between_pumps_stops_a_run() {
+    let session = session(MODEL).await.unwrap();
+    let run = session
+        .start("Once upon a time".into(), JsValue::UNDEFINED)
+        .unwrap();
+    let mut tokens = 0;
+    while tokens < 3 {
+        let pumped = JsFuture::from(run.pump(0.0)).await.unwrap();
+        let events: js_sys::Array = get(&pumped, "events").unchecked_into();
+        tokens += events
+            .iter()
+            .filter(|e| get(e, "event").as_string().as_deref() == Some("token"))
+            .count();
+    }
+    let done = run.cancel().unwrap();
+    assert_eq!(get(&done, "event").as_string().as_deref(), Some("done"));
+    assert_eq!(
+        get(&done, "reason").as_string().as_deref(),
+        Some("cancelled")
+    );
+    assert_eq!(get(&done, "output_tokens").as_f64(), Some(tokens as f64));
+    // Nothing more comes; a second cancel finds nothing to stop.
+    let pumped = JsFuture::from(run.pump(10.0)).await.unwrap();
+    assert_eq!(get(&pumped, "done").as_bool(), Some(true));
+    assert_eq!(js_sys::Array::from(&get(&pumped, "events")).length(), 0);
+    assert!(run.cancel().unwrap().is_null());
+    let report = run.report().unwrap();
+    let conditions = get(&report, "conditions");
+    assert_eq!(
+        get(&conditions, "stop_reason").as_string().unwrap(),
         "cancelled"
     );
 }
@@ -234,17 +223,9 @@ async fn a_truncated_model_is_an_error_not_a_panic() {
     );
     // And an over-long prompt is an error too, with the session still usable afterwards.
     let session = session(MODEL).await.unwrap();
-    let noop = Closure::<dyn FnMut(JsValue, JsValue) -> bool>::new(|_, _| true);
     let long = "the cat sat on the mat ".repeat(200);
-    let error =
-        JsFuture::from(session.generate(long, JsValue::UNDEFINED, noop.as_ref().clone().into()))
-            .await
-            .err()
-            .unwrap();
-    let message = js_sys::Reflect::get(&error, &"message".into())
-        .unwrap()
-        .as_string()
-        .unwrap();
+    let error = JsValue::from(session.start(long, JsValue::UNDEFINED).err().unwrap());
+    let message = get(&error, "message").as_string().unwrap();
     assert!(message.contains("context holds 512"), "{message}");
 }
 
@@ -268,11 +249,6 @@ async fn a_header_whose_size_wraps_in_32_bits_is_refused_with_its_real_size() {
             && message.contains("the file has 393244"),
         "{message}"
     );
-}
-
-/// A property of a JS object.
-fn get(value: &JsValue, key: &str) -> JsValue {
-    js_sys::Reflect::get(value, &key.into()).unwrap()
 }
 
 #[wasm_bindgen_test]

@@ -35,7 +35,7 @@ const figures = {
 };
 
 const state = {
-  worker: null, stopFlag: null, loadedKey: null, loading: null, running: false, labBusy: false,
+  worker: null, loadedKey: null, loading: null, running: false, labBusy: false, runId: null,
   text: '', report: null, points: [], readerStart: null, warmUpMs: null,
 };
 
@@ -45,10 +45,6 @@ function startWorker() {
   state.worker?.terminate();
   state.loadedKey = null;
   state.worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
-  if (self.crossOriginIsolated) {
-    state.stopFlag = new Int32Array(new SharedArrayBuffer(4));
-    state.worker.postMessage({ type: 'stop-flag', buffer: state.stopFlag.buffer });
-  }
   state.worker.onmessage = ({ data }) => handlers[data.type]?.(data);
   state.worker.onerror = (e) => fail(`the worker failed: ${e.message}`);
   return new Promise((resolve) => { state.workerReady = resolve; });
@@ -77,7 +73,8 @@ const handlers = {
     setStatus('idle');
     state.loading?.resolve();
   },
-  events: ({ events, report }) => {
+  events: ({ id, events, report }) => {
+    if (id !== state.runId) return;
     if (report) state.report = report;
     for (const [i, event] of events.entries()) {
       if (event.event === 'token') {
@@ -95,7 +92,8 @@ const handlers = {
     }
     scheduleRender();
   },
-  finished: ({ report }) => {
+  finished: ({ id, report }) => {
+    if (id !== state.runId) return;
     state.report = report;
     finishRun();
   },
@@ -136,7 +134,7 @@ const labClient = {
     state.worker.postMessage({ type: 'lab', id, options });
     return id;
   },
-  cancelLab: (id) => state.worker.postMessage({ type: 'lab-cancel', id }),
+  cancelLab: (id) => state.worker.postMessage({ type: 'cancel', id }),
   // One thing runs in the worker at a time, so that neither measurement slows the other.
   claim(busy) {
     if (busy && state.running) return false;
@@ -198,9 +196,10 @@ async function run() {
   el.run.disabled = true;
   el.stop.disabled = false;
   setStatus('running');
-  if (state.stopFlag) Atomics.store(state.stopFlag, 0, 0);
+  state.runId = nextRequestId++;
   state.worker.postMessage({
     type: 'run',
+    id: state.runId,
     prompt: el.prompt.value,
     options: {
       max_tokens: Number(el.max.value), temperature: Number(el.temperature.value), top_p: 0.9, seed: 42,
@@ -211,10 +210,10 @@ async function run() {
 
 function stop() {
   if (!state.running) return;
-  if (state.stopFlag) Atomics.store(state.stopFlag, 0, 1);
-  state.worker.postMessage({ type: 'cancel' });
-  // Without a shared flag a CPU run cannot hear us until it ends: if it is still going after a
-  // moment, restart the worker (the model then loads again on the next run).
+  state.worker.postMessage({ type: 'cancel', id: state.runId });
+  // The worker hears a stop between pumps (about a frame apart). Should a step hang (a GPU that
+  // stopped answering), restart the worker after a moment; the model then loads again on the next
+  // run.
   setTimeout(() => {
     if (!state.running) return;
     el.stopReason.textContent = 'cancelled';

@@ -1,6 +1,6 @@
 // Static server for the page: www/ at /, pkg/ at /pkg/, the models folder at /models/.
 // It sends the headers a wasm app wants: application/wasm, and COOP/COEP so that the page is
-// cross-origin isolated (precise timers, and a SharedArrayBuffer to cancel a run instantly).
+// cross-origin isolated (precise timers).
 // Usage: node www/serve.mjs  (PORT=8080, HOST=127.0.0.1, MODELS=../shared/models)
 // As a module: staticServer(mounts) serves other folders too (tests/bench/browser.mjs does).
 import { createServer } from 'node:http';

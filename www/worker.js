@@ -6,7 +6,6 @@ const ready = init();
 let session = null;
 // What the worker is doing, for the words of a fatal error ("out of memory while loading the model").
 let phase = 'starting the engine';
-let stopFlag = null; // Int32Array over a SharedArrayBuffer from the page, when cross-origin isolated
 
 const post = (message) => self.postMessage(message);
 
@@ -103,21 +102,11 @@ async function load({ name, model, tokenizer, config, backend, quant }) {
   phase = 'idle';
 }
 
-async function run({ prompt, options }) {
-  if (!session) throw new Error('no model is loaded');
-  if (stopFlag) Atomics.store(stopFlag, 0, 0);
-  phase = 'generating';
-  const report = await session.generate(prompt, options, (events, report) => {
-    post({ type: 'events', events, report });
-    return !(stopFlag && Atomics.load(stopFlag, 0) === 1);
-  });
-  post({ type: 'finished', report });
-  phase = 'idle';
-}
-
-// The concurrency lab: many simulated users in one batch, pumped a slice of time at a time so that a
-// cancel can arrive between pumps. Every reply names the lab's request id.
-const labsCancelled = new Set();
+// Runs and labs that the page asked to stop, by request id: a pump loop checks between pumps, so a
+// stop works the same on every backend, and a stop meant for one run never ends the next.
+const cancelled = new Set();
+// How long one pump runs before its events go to the page: about a frame.
+const PUMP_MS = 16;
 // Yield to the event loop without setTimeout's 4 ms clamp (which would show up as inter-token gaps).
 const yieldNow = () => new Promise((resolve) => {
   const channel = new MessageChannel();
@@ -125,13 +114,39 @@ const yieldNow = () => new Promise((resolve) => {
   channel.port2.postMessage(0);
 });
 
+async function run({ id, prompt, options }) {
+  if (!session) throw new Error('no model is loaded');
+  phase = 'generating';
+  const run = session.start(prompt, options);
+  try {
+    for (;;) {
+      if (cancelled.delete(id)) {
+        const done = run.cancel();
+        if (done) post({ type: 'events', id, events: [done], report: run.report() });
+      }
+      const pumped = await run.pump(PUMP_MS);
+      post({ type: 'events', id, events: pumped.events, report: pumped.report });
+      if (pumped.done) break;
+      await yieldNow();
+    }
+    post({ type: 'finished', id, report: run.report() });
+  } finally {
+    run.free();
+    cancelled.delete(id);
+    phase = 'idle';
+  }
+}
+
+// The concurrency lab: many simulated users in one batch, pumped the same way. Every reply names the
+// lab's request id.
+
 async function lab({ id, options }) {
   if (!session) throw new Error('no model is loaded');
   phase = 'running the concurrency lab';
   const lab = session.startLab(options);
   try {
     for (;;) {
-      if (labsCancelled.delete(id)) {
+      if (cancelled.delete(id)) {
         post({ type: 'lab-events', id, events: lab.cancelAll(), users: null, report: lab.report() });
       }
       const pumped = await lab.pump(40);
@@ -143,7 +158,7 @@ async function lab({ id, options }) {
     post({ type: 'lab-finished', id, report: lab.report() });
   } finally {
     lab.free();
-    labsCancelled.delete(id);
+    cancelled.delete(id);
     phase = 'idle';
   }
 }
@@ -181,12 +196,10 @@ self.addEventListener('unhandledrejection', (event) => {
 
 self.onmessage = async ({ data }) => {
   try {
-    if (data.type === 'stop-flag') stopFlag = new Int32Array(data.buffer);
-    else if (data.type === 'load') await load(data);
+    if (data.type === 'load') await load(data);
     else if (data.type === 'run') await run(data);
-    else if (data.type === 'cancel') session?.cancel();
     else if (data.type === 'lab') await lab(data);
-    else if (data.type === 'lab-cancel') labsCancelled.add(data.id);
+    else if (data.type === 'cancel') cancelled.add(data.id);
   } catch (e) {
     post({ ...failure(e), id: data.id });
   }
