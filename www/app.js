@@ -24,6 +24,7 @@ const el = {
   tokenizerFile: $('tokenizer-file'), configFile: $('config-file'), urlFields: $('url-fields'),
   fileFields: $('file-fields'), download: $('download'), downloadBar: $('download-bar'),
   downloadText: $('download-text'), warmup: $('warmup'), warmupText: $('warmup-text'),
+  openToFirst: $('m-open-to-first'),
 };
 const figures = {
   ttft: [$('m-ttft'), (r) => r.ttft_ms, 1], prefillMs: [$('m-prefill-ms'), (r) => r.prefill_ms, 1],
@@ -36,7 +37,7 @@ const figures = {
 
 const state = {
   worker: null, loadedKey: null, loading: null, running: false, labBusy: false, runId: null,
-  text: '', report: null, points: [], readerStart: null, warmUpMs: null,
+  text: '', report: null, points: [], readerStart: null, warmUpMs: null, openToFirstTokenMs: null,
 };
 
 // ---- the worker ---------------------------------------------------------------------------
@@ -78,6 +79,12 @@ const handlers = {
     if (report) state.report = report;
     for (const [i, event] of events.entries()) {
       if (event.event === 'token') {
+        // The page's first token: from opening the page (navigation start) to the token on hand
+        // here, with the engine's compile, the download, the load, the warm-up and the prefill.
+        if (state.openToFirstTokenMs === null) {
+          state.openToFirstTokenMs = performance.now();
+          el.openToFirst.textContent = (state.openToFirstTokenMs / 1000).toFixed(2);
+        }
         state.text += event.text;
         if (state.readerStart === null) state.readerStart = performance.now();
         const points = state.points;

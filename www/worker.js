@@ -2,6 +2,9 @@
 // with progress, events (each with the meter's report) and errors. Nothing here computes a figure.
 import init, { loadSession } from '../pkg/tokenometer.js';
 
+// The engine compiles while the model downloads: init() streams the wasm into the compiler as it
+// arrives (WebAssembly.instantiateStreaming), and a load request does not wait for it until the
+// model's bytes are in.
 const ready = init();
 let session = null;
 // What the worker is doing, for the words of a fatal error ("out of memory while loading the model").
@@ -82,13 +85,14 @@ async function bytesOf(source, label) {
 }
 
 async function load({ name, model, tokenizer, config, backend, quant }) {
-  await ready;
   session?.free();
   session = null;
   phase = 'downloading the model';
   const modelBytes = await bytesOf(model, 'model');
   const tokenizerBytes = await bytesOf(tokenizer, 'tokenizer');
   const configBytes = await bytesOf(config, 'config.json');
+  phase = 'starting the engine';
+  await ready;
   post({ type: 'status', status: 'loading' });
   phase = 'loading the model';
   session = await loadSession(name, modelBytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined);
@@ -204,4 +208,6 @@ self.onmessage = async ({ data }) => {
     post({ ...failure(e), id: data.id });
   }
 };
-ready.then(() => post({ type: 'ready', webgpu: Boolean(self.navigator.gpu) }), (e) => post(failure(e)));
+// The worker takes requests at once; the engine's compile failing is reported when it happens.
+post({ type: 'ready', webgpu: Boolean(self.navigator.gpu) });
+ready.catch((e) => post(failure(e)));

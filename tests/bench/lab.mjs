@@ -4,11 +4,13 @@
 // by hand:
 //   node tests/bench/lab.mjs MODEL.bin TOKENIZER.bin
 // Environment: ROUNDS (3), LEVELS (1,8), QUANTS (f32,q8,q4), MAX_TOKENS (128),
-// CHROMIUM (/usr/lib/chromium/chromium), and BUILDS=name=PKG_DIR,name=PKG_DIR to compare wasm
-// builds (each a `pkg/` folder), interleaved round by round (default: this checkout's pkg/).
+// CHROMIUM (/usr/lib/chromium/chromium), BUILDS=name=PKG_DIR[:WWW_DIR],... to compare wasm builds
+// (each a `pkg/` folder, with its own page folder if its worker differs), interleaved round by
+// round (default: this checkout's pkg/), and MODE=run to time single runs through the page's
+// ordinary Run path instead (decode tok/s and inter-token p50/p99/max: the worker's stalls).
 import { mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { pageMounts, staticServer } from '../../www/serve.mjs';
@@ -29,12 +31,14 @@ symlinkSync(resolve(tokenizer), join(files, 'tokenizer.bin'));
 
 // Each build's worker is served at /builds/NAME/www/worker.js, so that its `../pkg/` is that build's.
 const builds = (process.env.BUILDS || `this=${resolve(root, 'pkg')}`).split(',').map((b) => {
-  const [name, dir] = b.split('=');
-  return { name, dir: resolve(dir) };
+  const [name, dirs] = b.split('=');
+  const [dir, www] = dirs.split(':');
+  return { name, dir: resolve(dir), www: resolve(www || resolve(root, 'www')) };
 });
+const mode = process.env.MODE || 'lab';
 const server = staticServer(pageMounts([
   ['/files/', files], ['/bench/', resolve(root, 'tests/bench')],
-  ...builds.flatMap((b) => [[`/builds/${b.name}/pkg/`, b.dir], [`/builds/${b.name}/www/`, resolve(root, 'www')]]),
+  ...builds.flatMap((b) => [[`/builds/${b.name}/pkg/`, b.dir], [`/builds/${b.name}/www/`, b.www]]),
 ]));
 await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
 const base = `http://127.0.0.1:${server.address().port}`;
@@ -44,7 +48,7 @@ const browser = await chromium.launch({
 });
 const page = await browser.newPage();
 await page.goto(`${base}/bench/lab.html`);
-const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, builds }) => {
+const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, builds, mode, modelName }) => {
   const once = (worker, wanted, id) => new Promise((resolve, reject) => {
     const listener = ({ data }) => {
       if (data.type === 'error' || data.type === 'fatal') reject(new Error(data.message));
@@ -61,13 +65,20 @@ const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, 
     for (const build of builds) {
       const worker = new Worker(`/builds/${build}/www/worker.js`, { type: 'module' });
       await once(worker, 'ready');
-      worker.postMessage({ type: 'load', name: 'stories15M', model: { url: '/files/model.bin' }, tokenizer: { url: '/files/tokenizer.bin' }, backend: 'cpu', quant });
+      worker.postMessage({ type: 'load', name: modelName, model: { url: '/files/model.bin' }, tokenizer: { url: '/files/tokenizer.bin' }, backend: 'cpu', quant });
       await once(worker, 'warmed');
       workers.push({ build, worker });
     }
     let id = 1;
     for (let round = 0; round <= rounds; round++) {
       for (const { build, worker } of workers) {
+        if (mode === 'run') {
+          const request = id++;
+          worker.postMessage({ type: 'run', id: request, prompt: 'Once upon a time', options: { max_tokens: maxTokens, temperature: 0 } });
+          const { report } = await once(worker, 'finished');
+          if (round > 0) out.push({ build, quant, users: 1, report });
+          continue;
+        }
         for (const users of levels) {
           const request = id++;
           worker.postMessage({ type: 'lab', id: request, options: { users, max_tokens: maxTokens } });
@@ -80,10 +91,26 @@ const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, 
     for (const { worker } of workers) worker.terminate();
   }
   return { out, userAgent: navigator.userAgent };
-}, { quants, levels, rounds, maxTokens, builds: builds.map((b) => b.name) });
+}, { quants, levels, rounds, maxTokens, builds: builds.map((b) => b.name), mode, modelName: basename(model).replace(/\.[a-z]+$/, '') });
 await browser.close();
 server.close();
 
+if (mode === 'run') {
+  const first = results.out[0].report;
+  console.log(`\n${results.userAgent}\n${first.conditions.model} on ${first.conditions.adapter}, the page's Run path, greedy, prompt ${first.conditions.prompt_tokens} tokens, ${maxTokens} tokens; ${rounds} runs per build and quant after one untimed, interleaved\n`);
+  console.log('| build | quant | decode tok/s median [min-max] | inter-token p50 ms | p99 ms | max ms |');
+  console.log('| --- | --- | --- | --- | --- | --- |');
+  const med = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
+  for (const quant of quants) {
+    for (const { name } of builds) {
+      const rs = results.out.filter((r) => r.build === name && r.quant === quant).map((r) => r.report);
+      const tps = rs.map((r) => r.decode_tps);
+      const itl = (k) => med(rs.map((r) => r.inter_token_ms[k])).toFixed(2);
+      console.log(`| ${name} | ${quant} | ${med(tps).toFixed(1)} [${Math.min(...tps).toFixed(1)}-${Math.max(...tps).toFixed(1)}] | ${itl('p50')} | ${itl('p99')} | ${itl('max')} |`);
+    }
+  }
+  process.exit(0);
+}
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
 const fmt = (x, d = 1) => (x == null ? '-' : x.toFixed(d));
 console.log(`\n${results.userAgent}\n${results.out[0].report.conditions.model} on ${results.out[0].report.conditions.adapter}, greedy, ${maxTokens} tokens a user, burst arrival, batch limit = users; median of ${rounds} rounds, levels interleaved\n`);

@@ -60,7 +60,7 @@ test('a preset URL runs stories260K, streams tokens and fills every figure', asy
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
   const output = await text(page, 'output');
   assert.match(output, /^Once upon a time, there was a little girl named Lily\./);
-  for (const id of ['metric-ttft-ms', 'metric-prefill-ms', 'metric-prefill-tps', 'metric-decode-tps', 'metric-words-per-s', 'metric-reading-x']) {
+  for (const id of ['metric-ttft-ms', 'metric-prefill-ms', 'metric-prefill-tps', 'metric-decode-tps', 'metric-words-per-s', 'metric-reading-x', 'metric-open-to-first-token-s']) {
     const value = (await text(page, id)).trim();
     assert.match(value, /^\d+(\.\d+)?$/, `${id} is a number alone: ${value}`);
     assert.ok(Number(value) > 0, `${id} is positive: ${value}`);
