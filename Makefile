@@ -8,7 +8,8 @@ MODELS ?= ../shared/models
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The wasm builds have their own target dir, so native and wasm builds never wait on each other.
 WASM_TARGET_DIR := target/wasm
-WASM := $(WASM_TARGET_DIR)/wasm32-unknown-unknown/release/tokenometer.wasm
+# The `web` profile (Cargo.toml): dependencies built for size, tokenometer for speed.
+WASM := $(WASM_TARGET_DIR)/wasm32-unknown-unknown/web/tokenometer.wasm
 # wasm-bindgen-cli must be the exact version of the wasm-bindgen crate in Cargo.lock.
 WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/version = |"/, ""); print}' Cargo.lock)
 export CHROMEDRIVER ?= /usr/bin/chromedriver
@@ -29,16 +30,16 @@ test-native:
 	cargo test
 
 # wasm-bindgen-test in headless Chromium (CPU backend and WebGPU); the same as
-# `wasm-pack test --headless --chrome --release --test web`.
+# `wasm-pack test --headless --chrome --profile web --test web`.
 test-wasm:
 	WASM_BINDGEN_TEST_TIMEOUT=600 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
-		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --release --target wasm32-unknown-unknown --test web --test web_crash --test kernels
+		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --profile web --target wasm32-unknown-unknown --test web --test web_crash --test kernels
 
 test-e2e:
 	MODELS=$(MODELS) node --test tests/e2e/
 
 pkg:
-	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo build --release --target wasm32-unknown-unknown --lib
+	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo build --profile web --target wasm32-unknown-unknown --lib
 	wasm-bindgen --target web --remove-name-section --out-dir pkg $(WASM)
 
 bench: setup-serve

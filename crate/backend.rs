@@ -1,7 +1,6 @@
 //! Choosing the compute device at run time: burn's wgpu backend (Vulkan/Metal natively, WebGPU in the
 //! browser) or the CPU, where the model runs on tokenometer's own kernels (`kernels.rs`, natively
-//! and in wasm). The CPU backend's burn device is flex's, which marks it as the CPU; no model work
-//! goes through burn there.
+//! and in wasm) and burn is not involved (so the CPU has no burn device).
 
 use std::fmt;
 use std::str::FromStr;
@@ -55,7 +54,8 @@ impl fmt::Display for BackendKind {
 #[derive(Debug, Clone)]
 pub struct Backend {
     pub kind: BackendKind,
-    pub device: Device,
+    /// burn's device for wgpu; `None` on the CPU.
+    pub device: Option<Device>,
     /// The adapter's name ("CPU (AVX2)" for the CPU backend: its kernels' instruction set).
     pub adapter: String,
     /// Adapter details worth showing (driver, limits), one line.
@@ -91,11 +91,9 @@ static WGPU: async_lock::Mutex<Option<Backend>> = async_lock::Mutex::new(None);
 
 impl Backend {
     pub fn cpu() -> Backend {
-        // The model runs on tokenometer's own kernels (`kernels.rs`); flex's device only marks
-        // the CPU (`Llama::new` picks the host operations for it).
         Backend {
             kind: BackendKind::Cpu,
-            device: Device::flex(),
+            device: None,
             adapter: format!("CPU ({})", crate::kernels::Isa::detect().name()),
             details: String::new(),
             software: false,
@@ -126,7 +124,7 @@ impl Backend {
         let software = fallback || is_software(&adapter, info.device_type);
         let backend = Backend {
             kind: BackendKind::Wgpu,
-            device,
+            device: Some(device),
             adapter,
             details: format!(
                 "{:?}, {:?}, driver {:?}, max buffer {} MiB, max workgroup invocations {}, shader-f16 {}",

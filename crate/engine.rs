@@ -175,7 +175,7 @@ impl Engine {
                 config.vocab_size
             )));
         }
-        let model = Llama::new(weights, quant, scheme, &backend.device);
+        let model = Llama::new(weights, quant, scheme, backend.device.as_ref());
         let embedding_bytes = 4 * (config.vocab_size * config.dim) as u64;
         let info = ModelInfo {
             name: files.name,

@@ -115,7 +115,6 @@ enum Body {
 /// The model, ready to run on one device.
 pub struct Llama {
     pub config: LlamaConfig,
-    device: Device,
     /// `[vocab, dim]`, often lying in the file's bytes.
     embedding: Values,
     body: Body,
@@ -192,15 +191,15 @@ impl Positions {
 const PREFILL_CHUNK_BYTES: u64 = 64 << 20;
 
 impl Llama {
-    /// Put host weights in the form `device` runs: burn tensors on a wgpu device (quantized with
-    /// `scheme`), host arrays with the CPU kernels on the CPU (quantized to `quant`'s blocks).
+    /// Put host weights in the form their device runs: burn tensors on a wgpu `device` (quantized
+    /// with `scheme`), or, with no device, host arrays with the CPU kernels (quantized to `quant`'s
+    /// blocks).
     pub fn new(
         mut weights: HostWeights,
         quant: Quant,
         scheme: Option<QuantScheme>,
-        device: &Device,
+        device: Option<&Device>,
     ) -> Self {
-        let on_cpu = *device == Device::flex();
         let hidden = weights.config.hidden_dim;
         if quant != Quant::F32 {
             pad_hidden_to_blocks(&mut weights);
@@ -228,29 +227,27 @@ impl Llama {
         } = weights;
         // A shared classifier is the embedding again, in the classifier's form.
         let classifier = classifier.unwrap_or_else(|| token_embedding.clone());
-        let body = if on_cpu {
-            let ops = HostOps::new(Isa::detect(), heads);
-            Body::Host(Box::new(Weights::new(
-                ops, layers, &rms_final, classifier, &mut plan, config.dim,
-            )))
-        } else {
-            let ops = DeviceOps::new(heads, scheme, device.clone());
-            Body::Device(Box::new(Weights::new(
-                ops, layers, &rms_final, classifier, &mut plan, config.dim,
-            )))
+        let body = match device {
+            None => {
+                let ops = HostOps::new(Isa::detect(), heads);
+                Body::Host(Box::new(Weights::new(
+                    ops, layers, &rms_final, classifier, &mut plan, config.dim,
+                )))
+            }
+            Some(device) => {
+                let ops = DeviceOps::new(heads, scheme, device.clone());
+                Body::Device(Box::new(Weights::new(
+                    ops, layers, &rms_final, classifier, &mut plan, config.dim,
+                )))
+            }
         };
         Self {
             rope_freqs: config.rope_frequencies(),
             embedding: token_embedding.into_values(),
             config,
-            device: device.clone(),
             body,
             quant: plan,
         }
-    }
-
-    pub fn device(&self) -> &Device {
-        &self.device
     }
 
     /// Run the CPU kernels with `isa` (tests compare the scalar kernels with the vector ones).
