@@ -184,21 +184,7 @@ fn cancelling_one_sequence_leaves_the_others_running() {
 #[test]
 fn a_full_context_ends_only_its_own_sequence() {
     // Synthetic weights never pick BOS or EOS, so only the context or max tokens end these runs.
-    let mut config = tokenometer::synth::Shape::Stories15M.config();
-    (
-        config.dim,
-        config.hidden_dim,
-        config.n_layers,
-        config.n_heads,
-        config.n_kv_heads,
-    ) = (64, 128, 2, 4, 2);
-    (config.vocab_size, config.seq_len) = (512, 32);
-    let mut bytes = Vec::new();
-    tokenometer::loading::llama2c::write(&tokenometer::synth::weights(&config, 1), &mut bytes)
-        .unwrap();
-    let files = ModelFiles::llama2c("tiny", bytes);
-    let tokenizer = read(stories260k("tok512.bin"));
-    let engine = Engine::load(files, Some(&tokenizer), Quant::F32, &Backend::cpu()).unwrap();
+    let engine = tiny_synthetic_engine(32);
     let long = "Lily and Ben went to the park with their dog and a ball";
     let requests = [(long, 1000, 0), ("Once", 20, 0)];
     let outcomes = batch(&engine, &requests, |_, _| Vec::new());

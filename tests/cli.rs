@@ -40,6 +40,24 @@ fn scratch(name: &str, bytes: &[u8]) -> String {
     path.display().to_string()
 }
 
+/// A successful run's stdout (else the test fails with its stderr).
+fn succeeded(output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// One JSON value per line.
+fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn generate(model: &str, tokenizer: &str, prompt: &str, extra: &[&str]) -> Output {
     let args = generate_args(model, tokenizer, prompt, extra);
     tokenometer(&args.iter().map(String::as_str).collect::<Vec<_>>())
@@ -197,16 +215,7 @@ fn json_report_is_consistent_with_its_events() {
         "Once upon a time",
         &["--max-tokens", "40", "--json"],
     );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&succeeded(output));
     assert_eq!(lines[0]["event"], "prefill");
     let tokens: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "token").collect();
     assert_eq!(tokens.len(), 40);
@@ -319,16 +328,7 @@ fn generate_with_a_prompts_file_runs_one_batch_with_events_per_sequence() {
         "30",
         "--json",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&succeeded(output));
     let last = lines.last().unwrap();
     assert_eq!(last["event"], "batch_done");
     for seq in 0..3 {
@@ -370,12 +370,7 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
         "12",
         "--json",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let levels: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let levels: Vec<serde_json::Value> = serde_json::from_str(&succeeded(output)).unwrap();
     assert_eq!(levels.len(), 3);
     for (level, users) in levels.iter().zip([1, 2, 4]) {
         assert_eq!(level["users"], users);

@@ -229,26 +229,7 @@ fn a_listener_can_cancel_a_run() {
 #[test]
 fn a_full_context_stops_with_its_reason() {
     // Synthetic weights never pick BOS or EOS, so only the context can end this run.
-    let mut config = tokenometer::synth::Shape::Stories15M.config();
-    (
-        config.dim,
-        config.hidden_dim,
-        config.n_layers,
-        config.n_heads,
-        config.n_kv_heads,
-    ) = (64, 128, 2, 4, 2);
-    (config.vocab_size, config.seq_len) = (512, 24);
-    let mut bytes = Vec::new();
-    tokenometer::loading::llama2c::write(&tokenometer::synth::weights(&config, 1), &mut bytes)
-        .unwrap();
-    let files = ModelFiles::llama2c("tiny", bytes);
-    let engine = Engine::load(
-        files,
-        Some(&read(stories260k("tok512.bin"))),
-        Quant::F32,
-        &Backend::cpu(),
-    )
-    .unwrap();
+    let engine = tiny_synthetic_engine(24);
     let (ids, _, reason) = greedy(&engine, 10_000);
     assert_eq!(reason, StopReason::ContextFull);
     // 24 positions: 5 prompt tokens, and the last generated token needs no position of its own.

@@ -73,3 +73,29 @@ pub fn generate_args(model: &str, tokenizer: &str, prompt: &str, extra: &[&str])
     ];
     fixed.iter().chain(extra).map(|s| s.to_string()).collect()
 }
+
+/// An engine on a tiny synthetic model (dim 64, 2 layers, the stories260K tokenizer's 512 ids) with
+/// a context of `seq_len` positions, on the CPU. Its random weights never pick BOS or EOS, so only
+/// the context or max tokens end its runs.
+pub fn tiny_synthetic_engine(seq_len: usize) -> tokenometer::Engine {
+    let mut config = tokenometer::synth::Shape::Stories15M.config();
+    (
+        config.dim,
+        config.hidden_dim,
+        config.n_layers,
+        config.n_heads,
+        config.n_kv_heads,
+    ) = (64, 128, 2, 4, 2);
+    (config.vocab_size, config.seq_len) = (512, seq_len);
+    let mut bytes = Vec::new();
+    tokenometer::loading::llama2c::write(&tokenometer::synth::weights(&config, 1), &mut bytes)
+        .unwrap();
+    let files = tokenometer::ModelFiles::llama2c("tiny", bytes);
+    tokenometer::Engine::load(
+        files,
+        Some(&read(stories260k("tok512.bin"))),
+        tokenometer::Quant::F32,
+        &tokenometer::Backend::cpu(),
+    )
+    .unwrap()
+}
