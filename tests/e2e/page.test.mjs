@@ -217,6 +217,23 @@ test('WebGPU runs q8 in the worker and names its adapter', async () => {
   await page.close();
 });
 
+test('the lab batches users on WebGPU too', async () => {
+  // Two users in one batch on SwiftShader: the device path's one attention per sequence, in a
+  // browser. User 1's greedy text is run.c's, batched or not.
+  const { page, errors } = await open('model=stories260K&backend=wgpu&quant=f32');
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
+  await page.getByTestId('lab-users').fill('2');
+  await page.getByTestId('lab-max').fill('8');
+  await page.getByTestId('lab-start').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lab-status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('lab-error').isHidden(), true, await text(page, 'lab-error'));
+  assert.match(await text(page, 'lab-conditions'), /on wgpu \[google swiftshader.*\], 2 users/);
+  assert.equal(await text(page, 'lab-completed'), '2 of 2');
+  assert.equal(await page.getByTestId('lab-lane').first().locator('.lane-text').textContent(), ', there was a little girl');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('a lost WebGPU device is an error, and the next run gets a fresh device', async () => {
   // The first worker destroys its GPUDevice when the first tokens arrive, as a driver reset would;
   // workers started after that are served unchanged.
