@@ -512,11 +512,55 @@ pub fn aggregate_decode_tps(streams: &[&[f64]]) -> Option<f64> {
     rate(tokens, end - start)
 }
 
-/// Words in `text`: runs of non-whitespace that hold at least one letter or digit.
-pub fn count_words(text: &str) -> usize {
+/// Words in `text`: runs of non-whitespace that hold at least one letter or digit. This is the
+/// one definition of a word: words/s, the reading-speed comparison and the page's reading cursor
+/// (through [`word_ends_utf16`]) all count with it.
+fn words(text: &str) -> impl Iterator<Item = &str> {
     text.split_whitespace()
         .filter(|w| w.chars().any(char::is_alphanumeric))
-        .count()
+}
+
+pub fn count_words(text: &str) -> usize {
+    words(text).count()
+}
+
+/// Where each word of `text` ends, as offsets in UTF-16 code units (JavaScript's string
+/// indices), so that the page can place a reader's cursor after the N-th word without a word rule
+/// of its own. The last word may still be growing while text streams in.
+pub fn word_ends_utf16(text: &str) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let (mut byte, mut utf16) = (0, 0);
+    for word in words(text) {
+        // `word` is a slice of `text`: its end as a byte offset.
+        let end = word.as_ptr() as usize - text.as_ptr() as usize + word.len();
+        utf16 += text[byte..end].encode_utf16().count();
+        byte = end;
+        ends.push(utf16);
+    }
+    ends
+}
+
+/// A handful of repeated measurements of one figure: how many, the median (nearest rank, as
+/// [`percentiles`] counts: the lower middle of an even count), the least and the most.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    pub n: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// The spread of `values`, ignoring any that are not finite (a figure a run did not have);
+/// `None` when none is.
+pub fn spread(values: &[f64]) -> Option<Spread> {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    let p = percentiles(&finite)?;
+    Some(Spread {
+        n: finite.len(),
+        median: p.p50,
+        min: finite.iter().copied().fold(f64::INFINITY, f64::min),
+        max: p.max,
+    })
 }
 
 pub fn human_count(n: f64) -> String {

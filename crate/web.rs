@@ -169,7 +169,7 @@ fn to_js(value: &impl Serialize) -> JsValue {
 }
 
 /// Options for one run, as the page sends them.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(default)]
 struct RunOptions {
     max_tokens: usize,
@@ -177,6 +177,7 @@ struct RunOptions {
     top_p: f32,
     seed: u64,
     /// `performance.timeOrigin + performance.now()` when the user asked, on the page.
+    #[serde(skip_serializing)]
     requested_at: Option<f64>,
     reading_wpm: f64,
 }
@@ -193,6 +194,29 @@ impl Default for RunOptions {
             reading_wpm: DEFAULT_READING_WPM,
         }
     }
+}
+
+/// The settings a run and a lab take when the page does not say: the one place the page's form
+/// gets its defaults from (`{ run: { max_tokens, temperature, top_p, seed, reading_wpm }, lab:
+/// { users, arrival, max_batch, max_tokens, reading_wpm } }`).
+#[wasm_bindgen]
+pub fn defaults() -> JsValue {
+    #[derive(Serialize)]
+    struct Defaults {
+        run: RunOptions,
+        lab: LabOptions,
+    }
+    to_js(&Defaults {
+        run: RunOptions::default(),
+        lab: LabOptions::default(),
+    })
+}
+
+/// The spread of repeated measurements of one figure (`{ n, median, min, max }`, or `null` when
+/// no value is finite), computed by the meter's own rule so that the page computes no figure.
+#[wasm_bindgen]
+pub fn spread(values: Vec<f64>) -> JsValue {
+    to_js(&crate::meter::spread(&values))
 }
 
 /// A loaded model on its backend.
@@ -371,6 +395,9 @@ impl Run {
             struct Pumped<'a> {
                 events: &'a [Event],
                 report: crate::meter::Report,
+                /// Where each word of the output so far ends (UTF-16 offsets), for the page's
+                /// reading cursor: the meter's word rule, so the page needs none of its own.
+                word_ends: Vec<usize>,
                 done: bool,
             }
             let done = run.scheduler.is_idle();
@@ -382,6 +409,7 @@ impl Run {
             let pumped = to_js(&Pumped {
                 events: &events,
                 report,
+                word_ends: crate::meter::word_ends_utf16(run.meter.text()),
                 done,
             });
             *state.borrow_mut() = Some(run);
@@ -420,7 +448,7 @@ impl Run {
 }
 
 /// A concurrency lab's settings, as the page sends them.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(default)]
 struct LabOptions {
     users: usize,
@@ -430,6 +458,7 @@ struct LabOptions {
     max_batch: Option<usize>,
     max_tokens: usize,
     /// Given to the users in turn; `None`: the engine's built-in list of varied prompts.
+    #[serde(skip_serializing)]
     prompts: Option<Vec<String>>,
     reading_wpm: f64,
 }

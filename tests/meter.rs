@@ -2,7 +2,10 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use tokenometer::engine::{Event, ModelInfo, StopReason};
-use tokenometer::meter::{Conditions, Meter, aggregate_decode_tps, count_words, percentiles};
+use tokenometer::meter::{
+    Conditions, Meter, Spread, aggregate_decode_tps, count_words, percentiles, spread,
+    word_ends_utf16,
+};
 use tokenometer::{BackendKind, Quant, Sampling};
 
 fn info() -> ModelInfo {
@@ -194,6 +197,34 @@ fn predicted_total_matches_actual_on_a_steady_stream() {
         (predicted - actual).abs() / actual < 0.05,
         "{predicted} vs {actual}"
     );
+}
+
+#[test]
+fn word_ends_are_utf16_offsets_of_the_same_words() {
+    assert_eq!(word_ends_utf16(""), Vec::<usize>::new());
+    // "..." is not a word; "é" is one UTF-16 unit, "🦙" two, "你好" two.
+    let text = " Hé ... 🦙x 你好!";
+    assert_eq!(word_ends_utf16(text), vec![3, 11, 15]);
+    assert_eq!(word_ends_utf16(text).len(), count_words(text));
+    let utf16: Vec<u16> = text.encode_utf16().collect();
+    assert_eq!(String::from_utf16(&utf16[..11]).unwrap(), " Hé ... 🦙x");
+}
+
+#[test]
+fn a_spread_is_median_min_and_max_of_the_finite_values() {
+    assert_eq!(spread(&[]), None);
+    assert_eq!(spread(&[f64::NAN]), None);
+    assert_eq!(
+        spread(&[30.0, 10.0, f64::NAN, 20.0]),
+        Some(Spread {
+            n: 3,
+            median: 20.0,
+            min: 10.0,
+            max: 30.0
+        })
+    );
+    // An even count's median is the lower middle, as the percentiles count it.
+    assert_eq!(spread(&[4.0, 1.0, 3.0, 2.0]).unwrap().median, 2.0);
 }
 
 #[test]
