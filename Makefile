@@ -87,6 +87,7 @@ lint:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings
+	node_modules/.bin/tsc -p www
 
 setup: apt-packages wasm-tools npm-packages
 setup-serve: wasm-tools npm-packages

@@ -7,24 +7,25 @@
 // A component: `new ConcurrencyLab(root, client)` builds its view inside `root`, so the page can hold
 // more than one. Every figure comes from the engine's load report (computed in Rust); this file only
 // draws them.
+import { format } from './run-view.js';
 
 /** Users per level in a sweep. */
 export const SWEEP_LEVELS = [1, 2, 4, 8, 16];
 
 /**
- * What the lab needs from the page: a loaded model and a way to run labs in its worker.
+ * What the lab needs from the page: a loaded model and the engine it is loaded in.
  * @typedef {object} LabClient
  * @property {() => Promise<void>} ensureLoaded  load the model the page's settings name
- * @property {(options: object, onMessage: (message: any) => void) => number} runLab  start a lab; returns its request id
- * @property {(id: number) => void} cancelLab
- * @property {(busy: boolean) => boolean} claim  take (true) or give back (false) the worker; false when a single run holds it
+ * @property {() => import('./engine-client.js').EngineClient} engine
+ * @property {(busy: boolean) => boolean} claim  take (true) or give back (false) the engine; false when a single run holds it
  * @property {() => number} readingWpm
+ * @property {(report: any) => void} finished  a level is over (its load report, for the results table)
  */
 
 const TEMPLATE = `
   <h2>Concurrency lab <small>many users at once: batching raises what the system makes and lowers what each user sees</small></h2>
   <div class="row">
-    <label>Users <input data-testid="lab-users" data-ref="users" type="number" min="1" max="16" value="4"></label>
+    <label>Users <input data-testid="lab-users" data-ref="users" type="number" min="1" max="16"></label>
     <label>Arrival
       <select data-testid="lab-arrival" data-ref="arrival">
         <option value="burst">all at once</option>
@@ -32,7 +33,7 @@ const TEMPLATE = `
         <option value="poisson:20">Poisson, 20 a second</option>
       </select>
     </label>
-    <label>Tokens each <input data-ref="max" data-testid="lab-max" type="number" min="1" max="1024" value="128"></label>
+    <label>Tokens each <input data-ref="max" data-testid="lab-max" type="number" min="1" max="1024"></label>
     <button type="button" data-testid="lab-start" data-ref="start">Start</button>
     <button type="button" data-testid="lab-sweep" data-ref="sweep">Sweep 1–16 users</button>
     <button type="button" data-testid="lab-stop" data-ref="stop" disabled>Stop</button>
@@ -82,13 +83,26 @@ export class ConcurrencyLab {
     for (const node of root.querySelectorAll('[data-ref]')) this.ref[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
     /** @type {any[]} the finished levels' reports, in the order run */
     this.levels = [];
-    /** @type {number | null} the running lab's request id */
-    this.running = null;
+    /** @type {{ users: number, max_tokens: number, arrival: string } | null} the engine's, once it has started */
+    this.defaults = null;
+    /** @type {AbortController | null} stops the running lab */
+    this.abort = null;
     this.stopped = false;
     this.ref.start.addEventListener('click', () => this.start());
     this.ref.sweep.addEventListener('click', () => this.sweep());
     this.ref.stop.addEventListener('click', () => this.stop());
     this.drawCurve();
+  }
+
+  /**
+   * The engine's defaults for a lab (crate/web.rs `defaults()`), for the fields not yet set.
+   * @param {{ users: number, max_tokens: number, arrival: string }} defaults
+   */
+  setDefaults(defaults) {
+    this.defaults = defaults;
+    if (this.ref.users.value === '') this.ref.users.value = String(defaults.users);
+    if (this.ref.max.value === '') this.ref.max.value = String(defaults.max_tokens);
+    this.ref.arrival.value = defaults.arrival;
   }
 
   /** Run the chosen number of users once. */
@@ -105,7 +119,7 @@ export class ConcurrencyLab {
 
   stop() {
     this.stopped = true;
-    if (this.running !== null) this.client.cancelLab(this.running);
+    this.abort?.abort();
   }
 
   /** @param {number[]} levels */
@@ -121,6 +135,7 @@ export class ConcurrencyLab {
         if (this.stopped) break;
         this.setStatus(levels.length > 1 ? `running ${users} users (level ${i + 1} of ${levels.length})` : `running ${users} users`);
         const report = await this.level(users);
+        this.client.finished(report);
         this.levels.push(report);
         this.addLevelRow(report);
         this.drawCurve();
@@ -129,7 +144,7 @@ export class ConcurrencyLab {
     } catch (e) {
       this.fail(e instanceof Error ? e.message : String(e));
     } finally {
-      this.running = null;
+      this.abort = null;
       this.setBusy(false);
       this.client.claim(false);
     }
@@ -144,28 +159,27 @@ export class ConcurrencyLab {
     const lanes = this.makeLanes(users);
     /** @type {string[]} */
     const texts = Array.from({ length: users }, () => '');
-    return new Promise((resolve, reject) => {
-      const options = {
-        users,
-        arrival: this.ref.arrival.value,
-        max_tokens: Number(this.ref.max.value) || 128,
-        reading_wpm: this.client.readingWpm(),
-      };
-      this.running = this.client.runLab(options, (message) => {
-        if (message.type === 'error') return reject(new Error(message.message));
-        if (message.type === 'lab-events') {
-          for (const { seq, ...event } of message.events) {
-            if (event.event === 'token') texts[seq] += event.text;
-            else if (event.event === 'done') texts[seq] += event.trailing_text;
-          }
-          for (const [seq, lane] of lanes.entries()) lane.text.textContent = texts[seq].slice(-400);
-          for (const figures of message.users ?? []) this.laneFigures(lanes[figures.seq], figures);
-          this.showReport(message.report);
-        } else if (message.type === 'lab-finished') {
-          this.showReport(message.report);
-          resolve(message.report);
+    const options = {
+      users,
+      arrival: this.ref.arrival.value,
+      max_tokens: Number(this.ref.max.value) || this.defaults?.max_tokens,
+      reading_wpm: this.client.readingWpm(),
+    };
+    this.abort = new AbortController();
+    return this.client.engine().lab(options, {
+      signal: this.abort.signal,
+      onEvents: (message) => {
+        for (const { seq, ...event } of message.events) {
+          if (event.event === 'token') texts[seq] += event.text;
+          else if (event.event === 'done') texts[seq] += event.trailing_text;
         }
-      });
+        for (const [seq, lane] of lanes.entries()) lane.text.textContent = texts[seq].slice(-400);
+        for (const figures of message.users ?? []) this.laneFigures(lanes[figures.seq], figures);
+        this.showReport(message.report);
+      },
+    }).then((report) => {
+      this.showReport(report);
+      return report;
     });
   }
 
@@ -332,12 +346,4 @@ export class ConcurrencyLab {
     this.ref.error.hidden = false;
     this.setStatus('error');
   }
-}
-
-/**
- * @param {number | null | undefined} value
- * @param {number} digits
- */
-function format(value, digits) {
-  return value === null || value === undefined || !Number.isFinite(value) ? '–' : value.toFixed(digits);
 }

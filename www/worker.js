@@ -1,6 +1,8 @@
-// The inference worker: a thin shell around the wasm engine. The page sends it requests; it answers
-// with progress, events (each with the meter's report) and errors. Nothing here computes a figure.
-import init, { loadSession } from '../pkg/tokenometer.js';
+// The inference worker: a thin shell around the wasm engine. The page sends it requests and it
+// answers each by its id, as www/protocol.js defines them: progress, events (each with the meter's
+// report), errors. Nothing here computes a figure.
+import init, { loadSession, defaults, spread } from '../pkg/tokenometer.js';
+import { checkSize, fetchBytes } from './download.js';
 
 // The engine compiles while the model downloads: init() streams the wasm into the compiler as it
 // arrives (WebAssembly.instantiateStreaming), and a load request does not wait for it until the
@@ -12,97 +14,37 @@ let phase = 'starting the engine';
 
 const post = (message) => self.postMessage(message);
 
-// The largest file the engine can take: wasm32 allocations stop short of 2 GiB (isize::MAX), and a
-// tab's whole WebAssembly memory at 4 GiB. Checked before reading, so a huge file is a sentence
-// rather than a crash.
-const MAX_FILE_BYTES = 2 ** 31 - 1;
-function checkSize(label, bytes) {
-  if (bytes > MAX_FILE_BYTES) {
-    throw new Error(`the ${label} is ${(bytes / 1e9).toFixed(1)} GB, but a browser tab's WebAssembly memory takes at most 2.1 GB in one piece (4.3 GB in all): it cannot run here; pick a smaller or quantized model, or run it with the CLI`);
-  }
-}
-
-// Downloads go through the Cache API; an incomplete download is an error and is never cached.
-async function fetchBytes(url, label) {
-  const cache = 'caches' in self ? await caches.open('tokenometer-models-v1') : null;
-  const cached = cache && (await cache.match(url));
-  if (cached) {
-    const bytes = new Uint8Array(await cached.arrayBuffer());
-    post({ type: 'progress', label, loaded: bytes.length, total: bytes.length, cached: true });
-    return bytes;
-  }
-  let response;
-  try {
-    response = await fetch(url);
-  } catch (e) {
-    throw new Error(`cannot download ${label} from ${url}: ${e.message}`);
-  }
-  if (!response.ok) throw new Error(`cannot download ${label}: ${url} answered ${response.status}`);
-  const total = Number(response.headers.get('Content-Length')) || 0;
-  checkSize(label, total);
-  const reader = response.body.getReader();
-  const chunks = [];
-  let loaded = 0;
-  for (;;) {
-    let step;
-    try {
-      step = await reader.read();
-    } catch (e) {
-      throw new Error(`download of ${label} broke off after ${loaded} bytes: ${e.message}`);
-    }
-    if (step.done) break;
-    chunks.push(step.value);
-    loaded += step.value.length;
-    checkSize(label, loaded);
-    post({ type: 'progress', label, loaded, total: Math.max(total, loaded) });
-  }
-  // Content-Length counts the bytes on the wire: with Content-Encoding (gzip, br) it is the
-  // compressed size, and the decompressed body is longer. Fewer bytes than it promised is a
-  // download that broke off; more is a compressed one (cross-origin, the encoding is not visible).
-  if (total && loaded < total) {
-    throw new Error(`download of ${label} is incomplete: ${loaded} of ${total} bytes`);
-  }
-  const bytes = new Uint8Array(loaded);
-  let at = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, at);
-    at += chunk.length;
-  }
-  if (cache) await cache.put(url, new Response(bytes, { headers: { 'Content-Length': String(loaded) } }));
-  return bytes;
-}
-
 // A source is { url } or { file } (a File the user picked).
-async function bytesOf(source, label) {
+async function bytesOf(id, source, label) {
   if (!source) return null;
   if (source.file) {
     checkSize(label, source.file.size);
     const bytes = new Uint8Array(await source.file.arrayBuffer());
-    post({ type: 'progress', label, loaded: bytes.length, total: bytes.length });
+    post({ type: 'progress', id, label, loaded: bytes.length, total: bytes.length });
     return bytes;
   }
-  return fetchBytes(new URL(source.url, self.location.href).href, label);
+  return fetchBytes(new URL(source.url, self.location.href).href, label, (p) => post({ type: 'progress', id, ...p }));
 }
 
-async function load({ name, model, tokenizer, config, backend, quant }) {
+async function load({ id, name, model, tokenizer, config, backend, quant }) {
   session?.free();
   session = null;
   phase = 'downloading the model';
-  const modelBytes = await bytesOf(model, 'model');
-  const tokenizerBytes = await bytesOf(tokenizer, 'tokenizer');
-  const configBytes = await bytesOf(config, 'config.json');
+  const modelBytes = await bytesOf(id, model, 'model');
+  const tokenizerBytes = await bytesOf(id, tokenizer, 'tokenizer');
+  const configBytes = await bytesOf(id, config, 'config.json');
   phase = 'starting the engine';
   await ready;
-  post({ type: 'status', status: 'loading' });
+  post({ type: 'status', id, status: 'loading' });
   phase = 'loading the model';
   session = await loadSession(name, modelBytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined);
   // The wasm instance's memory after loading: what the tab holds for the engine and its weights
   // (the file's bytes given to the engine are used in place, not copied again).
-  post({ type: 'loaded', info: session.info(), wasmMemoryBytes: (await ready).memory.buffer.byteLength });
-  post({ type: 'status', status: 'warming up' });
+  post({ type: 'loaded', id, info: session.info(), wasmMemoryBytes: (await ready).memory.buffer.byteLength });
+  post({ type: 'status', id, status: 'warming up' });
   phase = 'warming up';
   const warmUpMs = await session.warmUp();
-  post({ type: 'warmed', ms: warmUpMs });
+  post({ type: 'warmed', id, ms: warmUpMs });
   phase = 'idle';
 }
 
@@ -118,21 +60,33 @@ const yieldNow = () => new Promise((resolve) => {
   channel.port2.postMessage(0);
 });
 
+// Pump `job` (a run or a lab) until it is done, posting what each pump returns as `message(pumped)`;
+// a stop for `id` is heard between pumps. Returns when the job has ended.
+async function pumpUntilDone(id, job, budgetMs, message) {
+  for (;;) {
+    if (cancelled.delete(id)) job.cancel();
+    const pumped = await job.pump(budgetMs);
+    post(message(pumped));
+    if (pumped.done) return;
+    // A lab whose next user arrives later waits for it; otherwise go on at once.
+    if (pumped.wait_ms > 0) await new Promise((resolve) => setTimeout(resolve, pumped.wait_ms));
+    else await yieldNow();
+  }
+}
+
 async function run({ id, prompt, options }) {
   if (!session) throw new Error('no model is loaded');
   phase = 'generating';
   const run = session.start(prompt, options);
+  // A cancelled run's done event comes with the next pump's events.
+  let stopped = null;
+  const job = { pump: (ms) => run.pump(ms), cancel: () => { stopped = run.cancel(); } };
   try {
-    for (;;) {
-      if (cancelled.delete(id)) {
-        const done = run.cancel();
-        if (done) post({ type: 'events', id, events: [done], report: run.report() });
-      }
-      const pumped = await run.pump(PUMP_MS);
-      post({ type: 'events', id, events: pumped.events, report: pumped.report });
-      if (pumped.done) break;
-      await yieldNow();
-    }
+    await pumpUntilDone(id, job, PUMP_MS, (pumped) => {
+      const events = stopped ? [...pumped.events, stopped] : pumped.events;
+      stopped = null;
+      return { type: 'events', id, events, report: pumped.report, word_ends: pumped.word_ends };
+    });
     post({ type: 'finished', id, report: run.report() });
   } finally {
     run.free();
@@ -141,24 +95,19 @@ async function run({ id, prompt, options }) {
   }
 }
 
-// The concurrency lab: many simulated users in one batch, pumped the same way. Every reply names the
-// lab's request id.
-
+// The concurrency lab: many simulated users in one batch, pumped the same way.
 async function lab({ id, options }) {
   if (!session) throw new Error('no model is loaded');
   phase = 'running the concurrency lab';
   const lab = session.startLab(options);
+  let stopped = [];
+  const job = { pump: (ms) => lab.pump(ms), cancel: () => { stopped = lab.cancelAll(); } };
   try {
-    for (;;) {
-      if (cancelled.delete(id)) {
-        post({ type: 'lab-events', id, events: lab.cancelAll(), users: null, report: lab.report() });
-      }
-      const pumped = await lab.pump(40);
-      post({ type: 'lab-events', id, events: pumped.events, users: pumped.users, report: pumped.report });
-      if (pumped.done) break;
-      if (pumped.wait_ms > 0) await new Promise((resolve) => setTimeout(resolve, pumped.wait_ms));
-      else await yieldNow();
-    }
+    await pumpUntilDone(id, job, PUMP_MS, (pumped) => {
+      const events = [...stopped, ...pumped.events];
+      stopped = [];
+      return { type: 'lab-events', id, events, users: pumped.users, report: pumped.report };
+    });
     post({ type: 'lab-finished', id, report: lab.report() });
   } finally {
     lab.free();
@@ -203,11 +152,14 @@ self.onmessage = async ({ data }) => {
     if (data.type === 'load') await load(data);
     else if (data.type === 'run') await run(data);
     else if (data.type === 'lab') await lab(data);
-    else if (data.type === 'cancel') cancelled.add(data.id);
+    else if (data.type === 'spread') {
+      await ready;
+      post({ type: 'spread', id: data.id, spread: spread(Float64Array.from(data.values)) });
+    } else if (data.type === 'cancel') cancelled.add(data.id);
   } catch (e) {
     post({ ...failure(e), id: data.id });
   }
 };
 // The worker takes requests at once; the engine's compile failing is reported when it happens.
 post({ type: 'ready', webgpu: Boolean(self.navigator.gpu) });
-ready.catch((e) => post(failure(e)));
+ready.then(() => post({ type: 'defaults', defaults: defaults() }), (e) => post(failure(e)));

@@ -51,7 +51,10 @@ async function open(query, prepare = async () => {}) {
   return { page, errors };
 }
 
-const text = (page, id) => page.getByTestId(id).textContent();
+// A run's view (figures, output, conditions) appears more than once (the run, each lane, the
+// replay): its hooks are read in the main run's view unless scoped otherwise.
+const VIEW_HOOKS = /^(metric-.*|output|conditions|stop-reason)$/;
+const text = (page, id) => (VIEW_HOOKS.test(id) ? page.locator('#run-view').getByTestId(id) : page.getByTestId(id)).textContent();
 
 test('a preset URL runs stories260K, streams tokens and fills every figure', async () => {
   const { page, errors } = await open('model=stories260K&prompt=Once%20upon%20a%20time&max=120&backend=cpu&quant=f32&autorun=1');
@@ -125,9 +128,10 @@ test('Stop cancels a run mid-way', async () => {
   const { page } = await open('model=stories260K&max=2000&backend=cpu&autorun=0');
   // Click Stop from inside the page the moment the first token shows, then let the worker react.
   await page.evaluate(() => {
-    const output = document.querySelector('#read').parentElement;
+    const output = document.querySelector('#run-view [data-testid=output]');
+    const prompt = output.textContent.length;
     new MutationObserver((_, observer) => {
-      if (document.querySelector('#ahead').textContent || document.querySelector('#read').textContent) {
+      if (output.textContent.length > prompt) {
         observer.disconnect();
         document.querySelector('[data-testid=stop]').click();
       }
@@ -459,9 +463,153 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   for (const row of rows.filter((r) => Number(r[0]) >= 4)) {
     assert.ok(Number(row[1]) >= Number(row[2]), `aggregate >= per user at ${row[0]} users: ${row}`);
   }
-  // The single run's controls come back after the lab.
+  // The single run's controls come back after the lab, and every level is a row of the results.
   assert.equal(await page.getByTestId('run').isEnabled(), true);
+  assert.equal(await page.getByTestId('result-row').count(), 6);
   mkdirSync(resolve(root, 'test-results'), { recursive: true });
   await page.screenshot({ path: resolve(root, 'test-results/lab.png'), fullPage: true });
   assert.deepEqual(errors, []);
+});
+
+// Numbers read from a run's view (lane or main): every figure filled and positive.
+const VIEW_FIGURES = ['metric-ttft-ms', 'metric-prefill-ms', 'metric-prefill-tps', 'metric-decode-tps', 'metric-itl-p50',
+  'metric-itl-p99', 'metric-words-per-s', 'metric-reading-x', 'metric-gbps', 'metric-total-ms'];
+async function assertFigures(scope, where) {
+  for (const id of VIEW_FIGURES) {
+    const value = (await scope.getByTestId(id).textContent()).trim();
+    assert.match(value, /^\d+(\.\d+)?$/, `${where}: ${id} is a number alone: ${value}`);
+    assert.ok(Number(value) > 0 || id.startsWith('metric-itl'), `${where}: ${id} is positive: ${value}`);
+  }
+}
+
+test('two lanes (f32 and q8 on the CPU) run side by side, compare, and a shared URL reproduces them', async () => {
+  const { page, errors } = await open('model=stories260K&lanes=cpu:f32,webgpu:q8&prompt=Once%20upon%20a%20time&max=60');
+  // The preset set the lanes (webgpu is another name for wgpu); make the second one CPU q8 here.
+  assert.equal(await page.getByTestId('lane-backend').nth(1).inputValue(), 'wgpu');
+  await page.getByTestId('lane-backend').nth(1).selectOption('cpu');
+  await page.getByTestId('lanes-mode').selectOption('parallel');
+  await page.getByTestId('run-lanes').click();
+  const lanesDone = () => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent), null, { timeout: 180_000 });
+  await lanesDone();
+  assert.equal(await page.getByTestId('lanes-error').isHidden(), true, await page.getByTestId('lanes-error').textContent());
+  const lanes = page.getByTestId('lane');
+  assert.equal(await lanes.count(), 2);
+  const outputs = [];
+  for (let i = 0; i < 2; i++) {
+    const lane = lanes.nth(i);
+    assert.equal(await lane.getByTestId('lane-status').textContent(), 'done');
+    await assertFigures(lane, `lane ${i + 1}`);
+    assert.match(await lane.getByTestId('conditions').textContent(), new RegExp(`stories260K .*${['f32', 'q8'][i]}.* on cpu .*output 60 tok`));
+    outputs.push(await lane.getByTestId('output').textContent());
+  }
+  // Each lane streamed its own text; q8 stays close to f32 (the accuracy test measures how close).
+  for (const output of outputs) assert.match(output, /^Once upon a time, there was a little girl/);
+  const verdict = await page.getByTestId('lane-verdict').textContent();
+  assert.match(verdict, /^q8 on cpu \(lane 2\): \d+\.\d\dx the decode tok\/s of f32 on cpu \(lane 1\), TTFT \d+\.\d\dx, same first 40 tokens: (yes|no)$/, verdict);
+  // Both lanes are rows of the results table.
+  assert.equal(await page.getByTestId('result-row').count(), 2);
+
+  // Share: a link with the lanes, the prompt and the settings that runs them when opened (one
+  // after another, as chosen now).
+  await page.getByTestId('lanes-mode').selectOption('sequential');
+  await page.getByTestId('share').click();
+  const shared = new URL(await page.getByTestId('share-url').inputValue());
+  assert.equal(shared.searchParams.get('lanes'), 'cpu:f32,cpu:q8');
+  assert.equal(shared.searchParams.get('lanes_run'), 'sequential');
+  assert.equal(shared.searchParams.get('prompt'), 'Once upon a time');
+  assert.equal(shared.searchParams.get('max'), '60');
+  assert.equal(shared.searchParams.get('autorun'), '1');
+  const again = await browser.newPage();
+  await again.goto(shared.href);
+  await again.waitForFunction(() => document.querySelectorAll('[data-testid=lane-status]').length === 2
+    && [...document.querySelectorAll('[data-testid=lane-status]')].every((s) => s.textContent === 'done'), null, { timeout: 180_000 });
+  assert.equal(await again.getByTestId('lanes-mode').inputValue(), 'sequential');
+  const replayed = await again.getByTestId('lane').evaluateAll((lanes) => lanes.map((l) => l.querySelector('[data-testid=output]').textContent));
+  assert.deepEqual(replayed, outputs, 'the shared link ran the same lanes, greedy, to the same text');
+  await again.close();
+
+  // A lanes preset that names something that is not a choice says which, and runs nothing.
+  const bad = await open('model=stories260K&lanes=cpu:f32,gpu:q3,cpu:q8:stories9B&autorun=1');
+  await bad.page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
+  const message = await text(bad.page, 'error');
+  assert.match(message, /lanes=cpu:f32,gpu:q3,cpu:q8:stories9B: lane 2 \("gpu:q3"\): quant "q3" is not a choice \(f32, q8, q4\); lane 3 \("cpu:q8:stories9B"\): model "stories9B" is not one of stories260K,/, message);
+  assert.equal(await bad.page.getByTestId('lane').count(), 0);
+  await bad.page.close();
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('repeat 3 shows median, min and max; every run is a result row, exported as CSV and JSON; replay at 30 tok/s takes 2 s', async () => {
+  const { page, errors } = await open('model=stories260K&backend=cpu&quant=q8&max=60&repeat=3&autorun=1');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 180_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  const rows = await page.getByTestId('repeat-summary').locator('tbody tr').evaluateAll((rows) =>
+    rows.map((r) => [r.cells[0].textContent, ...[...r.querySelectorAll('td')].map((c) => Number(c.textContent))]));
+  assert.deepEqual(rows.map((r) => r[0]), ['TTFT (ms)', 'prefill (tok/s)', 'decode (tok/s)', 'inter-token p99 (ms)']);
+  for (const [figure, median, min, max] of rows) {
+    assert.ok(min > 0 && min <= median && median <= max, `${figure}: min ${min} <= median ${median} <= max ${max}`);
+  }
+  // Three counted runs (the warm-up run is not one), each a row with its conditions.
+  assert.equal(await page.getByTestId('result-row').count(), 3);
+  const download = (id) => Promise.all([page.waitForEvent('download'), page.getByTestId(id).click()])
+    .then(async ([d]) => readFileSync(await d.path(), 'utf8'));
+  const csv = (await download('export-csv')).trim().split('\r\n');
+  assert.equal(csv.length, 4, csv.join('\n'));
+  const header = csv[0].split(',');
+  for (const column of ['model', 'quant', 'backend', 'adapter', 'batch_size', 'prompt_tokens', 'output_tokens', 'ttft_ms',
+    'prefill_tps', 'decode_tps', 'itl_p99_ms', 'words_per_s']) {
+    assert.ok(header.includes(column), `the CSV has ${column}: ${header}`);
+  }
+  const cell = (line, column) => line.split(',')[header.indexOf(column)];
+  for (const line of csv.slice(1)) {
+    assert.equal(cell(line, 'model'), 'stories260K');
+    assert.equal(cell(line, 'quant'), 'q8');
+    assert.equal(cell(line, 'backend'), 'cpu');
+    assert.equal(cell(line, 'batch_size'), '1');
+    assert.equal(cell(line, 'prompt_tokens'), '5');
+    assert.equal(cell(line, 'output_tokens'), '60');
+    assert.ok(Number(cell(line, 'decode_tps')) > 0, line);
+  }
+  const json = JSON.parse(await download('export-json'));
+  assert.equal(json.length, 3);
+  assert.deepEqual(json.map((r) => r.source), ['repeat 1 of 3', 'repeat 2 of 3', 'repeat 3 of 3']);
+  // The table is kept across a reload (of the page without autorun, which would run again).
+  await page.goto(`${base}/?model=stories260K&backend=cpu&quant=q8&max=60`);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=result-row]').length === 3, null, { timeout: 30_000 });
+
+  // Run once more, then replay its 60 tokens at 30 tok/s: 59 gaps of 1/30 s, about 2 s.
+  await page.getByTestId('repeat-count').fill('1');
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('result-row').count(), 4);
+  await page.getByTestId('replay-rate').selectOption('30');
+  await page.getByTestId('replay').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=replay-status]').textContent.startsWith('done'), null, { timeout: 30_000 });
+  const status = await page.getByTestId('replay-status').textContent();
+  const seconds = Number(status.match(/^done: 60 tokens in ([\d.]+) s$/)[1]);
+  assert.ok(seconds >= 1.9 && seconds < 2.6, `60 tokens at 30 tok/s took ${seconds} s`);
+  const replay = page.locator('#replay');
+  assert.match(await replay.getByTestId('conditions').textContent(), /^Replay of a finished run at 30 tok\/s: the model is not running/);
+  assert.equal(await replay.getByTestId('output').textContent(), await text(page, 'output'));
+  // A column's button sorts by it, and again the other way.
+  const sortBy = async (column) => {
+    await page.getByTestId('results').getByRole('button', { name: column, exact: true }).click();
+    return page.getByTestId('result-row').evaluateAll((rows) => rows.map((r) => r.cells[1].textContent));
+  };
+  assert.deepEqual(await sortBy('source'), ['repeat 1 of 3', 'repeat 2 of 3', 'repeat 3 of 3', 'run']);
+  assert.deepEqual(await sortBy('source'), ['run', 'repeat 3 of 3', 'repeat 2 of 3', 'repeat 1 of 3']);
+  // The download cache lists the model, and clearing it empties it.
+  await page.locator('#cache summary').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=cache-list]').textContent.includes('stories260K.bin'), null, { timeout: 10_000 });
+  await page.getByTestId('clear-cache').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=cache-list]').textContent === 'nothing yet', null, { timeout: 10_000 });
+  assert.deepEqual(await page.evaluate(async () => (await caches.keys()).length), 0);
+  // Clear empties the table, and it stays empty after a reload.
+  await page.getByTestId('clear-results').click();
+  assert.equal(await page.getByTestId('result-row').count(), 0);
+  await page.goto(`${base}/?model=stories260K`);
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
+  assert.equal(await page.getByTestId('result-row').count(), 0);
+  assert.deepEqual(errors, []);
+  await page.close();
 });

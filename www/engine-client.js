@@ -1,0 +1,193 @@
+// @ts-check
+// One engine in one Web Worker, as any part of the page uses it: load a model (once per
+// configuration), run a prompt or a concurrency lab with events as they come, stop it with an
+// AbortSignal. Every request has its own id (www/protocol.js), so a stop or a late reply never
+// reaches another request. A fatal failure (a trap in the engine, a lost GPU device) fails every
+// request in flight and starts a fresh worker; the next load starts from scratch.
+import { nextId } from './protocol.js';
+
+/** @typedef {import('./protocol.js').LoadSpec} LoadSpec */
+/** @typedef {import('./protocol.js').Defaults} Defaults */
+
+/**
+ * A request in flight: who hears its replies, and how it ends.
+ * @typedef {object} Pending
+ * @property {(message: any) => void} onMessage
+ * @property {(value: any) => void} resolve
+ * @property {(error: Error) => void} reject
+ */
+
+// How long a stopped request may take to end before the worker is presumed stuck (a GPU that
+// stopped answering) and replaced. A stop is normally heard within a pump, about a frame.
+const STOP_GRACE_MS = 1500;
+
+export class EngineClient {
+  constructor() {
+    /** @type {Map<number, Pending>} */
+    this.pending = new Map();
+    /** the configuration loaded in the worker now (its key), or null */
+    this.loadedKey = null;
+    /** @type {{ info: any, warmUpMs: number } | null} */
+    this.loaded = null;
+    /** @type {Promise<Defaults>} */
+    this.defaults = new Promise((resolve) => { this.resolveDefaults = resolve; });
+    /** @type {((message: string) => void) | null} told when the engine had to be restarted */
+    this.onRestart = null;
+    this.start();
+  }
+
+  /** Start (or restart) the worker. */
+  start() {
+    this.worker?.terminate();
+    this.loadedKey = null;
+    this.loaded = null;
+    this.worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+    this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
+    this.worker.onmessage = ({ data }) => this.receive(data);
+    this.worker.onerror = (e) => this.fatal(`the worker failed: ${e.message}`);
+  }
+
+  /** @param {import('./protocol.js').Reply} message */
+  receive(message) {
+    if (message.type === 'ready') return this.resolveReady?.(undefined);
+    if (message.type === 'defaults') return this.resolveDefaults?.(message.defaults);
+    if (message.type === 'fatal') return this.fatal(message.message);
+    const id = 'id' in message ? message.id : undefined;
+    const pending = id === undefined ? undefined : this.pending.get(id);
+    if (!pending) {
+      // An error that names no request (the engine failed to compile) fails them all.
+      if (message.type === 'error' && id === undefined) this.failAll(message.message);
+      return;
+    }
+    if (message.type === 'error') {
+      this.pending.delete(/** @type {number} */ (id));
+      pending.reject(new Error(message.message));
+    } else {
+      pending.onMessage(message);
+    }
+  }
+
+  /** @param {string} message */
+  failAll(message) {
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of pending) p.reject(new Error(message));
+  }
+
+  /**
+   * The engine trapped or lost its GPU: fail what is in flight and start a fresh worker.
+   * @param {string} message
+   */
+  fatal(message) {
+    this.failAll(`${message}; the engine was restarted`);
+    this.start();
+    this.onRestart?.(message);
+  }
+
+  /**
+   * Send a request and collect its replies until `done(message)` says it is over.
+   * @param {object} request
+   * @param {(message: any) => void} onMessage
+   * @param {(message: any) => boolean} done  whether this reply ends the request
+   * @param {AbortSignal} [signal]
+   * @returns {Promise<any>} the reply that ended it
+   */
+  request(request, onMessage, done, signal) {
+    const id = nextId();
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, {
+        resolve,
+        reject,
+        onMessage: (message) => {
+          onMessage(message);
+          if (done(message)) {
+            this.pending.delete(id);
+            resolve(message);
+          }
+        },
+      });
+      this.worker?.postMessage({ ...request, id });
+      signal?.addEventListener('abort', () => {
+        if (!this.pending.has(id)) return;
+        this.worker?.postMessage({ type: 'cancel', id });
+        setTimeout(() => {
+          if (!this.pending.has(id)) return;
+          this.pending.delete(id);
+          reject(new Error('the engine did not answer the stop and was restarted; the next run loads the model again'));
+          this.start();
+        }, STOP_GRACE_MS);
+      }, { once: true });
+    });
+  }
+
+  /**
+   * Load a configuration, unless it is the one loaded now.
+   * @param {LoadSpec & { key: string }} spec
+   * @param {{ onProgress?: (p: any) => void, onStatus?: (status: string) => void, onLoaded?: (info: any) => void }} [hooks]
+   * @returns {Promise<{ info: any, warmUpMs: number }>}
+   */
+  async load(spec, hooks = {}) {
+    if (this.loadedKey === spec.key && this.loaded) return this.loaded;
+    this.loadedKey = null;
+    await this.ready;
+    const { key, ...request } = spec;
+    /** @type {any} */
+    let info = null;
+    const warmed = await this.request({ type: 'load', ...request }, (message) => {
+      if (message.type === 'progress') hooks.onProgress?.(message);
+      else if (message.type === 'status') hooks.onStatus?.(message.status);
+      else if (message.type === 'loaded') {
+        info = message.info;
+        hooks.onLoaded?.(message.info);
+      }
+    }, (message) => message.type === 'warmed');
+    this.loadedKey = key;
+    this.loaded = { info, warmUpMs: warmed.ms };
+    return this.loaded;
+  }
+
+  /**
+   * Generate from `prompt` with the loaded model; `onEvents` hears every pump's events with the
+   * meter's report and the output's word ends. Resolves to the final report (also when stopped).
+   * @param {string} prompt
+   * @param {object} options  crate/web.rs `RunOptions`
+   * @param {{ signal?: AbortSignal, onEvents?: (message: import('./protocol.js').Events) => void }} [hooks]
+   * @returns {Promise<any>}
+   */
+  async run(prompt, options, hooks = {}) {
+    const finished = await this.request({ type: 'run', prompt, options }, (message) => {
+      if (message.type === 'events') hooks.onEvents?.(message);
+    }, (message) => message.type === 'finished', hooks.signal);
+    return finished.report;
+  }
+
+  /**
+   * Run a concurrency lab with the loaded model. Resolves to its final load report.
+   * @param {object} options  crate/web.rs `LabOptions`
+   * @param {{ signal?: AbortSignal, onEvents?: (message: import('./protocol.js').LabEvents) => void }} [hooks]
+   * @returns {Promise<any>}
+   */
+  async lab(options, hooks = {}) {
+    const finished = await this.request({ type: 'lab', options }, (message) => {
+      if (message.type === 'lab-events') hooks.onEvents?.(message);
+    }, (message) => message.type === 'lab-finished', hooks.signal);
+    return finished.report;
+  }
+
+  /**
+   * The meter's median, least and most of repeated measurements of one figure.
+   * @param {number[]} values
+   * @returns {Promise<{ n: number, median: number, min: number, max: number } | null>}
+   */
+  async spread(values) {
+    await this.ready;
+    const reply = await this.request({ type: 'spread', values }, () => {}, () => true);
+    return reply.spread;
+  }
+
+  terminate() {
+    this.failAll('the engine was closed');
+    this.worker?.terminate();
+    this.worker = undefined;
+  }
+}

@@ -1,0 +1,303 @@
+// @ts-check
+// Lanes: two to four configurations (model x quantization x backend) run the same prompt side by
+// side, each in its own worker with its own view and meter, at once or one after another. After
+// the run, one line per pair compares them: decode tok/s and TTFT as ratios of the engine's own
+// reports, and whether their first 40 tokens are the same.
+import { EngineClient } from './engine-client.js';
+import { BACKENDS, QUANTS, BACKEND_ALIASES } from './protocol.js';
+import { RunView, format } from './run-view.js';
+import { rowFromReport } from './results.js';
+
+export const MAX_LANES = 4;
+/** How lanes run: all at once (one worker each), or one after another. */
+export const LANE_MODES = ['parallel', 'sequential'];
+// Tokens compared for "same text" in a verdict.
+const SAME_TOKENS = 40;
+
+/**
+ * One lane's configuration: `model` is a model id of the page's list, or '' for the page's model.
+ * @typedef {{ backend: string, quant: string, model: string }} LaneConfig
+ */
+
+/**
+ * What the lanes need from the page.
+ * @typedef {object} LanesHost
+ * @property {{ id: string, label: string }[]} models  the models a lane can pick (by id)
+ * @property {(config: LaneConfig) => import('./protocol.js').LoadSpec & { key: string }} spec  what to load for a lane
+ * @property {() => Promise<{ prompt: string, options: object }>} settings  the prompt and run options of the page's form
+ * @property {() => number} wpm
+ * @property {(row: any) => void} addResult
+ * @property {(record: import('./run-view.js').RunRecord) => void} finished  a lane's run is over (for replay)
+ */
+
+/**
+ * Parse a preset's `lanes=` value: lanes separated by commas, each `backend:quant` or
+ * `backend:quant:model`. Throws an error naming every value that is not a choice.
+ * @param {string} value
+ * @param {string[]} models  the model ids a lane may name
+ * @returns {LaneConfig[]}
+ */
+export function parseLanes(value, models) {
+  const problems = [];
+  const lanes = value.split(',').map((part, i) => {
+    const [rawBackend = '', rawQuant = '', model = '', ...rest] = part.trim().split(':');
+    const backend = /** @type {Record<string, string>} */ (BACKEND_ALIASES)[rawBackend.toLowerCase()] ?? rawBackend.toLowerCase();
+    const quant = rawQuant.toLowerCase();
+    const where = `lane ${i + 1} ("${part}")`;
+    if (rest.length) problems.push(`${where} has more than backend:quant:model`);
+    if (!BACKENDS.includes(backend)) problems.push(`${where}: backend "${rawBackend}" is not a choice (${BACKENDS.join(', ')}; webgpu means wgpu)`);
+    if (!QUANTS.includes(quant)) problems.push(`${where}: quant "${rawQuant}" is not a choice (${QUANTS.join(', ')})`);
+    if (model && !models.includes(model)) problems.push(`${where}: model "${model}" is not one of ${models.join(', ')}`);
+    return { backend, quant, model };
+  });
+  if (lanes.length > MAX_LANES) problems.push(`${lanes.length} lanes: at most ${MAX_LANES}`);
+  if (problems.length) throw new Error(`lanes=${value}: ${problems.join('; ')}`);
+  return lanes;
+}
+
+/** @param {LaneConfig} lane */
+export function laneToString(lane) {
+  return `${lane.backend}:${lane.quant}${lane.model ? `:${lane.model}` : ''}`;
+}
+
+const TEMPLATE = `
+  <h2>Lanes <small>the same prompt on two to four configurations, side by side</small></h2>
+  <p>Each lane has its own engine (a worker). <em>At once</em> shares this machine's cores between the lanes, so each is slower than alone, which is itself a lesson; <em>one after another</em> measures each alone.</p>
+  <div data-ref="configs" class="lane-configs"></div>
+  <div class="row">
+    <button type="button" data-testid="add-lane" data-ref="add">Add lane</button>
+    <label>Lanes run
+      <select data-testid="lanes-mode" data-ref="mode">
+        <option value="parallel">at once (one worker each)</option>
+        <option value="sequential">one after another</option>
+      </select>
+    </label>
+    <button type="button" data-testid="run-lanes" data-ref="run">Run lanes</button>
+    <button type="button" data-testid="stop-lanes" data-ref="stop" disabled>Stop</button>
+    <span>Status: <strong data-testid="lanes-status" data-ref="status" role="status">idle</strong></span>
+  </div>
+  <p class="error" data-testid="lanes-error" data-ref="error" role="alert" hidden></p>
+  <ul class="verdicts" data-testid="lane-verdicts" data-ref="verdicts" aria-live="polite"></ul>
+  <div class="lanes" data-ref="lanes"></div>
+`;
+
+export class LanesPanel {
+  /**
+   * @param {HTMLElement} root
+   * @param {LanesHost} host
+   */
+  constructor(root, host) {
+    this.host = host;
+    root.innerHTML = TEMPLATE;
+    /** @type {Record<string, any>} */
+    this.ref = {};
+    for (const node of root.querySelectorAll('[data-ref]')) this.ref[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
+    /** @type {LaneConfig[]} */
+    this.configs = [];
+    /** @type {EngineClient[]} one engine per lane, kept loaded between runs */
+    this.clients = [];
+    /** @type {AbortController | null} */
+    this.abort = null;
+    /** whether the lanes have run (or were set by a preset): Share then includes them */
+    this.used = false;
+    this.ref.add.addEventListener('click', () => this.addLane({ backend: 'cpu', quant: 'q8', model: '' }));
+    this.ref.run.addEventListener('click', () => this.run());
+    this.ref.stop.addEventListener('click', () => this.abort?.abort());
+    this.setLanes([{ backend: 'cpu', quant: 'f32', model: '' }, { backend: 'cpu', quant: 'q8', model: '' }]);
+  }
+
+  /** `parallel` or `sequential` (LANE_MODES) */
+  get mode() {
+    return this.ref.mode.value;
+  }
+
+  set mode(mode) {
+    this.ref.mode.value = mode;
+  }
+
+  /** @param {LaneConfig[]} configs */
+  setLanes(configs) {
+    this.configs = configs.map((c) => ({ ...c }));
+    this.renderConfigs();
+  }
+
+  /** @param {LaneConfig} config */
+  addLane(config) {
+    if (this.configs.length >= MAX_LANES) return;
+    this.configs.push(config);
+    this.renderConfigs();
+  }
+
+  /** @param {number} i */
+  removeLane(i) {
+    this.configs.splice(i, 1);
+    this.clients.splice(i, 1).forEach((c) => c.terminate());
+    this.renderConfigs();
+  }
+
+  renderConfigs() {
+    const rows = this.configs.map((config, i) => {
+      const row = document.createElement('fieldset');
+      row.className = 'lane-config';
+      const legend = document.createElement('legend');
+      legend.textContent = `Lane ${i + 1}`;
+      row.append(legend);
+      /**
+       * @param {string} label
+       * @param {keyof LaneConfig} key
+       * @param {[string, string][]} choices
+       */
+      const select = (label, key, choices) => {
+        const wrap = document.createElement('label');
+        wrap.append(label, ' ');
+        const input = document.createElement('select');
+        input.dataset.testid = `lane-${key}`;
+        for (const [value, text] of choices) input.add(new Option(text, value));
+        input.value = config[key];
+        input.addEventListener('change', () => { config[key] = input.value; });
+        wrap.append(input);
+        return wrap;
+      };
+      row.append(
+        select('Model', 'model', [['', 'the model chosen above'], ...this.host.models.map((m) => /** @type {[string, string]} */ ([m.id, m.label]))]),
+        select('Backend', 'backend', BACKENDS.map((b) => /** @type {[string, string]} */ ([b, b === 'wgpu' ? 'WebGPU' : b]))),
+        select('Quantization', 'quant', QUANTS.map((q) => /** @type {[string, string]} */ ([q, q]))),
+      );
+      const remove = document.createElement('button');
+      remove.type = 'button';
+      remove.textContent = 'Remove';
+      remove.setAttribute('aria-label', `Remove lane ${i + 1}`);
+      remove.disabled = this.configs.length <= 1;
+      remove.addEventListener('click', () => this.removeLane(i));
+      row.append(remove);
+      return row;
+    });
+    this.ref.configs.replaceChildren(...rows);
+    this.ref.add.disabled = this.configs.length >= MAX_LANES;
+  }
+
+  /** Run every lane on the page's prompt and settings. */
+  async run() {
+    if (this.abort) return;
+    this.used = true;
+    this.ref.error.hidden = true;
+    this.ref.verdicts.replaceChildren();
+    const abort = new AbortController();
+    this.abort = abort;
+    this.setBusy(true);
+    this.ref.status.textContent = 'running';
+    try {
+      const { prompt, options } = await this.host.settings();
+      while (this.clients.length < this.configs.length) this.clients.push(new EngineClient());
+      const configs = this.configs.map((c) => ({ ...c }));
+      const lanes = configs.map((config, i) => this.makeLane(config, i));
+      this.ref.lanes.replaceChildren(...lanes.map((l) => l.root));
+      const one = (/** @type {number} */ i) => this.runLane(lanes[i], this.clients[i], prompt, options, abort.signal);
+      if (this.mode === 'parallel') await Promise.all(lanes.map((_, i) => one(i)));
+      else for (const i of lanes.keys()) if (!abort.signal.aborted) await one(i);
+      this.verdicts(lanes);
+      this.ref.status.textContent = abort.signal.aborted ? 'stopped' : lanes.some((l) => l.failed) ? 'error' : 'done';
+    } catch (e) {
+      this.ref.error.textContent = e instanceof Error ? e.message : String(e);
+      this.ref.error.hidden = false;
+      this.ref.status.textContent = 'error';
+    } finally {
+      this.abort = null;
+      this.setBusy(false);
+    }
+  }
+
+  /**
+   * @param {LaneConfig} config
+   * @param {number} i
+   */
+  makeLane(config, i) {
+    const root = document.createElement('section');
+    root.className = 'lane';
+    root.dataset.testid = 'lane';
+    root.setAttribute('aria-label', `Lane ${i + 1}: ${laneToString(config)}`);
+    const head = document.createElement('h3');
+    const status = document.createElement('span');
+    status.dataset.testid = 'lane-status';
+    status.setAttribute('role', 'status');
+    status.textContent = 'waiting';
+    const label = `${config.quant} on ${config.backend}${config.model ? `, ${config.model}` : ''}`;
+    head.append(`Lane ${i + 1}: ${label} · `, status);
+    const error = document.createElement('p');
+    error.className = 'error';
+    error.setAttribute('role', 'alert');
+    error.hidden = true;
+    const body = document.createElement('div');
+    root.append(head, error, body);
+    const view = new RunView(body, { wpm: this.host.wpm, label: `Lane ${i + 1}` });
+    return { root, status, error, view, config, label, index: i, report: /** @type {any} */ (null), failed: false };
+  }
+
+  /**
+   * @param {ReturnType<LanesPanel['makeLane']>} lane
+   * @param {EngineClient} client
+   * @param {string} prompt
+   * @param {object} options
+   * @param {AbortSignal} signal
+   */
+  async runLane(lane, client, prompt, options, signal) {
+    try {
+      lane.status.textContent = 'loading';
+      const { info, warmUpMs } = await client.load(this.host.spec(lane.config), {
+        onStatus: (status) => { lane.status.textContent = status; },
+        onProgress: ({ loaded, total }) => { lane.status.textContent = `downloading ${total ? Math.round((100 * loaded) / total) : 0}%`; },
+      });
+      lane.view.setConditions(`${info.model} · ${info.quant} · ${info.backend} (${info.adapter}) · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
+      if (signal.aborted) {
+        lane.status.textContent = 'stopped';
+        return;
+      }
+      lane.status.textContent = 'running';
+      lane.view.clear(prompt);
+      const report = await client.run(prompt, { ...options, requested_at: performance.timeOrigin + performance.now() }, {
+        signal,
+        onEvents: (message) => lane.view.update(message),
+      });
+      lane.view.finish(report);
+      lane.view.setConditions(`${report.summary} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
+      lane.report = report;
+      this.host.addResult(rowFromReport(report, `lane ${lane.index + 1}`));
+      this.host.finished(lane.view.record());
+      lane.status.textContent = 'done';
+    } catch (e) {
+      lane.failed = true;
+      lane.error.textContent = e instanceof Error ? e.message : String(e);
+      lane.error.hidden = false;
+      lane.status.textContent = 'error';
+    }
+  }
+
+  /**
+   * One line per pair of finished lanes: the later lane against the earlier.
+   * @param {ReturnType<LanesPanel['makeLane']>[]} lanes
+   */
+  verdicts(lanes) {
+    const done = lanes.filter((l) => l.report);
+    const lines = [];
+    for (const [i, a] of done.entries()) {
+      for (const b of done.slice(i + 1)) {
+        const ratio = (/** @type {number | null} */ x, /** @type {number | null} */ y) => (x && y ? `${format(x / y, 2)}x` : '–');
+        const n = Math.min(SAME_TOKENS, a.view.tokens.length, b.view.tokens.length);
+        const start = (/** @type {typeof a} */ l) => l.view.tokens.slice(0, n).map((t) => t.text).join('');
+        const same = `same first ${n} tokens: ${start(a) === start(b) ? 'yes' : 'no'}`;
+        const li = document.createElement('li');
+        li.dataset.testid = 'lane-verdict';
+        li.textContent = `${b.label} (lane ${b.index + 1}): ${ratio(b.report.decode_tps, a.report.decode_tps)} the decode tok/s of ${a.label} (lane ${a.index + 1}), TTFT ${ratio(b.report.ttft_ms, a.report.ttft_ms)}, ${same}`;
+        lines.push(li);
+      }
+    }
+    this.ref.verdicts.replaceChildren(...lines);
+  }
+
+  /** @param {boolean} busy */
+  setBusy(busy) {
+    this.ref.run.disabled = busy;
+    this.ref.stop.disabled = !busy;
+    this.ref.add.disabled = busy || this.configs.length >= MAX_LANES;
+  }
+}

@@ -1,0 +1,71 @@
+// @ts-check
+// The page <-> worker protocol, defined once. Every request the page sends carries an `id` (a
+// number unique within one page), and every reply to it names that id, so that several requests
+// can be in flight and a late reply (a stop that reaches a run after it ended, the events of a run
+// the page has moved on from) is never taken for another's. Figures are never computed on the
+// page: reports come from the engine's meter, and so do the run defaults and the word rule.
+
+/**
+ * Where a file comes from: a URL (downloaded and cached) or a File the visitor picked.
+ * @typedef {{ url: string } | { file: File }} Source
+ */
+
+/**
+ * What to load: a model (and its tokenizer and Hugging Face config.json where it needs them) on a
+ * backend, in a quantization.
+ * @typedef {object} LoadSpec
+ * @property {string} name
+ * @property {Source} model
+ * @property {Source | null} [tokenizer]
+ * @property {Source | null} [config]
+ * @property {string} backend  `auto`, `wgpu` or `cpu`
+ * @property {string} quant  `f32`, `q8` or `q4`
+ */
+
+/**
+ * The engine's defaults for a run and for a concurrency lab (served by `defaults()` in
+ * crate/web.rs; the page's form takes its initial values from here).
+ * @typedef {object} Defaults
+ * @property {{ max_tokens: number, temperature: number, top_p: number, seed: number, reading_wpm: number }} run
+ * @property {{ users: number, arrival: string, max_batch: number | null, max_tokens: number, reading_wpm: number }} lab
+ */
+
+/**
+ * Requests, page to worker.
+ * @typedef {{ type: 'load', id: number } & LoadSpec} LoadRequest
+ * @typedef {{ type: 'run', id: number, prompt: string, options: object }} RunRequest  options: crate/web.rs `RunOptions`
+ * @typedef {{ type: 'lab', id: number, options: object }} LabRequest  options: crate/web.rs `LabOptions`
+ * @typedef {{ type: 'spread', id: number, values: number[] }} SpreadRequest  the meter's median/min/max of repeated figures
+ * @typedef {{ type: 'cancel', id: number }} CancelRequest  `id`: the run or lab to stop
+ * @typedef {LoadRequest | RunRequest | LabRequest | SpreadRequest | CancelRequest} Request
+ */
+
+/**
+ * Replies, worker to page. Those without an `id` concern the worker itself.
+ * @typedef {{ type: 'ready', webgpu: boolean }} Ready  the worker takes requests (the engine may still be compiling)
+ * @typedef {{ type: 'defaults', defaults: Defaults }} DefaultsReply  the engine compiled; its defaults
+ * @typedef {{ type: 'progress', id: number, label: string, loaded: number, total: number, cached?: boolean }} Progress
+ * @typedef {{ type: 'status', id: number, status: string }} Status
+ * @typedef {{ type: 'loaded', id: number, info: any, wasmMemoryBytes: number }} Loaded
+ * @typedef {{ type: 'warmed', id: number, ms: number }} Warmed  the load request is done
+ * @typedef {{ type: 'events', id: number, events: any[], report: any, word_ends: number[] }} Events  a run's events, in order
+ * @typedef {{ type: 'finished', id: number, report: any }} Finished  the run is over (ended, or stopped): its final report
+ * @typedef {{ type: 'lab-events', id: number, events: any[], users: any[] | null, report: any }} LabEvents
+ * @typedef {{ type: 'lab-finished', id: number, report: any }} LabFinished
+ * @typedef {{ type: 'spread', id: number, spread: { n: number, median: number, min: number, max: number } | null }} SpreadReply
+ * @typedef {{ type: 'error', id?: number, message: string }} ErrorReply  the request failed; the worker is fine
+ * @typedef {{ type: 'fatal', message: string }} Fatal  the engine trapped or lost its GPU: the worker must be replaced
+ * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | ErrorReply | Fatal} Reply
+ */
+
+/** The choices a run's configuration takes, and other names people use for them. */
+export const BACKENDS = ['auto', 'wgpu', 'cpu'];
+export const QUANTS = ['f32', 'q8', 'q4'];
+export const BACKEND_ALIASES = { webgpu: 'wgpu', gpu: 'wgpu', wasm: 'cpu' };
+
+let lastId = 0;
+/** A request id unique within this page (every worker's requests share the count). */
+export function nextId() {
+  lastId += 1;
+  return lastId;
+}

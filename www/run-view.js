@@ -1,0 +1,280 @@
+// @ts-check
+// One run's view: its conditions, the live needle, every figure of the meter's report, the text
+// with a reader's cursor, and the tok/s-by-position chart. A component: `new RunView(root, ...)`
+// builds it inside `root`, so the page holds one for the main run, one per lane and one for a
+// replay. It draws what the engine reports and computes no figure: the report comes from the meter
+// in Rust, and so do the word ends the reader's cursor walks (the meter's word rule).
+
+const FIGURES = `
+  <div><dt title="Time to first token: queue + tokenization + prefill + first sample">TTFT</dt><dd><span data-testid="metric-ttft-ms" data-figure="ttft_ms" data-digits="1">–</span> ms</dd></div>
+  <div><dt title="The one batched forward pass over the prompt">prefill</dt><dd><span data-testid="metric-prefill-ms" data-figure="prefill_ms" data-digits="1">–</span> ms</dd></div>
+  <div><dt>prefill speed</dt><dd><span data-testid="metric-prefill-tps" data-figure="prefill_tps" data-digits="1">–</span> tok/s</dd></div>
+  <div><dt title="Tokens after the first, over the time from first to last token">decode</dt><dd><span data-testid="metric-decode-tps" data-figure="decode_tps" data-digits="1">–</span> tok/s</dd></div>
+  <div><dt>inter-token p50 / p99</dt><dd><span data-testid="metric-itl-p50" data-figure="inter_token_ms.p50" data-digits="2">–</span> / <span data-testid="metric-itl-p99" data-figure="inter_token_ms.p99" data-digits="2">–</span> ms</dd></div>
+  <div><dt>words</dt><dd><span data-testid="metric-words-per-s" data-figure="words_per_s" data-digits="1">–</span> words/s</dd></div>
+  <div><dt title="Words per second over a reader's words per second">vs. a reader</dt><dd><span data-testid="metric-reading-x" data-figure="reading_speed_x" data-digits="1">–</span> × reading speed</dd></div>
+  <div><dt title="Weight bytes read per token × decode tok/s">bandwidth</dt><dd><span data-testid="metric-gbps" data-figure="effective_gb_per_s" data-digits="3">–</span> GB/s</dd></div>
+  <div><dt>total</dt><dd><span data-testid="metric-total-ms" data-figure="total_ms" data-digits="0">–</span> ms <small>(predicted <span data-figure="predicted_total_ms" data-digits="0">–</span>)</small></dd></div>
+  <div><dt>stop</dt><dd data-testid="stop-reason" data-ref="stopReason">–</dd></div>`;
+
+const OPEN_TO_FIRST = `
+  <div><dt title="From opening this page to its first generated token: the engine's compile, the download, loading, warm-up and the first run's TTFT">page open to first token</dt><dd><span data-testid="metric-open-to-first-token-s" data-ref="openToFirst">–</span> s</dd></div>`;
+
+/**
+ * A finished run as kept for replay: its prompt, every token's text and time (ms since the request),
+ * the output's word ends, and its final report.
+ * @typedef {{ prompt: string, tokens: { text: string, t: number }[], trailing: string, wordEnds: number[], report: any }} RunRecord
+ */
+
+export class RunView {
+  /**
+   * @param {HTMLElement} root
+   * @param {object} options
+   * @param {() => number} options.wpm  the reader's words a minute
+   * @param {boolean} [options.figures]  show the meter's figures (a replay shows none: it measures nothing)
+   * @param {boolean} [options.pageOpen]  show the page-open-to-first-token figure (the page's first run)
+   * @param {string} [options.label]  the view's name for assistive technology
+   */
+  constructor(root, { wpm, figures = true, pageOpen = false, label = 'Run' }) {
+    this.wpm = wpm;
+    root.classList.add('run-view');
+    root.innerHTML = `
+      <div class="meter" role="group" aria-label="${label}: meter">
+        <p class="conditions" data-testid="conditions" data-ref="conditions">No model loaded.</p>
+        <div class="needle">
+          <span class="label" data-ref="needleLabel">live decode</span>
+          <span class="big"><span data-testid="metric-live-tps" data-ref="live">–</span> <small>tok/s</small></span>
+        </div>
+        ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>` : ''}
+        <figure>
+          <canvas data-ref="chart" width="900" height="220" role="img" aria-label="Tokens per second by position"></canvas>
+          <figcaption>tok/s by position (each dot: 1 / the gap before that token; line: live window)</figcaption>
+        </figure>
+      </div>
+      <div class="output-section" role="group" aria-label="${label}: generated text">
+        <h3>Output <small>the bar is where a reader at the chosen speed would be</small></h3>
+        <div data-testid="output" class="output" aria-live="off"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
+      </div>`;
+    /** @type {Record<string, HTMLElement>} */
+    this.ref = {};
+    for (const node of root.querySelectorAll('[data-ref]')) this.ref[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = /** @type {HTMLElement} */ (node);
+    /** @type {HTMLElement[]} */
+    this.figureNodes = [...root.querySelectorAll('[data-figure]')].map((n) => /** @type {HTMLElement} */ (n));
+    this.frame = 0;
+    this.clear('');
+  }
+
+  /**
+   * Start showing a new run of `prompt`.
+   * @param {string} prompt
+   */
+  clear(prompt) {
+    this.text = '';
+    this.trailing = '';
+    /** @type {{ text: string, t: number }[]} */
+    this.tokens = [];
+    /** @type {{ t: number, pos: number, rate: number | null, live: number | null }[]} */
+    this.points = [];
+    /** @type {number[]} */
+    this.wordEnds = [];
+    this.report = null;
+    this.running = false;
+    /** @type {number | null} when the first token showed (performance.now()), for the reader */
+    this.readerStart = null;
+    /** @type {string | null} set while replaying: the needle shows this rate, never a measurement */
+    this.replayRate = null;
+    this.prompt = prompt;
+    this.ref.stopReason && (this.ref.stopReason.textContent = '–');
+    this.ref.promptEcho.textContent = prompt;
+    for (const node of this.figureNodes) node.textContent = '–';
+    this.ref.live.textContent = '–';
+    this.ref.needleLabel.textContent = 'live decode';
+    this.scheduleRender();
+  }
+
+  /** @param {string} text */
+  setConditions(text) {
+    this.ref.conditions.textContent = text;
+  }
+
+  /** @param {number} seconds */
+  setOpenToFirst(seconds) {
+    if (this.ref.openToFirst) this.ref.openToFirst.textContent = seconds.toFixed(2);
+  }
+
+  /**
+   * A pump's events, with the meter's report and word ends as of its last event.
+   * @param {{ events: any[], report?: any, word_ends?: number[] }} message
+   */
+  update({ events, report, word_ends: wordEnds }) {
+    this.running = true;
+    if (report) this.report = report;
+    if (wordEnds) this.wordEnds = wordEnds;
+    for (const [i, event] of events.entries()) {
+      if (event.event === 'token') {
+        this.text += event.text;
+        this.tokens.push({ text: event.text, t: event.t_ms });
+        if (this.readerStart === null) this.readerStart = performance.now();
+        const points = this.points;
+        const gap = points.length ? event.t_ms - points[points.length - 1].t : null;
+        // The live figure comes with the pump's report, so it belongs to the pump's last token.
+        const live = report && i === events.length - 1 ? report.live_decode_tps : null;
+        points.push({ t: event.t_ms, pos: event.pos, rate: gap !== null && gap > 0 ? 1000 / gap : null, live });
+      } else if (event.event === 'done') {
+        this.trailing = event.trailing_text;
+        this.text += event.trailing_text;
+        if (this.ref.stopReason) this.ref.stopReason.textContent = event.reason.replace('_', ' ');
+      }
+    }
+    this.scheduleRender();
+  }
+
+  /**
+   * The run is over: its final report.
+   * @param {any} report
+   */
+  finish(report) {
+    if (report) this.report = report;
+    this.running = false;
+    this.scheduleRender();
+  }
+
+  /** @returns {RunRecord} the run as shown, for replay */
+  record() {
+    return { prompt: this.prompt, tokens: [...this.tokens], trailing: this.trailing, wordEnds: [...this.wordEnds], report: this.report };
+  }
+
+  /**
+   * Play `record` back: tokens appear at `rate` tok/s, or at the run's own timestamps when `rate`
+   * is 'measured'. Resolves when the last token is shown (or `signal` aborts). Nothing is
+   * measured: the needle shows the rate chosen, labelled a replay.
+   * @param {RunRecord} record
+   * @param {number | 'measured'} rate
+   * @param {AbortSignal} [signal]
+   */
+  async replay(record, rate, signal) {
+    this.clear(record.prompt);
+    this.replayRate = rate === 'measured' ? 'as measured' : `${rate} tok/s`;
+    this.ref.needleLabel.textContent = `replay, ${this.replayRate}`;
+    const measured = record.report?.decode_tps;
+    this.ref.live.textContent = rate === 'measured' ? (Number.isFinite(measured) ? measured.toFixed(0) : '–') : String(rate);
+    this.setConditions(`Replay of a finished run at ${this.replayRate}: the model is not running, the text is played back. Run: ${record.report?.summary ?? ''}`);
+    this.running = true;
+    const t0 = record.tokens[0]?.t ?? 0;
+    const start = performance.now();
+    for (const [i, token] of record.tokens.entries()) {
+      const due = rate === 'measured' ? token.t - t0 : (i * 1000) / rate;
+      const wait = start + due - performance.now();
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+      if (signal?.aborted) break;
+      this.text += token.text;
+      if (this.readerStart === null) this.readerStart = performance.now();
+      const t = performance.now() - start;
+      const gap = this.points.length ? t - this.points[this.points.length - 1].t : null;
+      this.points.push({ t, pos: i, rate: gap !== null && gap > 0 ? 1000 / gap : null, live: null });
+      // The word ends of the whole text, as far as the text shown so far reaches.
+      this.wordEnds = record.wordEnds.filter((end) => end <= this.text.length);
+      this.scheduleRender();
+    }
+    if (!signal?.aborted) this.text += record.trailing;
+    this.wordEnds = record.wordEnds.filter((end) => end <= this.text.length);
+    this.running = false;
+    this.scheduleRender();
+    return performance.now() - start;
+  }
+
+  scheduleRender() {
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.render());
+  }
+
+  render() {
+    this.frame = 0;
+    const report = this.report;
+    if (report && this.replayRate === null) {
+      for (const node of this.figureNodes) node.textContent = format(pick(report, node.dataset.figure ?? ''), Number(node.dataset.digits));
+      this.ref.live.textContent = format(this.running ? report.live_decode_tps : report.decode_tps, 0);
+    }
+    this.renderText();
+    this.drawChart();
+    // Keep the reading cursor moving until the reader has caught up.
+    if (this.running || this.readerWords() < this.wordEnds.length) this.scheduleRender();
+  }
+
+  readerWords() {
+    if (this.readerStart === null) return 0;
+    return ((performance.now() - this.readerStart) / 60000) * this.wpm();
+  }
+
+  renderText() {
+    const ends = this.wordEnds;
+    const words = Math.floor(this.readerWords());
+    const at = words === 0 ? 0 : words >= ends.length ? this.text.length : ends[words - 1];
+    // Text nodes only: the model's output is never parsed as HTML.
+    this.ref.read.textContent = this.text.slice(0, at);
+    this.ref.ahead.textContent = this.text.slice(at);
+  }
+
+  drawChart() {
+    const canvas = /** @type {HTMLCanvasElement} */ (this.ref.chart);
+    const ctx = canvas.getContext('2d');
+    if (!ctx) return;
+    const { width, height } = canvas;
+    const pad = { left: 64, right: 12, top: 12, bottom: 34 };
+    ctx.clearRect(0, 0, width, height);
+    const points = this.points.filter((p) => p.rate !== null);
+    const style = getComputedStyle(canvas);
+    ctx.fillStyle = style.color;
+    ctx.font = '16px system-ui, sans-serif';
+    if (!points.length) {
+      ctx.fillText('tok/s by position appears here as tokens arrive', pad.left, height / 2);
+      return;
+    }
+    const rates = points.map((p) => /** @type {number} */ (p.rate)).sort((a, b) => a - b);
+    const yMax = Math.max(1, rates[Math.floor(rates.length * 0.98)] * 1.2);
+    const minPos = this.points[0].pos;
+    const maxPos = Math.max(minPos + 1, this.points[this.points.length - 1].pos);
+    const x = (/** @type {number} */ pos) => pad.left + ((pos - minPos) / (maxPos - minPos)) * (width - pad.left - pad.right);
+    const y = (/** @type {number} */ rate) => height - pad.bottom - (Math.min(rate, yMax) / yMax) * (height - pad.top - pad.bottom);
+    ctx.strokeStyle = style.color;
+    ctx.beginPath();
+    ctx.moveTo(pad.left, pad.top);
+    ctx.lineTo(pad.left, height - pad.bottom);
+    ctx.lineTo(width - pad.right, height - pad.bottom);
+    ctx.stroke();
+    ctx.fillText(`${yMax.toFixed(0)} tok/s`, 2, pad.top + 12);
+    ctx.fillText('0', pad.left - 16, height - pad.bottom);
+    ctx.fillText(`position ${minPos}`, pad.left, height - 10);
+    ctx.fillText(`${maxPos}`, width - pad.right - 40, height - 10);
+    ctx.fillStyle = '#4e9af1';
+    for (const p of points) ctx.fillRect(x(p.pos) - 1.5, y(/** @type {number} */ (p.rate)) - 1.5, 3, 3);
+    ctx.strokeStyle = '#f5a524';
+    ctx.lineWidth = 3;
+    ctx.beginPath();
+    let started = false;
+    for (const p of this.points) {
+      if (p.live === null || p.live === undefined) continue;
+      if (started) ctx.lineTo(x(p.pos), y(p.live));
+      else ctx.moveTo(x(p.pos), y(p.live));
+      started = true;
+    }
+    ctx.stroke();
+    ctx.lineWidth = 1;
+  }
+}
+
+/**
+ * A report's figure by its path (`inter_token_ms.p99`).
+ * @param {any} report
+ * @param {string} path
+ */
+function pick(report, path) {
+  return path.split('.').reduce((value, key) => value?.[key], report);
+}
+
+/**
+ * @param {number | null | undefined} value
+ * @param {number} digits
+ */
+export function format(value, digits) {
+  return value === null || value === undefined || !Number.isFinite(value) ? '–' : value.toFixed(digits);
+}
