@@ -1,13 +1,14 @@
 //! The forward pass's operations on burn tensors, for the wgpu backend (native Vulkan/Metal and
 //! browser WebGPU). Weights live on the device transposed to `[in, out]`, so each projection is
-//! `x.matmul(w)`; quantized ones are burn's packed blocks.
+//! `x.matmul(w)`; quantized ones are burn's packed blocks. RMSNorm, RoPE, attention and SwiGLU are
+//! tokenometer's own fused kernels (`gpu_kernels.rs`), one dispatch each.
 
 use std::ops::Range;
 
 use burn::prelude::*;
-use burn::tensor::activation::{silu, softmax};
 use burn::tensor::quantization::QuantScheme;
 
+use crate::gpu_kernels;
 use crate::model::{Heads, Ops, Span};
 use crate::quant::QuantPlan;
 use crate::sampling::Logits;
@@ -29,12 +30,11 @@ impl DeviceOps {
     }
 }
 
-/// RoPE's angles `[t, 1, head_size / 2, 1]` for every row, and each span with, for more than one
-/// position, its causal mask.
+/// RoPE's angles `[t, head_size / 2]` for every row, and the spans.
 pub(crate) struct DevicePass {
-    spans: Vec<(Span, Option<Tensor<3>>)>,
-    cos: Tensor<4>,
-    sin: Tensor<4>,
+    spans: Vec<Span>,
+    cos: Tensor<2>,
+    sin: Tensor<2>,
 }
 
 /// Per layer, keys and values `[n_kv_heads, capacity, head_size]`.
@@ -101,33 +101,16 @@ impl Ops for DeviceOps {
         let half = self.heads.head_size / 2;
         let t = cos.len() / half;
         let angles =
-            |v: Vec<f32>| Tensor::<4>::from_data(TensorData::new(v, [t, 1, half, 1]), &self.device);
-        let rep = self.heads.n_heads / self.heads.n_kv_heads;
+            |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [t, half]), &self.device);
         DevicePass {
-            // A single decode token sees its whole cache anyway.
-            spans: spans
-                .iter()
-                .map(|&s| {
-                    let mask = s.len > 1;
-                    (
-                        s,
-                        mask.then(|| causal_mask(s.start, s.len, rep, &self.device)),
-                    )
-                })
-                .collect(),
+            spans: spans.to_vec(),
             cos: angles(cos),
             sin: angles(sin),
         }
     }
 
-    /// `x * weight / sqrt(mean(x^2) + eps)`, per row.
     fn rms_norm(&self, x: &Tensor<2>, weight: &Tensor<1>, eps: f32) -> Tensor<2> {
-        let inv_rms = (x.clone() * x.clone())
-            .mean_dim(1)
-            .add_scalar(eps)
-            .sqrt()
-            .recip();
-        x.clone() * inv_rms * weight.clone().unsqueeze::<2>()
+        gpu_kernels::rms_norm(x.clone(), weight.clone(), eps)
     }
 
     fn matmul(&self, x: &Tensor<2>, w: &Tensor<2>) -> Tensor<2> {
@@ -135,16 +118,7 @@ impl Ops for DeviceOps {
     }
 
     fn rope(&self, x: Tensor<2>, pass: &DevicePass) -> Tensor<2> {
-        let [t, width] = x.dims();
-        let hs = self.heads.head_size;
-        let heads = width / hs;
-        let pairs = x.reshape([t, heads, hs / 2, 2]);
-        let even = pairs.clone().slice([0..t, 0..heads, 0..hs / 2, 0..1]);
-        let odd = pairs.slice([0..t, 0..heads, 0..hs / 2, 1..2]);
-        let (cos, sin) = (&pass.cos, &pass.sin);
-        let rotated_even = even.clone() * cos.clone() - odd.clone() * sin.clone();
-        let rotated_odd = even * sin.clone() + odd * cos.clone();
-        Tensor::cat(vec![rotated_even, rotated_odd], 3).reshape([t, width])
+        gpu_kernels::rope(x, pass.cos.clone(), pass.sin.clone(), self.heads.head_size)
     }
 
     fn attention(
@@ -156,26 +130,18 @@ impl Ops for DeviceOps {
         layer: usize,
         pass: &DevicePass,
     ) -> Tensor<2> {
-        if let [(span, mask)] = &pass.spans[..] {
-            return self.attend(q, k, v, caches[0], layer, *span, mask.as_ref());
+        if let [span] = &pass.spans[..] {
+            return self.attend(q, k, v, caches[0], layer, *span);
         }
         // Several sequences: each attends over its own cache, on its own rows.
         let mut row = 0;
         let mut out = Vec::with_capacity(pass.spans.len());
-        for ((span, mask), cache) in pass.spans.iter().zip(caches.iter_mut()) {
+        for (span, cache) in pass.spans.iter().zip(caches.iter_mut()) {
             let rows = |x: &Tensor<2>| {
                 let [_, width] = x.dims();
                 x.clone().slice([row..row + span.len, 0..width])
             };
-            out.push(self.attend(
-                rows(&q),
-                rows(&k),
-                rows(&v),
-                cache,
-                layer,
-                *span,
-                mask.as_ref(),
-            ));
+            out.push(self.attend(rows(&q), rows(&k), rows(&v), cache, layer, *span));
             row += span.len;
         }
         Tensor::cat(out, 0)
@@ -186,7 +152,7 @@ impl Ops for DeviceOps {
     }
 
     fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
-        silu(gate) * up
+        gpu_kernels::swiglu(gate, up)
     }
 
     fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
@@ -205,8 +171,7 @@ impl Ops for DeviceOps {
 
 impl DeviceOps {
     /// One sequence's attention: store its keys and values at the span's positions, then attend
-    /// over positions `0..` the span's end.
-    #[allow(clippy::too_many_arguments)]
+    /// over positions `0..` the span's end (causally: each row up to its own position).
     fn attend(
         &self,
         q: Tensor<2>,
@@ -215,7 +180,6 @@ impl DeviceOps {
         cache: &mut DeviceCache,
         layer: usize,
         span: Span,
-        mask: Option<&Tensor<3>>,
     ) -> Tensor<2> {
         let Heads {
             n_heads,
@@ -223,52 +187,22 @@ impl DeviceOps {
             head_size: hs,
         } = self.heads;
         let (t, start) = (span.len, span.start);
-        let end = start + t;
-        let rep = n_heads / n_kv;
         let k = k.reshape([t, n_kv, hs]).swap_dims(0, 1);
         let v = v.reshape([t, n_kv, hs]).swap_dims(0, 1);
 
         // Store: take each cache tensor out so that it has one owner and slice_assign writes in
-        // place. Then view positions 0..end.
-        let at = [0..n_kv, start..end, 0..hs];
-        let seen = [0..n_kv, 0..end, 0..hs];
-        let mut view = Vec::with_capacity(2);
+        // place.
+        let at = [0..n_kv, start..start + t, 0..hs];
         for (stored, new) in [(&mut cache.keys[layer], k), (&mut cache.values[layer], v)] {
             let all = std::mem::replace(stored, Tensor::empty([0, 0, 0], &self.device));
             *stored = all.slice_assign(at.clone(), new);
-            view.push(stored.clone().slice(seen.clone()));
         }
-        let values = view.pop().expect("values");
-        let keys = view.pop().expect("keys");
-
-        // Grouped-query attention: the `rep` query heads of one KV head become extra rows.
-        let q = q
-            .reshape([t, n_heads, hs])
-            .swap_dims(0, 1)
-            .reshape([n_kv, rep * t, hs]);
-        let mut scores = q
-            .matmul(keys.swap_dims(1, 2))
-            .div_scalar((hs as f32).sqrt());
-        if let Some(mask) = mask {
-            scores = scores + mask.clone();
-        }
-        softmax(scores, 2)
-            .matmul(values)
-            .reshape([n_heads, t, hs])
-            .swap_dims(0, 1)
-            .reshape([t, n_heads * hs])
+        gpu_kernels::attention(
+            q,
+            cache.keys[layer].clone(),
+            cache.values[layer].clone(),
+            start,
+            n_heads,
+        )
     }
-}
-
-/// Additive mask `[1, rep * t, start + t]`: row `r * t + i` (query position `start + i`) may not
-/// see keys after its own position.
-fn causal_mask(start: usize, t: usize, rep: usize, device: &Device) -> Tensor<3> {
-    let keys = start + t;
-    let mut mask = Vec::with_capacity(rep * t * keys);
-    for _ in 0..rep {
-        for i in 0..t {
-            mask.extend((0..keys).map(|j| if j <= start + i { 0.0 } else { -1e30 }));
-        }
-    }
-    Tensor::<3>::from_data(TensorData::new(mask, [1, rep * t, keys]), device)
 }

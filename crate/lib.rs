@@ -13,6 +13,7 @@ pub mod cli;
 mod device_ops;
 pub mod engine;
 pub mod error;
+mod gpu_kernels;
 mod host_ops;
 pub mod kernels;
 pub mod loading;

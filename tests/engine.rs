@@ -327,6 +327,34 @@ fn prefill_in_chunks_equals_one_pass_on_wgpu() {
     check_chunked_prefill(&wgpu());
 }
 
+/// The wgpu backend's attention kernel holds 2048 scores at a time and goes on in chunks, the
+/// softmax rescaled between them: past 2048 positions, with grouped-query heads (4 query heads on
+/// 2 KV heads) and prefill passes of 512 rows, its logits are the CPU's.
+#[test]
+fn attention_past_2048_positions_on_wgpu_matches_the_cpu() {
+    let tokens: Vec<u32> = (0..2300u32).map(|i| (i * 37 + 11) % 512).collect();
+    let last_logits = |backend: &Backend| -> Vec<f32> {
+        let engine = tiny_synthetic_engine_on(2304, backend);
+        let mut cache = engine.model.new_cache();
+        let logits = engine
+            .model
+            .forward_in_chunks(&tokens, &mut cache, false, 512);
+        assert_eq!(cache.len(), tokens.len());
+        pollster::block_on(logits.into_vec()).unwrap()
+    };
+    let (cpu, gpu) = (last_logits(&Backend::cpu()), last_logits(&wgpu()));
+    let scale = cpu.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let worst = cpu
+        .iter()
+        .zip(&gpu)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst <= 1e-3 * scale.max(1.0),
+        "logits differ by {worst} (largest {scale})"
+    );
+}
+
 /// The KV cache holds what was written, not the whole context: a short run on a 512-position
 /// model allocates 64 positions, and it grows (keeping its contents) as a run goes on.
 #[test]

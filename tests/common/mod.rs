@@ -78,6 +78,14 @@ pub fn generate_args(model: &str, tokenizer: &str, prompt: &str, extra: &[&str])
 /// a context of `seq_len` positions, on the CPU. Its random weights never pick BOS or EOS, so only
 /// the context or max tokens end its runs.
 pub fn tiny_synthetic_engine(seq_len: usize) -> tokenometer::Engine {
+    tiny_synthetic_engine_on(seq_len, &tokenometer::Backend::cpu())
+}
+
+/// [`tiny_synthetic_engine`] on `backend`.
+pub fn tiny_synthetic_engine_on(
+    seq_len: usize,
+    backend: &tokenometer::Backend,
+) -> tokenometer::Engine {
     let mut config = tokenometer::synth::Shape::Stories15M.config();
     (
         config.dim,
@@ -95,7 +103,7 @@ pub fn tiny_synthetic_engine(seq_len: usize) -> tokenometer::Engine {
         files,
         Some(&read(stories260k("tok512.bin"))),
         tokenometer::Quant::F32,
-        &tokenometer::Backend::cpu(),
+        backend,
     )
     .unwrap()
 }

@@ -613,3 +613,47 @@ test('repeat 3 shows median, min and max; every run is a result row, exported as
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('WebGPU: a decode step is at most 20 dispatches a layer and 2 queue submits', async () => {
+  // Count in the worker, as the GPU sees it: every dispatchWorkgroups and every queue submit
+  // between two of the worker's event messages (one pump, one token per pump on this adapter).
+  const count = `{
+    const counts = { dispatches: 0, submits: 0 };
+    const dispatch = GPUComputePassEncoder.prototype.dispatchWorkgroups;
+    GPUComputePassEncoder.prototype.dispatchWorkgroups = function (...args) { counts.dispatches++; return dispatch.apply(this, args); };
+    const submit = GPUQueue.prototype.submit;
+    GPUQueue.prototype.submit = function (...args) { counts.submits++; return submit.apply(this, args); };
+    const post = self.postMessage.bind(self);
+    self.postMessage = (message, ...rest) => {
+      if (message?.type === 'warmed') Object.assign(counts, { dispatches: 0, submits: 0 });
+      if (message?.type === 'events') {
+        const tokens = message.events.filter((e) => e.event === 'token').length;
+        const prefill = message.events.some((e) => e.event === 'prefill');
+        console.log('GPU-WORK ' + JSON.stringify({ tokens, prefill, ...counts }));
+        Object.assign(counts, { dispatches: 0, submits: 0 });
+      }
+      return post(message, ...rest);
+    };
+  }`;
+  const pumps = [];
+  const { page, errors } = await open('model=stories260K&max=16&backend=wgpu&quant=f32&autorun=1', async (page) => {
+    page.on('console', (m) => m.text().startsWith('GPU-WORK ') && pumps.push(JSON.parse(m.text().slice(9))));
+    await page.route('**/worker.js', async (route) => {
+      const response = await route.fetch();
+      await route.fulfill({ response, body: count + (await response.text()) });
+    });
+  });
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  const layers = 5;
+  const decode = pumps.filter((p) => !p.prefill && p.tokens > 0);
+  const tokens = decode.reduce((sum, p) => sum + p.tokens, 0);
+  assert.ok(tokens >= 10, `decode pumps seen: ${JSON.stringify(pumps)}`);
+  const perToken = (key) => decode.reduce((sum, p) => sum + p[key], 0) / tokens;
+  const prefill = pumps.find((p) => p.prefill);
+  console.log(`stories260K f32 on WebGPU: ${perToken('dispatches').toFixed(1)} dispatches and ${perToken('submits').toFixed(1)} submits per decode token; prefill (5 tokens): ${prefill.dispatches} dispatches, ${prefill.submits} submits`);
+  assert.ok(perToken('dispatches') <= 20 * layers, `${perToken('dispatches')} dispatches per token over ${layers} layers`);
+  assert.ok(perToken('submits') <= 2, `${perToken('submits')} submits per token`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -1,0 +1,429 @@
+//! The wgpu backend's fused kernels, in CubeCL (burn's kernel language): RMSNorm, RoPE, SwiGLU and
+//! attention, each one dispatch where burn's tensor operations take 3 to 12.
+//!
+//! Why: on a GPU every dispatch costs several microseconds of encoding, validation and idle time
+//! whatever its size, and for the small models the page offers that, not arithmetic, bounds a
+//! decode step. Counted in the page's worker on stories260K (5 layers, SwiftShader), wrapping
+//! `GPUComputePassEncoder.dispatchWorkgroups`: 65 dispatches a layer per decode token with burn's
+//! operations (RMSNorm 7, RoPE 10 for each of q and k, attention 14, SwiGLU 5, ...).
+//!
+//! The kernels reach burn's tensors through a backend extension ([`FusedOps`]), implemented for
+//! burn's CubeCL backend; `device_ops.rs` calls the wrappers at the bottom. They compute what
+//! `host_ops.rs` computes on the CPU, in the same order where it matters (RMSNorm, the softmax's
+//! maximum), and reductions use shared memory, not subgroup operations, which not every WebGPU
+//! adapter has.
+
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Dispatch, backend_extension};
+use burn::tensor::{DType, Shape, Tensor as BurnTensor};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+/// Units (threads) per cube (workgroup) of the row kernels; the reductions assume a power of two.
+const UNITS: u32 = 64;
+/// Attention scores held in shared memory at once (8 KiB of WebGPU's guaranteed 16 KiB); longer
+/// contexts go in chunks of this many keys, with the softmax rescaled between chunks.
+const KEY_CHUNK: usize = 2048;
+
+/// The fused operations, on any backend's primitives; implemented for burn's CubeCL backend.
+#[backend_extension(Cube)]
+pub trait FusedOps: burn::backend::Backend {
+    /// `x * weight / sqrt(mean(x^2) + eps)` for each row of `x` `[t, dim]`.
+    fn fused_rms_norm(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self>;
+
+    /// Rotate adjacent pairs of every head of `x` `[t, heads * head_size]` by each row's angles,
+    /// `cos` and `sin` `[t, head_size / 2]`.
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        head_size: usize,
+    ) -> FloatTensor<Self>;
+
+    /// `silu(gate) * up`, element by element.
+    fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// Causal attention of `q` `[t, n_heads * head_size]` (rows at positions `start..start + t`)
+    /// over the cache's `keys` and `values` `[n_kv_heads, capacity, head_size]`, filled up to
+    /// `start + t`. Returns `[t, n_heads * head_size]`.
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        start: usize,
+        n_heads: usize,
+    ) -> FloatTensor<Self>;
+}
+
+/// An uninitialized f32 tensor like `like`, of `shape`.
+fn empty_f32(like: &CubeTensor, shape: Shape) -> CubeTensor {
+    empty_device_dtype(like.client.clone(), like.device.clone(), shape, DType::F32)
+}
+
+/// Cubes of [`UNITS`] units for `n` elements, one unit each (spread over a second dimension when
+/// there are more than a dimension takes, 65,535 on WebGPU).
+fn elementwise(like: &CubeTensor, n: usize) -> CubeCount {
+    cubecl::calculate_cube_count_elemwise(&like.client, n, CubeDim::new_1d(UNITS))
+}
+
+/// At least `rows` cubes, one per row, spread over two dimensions like [`elementwise`]. There may
+/// be more: the kernels run the spare cubes on their last row and let them write nothing, so that
+/// every unit of a cube reaches the same barriers.
+fn row_cubes(like: &CubeTensor, rows: usize) -> CubeCount {
+    elementwise(like, rows * UNITS as usize)
+}
+
+impl FusedOps for CubeBackend {
+    fn fused_rms_norm(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self> {
+        let (x, weight) = (into_contiguous(x), into_contiguous(weight));
+        let [t, dim] = [x.meta.shape()[0], x.meta.shape()[1]];
+        let out = empty_f32(&x, Shape::new([t, dim]));
+        rms_norm_kernel::launch(
+            &x.client.clone(),
+            row_cubes(&x, t),
+            CubeDim::new_1d(UNITS),
+            x.into_tensor_arg(),
+            weight.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            t as u32,
+            eps,
+            dim as f32,
+            dim,
+            UNITS as usize,
+        );
+        out
+    }
+
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        head_size: usize,
+    ) -> FloatTensor<Self> {
+        let (x, cos, sin) = (
+            into_contiguous(x),
+            into_contiguous(cos),
+            into_contiguous(sin),
+        );
+        let [t, width] = [x.meta.shape()[0], x.meta.shape()[1]];
+        let out = empty_f32(&x, Shape::new([t, width]));
+        let pairs = t * width / 2;
+        rope_kernel::launch(
+            &x.client.clone(),
+            elementwise(&x, pairs),
+            CubeDim::new_1d(UNITS),
+            x.into_tensor_arg(),
+            cos.into_tensor_arg(),
+            sin.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            pairs as u32,
+            width,
+            head_size / 2,
+        );
+        out
+    }
+
+    fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (gate, up) = (into_contiguous(gate), into_contiguous(up));
+        let shape = gate.meta.shape().clone();
+        let n = shape.num_elements();
+        let out = empty_f32(&gate, shape);
+        swiglu_kernel::launch(
+            &gate.client.clone(),
+            elementwise(&gate, n),
+            CubeDim::new_1d(UNITS),
+            gate.into_tensor_arg(),
+            up.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            n as u32,
+        );
+        out
+    }
+
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        start: usize,
+        n_heads: usize,
+    ) -> FloatTensor<Self> {
+        let (q, keys, values) = (
+            into_contiguous(q),
+            into_contiguous(keys),
+            into_contiguous(values),
+        );
+        let [t, width] = [q.meta.shape()[0], q.meta.shape()[1]];
+        let [n_kv, capacity, head_size] = [
+            keys.meta.shape()[0],
+            keys.meta.shape()[1],
+            keys.meta.shape()[2],
+        ];
+        let out = empty_f32(&q, Shape::new([t, width]));
+        attention_kernel::launch(
+            &q.client.clone(),
+            row_cubes(&q, t * n_heads),
+            CubeDim::new_1d(UNITS),
+            q.into_tensor_arg(),
+            keys.into_tensor_arg(),
+            values.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            (t * n_heads) as u32,
+            start as u32,
+            capacity as u32,
+            1.0 / (head_size as f32).sqrt(),
+            n_heads,
+            n_heads / n_kv,
+            head_size,
+            KEY_CHUNK,
+            UNITS as usize,
+        );
+        out
+    }
+}
+
+/// The sum of every unit's `value` over the cube, by halving in shared memory (`scratch`, one
+/// slot per unit). Every unit gets the total.
+#[cube]
+fn cube_sum(value: f32, scratch: &mut Shared<[f32]>) -> f32 {
+    let unit = UNIT_POS as usize;
+    scratch[unit] = value;
+    sync_cube();
+    let mut stride = (CUBE_DIM / 2) as usize;
+    while stride > 0 {
+        if unit < stride {
+            scratch[unit] += scratch[unit + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let total = scratch[0];
+    sync_cube();
+    total
+}
+
+/// The largest of every unit's `value` over the cube, as [`cube_sum`].
+#[cube]
+fn cube_max(value: f32, scratch: &mut Shared<[f32]>) -> f32 {
+    let unit = UNIT_POS as usize;
+    scratch[unit] = value;
+    sync_cube();
+    let mut stride = (CUBE_DIM / 2) as usize;
+    while stride > 0 {
+        if unit < stride {
+            scratch[unit] = max(scratch[unit], scratch[unit + stride]);
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let total = scratch[0];
+    sync_cube();
+    total
+}
+
+/// One cube per row (`rows` of them; spare cubes write nothing): the sum of squares over the
+/// cube, then every element scaled.
+#[cube(launch)]
+fn rms_norm_kernel(
+    x: &Tensor<f32>,
+    weight: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    rows: u32,
+    eps: f32,
+    dim_f32: f32,
+    #[comptime] dim: usize,
+    #[comptime] units: usize,
+) {
+    let mut scratch = Shared::<[f32]>::new_slice(units);
+    let valid = CUBE_POS < rows as usize;
+    let base = min(CUBE_POS, rows as usize - 1) * dim;
+    let unit = UNIT_POS as usize;
+    let mut squares = 0.0f32.runtime();
+    for i in range_stepped(unit, dim, units) {
+        let v = x[base + i];
+        squares += v * v;
+    }
+    let total = cube_sum(squares, &mut scratch);
+    let inv_rms = 1.0f32 / (total / dim_f32 + eps).sqrt();
+    if valid {
+        for i in range_stepped(unit, dim, units) {
+            out[base + i] = x[base + i] * inv_rms * weight[i];
+        }
+    }
+}
+
+/// One unit per pair `(2i, 2i + 1)` of a head: rotated by its row's angle `i`.
+#[cube(launch)]
+fn rope_kernel(
+    x: &Tensor<f32>,
+    cos: &Tensor<f32>,
+    sin: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    pairs: u32,
+    #[comptime] width: usize,
+    #[comptime] half: usize,
+) {
+    let p = ABSOLUTE_POS;
+    if p < pairs as usize {
+        let per_row = width / 2;
+        let row = p / per_row;
+        let pair = p % per_row;
+        let angle = row * half + pair % half;
+        let (c, s) = (cos[angle], sin[angle]);
+        let at = row * width + 2 * pair;
+        let (even, odd) = (x[at], x[at + 1]);
+        out[at] = even * c - odd * s;
+        out[at + 1] = even * s + odd * c;
+    }
+}
+
+/// One unit per element: `gate * sigmoid(gate) * up`, as llama2.c computes it.
+#[cube(launch)]
+fn swiglu_kernel(gate: &Tensor<f32>, up: &Tensor<f32>, out: &mut Tensor<f32>, n: u32) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let g = gate[i];
+        out[i] = g * (1.0f32 / (1.0f32 + (-g).exp())) * up[i];
+    }
+}
+
+/// One cube per (query row, head): scores over the keys the row may see (positions up to its
+/// own), their softmax, and the weighted sum of the values, in chunks of [`KEY_CHUNK`] keys with
+/// the running maximum and sum rescaled from chunk to chunk. Each unit owns a fixed set of the
+/// output's dimensions, so it alone reads and writes them between chunks.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn attention_kernel(
+    q: &Tensor<f32>,
+    keys: &Tensor<f32>,
+    values: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    rows: u32,
+    start: u32,
+    capacity: u32,
+    scale: f32,
+    #[comptime] n_heads: usize,
+    #[comptime] rep: usize,
+    #[comptime] head_size: usize,
+    #[comptime] key_chunk: usize,
+    #[comptime] units: usize,
+) {
+    let mut scores = Shared::<[f32]>::new_slice(key_chunk);
+    let mut scratch = Shared::<[f32]>::new_slice(units);
+    let valid = CUBE_POS < rows as usize;
+    let cube = min(CUBE_POS, rows as usize - 1);
+    let row = cube / n_heads;
+    let head = cube % n_heads;
+    let kv_base = (head / rep) * capacity as usize * head_size;
+    let q_base = row * n_heads * head_size + head * head_size;
+    let seen = start as usize + row + 1;
+    let unit = UNIT_POS as usize;
+
+    let mut running_max = (-3.0e38f32).runtime();
+    let mut running_sum = 0.0f32.runtime();
+    let mut chunk = 0usize.runtime();
+    while chunk < seen {
+        let n = min(key_chunk, seen - chunk);
+        let mut local_max = (-3.0e38f32).runtime();
+        for j in range_stepped(unit, n, units) {
+            let k_at = kv_base + (chunk + j) * head_size;
+            let mut dot = 0.0f32.runtime();
+            for d in 0..head_size {
+                dot += q[q_base + d] * keys[k_at + d];
+            }
+            let score = dot * scale;
+            scores[j] = score;
+            local_max = max(local_max, score);
+        }
+        let chunk_max = cube_max(local_max, &mut scratch);
+        let new_max = max(running_max, chunk_max);
+        let mut local_sum = 0.0f32.runtime();
+        for j in range_stepped(unit, n, units) {
+            let e = (scores[j] - new_max).exp();
+            scores[j] = e;
+            local_sum += e;
+        }
+        let chunk_sum = cube_sum(local_sum, &mut scratch);
+        let correction = (running_max - new_max).exp();
+        running_sum = running_sum * correction + chunk_sum;
+        if valid {
+            for d in range_stepped(unit, head_size, units) {
+                let mut acc = 0.0f32.runtime();
+                if chunk > 0 {
+                    acc = out[q_base + d] * correction;
+                }
+                for j in 0..n {
+                    acc += scores[j] * values[kv_base + (chunk + j) * head_size + d];
+                }
+                out[q_base + d] = acc;
+            }
+        }
+        running_max = new_max;
+        sync_cube();
+        chunk += key_chunk;
+    }
+    if valid {
+        for d in range_stepped(unit, head_size, units) {
+            out[q_base + d] /= running_sum;
+        }
+    }
+}
+
+/// [`FusedOps::fused_rms_norm`] on tensors.
+pub(crate) fn rms_norm(x: BurnTensor<2>, weight: BurnTensor<1>, eps: f32) -> BurnTensor<2> {
+    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_rms_norm(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        eps,
+    ))
+}
+
+/// [`FusedOps::fused_rope`] on tensors.
+pub(crate) fn rope(
+    x: BurnTensor<2>,
+    cos: BurnTensor<2>,
+    sin: BurnTensor<2>,
+    head_size: usize,
+) -> BurnTensor<2> {
+    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_rope(
+        x.into_dispatch(),
+        cos.into_dispatch(),
+        sin.into_dispatch(),
+        head_size,
+    ))
+}
+
+/// [`FusedOps::fused_swiglu`] on tensors.
+pub(crate) fn swiglu(gate: BurnTensor<2>, up: BurnTensor<2>) -> BurnTensor<2> {
+    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_swiglu(
+        gate.into_dispatch(),
+        up.into_dispatch(),
+    ))
+}
+
+/// [`FusedOps::fused_attention`] on tensors.
+pub(crate) fn attention(
+    q: BurnTensor<2>,
+    keys: BurnTensor<3>,
+    values: BurnTensor<3>,
+    start: usize,
+    n_heads: usize,
+) -> BurnTensor<2> {
+    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_attention(
+        q.into_dispatch(),
+        keys.into_dispatch(),
+        values.into_dispatch(),
+        start,
+        n_heads,
+    ))
+}
