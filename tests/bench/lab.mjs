@@ -6,7 +6,7 @@
 // Environment: ROUNDS (3), LEVELS (1,8), QUANTS (f32,q8,q4), MAX_TOKENS (128),
 // CHROMIUM (/usr/lib/chromium/chromium), BUILDS=name=PKG_DIR[:WWW_DIR],... to compare wasm builds
 // (each a `pkg/` folder, with its own page folder if its worker differs), interleaved round by
-// round (default: this checkout's pkg/), and MODE=run to time single runs through the page's
+// round (default: this checkout's pkg/), BACKEND (cpu; wgpu for WebGPU), and MODE=run to time single runs through the page's
 // ordinary Run path instead (decode tok/s and inter-token p50/p99/max: the worker's stalls).
 import { mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -36,6 +36,8 @@ const builds = (process.env.BUILDS || `this=${resolve(root, 'pkg')}`).split(',')
   return { name, dir: resolve(dir), www: resolve(www || resolve(root, 'www')) };
 });
 const mode = process.env.MODE || 'lab';
+// BACKEND=wgpu measures WebGPU (in headless Chromium here: SwiftShader, a software GPU).
+const backend = process.env.BACKEND || 'cpu';
 const server = staticServer(pageMounts([
   ['/files/', files], ['/bench/', resolve(root, 'tests/bench')],
   ...builds.flatMap((b) => [[`/builds/${b.name}/pkg/`, b.dir], [`/builds/${b.name}/www/`, b.www]]),
@@ -44,11 +46,11 @@ await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
 const base = `http://127.0.0.1:${server.address().port}`;
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  args: ['--no-sandbox', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking'],
+  args: ['--no-sandbox', '--enable-unsafe-webgpu', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking'],
 });
 const page = await browser.newPage();
 await page.goto(`${base}/bench/lab.html`);
-const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, builds, mode, modelName }) => {
+const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, builds, mode, backend, modelName }) => {
   const once = (worker, wanted, id) => new Promise((resolve, reject) => {
     const listener = ({ data }) => {
       if (data.type === 'error' || data.type === 'fatal') reject(new Error(data.message));
@@ -65,7 +67,7 @@ const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, 
     for (const build of builds) {
       const worker = new Worker(`/builds/${build}/www/worker.js`, { type: 'module' });
       await once(worker, 'ready');
-      worker.postMessage({ type: 'load', name: modelName, model: { url: '/files/model.bin' }, tokenizer: { url: '/files/tokenizer.bin' }, backend: 'cpu', quant });
+      worker.postMessage({ type: 'load', name: modelName, model: { url: '/files/model.bin' }, tokenizer: { url: '/files/tokenizer.bin' }, backend, quant });
       await once(worker, 'warmed');
       workers.push({ build, worker });
     }
@@ -91,7 +93,7 @@ const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, 
     for (const { worker } of workers) worker.terminate();
   }
   return { out, userAgent: navigator.userAgent };
-}, { quants, levels, rounds, maxTokens, builds: builds.map((b) => b.name), mode, modelName: basename(model).replace(/\.[a-z]+$/, '') });
+}, { quants, levels, rounds, maxTokens, builds: builds.map((b) => b.name), mode, backend, modelName: basename(model).replace(/\.[a-z]+$/, '') });
 await browser.close();
 server.close();
 
