@@ -192,43 +192,29 @@ impl FusedOps for CubeBackend {
     }
 }
 
-/// The sum of every unit's `value` over the cube, by halving in shared memory (`scratch`, one
-/// slot per unit). Every unit gets the total.
+/// The sum (or, with `largest`, the maximum) of every unit's `value` over the cube, by halving in
+/// shared memory (`scratch`, one slot per unit). Every unit gets the result.
 #[cube]
-fn cube_sum(value: f32, scratch: &mut Shared<[f32]>) -> f32 {
+fn cube_reduce(value: f32, scratch: &mut Shared<[f32]>, #[comptime] largest: bool) -> f32 {
     let unit = UNIT_POS as usize;
     scratch[unit] = value;
     sync_cube();
     let mut stride = (CUBE_DIM / 2) as usize;
     while stride > 0 {
         if unit < stride {
-            scratch[unit] += scratch[unit + stride];
+            let other = scratch[unit + stride];
+            if largest {
+                scratch[unit] = max(scratch[unit], other);
+            } else {
+                scratch[unit] += other;
+            }
         }
         sync_cube();
         stride /= 2;
     }
-    let total = scratch[0];
+    let result = scratch[0];
     sync_cube();
-    total
-}
-
-/// The largest of every unit's `value` over the cube, as [`cube_sum`].
-#[cube]
-fn cube_max(value: f32, scratch: &mut Shared<[f32]>) -> f32 {
-    let unit = UNIT_POS as usize;
-    scratch[unit] = value;
-    sync_cube();
-    let mut stride = (CUBE_DIM / 2) as usize;
-    while stride > 0 {
-        if unit < stride {
-            scratch[unit] = max(scratch[unit], scratch[unit + stride]);
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    let total = scratch[0];
-    sync_cube();
-    total
+    result
 }
 
 /// One cube per row (`rows` of them; spare cubes write nothing): the sum of squares over the
@@ -253,7 +239,7 @@ fn rms_norm_kernel(
         let v = x[base + i];
         squares += v * v;
     }
-    let total = cube_sum(squares, &mut scratch);
+    let total = cube_reduce(squares, &mut scratch, false);
     let inv_rms = 1.0f32 / (total / dim_f32 + eps).sqrt();
     if valid {
         for i in range_stepped(unit, dim, units) {
@@ -345,7 +331,7 @@ fn attention_kernel(
             scores[j] = score;
             local_max = max(local_max, score);
         }
-        let chunk_max = cube_max(local_max, &mut scratch);
+        let chunk_max = cube_reduce(local_max, &mut scratch, true);
         let new_max = max(running_max, chunk_max);
         let mut local_sum = 0.0f32.runtime();
         for j in range_stepped(unit, n, units) {
@@ -353,7 +339,7 @@ fn attention_kernel(
             scores[j] = e;
             local_sum += e;
         }
-        let chunk_sum = cube_sum(local_sum, &mut scratch);
+        let chunk_sum = cube_reduce(local_sum, &mut scratch, false);
         let correction = (running_max - new_max).exp();
         running_sum = running_sum * correction + chunk_sum;
         if valid {

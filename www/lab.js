@@ -8,6 +8,7 @@
 // more than one. Every figure comes from the engine's load report (computed in Rust); this file only
 // draws them.
 import { format } from './run-view.js';
+import { refs } from './dom.js';
 
 /** Users per level in a sweep. */
 export const SWEEP_LEVELS = [1, 2, 4, 8, 16];
@@ -79,8 +80,7 @@ export class ConcurrencyLab {
     this.client = client;
     root.innerHTML = TEMPLATE;
     /** @type {Record<string, any>} */
-    this.ref = {};
-    for (const node of root.querySelectorAll('[data-ref]')) this.ref[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
+    this.ref = refs(root);
     /** @type {any[]} the finished levels' reports, in the order run */
     this.levels = [];
     /** @type {{ users: number, max_tokens: number, arrival: string } | null} the engine's, once it has started */

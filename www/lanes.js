@@ -7,6 +7,7 @@ import { EngineClient } from './engine-client.js';
 import { BACKENDS, QUANTS, BACKEND_ALIASES } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { rowFromReport } from './results.js';
+import { refs } from './dom.js';
 
 export const MAX_LANES = 4;
 /** How lanes run: all at once (one worker each), or one after another. */
@@ -90,8 +91,7 @@ export class LanesPanel {
     this.host = host;
     root.innerHTML = TEMPLATE;
     /** @type {Record<string, any>} */
-    this.ref = {};
-    for (const node of root.querySelectorAll('[data-ref]')) this.ref[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
+    this.ref = refs(root);
     /** @type {LaneConfig[]} */
     this.configs = [];
     /** @type {EngineClient[]} one engine per lane, kept loaded between runs */

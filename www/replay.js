@@ -4,6 +4,7 @@
 // speed is like without the model. The view says it is a replay and at what rate; nothing is
 // measured during it.
 import { RunView } from './run-view.js';
+import { refs } from './dom.js';
 
 export const REPLAY_RATES = [5, 15, 30, 60, 200];
 
@@ -28,8 +29,7 @@ export class Replay {
       </div>
       <div data-ref="view"></div>`;
     /** @type {Record<string, any>} */
-    this.ref = {};
-    for (const node of root.querySelectorAll('[data-ref]')) this.ref[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
+    this.ref = refs(root);
     this.ref.rate.value = '30';
     this.view = new RunView(this.ref.view, { wpm, figures: false, label: 'Replay' });
     this.view.setConditions('A replay shows a finished run again; it does not run the model.');

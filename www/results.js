@@ -4,6 +4,7 @@
 // localStorage across reloads, sortable by any column, exportable as CSV and JSON, and clearable.
 // The columns use the meter's own names; a row's figures are copied from the engine's report, never
 // computed here.
+import { refs } from './dom.js';
 
 const STORAGE_KEY = 'tokenometer-results-v1';
 // At most this many rows are kept (the oldest go first), so storage stays small.
@@ -96,9 +97,8 @@ export class ResultsTable {
           <tbody data-ref="body"></tbody>
         </table>
       </div>`;
-    /** @type {Record<string, HTMLElement>} */
-    this.ref = {};
-    for (const node of root.querySelectorAll('[data-ref]')) this.ref[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = /** @type {HTMLElement} */ (node);
+    /** @type {Record<string, any>} */
+    this.ref = refs(root);
     /** @type {any[]} */
     this.rows = this.loadRows();
     this.sort = { column: 'time', descending: true };

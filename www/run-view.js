@@ -4,6 +4,7 @@
 // builds it inside `root`, so the page holds one for the main run, one per lane and one for a
 // replay. It draws what the engine reports and computes no figure: the report comes from the meter
 // in Rust, and so do the word ends the reader's cursor walks (the meter's word rule).
+import { refs } from './dom.js';
 
 const FIGURES = `
   <div><dt title="Time to first token: queue + tokenization + prefill + first sample">TTFT</dt><dd><span data-testid="metric-ttft-ms" data-figure="ttft_ms" data-digits="1">–</span> ms</dd></div>
@@ -55,9 +56,8 @@ export class RunView {
         <h3>Output <small>the bar is where a reader at the chosen speed would be</small></h3>
         <div data-testid="output" class="output" aria-live="off"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
       </div>`;
-    /** @type {Record<string, HTMLElement>} */
-    this.ref = {};
-    for (const node of root.querySelectorAll('[data-ref]')) this.ref[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = /** @type {HTMLElement} */ (node);
+    /** @type {Record<string, any>} */
+    this.ref = refs(root);
     /** @type {HTMLElement[]} */
     this.figureNodes = [...root.querySelectorAll('[data-figure]')].map((n) => /** @type {HTMLElement} */ (n));
     this.frame = 0;

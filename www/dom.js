@@ -1,0 +1,16 @@
+// @ts-check
+// What the page's components share for building their views: each fills its root from a template
+// and finds its parts by their `data-ref` names, so that the same component can appear more than
+// once on the page (ids would clash).
+
+/**
+ * Every element under `root` with a `data-ref`, by that name.
+ * @param {HTMLElement} root
+ * @returns {Record<string, any>}
+ */
+export function refs(root) {
+  /** @type {Record<string, any>} */
+  const found = {};
+  for (const node of root.querySelectorAll('[data-ref]')) found[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
+  return found;
+}
