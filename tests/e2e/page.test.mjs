@@ -508,6 +508,8 @@ test('two lanes (f32 and q8 on the CPU) run side by side, compare, and a shared 
   assert.match(verdict, /^q8 on cpu \(lane 2\): \d+\.\d\dx the decode tok\/s of f32 on cpu \(lane 1\), TTFT \d+\.\d\dx, same first 40 tokens: (yes|no)$/, verdict);
   // Both lanes are rows of the results table.
   assert.equal(await page.getByTestId('result-row').count(), 2);
+  mkdirSync(resolve(root, 'test-results'), { recursive: true });
+  await page.screenshot({ path: resolve(root, 'test-results/lanes.png'), fullPage: true });
 
   // Share: a link with the lanes, the prompt and the settings that runs them when opened (one
   // after another, as chosen now).
