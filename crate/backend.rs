@@ -108,6 +108,8 @@ impl Backend {
 
     /// Initialize the GPU backend (async: in a browser this awaits the WebGPU adapter).
     pub async fn wgpu() -> Result<Backend> {
+        #[cfg(target_arch = "wasm32")]
+        crate::web::run_constructors();
         let mut ready = WGPU.lock().await;
         if let Some(backend) = ready.as_ref() {
             return Ok(backend.clone());

@@ -41,11 +41,32 @@ pub fn recorded_fatal() -> (Option<String>, Option<String>) {
     (get("tokenometerFatalKind"), get("tokenometerFatal"))
 }
 
-/// Install a panic hook that logs to the console and records the message for the worker (see
-/// [`record_fatal`]): a panic in wasm traps, and the page shows this message instead of
-/// "unreachable".
+unsafe extern "C" {
+    /// Runs the module's static constructors; synthesized by the linker (wasm-ld).
+    fn __wasm_call_ctors();
+}
+
+/// Run the module's static constructors, once per instance.
+///
+/// They are `inventory` registrations: cubecl's IR registers its operations that way. A module
+/// that never calls `__wasm_call_ctors` itself is linked "command-style": wasm-ld makes every
+/// export, down to the helpers wasm-bindgen's JS calls for each object passed, run all constructors
+/// first. Profiled in the page's worker on WebGPU (stories260K, SwiftShader), that was more than
+/// half of the worker's time (4.1 of 7.5 s), and decode went from 2.4 to 46 tok/s without it.
+/// Called from [`start`] and from the wgpu backend's initialization (wasm-bindgen-test binaries have
+/// no start).
+pub(crate) fn run_constructors() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: the linker's constructors, run once, before anything uses what they register.
+    ONCE.call_once(|| unsafe { __wasm_call_ctors() });
+}
+
+/// Run the static constructors ([`run_constructors`]), then install a panic hook that logs to the
+/// console and records the message for the worker (see [`record_fatal`]): a panic in wasm traps,
+/// and the page shows this message instead of "unreachable".
 #[wasm_bindgen(start)]
 pub fn start() {
+    run_constructors();
     std::panic::set_hook(Box::new(|info| {
         let message = match info.payload_as_str() {
             Some(text) => text.to_string(),
