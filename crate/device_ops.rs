@@ -1,32 +1,46 @@
 //! The forward pass's operations on burn tensors, for the wgpu backend (native Vulkan/Metal and
-//! browser WebGPU). Weights live on the device transposed to `[in, out]`, so each projection is
-//! `x.matmul(w)`; quantized ones are burn's packed blocks. RMSNorm, RoPE, attention and SwiGLU are
-//! tokenometer's own fused kernels (`gpu_kernels.rs`), one dispatch each.
+//! browser WebGPU). Projections keep the host's layout, `[out, in]` in f32 or the Q8_0 / Q4_0
+//! blocks the CPU kernels read (`quant.rs` makes them, for both backends). The projections, RMSNorm,
+//! RoPE, attention and SwiGLU are tokenometer's own kernels (`gpu_kernels.rs`), one dispatch each.
 
 use std::ops::Range;
 
 use burn::prelude::*;
-use burn::tensor::quantization::QuantScheme;
+use burn::tensor::DType;
 
-use crate::gpu_kernels;
+use crate::gpu_kernels::{self, DeviceLinear};
 use crate::model::{Heads, Ops, Span};
-use crate::quant::QuantPlan;
+use crate::quant::{HostMatrix, QuantPlan};
 use crate::sampling::Logits;
-use crate::weights::Matrix;
+use crate::weights::{Blocks, Matrix};
 
 pub(crate) struct DeviceOps {
     heads: Heads,
-    scheme: Option<QuantScheme>,
     device: Device,
 }
 
 impl DeviceOps {
-    pub fn new(heads: Heads, scheme: Option<QuantScheme>, device: Device) -> Self {
-        Self {
-            heads,
-            scheme,
-            device,
-        }
+    pub fn new(heads: Heads, device: Device) -> Self {
+        Self { heads, device }
+    }
+
+    /// The `n` rows' bytes as little-endian u32 words, transposed to `[words a row, n]` so that
+    /// the kernel's units, one per row, read adjacent words.
+    fn words(&self, bytes: &[u8], n: usize) -> Tensor<1, Int> {
+        let words: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect();
+        let len = words.len();
+        Tensor::from_data(
+            TensorData::new(transpose(&words, n), [len]),
+            (&self.device, DType::U32),
+        )
+    }
+
+    /// The `n` rows' block scales, transposed to `[blocks a row, n]`.
+    fn scales(&self, scales: &[f32], n: usize) -> Tensor<1> {
+        self.vector(&transpose(scales, n))
     }
 }
 
@@ -43,10 +57,22 @@ pub(crate) struct DeviceCache {
     values: Vec<Tensor<3>>,
 }
 
+/// `rows` rows of equal length, as columns: `[rows, len] -> [len, rows]`.
+fn transpose<T: Copy + Default>(values: &[T], rows: usize) -> Vec<T> {
+    let len = values.len() / rows;
+    let mut out = vec![T::default(); values.len()];
+    for (r, row) in values.chunks_exact(len).enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            out[c * rows + r] = v;
+        }
+    }
+    out
+}
+
 impl Ops for DeviceOps {
     type Act = Tensor<2>;
     type Vector = Tensor<1>;
-    type Linear = Tensor<2>;
+    type Linear = DeviceLinear;
     type Pass = DevicePass;
     type Cache = DeviceCache;
 
@@ -54,14 +80,29 @@ impl Ops for DeviceOps {
         Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), &self.device)
     }
 
-    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> Tensor<2> {
-        let t = m.transposed();
-        drop(m);
-        let tensor = Tensor::<2>::from_data(
-            TensorData::new(t.data.into_vec(), [t.rows, t.cols]),
-            &self.device,
-        );
-        plan.apply(name, tensor, self.scheme.as_ref())
+    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
+        let host = plan.apply_host(name, m);
+        let n = host.rows;
+        match host.weights {
+            HostMatrix::F32(values) => DeviceLinear::F32(Tensor::from_data(
+                TensorData::new(transpose(&values, n), [host.cols, n]),
+                &self.device,
+            )),
+            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => {
+                // Biased to 0..=255, so that the kernel reads a byte without sign extension.
+                let biased: Vec<u8> = quants.iter().map(|&q| (q as u8) ^ 0x80).collect();
+                DeviceLinear::Q8 {
+                    quants: self.words(&biased, n),
+                    scales: self.scales(&scales, n),
+                    n,
+                }
+            }
+            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => DeviceLinear::Q4 {
+                quants: self.words(&quants, n),
+                scales: self.scales(&scales, n),
+                n,
+            },
+        }
     }
 
     fn new_cache(&self, layers: usize) -> DeviceCache {
@@ -113,8 +154,8 @@ impl Ops for DeviceOps {
         gpu_kernels::rms_norm(x.clone(), weight.clone(), eps)
     }
 
-    fn matmul(&self, x: &Tensor<2>, w: &Tensor<2>) -> Tensor<2> {
-        x.clone().matmul(w.clone())
+    fn matmul(&self, x: &Tensor<2>, w: &DeviceLinear) -> Tensor<2> {
+        gpu_kernels::linear(x.clone(), w)
     }
 
     fn rope(&self, x: Tensor<2>, pass: &DevicePass) -> Tensor<2> {

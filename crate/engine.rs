@@ -152,7 +152,6 @@ impl Engine {
         quant: Quant,
         backend: &Backend,
     ) -> Result<Engine> {
-        let scheme = quant.scheme(backend.kind)?;
         let tokenizer = match tokenizer_bytes {
             Some(bytes) => Tokenizer::from_bytes(bytes)?,
             None => files.embedded_tokenizer()?.ok_or_else(|| {
@@ -175,7 +174,7 @@ impl Engine {
                 config.vocab_size
             )));
         }
-        let model = Llama::new(weights, quant, scheme, backend.device.as_ref());
+        let model = Llama::new(weights, quant, backend.device.as_ref());
         let embedding_bytes = 4 * (config.vocab_size * config.dim) as u64;
         let info = ModelInfo {
             name: files.name,

@@ -1,5 +1,6 @@
-//! The wgpu backend's fused kernels, in CubeCL (burn's kernel language): RMSNorm, RoPE, SwiGLU and
-//! attention, each one dispatch where burn's tensor operations take 3 to 12.
+//! The wgpu backend's own kernels, in CubeCL (burn's kernel language): RMSNorm, RoPE, SwiGLU and
+//! attention, each one dispatch where burn's tensor operations take 3 to 12, and every projection
+//! (`linear_*`: f32, and Q8_0 / Q4_0 blocks read as they are stored).
 //!
 //! Why: on a GPU every dispatch costs several microseconds of encoding, validation and idle time
 //! whatever its size, and for the small models the page offers that, not arithmetic, bounds a
@@ -7,13 +8,19 @@
 //! `GPUComputePassEncoder.dispatchWorkgroups`: 65 dispatches a layer per decode token with burn's
 //! operations (RMSNorm 7, RoPE 10 for each of q and k, attention 14, SwiGLU 5, ...).
 //!
+//! The projections are ours, not burn's `matmul`, for two reasons. Size: burn's matmul on wgpu is
+//! cubek's, dozens of tiled variants chosen at run time, and leaving it out of the page's wasm took
+//! it from 2,816 to 2,385 kB gzipped (measured with `make pkg`). And bytes: the quantized ones read
+//! the same Q8_0 / Q4_0 blocks as the CPU kernels (one format for both backends), 8.5 or 4.5 bits
+//! a weight, dequantized in registers.
+//!
 //! The kernels reach burn's tensors through a backend extension ([`FusedOps`]), implemented for
 //! burn's CubeCL backend; `device_ops.rs` calls the wrappers at the bottom. They compute what
 //! `host_ops.rs` computes on the CPU, in the same order where it matters (RMSNorm, the softmax's
 //! maximum), and reductions use shared memory, not subgroup operations, which not every WebGPU
 //! adapter has.
 
-use burn::backend::tensor::FloatTensor;
+use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Dispatch, backend_extension};
 use burn::tensor::{DType, Shape, Tensor as BurnTensor};
 use burn_cubecl::CubeBackend;
@@ -47,6 +54,28 @@ pub trait FusedOps: burn::backend::Backend {
         head_size: usize,
     ) -> FloatTensor<Self>;
 
+    /// `x` `[m, k]` times an f32 `w` `[k, n]`: `[m, n]`.
+    fn linear_f32(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// `x` `[m, k]` times `[k, n]` in Q8_0 blocks of 32 along `k`: `quants` `[k / 4, n]` holds 4
+    /// values a word (each `value + 128`, lowest byte first), `scales` `[k / 32, n]`.
+    fn linear_q8(
+        x: FloatTensor<Self>,
+        quants: IntTensor<Self>,
+        scales: FloatTensor<Self>,
+        n: usize,
+    ) -> FloatTensor<Self>;
+
+    /// `x` `[m, k]` times `[k, n]` in Q4_0 blocks of 32 along `k`: `quants` `[k / 8, n]`, a
+    /// block's 16 bytes in 4 words, byte `j` holding value `j` (low nibble) and `j + 16` (high),
+    /// each `value + 8`; `scales` `[k / 32, n]`.
+    fn linear_q4(
+        x: FloatTensor<Self>,
+        quants: IntTensor<Self>,
+        scales: FloatTensor<Self>,
+        n: usize,
+    ) -> FloatTensor<Self>;
+
     /// `silu(gate) * up`, element by element.
     fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
 
@@ -78,6 +107,38 @@ fn elementwise(like: &CubeTensor, n: usize) -> CubeCount {
 /// every unit of a cube reaches the same barriers.
 fn row_cubes(like: &CubeTensor, rows: usize) -> CubeCount {
     elementwise(like, rows * UNITS as usize)
+}
+
+/// Rows of `x` one unit of a projection takes: 1 in decode (one row per sequence, often one), 8
+/// in prefill, where each weight read then serves 8 tokens.
+const PREFILL_TILE: usize = 8;
+/// A projection's cube: `LINEAR_COLS` output columns by `LINEAR_SLICES` slices of the inner
+/// dimension, 64 units, the slices summed through shared memory (one barrier). Measured on
+/// SwiftShader (the page, stories260K, decode tok/s): 16 x 1 60, 16 x 4 49, burn's matmul 38. One
+/// slice suits a software renderer, which runs a cube's units in turn, but leaves a real GPU one
+/// thread per output column (288 for stories15M), so 4.
+const LINEAR_COLS: usize = 16;
+const LINEAR_SLICES: usize = 4;
+
+/// A projection's sizes: `k` inputs, `tile` rows of `x` per unit.
+struct LinearShape {
+    k: usize,
+    tile: usize,
+}
+
+/// The output `[m, n]` of a projection of `x`, its cubes and sizes.
+fn linear_out(x: &CubeTensor, n: usize) -> (CubeTensor, CubeCount, LinearShape) {
+    let [m, k] = [x.meta.shape()[0], x.meta.shape()[1]];
+    let tile = if m == 1 { 1 } else { PREFILL_TILE };
+    let out = empty_f32(x, Shape::new([m, n]));
+    let cubes = row_cubes(x, n.div_ceil(LINEAR_COLS) * m.div_ceil(tile));
+    let shape = LinearShape { k, tile };
+    (out, cubes, shape)
+}
+
+/// A projection's cube dimensions.
+fn linear_dim() -> CubeDim {
+    CubeDim::new_2d(LINEAR_COLS as u32, LINEAR_SLICES as u32)
 }
 
 impl FusedOps for CubeBackend {
@@ -131,6 +192,85 @@ impl FusedOps for CubeBackend {
             width,
             head_size / 2,
         );
+        out
+    }
+
+    fn linear_f32(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        let n = w.meta.shape()[1];
+        let (x, w) = (into_contiguous(x), into_contiguous(w));
+        let (out, cubes, shape) = linear_out(&x, n);
+        // SAFETY: every index is in bounds: columns and rows are clamped to the last valid one
+        // (`linear_unit`, `x_at`), the inner loop stops at `k`, and only valid units write.
+        unsafe {
+            linear_f32_kernel::launch_unchecked(
+                &x.client.clone(),
+                cubes,
+                linear_dim(),
+                x.into_tensor_arg(),
+                w.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                shape.k,
+                shape.tile,
+                LINEAR_COLS,
+                LINEAR_SLICES,
+            );
+        }
+        out
+    }
+
+    fn linear_q8(
+        x: FloatTensor<Self>,
+        quants: IntTensor<Self>,
+        scales: FloatTensor<Self>,
+        n: usize,
+    ) -> FloatTensor<Self> {
+        let x = into_contiguous(x);
+        let (out, cubes, shape) = linear_out(&x, n);
+        // SAFETY: every index is in bounds: columns and rows are clamped to the last valid one
+        // (`linear_unit`, `x_at`), the inner loop stops at `k`, and only valid units write.
+        unsafe {
+            linear_q8_kernel::launch_unchecked(
+                &x.client.clone(),
+                cubes,
+                linear_dim(),
+                x.into_tensor_arg(),
+                quants.into_tensor_arg(),
+                scales.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                shape.k,
+                shape.tile,
+                LINEAR_COLS,
+                LINEAR_SLICES,
+            );
+        }
+        out
+    }
+
+    fn linear_q4(
+        x: FloatTensor<Self>,
+        quants: IntTensor<Self>,
+        scales: FloatTensor<Self>,
+        n: usize,
+    ) -> FloatTensor<Self> {
+        let x = into_contiguous(x);
+        let (out, cubes, shape) = linear_out(&x, n);
+        // SAFETY: every index is in bounds: columns and rows are clamped to the last valid one
+        // (`linear_unit`, `x_at`), the inner loop stops at `k`, and only valid units write.
+        unsafe {
+            linear_q4_kernel::launch_unchecked(
+                &x.client.clone(),
+                cubes,
+                linear_dim(),
+                x.into_tensor_arg(),
+                quants.into_tensor_arg(),
+                scales.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                shape.k,
+                shape.tile,
+                LINEAR_COLS,
+                LINEAR_SLICES,
+            );
+        }
         out
     }
 
@@ -365,6 +505,177 @@ fn attention_kernel(
     }
 }
 
+/// Which output column and first row of `x` a projection's unit computes, and whether it writes
+/// (spare cubes past the last tile, and units past the last column, compute on a clamped column
+/// and write nothing).
+#[cube]
+fn linear_unit(
+    m: u32,
+    n: u32,
+    #[comptime] tile: usize,
+    #[comptime] cols: usize,
+) -> (usize, usize, bool) {
+    let groups = (n as usize).div_ceil(cols);
+    let cubes = groups * (m as usize).div_ceil(tile);
+    let cube = min(CUBE_POS, cubes - 1);
+    let col = (cube % groups) * cols + UNIT_POS_X as usize;
+    let valid = CUBE_POS < cubes && col < n as usize;
+    (min(col, n as usize - 1), (cube / groups) * tile, valid)
+}
+
+/// Add up the `slices` partial sums of each output (one barrier), and write rows `first..` of
+/// column `col`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn linear_finish(
+    acc: &Array<f32>,
+    out: &mut Tensor<f32>,
+    first: usize,
+    col: usize,
+    m: u32,
+    n: u32,
+    valid: bool,
+    #[comptime] tile: usize,
+    #[comptime] cols: usize,
+    #[comptime] slices: usize,
+) {
+    let mut scratch = Shared::<[f32]>::new_slice(cols * slices * tile);
+    let (ux, uy) = (UNIT_POS_X as usize, UNIT_POS_Y as usize);
+    #[unroll]
+    for r in 0..tile {
+        scratch[(uy * tile + r) * cols + ux] = acc[r];
+    }
+    sync_cube();
+    if valid && uy == 0 {
+        #[unroll]
+        for r in 0..tile {
+            if first + r < m as usize {
+                let mut sum = 0.0f32.runtime();
+                #[unroll]
+                for s in 0..slices {
+                    sum += scratch[(s * tile + r) * cols + ux];
+                }
+                out[(first + r) * n as usize + col] = sum;
+            }
+        }
+    }
+}
+
+/// The value of `x`'s row `first + r`, column `i`; past the last row, the last row's (whose sums
+/// [`linear_finish`] does not write). A clamp, not a branch, in the inner loop.
+#[cube]
+fn x_at(x: &Tensor<f32>, first: usize, r: usize, i: usize, m: u32, #[comptime] k: usize) -> f32 {
+    x[min(first + r, m as usize - 1) * k + i]
+}
+
+/// A cube is `cols` output columns by `slices` slices of `k`: each unit walks its slice of its
+/// column's weights (read once for the whole tile of rows) against `x`'s rows, and the slices
+/// meet in [`linear_finish`]. `w` is `[k, n]`, so the units of a slice read adjacent words.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn linear_f32_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    #[comptime] k: usize,
+    #[comptime] tile: usize,
+    #[comptime] cols: usize,
+    #[comptime] slices: usize,
+) {
+    let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
+    let mut acc = Array::<f32>::new(tile);
+    let (col, first, valid) = linear_unit(m, n, tile, cols);
+    for i in range_stepped(UNIT_POS_Y as usize, k, slices) {
+        let wv = w[i * n as usize + col];
+        #[unroll]
+        for r in 0..tile {
+            acc[r] += wv * x_at(x, first, r, i, m, k);
+        }
+    }
+    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices);
+}
+
+/// As [`linear_f32_kernel`], over Q8_0 blocks: `quants` `[k / 4, n]` (4 values of one block a
+/// word) and `scales` `[k / 32, n]`; each word's dot product is scaled by its block's scale.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn linear_q8_kernel(
+    x: &Tensor<f32>,
+    quants: &Tensor<u32>,
+    scales: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    #[comptime] k: usize,
+    #[comptime] tile: usize,
+    #[comptime] cols: usize,
+    #[comptime] slices: usize,
+) {
+    let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
+    let mut acc = Array::<f32>::new(tile);
+    let (col, first, valid) = linear_unit(m, n, tile, cols);
+    for wi in range_stepped(UNIT_POS_Y as usize, k / 4, slices) {
+        let word = quants[wi * n as usize + col];
+        let scale = scales[(wi / 8) * n as usize + col];
+        let mut q = Array::<f32>::new(4usize);
+        #[unroll]
+        for j in 0..4 {
+            q[j] = f32::cast_from((word >> (8 * j) as u32) & 255u32) - 128.0;
+        }
+        #[unroll]
+        for r in 0..tile {
+            let mut dot = 0.0f32.runtime();
+            #[unroll]
+            for j in 0..4 {
+                dot += q[j] * x_at(x, first, r, wi * 4 + j, m, k);
+            }
+            acc[r] += scale * dot;
+        }
+    }
+    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices);
+}
+
+/// As [`linear_q8_kernel`], over Q4_0 blocks: `quants` `[k / 8, n]`, `scales` `[k / 32, n]`.
+/// Word `i` (0..4) of a block holds its values `4i..4i + 4` in the low nibbles and `16 + 4i..`
+/// in the high ones.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn linear_q4_kernel(
+    x: &Tensor<f32>,
+    quants: &Tensor<u32>,
+    scales: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    #[comptime] k: usize,
+    #[comptime] tile: usize,
+    #[comptime] cols: usize,
+    #[comptime] slices: usize,
+) {
+    let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
+    let mut acc = Array::<f32>::new(tile);
+    let (col, first, valid) = linear_unit(m, n, tile, cols);
+    for wi in range_stepped(UNIT_POS_Y as usize, k / 8, slices) {
+        let word = quants[wi * n as usize + col];
+        let scale = scales[(wi / 4) * n as usize + col];
+        let low = (wi / 4) * 32 + (wi % 4) * 4;
+        let mut q = Array::<f32>::new(8usize);
+        #[unroll]
+        for j in 0..4 {
+            let byte = (word >> (8 * j) as u32) & 255u32;
+            q[j] = f32::cast_from(byte & 15u32) - 8.0;
+            q[j + 4] = f32::cast_from(byte >> 4u32) - 8.0;
+        }
+        #[unroll]
+        for r in 0..tile {
+            let mut dot = 0.0f32.runtime();
+            #[unroll]
+            for j in 0..4 {
+                dot += q[j] * x_at(x, first, r, low + j, m, k);
+                dot += q[j + 4] * x_at(x, first, r, low + 16 + j, m, k);
+            }
+            acc[r] += scale * dot;
+        }
+    }
+    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices);
+}
+
 /// [`FusedOps::fused_rms_norm`] on tensors.
 pub(crate) fn rms_norm(x: BurnTensor<2>, weight: BurnTensor<1>, eps: f32) -> BurnTensor<2> {
     BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_rms_norm(
@@ -412,4 +723,41 @@ pub(crate) fn attention(
         start,
         n_heads,
     ))
+}
+
+/// A projection's weights on the device, in the form its kernel reads (see [`FusedOps::linear_f32`]
+/// and the others).
+pub(crate) enum DeviceLinear {
+    /// `[k, n]`.
+    F32(BurnTensor<2>),
+    Q8 {
+        quants: BurnTensor<1, burn::tensor::Int>,
+        scales: BurnTensor<1>,
+        n: usize,
+    },
+    Q4 {
+        quants: BurnTensor<1, burn::tensor::Int>,
+        scales: BurnTensor<1>,
+        n: usize,
+    },
+}
+
+/// `x` `[m, k]` through the projection `w`: `[m, n]`.
+pub(crate) fn linear(x: BurnTensor<2>, w: &DeviceLinear) -> BurnTensor<2> {
+    let x = x.into_dispatch();
+    BurnTensor::from_dispatch(match w {
+        DeviceLinear::F32(w) => <Dispatch as FusedOps>::linear_f32(x, w.clone().into_dispatch()),
+        DeviceLinear::Q8 { quants, scales, n } => <Dispatch as FusedOps>::linear_q8(
+            x,
+            quants.clone().into_dispatch(),
+            scales.clone().into_dispatch(),
+            *n,
+        ),
+        DeviceLinear::Q4 { quants, scales, n } => <Dispatch as FusedOps>::linear_q4(
+            x,
+            quants.clone().into_dispatch(),
+            scales.clone().into_dispatch(),
+            *n,
+        ),
+    })
 }

@@ -3,7 +3,8 @@
 //! residual; last, the final norm and the classifier.
 //!
 //! The pass is written once, over the operations of [`Ops`]; each backend supplies them:
-//! - `device_ops.rs`: burn tensors (wgpu, natively and in WebGPU), f32 or burn's packed blocks.
+//! - `device_ops.rs`: burn tensors (wgpu, natively and in WebGPU) and tokenometer's own kernels,
+//!   f32, Q8_0 or Q4_0.
 //! - `host_ops.rs`: the CPU, on host arrays with the kernels of `kernels.rs`, f32, Q8_0 or Q4_0.
 //!
 //! The token embedding stays on the host for both: a step reads one row of it, not the whole table.
@@ -11,7 +12,6 @@
 use std::ops::Range;
 
 use burn::prelude::*;
-use burn::tensor::quantization::QuantScheme;
 
 use crate::device_ops::DeviceOps;
 use crate::host_ops::HostOps;
@@ -191,15 +191,9 @@ impl Positions {
 const PREFILL_CHUNK_BYTES: u64 = 64 << 20;
 
 impl Llama {
-    /// Put host weights in the form their device runs: burn tensors on a wgpu `device` (quantized
-    /// with `scheme`), or, with no device, host arrays with the CPU kernels (quantized to `quant`'s
-    /// blocks).
-    pub fn new(
-        mut weights: HostWeights,
-        quant: Quant,
-        scheme: Option<QuantScheme>,
-        device: Option<&Device>,
-    ) -> Self {
+    /// Put host weights in the form their device runs, quantized to `quant`'s blocks: burn tensors
+    /// on a wgpu `device`, or, with no device, host arrays for the CPU kernels.
+    pub fn new(mut weights: HostWeights, quant: Quant, device: Option<&Device>) -> Self {
         let hidden = weights.config.hidden_dim;
         if quant != Quant::F32 {
             pad_hidden_to_blocks(&mut weights);
@@ -235,7 +229,7 @@ impl Llama {
                 )))
             }
             Some(device) => {
-                let ops = DeviceOps::new(heads, scheme, device.clone());
+                let ops = DeviceOps::new(heads, device.clone());
                 Body::Device(Box::new(Weights::new(
                     ops, layers, &rms_final, classifier, &mut plan, config.dim,
                 )))

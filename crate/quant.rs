@@ -1,20 +1,16 @@
-//! Post-training quantization at load: `f32`, `q8`, `q4`, in the form each backend runs.
+//! Post-training quantization at load: `f32`, `q8`, `q4`, in one form for every backend.
 //!
-//! - wgpu (native Vulkan and browser WebGPU): burn's Q8S and Q4S schemes with the PackedU32 store,
-//!   blocks of 32 along each row. Scales are F32 (browsers without `shader-f16` cannot run F16).
-//! - CPU: Q8_0 and Q4_0 blocks of 32 values with one f32 scale each, as [`HostMatrix`], which the
-//!   kernels in `kernels.rs` multiply without ever widening a whole matrix to f32. (burn's CPU
-//!   backend dequantized the whole weight on every matmul: 3.8 tok/s for stories15M q8 against
-//!   280 in f32, and stored q4 as one byte per value.)
+//! Q8_0 and Q4_0 blocks of 32 values along each row, with one f32 scale each (f32, not f16:
+//! browsers without `shader-f16` cannot read f16), as [`HostMatrix`]. The CPU kernels in
+//! `kernels.rs` and the wgpu kernels in `gpu_kernels.rs` both multiply straight from the blocks,
+//! never widening a whole matrix to f32. (burn's CPU backend dequantized the whole weight on every
+//! matmul: 3.8 tok/s for stories15M q8 against 280 in f32, and stored q4 as one byte per value.)
 
 use std::fmt;
 use std::str::FromStr;
 
-use burn::prelude::*;
-use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue, ScaleDtype};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use crate::weights::{Blocks, HostWeights, Matrix, Values};
 
@@ -37,31 +33,6 @@ impl Quant {
             Quant::Q8 => "q8",
             Quant::Q4 => "q4",
         }
-    }
-
-    fn bits(self) -> usize {
-        match self {
-            Quant::F32 => 32,
-            Quant::Q8 => 8,
-            Quant::Q4 => 4,
-        }
-    }
-
-    /// The burn scheme for this choice on `backend` (`None` for f32), or why it cannot run there.
-    pub fn scheme(self, backend: BackendKind) -> Result<Option<QuantScheme>> {
-        let value = match self {
-            Quant::F32 => return Ok(None),
-            Quant::Q8 => QuantValue::Q8S,
-            Quant::Q4 => QuantValue::Q4S,
-        };
-        let store = match (backend, self) {
-            (BackendKind::Wgpu, _) => QuantStore::PackedU32(0),
-            // The CPU backend quantizes on the host (`HostMatrix`), not with a burn scheme.
-            (BackendKind::Cpu, _) => return Ok(None),
-        };
-        Ok(Some(
-            QuantScheme::default().with_value(value).with_store(store),
-        ))
     }
 }
 
@@ -107,44 +78,6 @@ impl QuantPlan {
     /// Count `n` f32 values that are never quantized (norm weights).
     pub fn add_f32(&mut self, n: usize) {
         self.device_bytes += 4 * n as u64;
-    }
-
-    /// Quantize a `[rows, cols]` weight with `scheme`: blocks of 32 along the rows where the width
-    /// allows, one scale for the whole tensor where it does not.
-    pub fn apply(
-        &mut self,
-        name: &str,
-        tensor: Tensor<2>,
-        scheme: Option<&QuantScheme>,
-    ) -> Tensor<2> {
-        let [rows, cols] = tensor.dims();
-        let n = (rows * cols) as u64;
-        let Some(scheme) = scheme else {
-            self.device_bytes += 4 * n;
-            return tensor;
-        };
-        // PackedU32 puts 32 / bits values in each word along the last dim.
-        let pack = match scheme.store {
-            QuantStore::PackedU32(_) => 32 / self.quant.bits(),
-            _ => 1,
-        };
-        let value_bytes = n * self.quant.bits() as u64 / 8;
-        if cols % BLOCK == 0 {
-            self.device_bytes += value_bytes + 4 * n / BLOCK as u64;
-            tensor.quantize_dynamic(&scheme.per_block([BLOCK as u8], ScaleDtype::F32))
-        } else if cols % pack == 0 {
-            self.exceptions.push(format!(
-                "{name}: width {cols} is not a multiple of {BLOCK}, one scale per tensor"
-            ));
-            self.device_bytes += value_bytes + 4;
-            tensor.quantize_dynamic(&scheme.per_tensor(ScaleDtype::F32))
-        } else {
-            self.exceptions.push(format!(
-                "{name}: width {cols} cannot be packed, kept in f32"
-            ));
-            self.device_bytes += 4 * n;
-            tensor
-        }
     }
 }
 

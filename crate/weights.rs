@@ -423,18 +423,6 @@ impl Matrix {
         }
         self.data.make_mut()
     }
-
-    /// The transpose, `[in, out]`, which is what `x.matmul(w)` wants.
-    pub fn transposed(&self) -> Matrix {
-        let values = self.values();
-        let mut out = vec![0.0; values.len()];
-        for r in 0..self.rows {
-            for c in 0..self.cols {
-                out[c * self.rows + r] = values[r * self.cols + c];
-            }
-        }
-        Matrix::new(self.cols, self.rows, out)
-    }
 }
 
 /// One transformer block's weights.

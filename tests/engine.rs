@@ -108,15 +108,17 @@ fn q8_agrees_with_f32_on_cpu() {
     assert!(agreement(&Backend::cpu(), Quant::Q8) >= 0.99);
 }
 
+/// The wgpu kernels read the same Q8_0 / Q4_0 blocks as the CPU's, but multiply them by f32
+/// activations where the CPU quantizes those to int8 as well. Measured on llvmpipe: q8 253/256
+/// (98.8%), q4 221/256 (86.3%); the CPU: 254 and 223.
 #[test]
 fn q8_agrees_with_f32_on_wgpu() {
-    assert!(agreement(&wgpu(), Quant::Q8) >= 0.95);
+    assert!(agreement(&wgpu(), Quant::Q8) >= 0.98);
 }
 
 #[test]
-fn q4_runs_on_wgpu_and_mostly_agrees() {
-    // 4 bits on a 260K-parameter model loses more; the figure is printed, the floor is loose.
-    assert!(agreement(&wgpu(), Quant::Q4) >= 0.5);
+fn q4_agrees_with_f32_on_wgpu() {
+    assert!(agreement(&wgpu(), Quant::Q4) >= 0.75);
 }
 
 #[test]
@@ -294,10 +296,11 @@ fn concurrent_first_wgpu_inits_share_one_device() {
 }
 
 /// A prompt run in chunks (what prefill does when it is long) gives the same logits as one pass:
-/// the chunks see the cache the earlier ones wrote.
-fn check_chunked_prefill(backend: &Backend) {
+/// the chunks see the cache the earlier ones wrote. Chunks of 1 are decode steps, which the wgpu
+/// projections run one row to a unit, where longer chunks share each weight read among 8 rows.
+fn check_chunked_prefill(backend: &Backend, quant: Quant) {
     let (_, sequence) = reference_ids();
-    let engine = engine(backend, Quant::F32);
+    let engine = engine(backend, quant);
     let model = &engine.model;
     let logits = |chunk: usize| -> Vec<f32> {
         let mut cache = model.new_cache();
@@ -313,18 +316,24 @@ fn check_chunked_prefill(backend: &Backend) {
             .zip(&chunked)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0f32, f32::max);
-        assert!(worst < 1e-3, "chunks of {chunk}: logits differ by {worst}");
+        assert!(
+            worst < 1e-3,
+            "{quant}, chunks of {chunk}: logits differ by {worst}"
+        );
     }
 }
 
 #[test]
 fn prefill_in_chunks_equals_one_pass_on_cpu() {
-    check_chunked_prefill(&Backend::cpu());
+    check_chunked_prefill(&Backend::cpu(), Quant::F32);
 }
 
 #[test]
 fn prefill_in_chunks_equals_one_pass_on_wgpu() {
-    check_chunked_prefill(&wgpu());
+    let gpu = wgpu();
+    for quant in [Quant::F32, Quant::Q8, Quant::Q4] {
+        check_chunked_prefill(&gpu, quant);
+    }
 }
 
 /// The wgpu backend's attention kernel holds 2048 scores at a time and goes on in chunks, the
