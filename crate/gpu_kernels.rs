@@ -112,6 +112,9 @@ fn row_cubes(like: &CubeTensor, rows: usize) -> CubeCount {
 /// Rows of `x` one unit of a projection takes: 1 in decode (one row per sequence, often one), 8
 /// in prefill, where each weight read then serves 8 tokens.
 const PREFILL_TILE: usize = 8;
+/// Output columns one unit of a projection takes in prefill, so that each value of `x` it reads
+/// serves 4 columns (1 in decode, where that would leave a GPU 4 times fewer threads).
+const PREFILL_SPAN: usize = 4;
 /// A projection's cube: `LINEAR_COLS` output columns by `LINEAR_SLICES` slices of the inner
 /// dimension, 64 units, the slices summed through shared memory (one barrier). Measured on
 /// SwiftShader (the page, stories260K, decode tok/s): 16 x 1 60, 16 x 4 49, burn's matmul 38. One
@@ -120,19 +123,24 @@ const PREFILL_TILE: usize = 8;
 const LINEAR_COLS: usize = 16;
 const LINEAR_SLICES: usize = 4;
 
-/// A projection's sizes: `k` inputs, `tile` rows of `x` per unit.
+/// A projection's sizes: `k` inputs, `tile` rows of `x` and `span` columns per unit.
 struct LinearShape {
     k: usize,
     tile: usize,
+    span: usize,
 }
 
 /// The output `[m, n]` of a projection of `x`, its cubes and sizes.
 fn linear_out(x: &CubeTensor, n: usize) -> (CubeTensor, CubeCount, LinearShape) {
     let [m, k] = [x.meta.shape()[0], x.meta.shape()[1]];
-    let tile = if m == 1 { 1 } else { PREFILL_TILE };
+    let (tile, span) = if m == 1 {
+        (1, 1)
+    } else {
+        (PREFILL_TILE, PREFILL_SPAN)
+    };
     let out = empty_f32(x, Shape::new([m, n]));
-    let cubes = row_cubes(x, n.div_ceil(LINEAR_COLS) * m.div_ceil(tile));
-    let shape = LinearShape { k, tile };
+    let cubes = row_cubes(x, n.div_ceil(LINEAR_COLS * span) * m.div_ceil(tile));
+    let shape = LinearShape { k, tile, span };
     (out, cubes, shape)
 }
 
@@ -213,6 +221,7 @@ impl FusedOps for CubeBackend {
                 shape.tile,
                 LINEAR_COLS,
                 LINEAR_SLICES,
+                shape.span,
             );
         }
         out
@@ -241,6 +250,7 @@ impl FusedOps for CubeBackend {
                 shape.tile,
                 LINEAR_COLS,
                 LINEAR_SLICES,
+                shape.span,
             );
         }
         out
@@ -269,6 +279,7 @@ impl FusedOps for CubeBackend {
                 shape.tile,
                 LINEAR_COLS,
                 LINEAR_SLICES,
+                shape.span,
             );
         }
         out
@@ -505,26 +516,33 @@ fn attention_kernel(
     }
 }
 
-/// Which output column and first row of `x` a projection's unit computes, and whether it writes
-/// (spare cubes past the last tile, and units past the last column, compute on a clamped column
-/// and write nothing).
+/// The first output column and row of `x` a projection's unit computes, and whether its cube is
+/// a real one (spare cubes past the last tile compute on the last and write nothing). A unit owns
+/// `span` columns, `cols` apart, so that a cube's units read adjacent words at each step.
 #[cube]
 fn linear_unit(
     m: u32,
     n: u32,
     #[comptime] tile: usize,
     #[comptime] cols: usize,
+    #[comptime] span: usize,
 ) -> (usize, usize, bool) {
-    let groups = (n as usize).div_ceil(cols);
+    let groups = (n as usize).div_ceil(cols * span);
     let cubes = groups * (m as usize).div_ceil(tile);
     let cube = min(CUBE_POS, cubes - 1);
-    let col = (cube % groups) * cols + UNIT_POS_X as usize;
-    let valid = CUBE_POS < cubes && col < n as usize;
-    (min(col, n as usize - 1), (cube / groups) * tile, valid)
+    let col = (cube % groups) * cols * span + UNIT_POS_X as usize;
+    (col, (cube / groups) * tile, CUBE_POS < cubes)
+}
+
+/// Column `c` of a unit whose first is `col`, clamped to the last (whose reads are then wasted,
+/// and [`linear_finish`] does not write them).
+#[cube]
+fn unit_col(col: usize, c: usize, n: u32, #[comptime] cols: usize) -> usize {
+    min(col + c * cols, n as usize - 1)
 }
 
 /// Add up the `slices` partial sums of each output (one barrier), and write rows `first..` of
-/// column `col`.
+/// the unit's columns.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn linear_finish(
@@ -538,24 +556,29 @@ fn linear_finish(
     #[comptime] tile: usize,
     #[comptime] cols: usize,
     #[comptime] slices: usize,
+    #[comptime] span: usize,
 ) {
-    let mut scratch = Shared::<[f32]>::new_slice(cols * slices * tile);
+    let mut scratch = Shared::<[f32]>::new_slice(cols * slices * tile * span);
     let (ux, uy) = (UNIT_POS_X as usize, UNIT_POS_Y as usize);
     #[unroll]
-    for r in 0..tile {
-        scratch[(uy * tile + r) * cols + ux] = acc[r];
+    for a in 0..tile * span {
+        scratch[(uy * tile * span + a) * cols + ux] = acc[a];
     }
     sync_cube();
     if valid && uy == 0 {
         #[unroll]
-        for r in 0..tile {
-            if first + r < m as usize {
-                let mut sum = 0.0f32.runtime();
-                #[unroll]
-                for s in 0..slices {
-                    sum += scratch[(s * tile + r) * cols + ux];
+        for c in 0..span {
+            #[unroll]
+            for r in 0..tile {
+                let column = col + c * cols;
+                if first + r < m as usize && column < n as usize {
+                    let mut sum = 0.0f32.runtime();
+                    #[unroll]
+                    for s in 0..slices {
+                        sum += scratch[((s * tile * span) + c * tile + r) * cols + ux];
+                    }
+                    out[(first + r) * n as usize + column] = sum;
                 }
-                out[(first + r) * n as usize + col] = sum;
             }
         }
     }
@@ -568,9 +591,10 @@ fn x_at(x: &Tensor<f32>, first: usize, r: usize, i: usize, m: u32, #[comptime] k
     x[min(first + r, m as usize - 1) * k + i]
 }
 
-/// A cube is `cols` output columns by `slices` slices of `k`: each unit walks its slice of its
-/// column's weights (read once for the whole tile of rows) against `x`'s rows, and the slices
-/// meet in [`linear_finish`]. `w` is `[k, n]`, so the units of a slice read adjacent words.
+/// A cube is `cols` x `span` output columns by `slices` slices of `k`: each unit walks its slice of
+/// its columns' weights (each read once for the whole tile of rows, each value of `x` once for all
+/// `span` columns), and the slices meet in [`linear_finish`]. `w` is `[k, n]`, so the units of a
+/// slice read adjacent words.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn linear_f32_kernel(
@@ -581,18 +605,27 @@ fn linear_f32_kernel(
     #[comptime] tile: usize,
     #[comptime] cols: usize,
     #[comptime] slices: usize,
+    #[comptime] span: usize,
 ) {
     let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
-    let mut acc = Array::<f32>::new(tile);
-    let (col, first, valid) = linear_unit(m, n, tile, cols);
+    let mut acc = Array::<f32>::new(tile * span);
+    let mut xs = Array::<f32>::new(tile);
+    let (col, first, valid) = linear_unit(m, n, tile, cols, span);
     for i in range_stepped(UNIT_POS_Y as usize, k, slices) {
-        let wv = w[i * n as usize + col];
         #[unroll]
         for r in 0..tile {
-            acc[r] += wv * x_at(x, first, r, i, m, k);
+            xs[r] = x_at(x, first, r, i, m, k);
+        }
+        #[unroll]
+        for c in 0..span {
+            let wv = w[i * n as usize + unit_col(col, c, n, cols)];
+            #[unroll]
+            for r in 0..tile {
+                acc[c * tile + r] += wv * xs[r];
+            }
         }
     }
-    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices);
+    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices, span);
 }
 
 /// As [`linear_f32_kernel`], over Q8_0 blocks: `quants` `[k / 4, n]` (4 values of one block a
@@ -608,29 +641,42 @@ fn linear_q8_kernel(
     #[comptime] tile: usize,
     #[comptime] cols: usize,
     #[comptime] slices: usize,
+    #[comptime] span: usize,
 ) {
     let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
-    let mut acc = Array::<f32>::new(tile);
-    let (col, first, valid) = linear_unit(m, n, tile, cols);
+    let mut acc = Array::<f32>::new(tile * span);
+    let mut xs = Array::<f32>::new(tile * 4);
+    let (col, first, valid) = linear_unit(m, n, tile, cols, span);
     for wi in range_stepped(UNIT_POS_Y as usize, k / 4, slices) {
-        let word = quants[wi * n as usize + col];
-        let scale = scales[(wi / 8) * n as usize + col];
-        let mut q = Array::<f32>::new(4usize);
-        #[unroll]
-        for j in 0..4 {
-            q[j] = f32::cast_from((word >> (8 * j) as u32) & 255u32) - 128.0;
-        }
         #[unroll]
         for r in 0..tile {
-            let mut dot = 0.0f32.runtime();
             #[unroll]
             for j in 0..4 {
-                dot += q[j] * x_at(x, first, r, wi * 4 + j, m, k);
+                xs[r * 4 + j] = x_at(x, first, r, wi * 4 + j, m, k);
             }
-            acc[r] += scale * dot;
+        }
+        #[unroll]
+        for c in 0..span {
+            let column = unit_col(col, c, n, cols);
+            let word = quants[wi * n as usize + column];
+            let scale = scales[(wi / 8) * n as usize + column];
+            let mut q = Array::<f32>::new(4usize);
+            #[unroll]
+            for j in 0..4 {
+                q[j] = f32::cast_from((word >> (8 * j) as u32) & 255u32) - 128.0;
+            }
+            #[unroll]
+            for r in 0..tile {
+                let mut dot = 0.0f32.runtime();
+                #[unroll]
+                for j in 0..4 {
+                    dot += q[j] * xs[r * 4 + j];
+                }
+                acc[c * tile + r] += scale * dot;
+            }
         }
     }
-    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices);
+    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices, span);
 }
 
 /// As [`linear_q8_kernel`], over Q4_0 blocks: `quants` `[k / 8, n]`, `scales` `[k / 32, n]`.
@@ -647,33 +693,46 @@ fn linear_q4_kernel(
     #[comptime] tile: usize,
     #[comptime] cols: usize,
     #[comptime] slices: usize,
+    #[comptime] span: usize,
 ) {
     let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
-    let mut acc = Array::<f32>::new(tile);
-    let (col, first, valid) = linear_unit(m, n, tile, cols);
+    let mut acc = Array::<f32>::new(tile * span);
+    let mut xs = Array::<f32>::new(tile * 8);
+    let (col, first, valid) = linear_unit(m, n, tile, cols, span);
     for wi in range_stepped(UNIT_POS_Y as usize, k / 8, slices) {
-        let word = quants[wi * n as usize + col];
-        let scale = scales[(wi / 4) * n as usize + col];
         let low = (wi / 4) * 32 + (wi % 4) * 4;
-        let mut q = Array::<f32>::new(8usize);
-        #[unroll]
-        for j in 0..4 {
-            let byte = (word >> (8 * j) as u32) & 255u32;
-            q[j] = f32::cast_from(byte & 15u32) - 8.0;
-            q[j + 4] = f32::cast_from(byte >> 4u32) - 8.0;
-        }
         #[unroll]
         for r in 0..tile {
-            let mut dot = 0.0f32.runtime();
             #[unroll]
             for j in 0..4 {
-                dot += q[j] * x_at(x, first, r, low + j, m, k);
-                dot += q[j + 4] * x_at(x, first, r, low + 16 + j, m, k);
+                xs[r * 8 + j] = x_at(x, first, r, low + j, m, k);
+                xs[r * 8 + j + 4] = x_at(x, first, r, low + 16 + j, m, k);
             }
-            acc[r] += scale * dot;
+        }
+        #[unroll]
+        for c in 0..span {
+            let column = unit_col(col, c, n, cols);
+            let word = quants[wi * n as usize + column];
+            let scale = scales[(wi / 4) * n as usize + column];
+            let mut q = Array::<f32>::new(8usize);
+            #[unroll]
+            for j in 0..4 {
+                let byte = (word >> (8 * j) as u32) & 255u32;
+                q[j] = f32::cast_from(byte & 15u32) - 8.0;
+                q[j + 4] = f32::cast_from(byte >> 4u32) - 8.0;
+            }
+            #[unroll]
+            for r in 0..tile {
+                let mut dot = 0.0f32.runtime();
+                #[unroll]
+                for j in 0..8 {
+                    dot += q[j] * xs[r * 8 + j];
+                }
+                acc[c * tile + r] += scale * dot;
+            }
         }
     }
-    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices);
+    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices, span);
 }
 
 /// [`FusedOps::fused_rms_norm`] on tensors.
