@@ -91,16 +91,18 @@ impl Ops for DeviceOps {
             HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => {
                 // Biased to 0..=255, so that the kernel reads a byte without sign extension.
                 let biased: Vec<u8> = quants.iter().map(|&q| (q as u8) ^ 0x80).collect();
-                DeviceLinear::Q8 {
+                DeviceLinear::Blocks {
                     quants: self.words(&biased, n),
                     scales: self.scales(&scales, n),
                     n,
+                    bits: 8,
                 }
             }
-            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => DeviceLinear::Q4 {
+            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => DeviceLinear::Blocks {
                 quants: self.words(&quants, n),
                 scales: self.scales(&scales, n),
                 n,
+                bits: 4,
             },
         }
     }

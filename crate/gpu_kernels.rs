@@ -57,23 +57,17 @@ pub trait FusedOps: burn::backend::Backend {
     /// `x` `[m, k]` times an f32 `w` `[k, n]`: `[m, n]`.
     fn linear_f32(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self>;
 
-    /// `x` `[m, k]` times `[k, n]` in Q8_0 blocks of 32 along `k`: `quants` `[k / 4, n]` holds 4
-    /// values a word (each `value + 128`, lowest byte first), `scales` `[k / 32, n]`.
-    fn linear_q8(
+    /// `x` `[m, k]` times `[k, n]` in blocks of 32 along `k` with one scale each, `scales`
+    /// `[k / 32, n]`, and `bits` 8 or 4 a value in `quants` `[k * bits / 32, n]` (u32 words):
+    /// - Q8_0: 4 values a word, each `value + 128`, lowest byte first;
+    /// - Q4_0: a block's 16 bytes in 4 words, byte `j` holding value `j` (low nibble) and `j + 16`
+    ///   (high), each `value + 8`.
+    fn linear_blocks(
         x: FloatTensor<Self>,
         quants: IntTensor<Self>,
         scales: FloatTensor<Self>,
         n: usize,
-    ) -> FloatTensor<Self>;
-
-    /// `x` `[m, k]` times `[k, n]` in Q4_0 blocks of 32 along `k`: `quants` `[k / 8, n]`, a
-    /// block's 16 bytes in 4 words, byte `j` holding value `j` (low nibble) and `j + 16` (high),
-    /// each `value + 8`; `scales` `[k / 32, n]`.
-    fn linear_q4(
-        x: FloatTensor<Self>,
-        quants: IntTensor<Self>,
-        scales: FloatTensor<Self>,
-        n: usize,
+        bits: usize,
     ) -> FloatTensor<Self>;
 
     /// `silu(gate) * up`, element by element.
@@ -227,18 +221,19 @@ impl FusedOps for CubeBackend {
         out
     }
 
-    fn linear_q8(
+    fn linear_blocks(
         x: FloatTensor<Self>,
         quants: IntTensor<Self>,
         scales: FloatTensor<Self>,
         n: usize,
+        bits: usize,
     ) -> FloatTensor<Self> {
         let x = into_contiguous(x);
         let (out, cubes, shape) = linear_out(&x, n);
         // SAFETY: every index is in bounds: columns and rows are clamped to the last valid one
         // (`linear_unit`, `x_at`), the inner loop stops at `k`, and only valid units write.
         unsafe {
-            linear_q8_kernel::launch_unchecked(
+            linear_blocks_kernel::launch_unchecked(
                 &x.client.clone(),
                 cubes,
                 linear_dim(),
@@ -251,35 +246,7 @@ impl FusedOps for CubeBackend {
                 LINEAR_COLS,
                 LINEAR_SLICES,
                 shape.span,
-            );
-        }
-        out
-    }
-
-    fn linear_q4(
-        x: FloatTensor<Self>,
-        quants: IntTensor<Self>,
-        scales: FloatTensor<Self>,
-        n: usize,
-    ) -> FloatTensor<Self> {
-        let x = into_contiguous(x);
-        let (out, cubes, shape) = linear_out(&x, n);
-        // SAFETY: every index is in bounds: columns and rows are clamped to the last valid one
-        // (`linear_unit`, `x_at`), the inner loop stops at `k`, and only valid units write.
-        unsafe {
-            linear_q4_kernel::launch_unchecked(
-                &x.client.clone(),
-                cubes,
-                linear_dim(),
-                x.into_tensor_arg(),
-                quants.into_tensor_arg(),
-                scales.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-                shape.k,
-                shape.tile,
-                LINEAR_COLS,
-                LINEAR_SLICES,
-                shape.span,
+                bits,
             );
         }
         out
@@ -628,63 +595,35 @@ fn linear_f32_kernel(
     linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices, span);
 }
 
-/// As [`linear_f32_kernel`], over Q8_0 blocks: `quants` `[k / 4, n]` (4 values of one block a
-/// word) and `scales` `[k / 32, n]`; each word's dot product is scaled by its block's scale.
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-fn linear_q8_kernel(
-    x: &Tensor<f32>,
-    quants: &Tensor<u32>,
-    scales: &Tensor<f32>,
-    out: &mut Tensor<f32>,
-    #[comptime] k: usize,
-    #[comptime] tile: usize,
-    #[comptime] cols: usize,
-    #[comptime] slices: usize,
-    #[comptime] span: usize,
-) {
-    let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
-    let mut acc = Array::<f32>::new(tile * span);
-    let mut xs = Array::<f32>::new(tile * 4);
-    let (col, first, valid) = linear_unit(m, n, tile, cols, span);
-    for wi in range_stepped(UNIT_POS_Y as usize, k / 4, slices) {
-        #[unroll]
-        for r in 0..tile {
-            #[unroll]
-            for j in 0..4 {
-                xs[r * 4 + j] = x_at(x, first, r, wi * 4 + j, m, k);
-            }
-        }
-        #[unroll]
-        for c in 0..span {
-            let column = unit_col(col, c, n, cols);
-            let word = quants[wi * n as usize + column];
-            let scale = scales[(wi / 8) * n as usize + column];
-            let mut q = Array::<f32>::new(4usize);
-            #[unroll]
-            for j in 0..4 {
-                q[j] = f32::cast_from((word >> (8 * j) as u32) & 255u32) - 128.0;
-            }
-            #[unroll]
-            for r in 0..tile {
-                let mut dot = 0.0f32.runtime();
-                #[unroll]
-                for j in 0..4 {
-                    dot += q[j] * xs[r * 4 + j];
-                }
-                acc[c * tile + r] += scale * dot;
-            }
-        }
+/// The column of `k` that value `j` of word `wi` (of a row's words) holds.
+#[cube]
+fn block_column(wi: usize, #[comptime] j: usize, #[comptime] bits: usize) -> usize {
+    let mut column = wi * 4 + j;
+    if bits == 4 {
+        // Q4_0: word `i` (0..4) of a block holds values `4i..4i + 4` in its low nibbles and
+        // `16 + 4i..` in its high ones.
+        column = (wi / 4) * 32 + (wi % 4) * 4 + j % 4 + (j / 4) * 16;
     }
-    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices, span);
+    column
 }
 
-/// As [`linear_q8_kernel`], over Q4_0 blocks: `quants` `[k / 8, n]`, `scales` `[k / 32, n]`.
-/// Word `i` (0..4) of a block holds its values `4i..4i + 4` in the low nibbles and `16 + 4i..`
-/// in the high ones.
+/// Value `j` of `word` (see [`block_column`]), without its bias.
+#[cube]
+fn block_value(word: u32, #[comptime] j: usize, #[comptime] bits: usize) -> f32 {
+    let byte = (word >> (8 * (j % 4)) as u32) & 255u32;
+    let mut value = f32::cast_from(byte) - 128.0;
+    if bits == 4 {
+        value = f32::cast_from((byte >> (4 * (j / 4)) as u32) & 15u32) - 8.0;
+    }
+    value
+}
+
+/// As [`linear_f32_kernel`], over Q8_0 or Q4_0 blocks (`bits` 8 or 4; see
+/// [`FusedOps::linear_blocks`]): each unit takes whole words, and scales each word's dot product
+/// by its block's scale.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-fn linear_q4_kernel(
+fn linear_blocks_kernel(
     x: &Tensor<f32>,
     quants: &Tensor<u32>,
     scales: &Tensor<f32>,
@@ -694,39 +633,37 @@ fn linear_q4_kernel(
     #[comptime] cols: usize,
     #[comptime] slices: usize,
     #[comptime] span: usize,
+    #[comptime] bits: usize,
 ) {
+    let per_word = 32 / bits;
     let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
     let mut acc = Array::<f32>::new(tile * span);
-    let mut xs = Array::<f32>::new(tile * 8);
+    let mut xs = Array::<f32>::new(tile * per_word);
     let (col, first, valid) = linear_unit(m, n, tile, cols, span);
-    for wi in range_stepped(UNIT_POS_Y as usize, k / 8, slices) {
-        let low = (wi / 4) * 32 + (wi % 4) * 4;
+    for wi in range_stepped(UNIT_POS_Y as usize, k / per_word, slices) {
         #[unroll]
         for r in 0..tile {
             #[unroll]
-            for j in 0..4 {
-                xs[r * 8 + j] = x_at(x, first, r, low + j, m, k);
-                xs[r * 8 + j + 4] = x_at(x, first, r, low + 16 + j, m, k);
+            for j in 0..per_word {
+                xs[r * per_word + j] = x_at(x, first, r, block_column(wi, j, bits), m, k);
             }
         }
         #[unroll]
         for c in 0..span {
             let column = unit_col(col, c, n, cols);
             let word = quants[wi * n as usize + column];
-            let scale = scales[(wi / 4) * n as usize + column];
-            let mut q = Array::<f32>::new(8usize);
+            let scale = scales[(wi * per_word / 32) * n as usize + column];
+            let mut q = Array::<f32>::new(per_word);
             #[unroll]
-            for j in 0..4 {
-                let byte = (word >> (8 * j) as u32) & 255u32;
-                q[j] = f32::cast_from(byte & 15u32) - 8.0;
-                q[j + 4] = f32::cast_from(byte >> 4u32) - 8.0;
+            for j in 0..per_word {
+                q[j] = block_value(word, j, bits);
             }
             #[unroll]
             for r in 0..tile {
                 let mut dot = 0.0f32.runtime();
                 #[unroll]
-                for j in 0..8 {
-                    dot += q[j] * xs[r * 8 + j];
+                for j in 0..per_word {
+                    dot += q[j] * xs[r * per_word + j];
                 }
                 acc[c * tile + r] += scale * dot;
             }
@@ -785,19 +722,18 @@ pub(crate) fn attention(
 }
 
 /// A projection's weights on the device, in the form its kernel reads (see [`FusedOps::linear_f32`]
-/// and the others).
+/// and [`FusedOps::linear_blocks`]). A model holds a few per layer and never moves them in a loop,
+/// so the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum DeviceLinear {
     /// `[k, n]`.
     F32(BurnTensor<2>),
-    Q8 {
+    /// Q8_0 (`bits` 8) or Q4_0 (`bits` 4) blocks.
+    Blocks {
         quants: BurnTensor<1, burn::tensor::Int>,
         scales: BurnTensor<1>,
         n: usize,
-    },
-    Q4 {
-        quants: BurnTensor<1, burn::tensor::Int>,
-        scales: BurnTensor<1>,
-        n: usize,
+        bits: usize,
     },
 }
 
@@ -806,17 +742,17 @@ pub(crate) fn linear(x: BurnTensor<2>, w: &DeviceLinear) -> BurnTensor<2> {
     let x = x.into_dispatch();
     BurnTensor::from_dispatch(match w {
         DeviceLinear::F32(w) => <Dispatch as FusedOps>::linear_f32(x, w.clone().into_dispatch()),
-        DeviceLinear::Q8 { quants, scales, n } => <Dispatch as FusedOps>::linear_q8(
+        DeviceLinear::Blocks {
+            quants,
+            scales,
+            n,
+            bits,
+        } => <Dispatch as FusedOps>::linear_blocks(
             x,
             quants.clone().into_dispatch(),
             scales.clone().into_dispatch(),
             *n,
-        ),
-        DeviceLinear::Q4 { quants, scales, n } => <Dispatch as FusedOps>::linear_q4(
-            x,
-            quants.clone().into_dispatch(),
-            scales.clone().into_dispatch(),
-            *n,
+            *bits,
         ),
     })
 }
