@@ -421,7 +421,13 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   await page.getByTestId('lab-users').fill('4');
   await page.getByTestId('lab-max').fill('60');
   await page.getByTestId('lab-start').click();
-  const labDone = () => page.waitForFunction(() => document.querySelector('[data-testid=lab-status]').textContent === 'done', null, { timeout: 180_000 });
+  // Waits for the lab to end, and says why when it ended other than done (an error, a stop).
+  const labDone = async () => {
+    await page.waitForFunction(() => ['done', 'error', 'stopped'].includes(document.querySelector('[data-testid=lab-status]').textContent), null, { timeout: 180_000 });
+    const status = await text(page, 'lab-status');
+    const error = await text(page, 'lab-error');
+    assert.equal(status, 'done', `the lab ended as ${status}: ${error}`);
+  };
   await labDone();
   const lanes = page.getByTestId('lab-lane');
   assert.equal(await lanes.count(), 4);
