@@ -10,6 +10,7 @@ import { LanesPanel, LANE_MODES, parseLanes, laneToString } from './lanes.js';
 import { Replay } from './replay.js';
 import { ConcurrencyLab } from './lab.js';
 import { cachedFiles, clearCache } from './download.js';
+import { fillDefault } from './dom.js';
 
 const LLAMA2_TOKENIZER = 'https://raw.githubusercontent.com/karpathy/llama2.c/master/tokenizer.bin';
 const TINYLLAMAS = 'https://huggingface.co/karpathy/tinyllamas/resolve/main';
@@ -64,9 +65,9 @@ engine.onRestart = () => { state.warmUpMs = null; };
 
 // The engine serves the defaults (crate/web.rs `defaults()`); fields a preset filled keep its value.
 engine.defaults.then((d) => {
-  if (el.max.value === '') el.max.value = String(d.run.max_tokens);
-  if (el.temperature.value === '') el.temperature.value = String(d.run.temperature);
-  if (el.wpm.value === '') el.wpm.value = String(d.run.reading_wpm);
+  fillDefault(el.max, d.run.max_tokens);
+  fillDefault(el.temperature, d.run.temperature);
+  fillDefault(el.wpm, d.run.reading_wpm);
   lab.setDefaults(d.lab);
 });
 

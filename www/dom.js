@@ -14,3 +14,14 @@ export function refs(root) {
   for (const node of root.querySelectorAll('[data-ref]')) found[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
   return found;
 }
+
+/**
+ * Fill `input` with a default `value` that arrived later (the engine's defaults), unless someone
+ * has already put a value there or is typing into it: a default that lands mid-typing would be
+ * joined to what is typed ("4" typed + "4" default = "44").
+ * @param {HTMLInputElement} input
+ * @param {string | number} value
+ */
+export function fillDefault(input, value) {
+  if (input.value === '' && input.ownerDocument.activeElement !== input) input.value = String(value);
+}

@@ -8,7 +8,7 @@
 // more than one. Every figure comes from the engine's load report (computed in Rust); this file only
 // draws them.
 import { format } from './run-view.js';
-import { refs } from './dom.js';
+import { fillDefault, refs } from './dom.js';
 
 /** Users per level in a sweep. */
 export const SWEEP_LEVELS = [1, 2, 4, 8, 16];
@@ -100,8 +100,8 @@ export class ConcurrencyLab {
    */
   setDefaults(defaults) {
     this.defaults = defaults;
-    if (this.ref.users.value === '') this.ref.users.value = String(defaults.users);
-    if (this.ref.max.value === '') this.ref.max.value = String(defaults.max_tokens);
+    fillDefault(this.ref.users, defaults.users);
+    fillDefault(this.ref.max, defaults.max_tokens);
     this.ref.arrival.value = defaults.arrival;
   }
 

@@ -415,6 +415,32 @@ test('a panic in the engine names its cause, and the next Run works', async () =
   await page.close();
 });
 
+test('a default that arrives late never joins what a visitor typed', async () => {
+  // The engine's defaults reach the form after the page is up; a field being typed into, or
+  // already filled, keeps its own value (once the lab's users read "44" from "4" typed + "4").
+  const { page, errors } = await open('model=stories260K&backend=cpu&autorun=0');
+  const results = await page.evaluate(async () => {
+    const { fillDefault } = await import('./dom.js');
+    const input = document.createElement('input');
+    document.body.append(input);
+    input.focus();
+    fillDefault(input, 4);
+    const whileTyping = input.value;
+    input.value = '7';
+    input.blur();
+    fillDefault(input, 4);
+    const typed = input.value;
+    input.value = '';
+    fillDefault(input, 4);
+    const empty = input.value;
+    input.remove();
+    return { whileTyping, typed, empty };
+  });
+  assert.deepEqual(results, { whileTyping: '', typed: '7', empty: '4' });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('the concurrency lab streams 4 users at once, and a sweep draws one level per number of users', async () => {
   const { page, errors } = await open('model=stories260K&backend=cpu&quant=f32');
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
