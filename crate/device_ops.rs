@@ -1,7 +1,9 @@
 //! The forward pass's operations on burn tensors, for the wgpu backend (native Vulkan/Metal and
-//! browser WebGPU). Projections keep the host's layout, `[out, in]` in f32 or the Q8_0 / Q4_0
-//! blocks the CPU kernels read (`quant.rs` makes them, for both backends). The projections, RMSNorm,
-//! RoPE, attention and SwiGLU are tokenometer's own kernels (`gpu_kernels.rs`), one dispatch each.
+//! browser WebGPU). Projections hold f32 or the Q8_0 / Q4_0 blocks the CPU kernels read (`quant.rs`
+//! makes them, for both backends), transposed to column-major on upload (`[in, out]`, or words and
+//! scales by column) so that neighbouring GPU units read neighbouring words. The projections,
+//! RMSNorm, RoPE, attention and SwiGLU are tokenometer's own kernels (`gpu_kernels.rs`), one
+//! dispatch each.
 
 use std::ops::Range;
 

@@ -10,7 +10,7 @@
 //!
 //! The projections are ours, not burn's `matmul`, for two reasons. Size: burn's matmul on wgpu is
 //! cubek's, dozens of tiled variants chosen at run time, and leaving it out of the page's wasm took
-//! it from 2,816 to 2,385 kB gzipped (measured with `make pkg`). And bytes: the quantized ones read
+//! it from 2,816 to 2,398 kB gzipped (measured with `make pkg`). And bytes: the quantized ones read
 //! the same Q8_0 / Q4_0 blocks as the CPU kernels (one format for both backends), 8.5 or 4.5 bits
 //! a weight, dequantized in registers.
 //!
