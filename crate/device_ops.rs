@@ -26,12 +26,12 @@ impl DeviceOps {
         Self { heads, device }
     }
 
-    /// The `n` rows' bytes as little-endian u32 words, transposed to `[words a row, n]` so that
-    /// the kernel's units, one per row, read adjacent words.
-    fn words(&self, bytes: &[u8], n: usize) -> Tensor<1, Int> {
+    /// The `n` rows' bytes as little-endian u32 words, each XORed with `flip`, transposed to
+    /// `[words a row, n]` so that the kernel's units, one per row, read adjacent words.
+    fn words(&self, bytes: &[u8], n: usize, flip: u32) -> Tensor<1, Int> {
         let words: Vec<u32> = bytes
             .chunks_exact(4)
-            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) ^ flip)
             .collect();
         let len = words.len();
         Tensor::from_data(
@@ -90,18 +90,16 @@ impl Ops for DeviceOps {
                 TensorData::new(transpose(&values, n), [host.cols, n]),
                 &self.device,
             )),
-            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => {
-                // Biased to 0..=255, so that the kernel reads a byte without sign extension.
-                let biased: Vec<u8> = quants.iter().map(|&q| (q as u8) ^ 0x80).collect();
-                DeviceLinear::Blocks {
-                    quants: self.words(&biased, n),
-                    scales: self.scales(&scales, n),
-                    n,
-                    bits: 8,
-                }
-            }
+            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => DeviceLinear::Blocks {
+                // Each i8 biased to 0..=255 (its top bit flipped), so that the kernel reads a byte
+                // without sign extension.
+                quants: self.words(bytemuck::cast_slice(&quants), n, 0x8080_8080),
+                scales: self.scales(&scales, n),
+                n,
+                bits: 8,
+            },
             HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => DeviceLinear::Blocks {
-                quants: self.words(&quants, n),
+                quants: self.words(&quants, n, 0),
                 scales: self.scales(&scales, n),
                 n,
                 bits: 4,
