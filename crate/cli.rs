@@ -33,7 +33,8 @@ struct Cli {
 
 #[derive(clap::Args)]
 struct ModelArgs {
-    /// llama2.c .bin, a .safetensors with config.json beside it, or a Hugging Face model folder.
+    /// llama2.c .bin, a GGUF (its tokenizer inside), a .safetensors with config.json beside it, or
+    /// a Hugging Face model folder.
     #[arg(long)]
     model: PathBuf,
     /// tokenizer.json or llama2.c tokenizer.bin; found beside the model when left out.
@@ -74,15 +75,30 @@ enum Command {
         /// Measure a cold start: no warm-up run before the measured one.
         #[arg(long)]
         no_warmup: bool,
+        /// Give a chat model the prompt as it is, not wrapped in its chat template.
+        #[arg(long)]
+        raw: bool,
     },
-    /// Write a llama2.c checkpoint with seeded random weights and a real model's shape.
+    /// Write a checkpoint with seeded random weights and a real model's shape: llama2.c .bin, or a
+    /// GGUF (when --out ends in .gguf) carrying the tokenizer of --vocab.
     Synth {
+        /// stories15M, stories42M, stories110M or smollm2-135M.
         #[arg(long, value_parser = parse::<Shape>)]
         shape: Shape,
         #[arg(long)]
         out: PathBuf,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Fewer layers than the shape has (same width and vocabulary), for a quick try.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        layers: Option<u32>,
+        /// A GGUF whose tokenizer (its tokenizer.* metadata) the written GGUF carries; its
+        /// vocabulary must be the shape's size.
+        #[arg(long)]
+        vocab: Option<PathBuf>,
+        /// Write the GGUF's matrices as Q8_0 blocks (f32 otherwise).
+        #[arg(long)]
+        q8: bool,
     },
     /// Run greedy generation several times after a warm-up and print median, min and max; with
     /// --concurrency, a load test: one row per number of simultaneous users.
@@ -204,6 +220,7 @@ async fn run(command: Command) -> Result<(), Error> {
             reading_wpm,
             json,
             no_warmup,
+            raw,
         } => {
             let sampling = Sampling {
                 temperature,
@@ -221,6 +238,7 @@ async fn run(command: Command) -> Result<(), Error> {
                 max_tokens,
                 sampling,
                 queued_ms: 0.0,
+                chat: !raw,
             };
             if let Some(path) = prompts {
                 let prompts = read_prompts(&path)?;
@@ -248,22 +266,14 @@ async fn run(command: Command) -> Result<(), Error> {
             }
             Ok(())
         }
-        Command::Synth { shape, out, seed } => {
-            let weights = crate::synth::weights(&shape.config(), seed);
-            let file = std::fs::File::create(&out)
-                .map_err(|e| Error::Write(format!("{}: {e}", out.display())))?;
-            let mut writer = std::io::BufWriter::new(file);
-            crate::loading::llama2c::write(&weights, &mut writer)
-                .and_then(|()| writer.flush())
-                .map_err(|e| Error::Write(format!("{}: {e}", out.display())))?;
-            eprintln!(
-                "wrote {} ({} parameters, {:?}, seed {seed})",
-                out.display(),
-                weights.config.parameter_count(),
-                shape
-            );
-            Ok(())
-        }
+        Command::Synth {
+            shape,
+            out,
+            seed,
+            layers,
+            vocab,
+            q8,
+        } => synth(shape, &out, seed, layers, vocab.as_deref(), q8),
         Command::Bench {
             model,
             max_tokens,
@@ -470,6 +480,86 @@ fn table(r: &Report) -> String {
         ));
     }
     lines.join("\n")
+}
+
+/// `synth`: seeded random weights of `shape` (with `layers` instead of its own, if given) as a
+/// llama2.c `.bin`, or as a GGUF with the tokenizer of the GGUF `vocab`.
+fn synth(
+    shape: Shape,
+    out: &Path,
+    seed: u64,
+    layers: Option<u32>,
+    vocab: Option<&Path>,
+    q8: bool,
+) -> Result<(), Error> {
+    let mut config = shape.config();
+    if let Some(layers) = layers {
+        config.n_layers = layers as usize;
+    }
+    let gguf = out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    let tokenizer = match (gguf, vocab) {
+        (true, Some(path)) => {
+            let bytes =
+                std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+            let header = crate::loading::gguf::Gguf::parse(&bytes)?;
+            let size = header
+                .get("tokenizer.ggml.tokens")
+                .and_then(crate::loading::gguf::Value::as_array)
+                .map_or(0, <[_]>::len);
+            if size != config.vocab_size {
+                return Err(Error::BadTokenizer(format!(
+                    "{} holds {size} tokens but {} has a vocabulary of {}; give a vocabulary of \
+                     that size",
+                    path.display(),
+                    shape.name(),
+                    config.vocab_size
+                )));
+            }
+            let mut keys: Vec<_> = header
+                .metadata
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("tokenizer."))
+                .collect();
+            keys.sort_by(|a, b| a.0.cmp(&b.0));
+            keys
+        }
+        (true, None) => {
+            return Err(Error::Unsupported(
+                "a GGUF carries its tokenizer: give --vocab with a GGUF whose tokenizer to copy"
+                    .into(),
+            ));
+        }
+        (false, Some(_)) | (false, None) if q8 || vocab.is_some() => {
+            return Err(Error::Unsupported(
+                "--vocab and --q8 write a GGUF: name the output file *.gguf".into(),
+            ));
+        }
+        (false, _) => Vec::new(),
+    };
+    let weights = crate::synth::weights(&config, seed);
+    let file =
+        std::fs::File::create(out).map_err(|e| Error::Write(format!("{}: {e}", out.display())))?;
+    let mut writer = std::io::BufWriter::new(file);
+    let written = if gguf {
+        let mut metadata = crate::loading::gguf_writer::llama_metadata(shape.name(), &config, q8);
+        metadata.extend(tokenizer);
+        crate::loading::gguf_writer::write_model(&weights, &metadata, q8, &mut writer)
+    } else {
+        crate::loading::llama2c::write(&weights, &mut writer)
+    };
+    written
+        .and_then(|()| writer.flush())
+        .map_err(|e| Error::Write(format!("{}: {e}", out.display())))?;
+    eprintln!(
+        "wrote {} ({} parameters, {}{}, seed {seed})",
+        out.display(),
+        config.parameter_count(),
+        shape.name(),
+        layers.map_or(String::new(), |n| format!(" with {n} layers")),
+    );
+    Ok(())
 }
 
 async fn bench(

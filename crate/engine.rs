@@ -38,13 +38,16 @@ pub struct ModelInfo {
     pub vocab_size: usize,
     /// Matrices whose width did not allow blocks of 32 (quantized per tensor or kept f32).
     pub quant_exceptions: Vec<String>,
+    /// The chat template a prompt is wrapped in (`ChatML`), if the model's file names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chat_template: Option<String>,
 }
 
 /// Why generation stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
-    /// The model produced end-of-sequence.
+    /// The model produced an end-of-text token: EOS, or a chat model's end of turn.
     Eos,
     /// The model produced beginning-of-sequence, which llama2.c treats as the end of a story.
     Bos,
@@ -117,6 +120,9 @@ pub struct GenerateOptions {
     pub sampling: Sampling,
     /// Time the request waited before reaching the engine (the page measures it across the worker).
     pub queued_ms: f64,
+    /// Wrap the prompt as a user's turn in the model's chat template, when it has one (a model
+    /// without one takes the prompt as it is either way).
+    pub chat: bool,
 }
 
 impl Default for GenerateOptions {
@@ -125,6 +131,7 @@ impl Default for GenerateOptions {
             max_tokens: DEFAULT_MAX_TOKENS,
             sampling: Sampling::default(),
             queued_ms: 0.0,
+            chat: true,
         }
     }
 }
@@ -188,6 +195,11 @@ impl Engine {
             context_length: config.seq_len,
             vocab_size: config.vocab_size,
             quant_exceptions: model.quant.exceptions.clone(),
+            chat_template: tokenizer
+                .specials
+                .chat
+                .as_ref()
+                .map(|c| c.name().to_string()),
         };
         Ok(Engine {
             model,
@@ -231,11 +243,12 @@ impl Engine {
 
     /// Tokenize the prompt and check that it fits, as a separate step for callers that want to fail
     /// early.
-    pub fn encode_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+    /// With `chat`, a chat model's prompt is first wrapped as a user's turn ([`Engine::prompt_text`]).
+    pub fn encode_prompt(&self, prompt: &str, chat: bool) -> Result<Vec<u32>> {
         if prompt.trim().is_empty() {
             return Err(Error::BadPrompt("the prompt is empty".into()));
         }
-        let ids = self.tokenizer.encode(prompt)?;
+        let ids = self.tokenizer.encode(&self.prompt_text(prompt, chat))?;
         let vocab = self.model.config.vocab_size;
         if let Some(id) = ids.iter().find(|&&id| id as usize >= vocab) {
             return Err(Error::BadTokenizer(format!(
@@ -250,6 +263,16 @@ impl Engine {
             )));
         }
         Ok(ids)
+    }
+
+    /// The text the model is given for `prompt`: with `chat` and a model whose file names a chat
+    /// template, the prompt as a user's turn followed by the start of the assistant's; otherwise
+    /// the prompt as it is.
+    pub fn prompt_text(&self, prompt: &str, chat: bool) -> String {
+        match &self.tokenizer.specials.chat {
+            Some(template) if chat => template.wrap(prompt),
+            _ => prompt.to_string(),
+        }
     }
 
     /// Generate from `prompt`, calling `on_event` for each event; `on_event` returning

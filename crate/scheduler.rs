@@ -175,7 +175,7 @@ impl Scheduler {
         }
         let start = self.now_ms();
         let made_ms = arrival_ms.unwrap_or(start);
-        let prompt_ids = engine.encode_prompt(&request.prompt)?;
+        let prompt_ids = engine.encode_prompt(&request.prompt, options.chat)?;
         let tokenized = self.now_ms();
         // Tokenizing before the request is made (a simulated later arrival) is not its time.
         let tokenize_ms = (tokenized - start.max(made_ms)).max(0.0);

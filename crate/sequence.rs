@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::engine::{Event, GenerateOptions, StopReason};
 use crate::model::KvCache;
 use crate::sampling::Sampler;
-use crate::tokenizer::{BOS, EOS, TextStream, Tokenizer};
+use crate::tokenizer::{TextStream, Tokenizer};
 
 /// An event of one sequence, named by its id (ids count from 0 in the order requests were
 /// submitted to a scheduler).
@@ -75,8 +75,10 @@ impl Sequence {
         out: &mut Vec<SeqEvent>,
     ) -> bool {
         let reason = match id {
-            EOS => Some(StopReason::Eos),
-            BOS => Some(StopReason::Bos),
+            id if tokenizer.is_stop(id) && Some(id) == tokenizer.specials.bos => {
+                Some(StopReason::Bos)
+            }
+            id if tokenizer.is_stop(id) => Some(StopReason::Eos),
             _ => {
                 self.generated += 1;
                 let piece = self.text.push(tokenizer, Some(self.input), id);

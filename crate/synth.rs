@@ -1,18 +1,20 @@
-//! Synthetic checkpoints with the real shapes of the TinyStories models, for speed work at scale:
-//! decode speed depends on shapes, not on weight values.
+//! Synthetic checkpoints with the real shapes of the TinyStories models and SmolLM2-135M, for speed
+//! work at scale: decode speed depends on shapes, not on weight values.
 
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::tokenizer::{BOS, EOS};
 use crate::weights::{HostWeights, LayerWeights, LlamaConfig, Matrix};
 
-/// The shapes of karpathy/tinyllamas' stories models.
+/// The shapes of karpathy/tinyllamas' stories models, and of SmolLM2-135M (HuggingFaceTB's
+/// `config.json`: 9 heads of 64 sharing 3 KV heads, rope theta 100000, a 49152-token vocabulary,
+/// tied embeddings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
     Stories15M,
     Stories42M,
     Stories110M,
+    SmolLm2_135M,
 }
 
 impl FromStr for Shape {
@@ -22,8 +24,9 @@ impl FromStr for Shape {
             "stories15m" => Ok(Shape::Stories15M),
             "stories42m" => Ok(Shape::Stories42M),
             "stories110m" => Ok(Shape::Stories110M),
+            "smollm2-135m" => Ok(Shape::SmolLm2_135M),
             _ => Err(Error::Unsupported(format!(
-                "shape {s:?}: choose stories15M, stories42M or stories110M"
+                "shape {s:?}: choose stories15M, stories42M, stories110M or smollm2-135M"
             ))),
         }
     }
@@ -31,10 +34,24 @@ impl FromStr for Shape {
 
 impl Shape {
     pub fn config(self) -> LlamaConfig {
+        if self == Shape::SmolLm2_135M {
+            return LlamaConfig {
+                dim: 576,
+                hidden_dim: 1536,
+                n_layers: 30,
+                n_heads: 9,
+                n_kv_heads: 3,
+                vocab_size: 49152,
+                seq_len: 8192,
+                shared_classifier: true,
+                rope_theta: 100000.0,
+                norm_eps: 1e-5,
+            };
+        }
         let (dim, hidden_dim, n_layers, heads, seq_len) = match self {
             Shape::Stories15M => (288, 768, 6, 6, 256),
             Shape::Stories42M => (512, 1376, 8, 8, 1024),
-            Shape::Stories110M => (768, 2048, 12, 12, 1024),
+            _ => (768, 2048, 12, 12, 1024),
         };
         LlamaConfig {
             dim,
@@ -49,11 +66,22 @@ impl Shape {
             norm_eps: 1e-5,
         }
     }
+
+    /// The name a file of this shape is given (`general.name` in a GGUF).
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Stories15M => "stories15M",
+            Shape::Stories42M => "stories42M",
+            Shape::Stories110M => "stories110M",
+            Shape::SmolLm2_135M => "SmolLM2-135M",
+        }
+    }
 }
 
 /// Seeded random weights for `config`: uniform with standard deviation 0.02, norms at 1. The
-/// embedding rows of BOS and EOS are zero so that greedy decoding never stops early and a benchmark
-/// always runs its full length.
+/// embedding rows of ids 0-2 (where SentencePiece keeps BOS and EOS, and SmolLM2 its end-of-text
+/// and chat markers) are zero, so their logits are 0 (the tied classifier) and greedy decoding
+/// does not stop early: a benchmark runs its full length.
 pub fn weights(config: &LlamaConfig, seed: u64) -> HostWeights {
     let mut rng = SplitMix64(seed);
     let mut matrix = |rows: usize, cols: usize| {
@@ -69,9 +97,7 @@ pub fn weights(config: &LlamaConfig, seed: u64) -> HostWeights {
         config.vocab_size,
     );
     let mut token_embedding = matrix(v, d);
-    for id in [BOS, EOS] {
-        token_embedding.data.make_mut()[id as usize * d..(id as usize + 1) * d].fill(0.0);
-    }
+    token_embedding.data.make_mut()[..3 * d].fill(0.0);
     let layers = (0..config.n_layers)
         .map(|_| LayerWeights {
             rms_att: vec![1.0; d],

@@ -201,6 +201,8 @@ struct RunOptions {
     #[serde(skip_serializing)]
     requested_at: Option<f64>,
     reading_wpm: f64,
+    /// Wrap the prompt in the model's chat template, when it has one.
+    chat: bool,
 }
 
 impl Default for RunOptions {
@@ -213,12 +215,13 @@ impl Default for RunOptions {
             seed: sampling.seed,
             requested_at: None,
             reading_wpm: DEFAULT_READING_WPM,
+            chat: GenerateOptions::default().chat,
         }
     }
 }
 
 /// The settings a run and a lab take when the page does not say: the one place the page's form
-/// gets its defaults from (`{ run: { max_tokens, temperature, top_p, seed, reading_wpm }, lab:
+/// gets its defaults from (`{ run: { max_tokens, temperature, top_p, seed, reading_wpm, chat }, lab:
 /// { users, arrival, max_batch, max_tokens, reading_wpm } }`).
 #[wasm_bindgen]
 pub fn defaults() -> JsValue {
@@ -331,6 +334,7 @@ impl Session {
                 max_tokens: options.max_tokens,
                 sampling,
                 queued_ms,
+                chat: options.chat,
             },
         };
         let mut scheduler = Scheduler::new(1);

@@ -188,7 +188,7 @@ fn a_full_context_ends_only_its_own_sequence() {
     let long = "Lily and Ben went to the park with their dog and a ball";
     let requests = [(long, 1000, 0), ("Once", 20, 0)];
     let outcomes = batch(&engine, &requests, |_, _| Vec::new());
-    let prompt_len = engine.encode_prompt(long).unwrap().len();
+    let prompt_len = engine.encode_prompt(long, true).unwrap().len();
     assert_eq!(outcomes[&0].reason, Some(StopReason::ContextFull));
     assert_eq!(outcomes[&0].ids.len(), 32 - prompt_len + 1);
     assert_eq!(outcomes[&1].reason, Some(StopReason::MaxTokens));

@@ -54,7 +54,7 @@ fn greedy(engine: &Engine, tokens: usize) -> (Vec<u32>, String, StopReason) {
 fn check_reference(backend: &Backend, steps: usize) {
     let (prompt, sequence) = reference_ids();
     let engine = engine(backend, Quant::F32);
-    assert_eq!(engine.encode_prompt("Once upon a time").unwrap(), prompt);
+    assert_eq!(engine.encode_prompt("Once upon a time", true).unwrap(), prompt);
     let expected = &sequence[prompt.len()..prompt.len() + steps];
     let (ids, text, reason) = greedy(&engine, steps);
     assert_eq!(reason, StopReason::MaxTokens);
@@ -189,7 +189,7 @@ fn sampling_with_a_seed_repeats_and_differs_across_seeds() {
             &GenerateOptions {
                 max_tokens: 40,
                 sampling,
-                queued_ms: 0.0,
+                ..Default::default()
             },
         )
     };

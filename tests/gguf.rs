@@ -42,7 +42,7 @@ fn greedy(engine: &Engine, n: usize) -> Vec<u32> {
 fn f32_gguf_with_its_own_tokenizer_reproduces_run_c() {
     let (prompt, sequence) = reference_ids();
     let engine = gguf_engine("stories260K-f32.gguf", Quant::F32);
-    assert_eq!(engine.encode_prompt("Once upon a time").unwrap(), prompt);
+    assert_eq!(engine.encode_prompt("Once upon a time", true).unwrap(), prompt);
     let expected = &sequence[prompt.len()..];
     assert_eq!(greedy(&engine, 252), expected);
     // And llama.cpp agrees with both, for the 250 tokens it was asked for.
@@ -273,6 +273,16 @@ fn broken_and_foreign_ggufs_are_named() {
         write_gguf(&llama[1..], &[]),
         "general.architecture is \"(none)\"",
     ));
+    let mut bert = llama.clone();
+    bert.push(("tokenizer.ggml.model", 8, text("bert")));
+    cases.push((
+        write_gguf(
+            &bert,
+            &[("token_embd.weight", vec![32, 8], 0, vec![0; 32 * 8 * 4])],
+        ),
+        "tokenizer is \"bert\"",
+    ));
+    // A byte-level vocabulary without its tokens.
     let mut gpt2 = llama.clone();
     gpt2.push(("tokenizer.ggml.model", 8, text("gpt2")));
     cases.push((
@@ -280,7 +290,7 @@ fn broken_and_foreign_ggufs_are_named() {
             &gpt2,
             &[("token_embd.weight", vec![32, 8], 0, vec![0; 32 * 8 * 4])],
         ),
-        "tokenizer is \"gpt2\"",
+        "tokenizer has no tokenizer.ggml.tokens list",
     ));
     cases.push((
         write_gguf(

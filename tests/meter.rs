@@ -21,6 +21,7 @@ fn info() -> ModelInfo {
         context_length: 256,
         vocab_size: 512,
         quant_exceptions: vec![],
+        chat_template: None,
     }
 }
 

@@ -34,12 +34,14 @@ fn once_upon_a_time_encodes_like_llama2c() {
     );
 }
 
-/// llama.cpp's test strings with their ids (without BOS).
-fn vectors() -> Vec<(String, Vec<u32>)> {
-    let inputs =
-        String::from_utf8(read(llama2_tokenizer("ggml-vocab-llama-spm.gguf.inp"))).unwrap();
-    let outputs =
-        String::from_utf8(read(llama2_tokenizer("ggml-vocab-llama-spm.gguf.out"))).unwrap();
+/// llama.cpp's test strings with their ids (without BOS), from `{stem}.inp` and `{stem}.out`.
+fn vectors_of(stem: std::path::PathBuf) -> Vec<(String, Vec<u32>)> {
+    let file = |ext: &str| {
+        let mut path = stem.clone().into_os_string();
+        path.push(ext);
+        String::from_utf8(read(path.into())).unwrap()
+    };
+    let (inputs, outputs) = (file(".inp"), file(".out"));
     // Each input ends with the separator; each output is one line (the empty input's is empty).
     let inputs: Vec<&str> = inputs
         .strip_suffix("\n__ggml_vocab_test__\n")
@@ -52,11 +54,16 @@ fn vectors() -> Vec<(String, Vec<u32>)> {
         .split('\n')
         .map(|l| l.split_whitespace().map(|n| n.parse().unwrap()).collect())
         .collect();
-    let pairs: Vec<_> = inputs
+    assert_eq!(inputs.len(), outputs.len(), "{}", stem.display());
+    inputs
         .into_iter()
         .zip(outputs)
         .map(|(i, o)| (i.to_string(), o))
-        .collect();
+        .collect()
+}
+
+fn vectors() -> Vec<(String, Vec<u32>)> {
+    let pairs = vectors_of(llama2_tokenizer("ggml-vocab-llama-spm.gguf"));
     // The issue counts 47; the files hold 46 separated strings and 46 id lines.
     assert!(pairs.len() >= 46, "{} vectors", pairs.len());
     pairs
@@ -172,4 +179,103 @@ fn a_library_panic_is_contained_as_an_error() {
         tokenometer::error::contain_panic(|| panic!("formatted {}", 42));
     assert_eq!(formatted, Err("formatted 42".to_string()));
     assert_eq!(tokenometer::error::contain_panic(|| 7), Ok(7));
+}
+
+fn byte_level(name: &str) -> Tokenizer {
+    Tokenizer::from_gguf(&byte_level_vocab(name)).unwrap()
+}
+
+/// llama.cpp's own vectors for its byte-level BPE vocabularies (GPT-2's split rules, and
+/// StarCoder's, which SmolLM2 shares), encoded by the vocabulary inside each GGUF.
+#[test]
+fn byte_level_gguf_vocabularies_encode_like_llama_cpp() {
+    for name in ["gpt-2", "starcoder"] {
+        let tokenizer = byte_level(name);
+        let vectors = vectors_of(gguf_vocab(&format!("ggml-vocab-{name}.gguf")));
+        assert!(vectors.len() >= 40, "{name}: {} vectors", vectors.len());
+        let failures: Vec<String> = vectors
+            .iter()
+            .filter_map(|(input, expected)| {
+                let ids = tokenizer.tokens(input).unwrap();
+                (ids != *expected).then(|| format!("{input:?}: got {ids:?}, want {expected:?}"))
+            })
+            .collect();
+        assert!(
+            failures.is_empty(),
+            "{name}: {} of {} differ:\n{}",
+            failures.len(),
+            vectors.len(),
+            failures.join("\n")
+        );
+        // And back: the bytes of the ids are the text (no SentencePiece space rules).
+        for (input, expected) in &vectors {
+            assert_eq!(tokenizer.decode(expected), *input, "{name}");
+        }
+    }
+}
+
+#[test]
+fn byte_level_specials_come_from_the_gguf() {
+    let starcoder = byte_level("starcoder");
+    // StarCoder: <|endoftext|> (0) is BOS and EOS; nothing is added to a prompt.
+    assert_eq!(starcoder.specials.bos, Some(0));
+    assert!(!starcoder.specials.add_bos);
+    assert!(starcoder.is_stop(0));
+    assert_eq!(
+        starcoder.encode("Hello").unwrap(),
+        starcoder.tokens("Hello").unwrap()
+    );
+    // A control token in a prompt is that token, and prints nothing.
+    let ids = starcoder.tokens("a<|endoftext|>b").unwrap();
+    assert!(ids.contains(&0), "{ids:?}");
+    assert_eq!(starcoder.decode(&ids), "ab");
+    // GPT-2's BOS/EOS id (50256) is among the numbers our copy lost; its <|endoftext|> is still a
+    // control token that ends a text, so it stops generation, and an empty prompt starts from it.
+    let gpt2 = byte_level("gpt-2");
+    assert_eq!(gpt2.vocab_size(), 50257);
+    assert_eq!(gpt2.specials.bos, None);
+    assert!(gpt2.is_stop(50256));
+    assert_eq!(gpt2.encode("").unwrap(), [50256]);
+    assert_eq!(starcoder.encode("").unwrap(), [0]);
+}
+
+#[test]
+fn byte_level_streaming_never_emits_broken_utf8() {
+    let tokenizer = byte_level("starcoder");
+    // Characters StarCoder's merges split across tokens: each token holds part of a character.
+    let text = "A 🦙 said 你好, naïve ½ — ok";
+    let ids = tokenizer.tokens(text).unwrap();
+    let broken = ids
+        .iter()
+        .filter(|&&id| std::str::from_utf8(tokenizer.piece_bytes(id)).is_err())
+        .count();
+    assert!(broken > 0, "the text exercises partial characters");
+    let mut stream = TextStream::default();
+    let mut pieces: Vec<String> = ids
+        .iter()
+        .map(|&id| stream.push(&tokenizer, None, id))
+        .collect();
+    pieces.push(stream.finish());
+    assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{pieces:?}");
+    assert!(pieces.iter().any(String::is_empty));
+    assert_eq!(pieces.concat(), text);
+}
+
+/// A GGUF names the split rules its vocabulary was trained with; rules we do not follow are
+/// refused by name, not guessed.
+#[test]
+fn unknown_byte_level_split_rules_are_refused() {
+    let mut vocab = byte_level_vocab("starcoder");
+    vocab.metadata.insert(
+        "tokenizer.ggml.pre".into(),
+        tokenometer::loading::gguf::Value::Str("llama-bpe".into()),
+    );
+    let error = Tokenizer::from_gguf(&vocab)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        error.contains("\"llama-bpe\"") && error.contains("tokenizer.json"),
+        "{error}"
+    );
 }

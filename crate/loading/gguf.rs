@@ -56,10 +56,17 @@ pub enum Value {
 }
 
 impl Value {
-    fn as_u64(&self) -> Option<u64> {
+    pub fn as_u64(&self) -> Option<u64> {
         match *self {
             Value::Uint(v) => Some(v),
             Value::Int(v) if v >= 0 => Some(v as u64),
+            _ => None,
+        }
+    }
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::Int(v) => Some(v),
+            Value::Uint(v) => i64::try_from(v).ok(),
             _ => None,
         }
     }

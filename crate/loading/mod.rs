@@ -1,6 +1,7 @@
 //! Model files in the formats we read, from bytes (the browser hands over fetched buffers) or paths.
 
 pub mod gguf;
+pub mod gguf_writer;
 pub mod hf;
 pub mod llama2c;
 

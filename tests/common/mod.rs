@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod shared_vocab;
+
 /// `../shared` beside the checkout (override with `TOKENOMETER_SHARED`).
 pub fn shared() -> PathBuf {
     std::env::var_os("TOKENOMETER_SHARED")
@@ -16,6 +18,16 @@ pub fn stories260k(file: &str) -> PathBuf {
 
 pub fn llama2_tokenizer(file: &str) -> PathBuf {
     shared().join("models/llama2-tokenizer").join(file)
+}
+
+pub fn gguf_vocab(file: &str) -> PathBuf {
+    shared().join("models/gguf-vocab").join(file)
+}
+
+/// The metadata of llama.cpp's byte-level vocabulary `ggml-vocab-{name}.gguf` (`gpt-2`,
+/// `starcoder`), read past the damage our copies carry ([`shared_vocab`]).
+pub fn byte_level_vocab(name: &str) -> tokenometer::loading::gguf::Gguf {
+    shared_vocab::read(&read(gguf_vocab(&format!("ggml-vocab-{name}.gguf"))))
 }
 
 pub fn read(path: PathBuf) -> Vec<u8> {

@@ -1,0 +1,213 @@
+//! Writing GGUF files of the `llama` architecture, for synthetic models (`tokenometer synth
+//! --vocab`): a real model's shape and tokenizer with seeded random weights, so that speed and the
+//! whole path from file to text can be tried at shapes whose real weights are not at hand
+//! (SmolLM2-135M). Tensors are written F32, or Q8_0 where a row is whole blocks of 32, the way
+//! llama.cpp's `quantize_row_q8_0_ref` does it (scale `max|x| / 127` stored as f16, values
+//! rounded with the unrounded scale).
+
+use std::io::{self, Write};
+
+use half::f16;
+
+use crate::loading::gguf::Value;
+use crate::weights::{HostWeights, LlamaConfig, Matrix};
+
+const ALIGNMENT: u64 = 32;
+/// GGUF's type ids for the tensors written here, and `general.file_type`'s for the whole file.
+const TYPE_F32: u32 = 0;
+const TYPE_Q8_0: u32 = 8;
+const FILE_TYPE_F32: u32 = 0;
+const FILE_TYPE_Q8_0: u32 = 7;
+
+/// The metadata that describes `config` as llama.cpp's `llama` architecture.
+pub fn llama_metadata(name: &str, config: &LlamaConfig, q8: bool) -> Vec<(String, Value)> {
+    let count = |n: usize| Value::Uint(n as u64);
+    let entries = [
+        ("general.architecture", Value::Str("llama".into())),
+        ("general.name", Value::Str(name.into())),
+        ("llama.context_length", count(config.seq_len)),
+        ("llama.embedding_length", count(config.dim)),
+        ("llama.block_count", count(config.n_layers)),
+        ("llama.feed_forward_length", count(config.hidden_dim)),
+        ("llama.attention.head_count", count(config.n_heads)),
+        ("llama.attention.head_count_kv", count(config.n_kv_heads)),
+        ("llama.rope.dimension_count", count(config.head_size())),
+        (
+            "llama.rope.freq_base",
+            Value::Float(config.rope_theta as f64),
+        ),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            Value::Float(config.norm_eps as f64),
+        ),
+        (
+            "general.file_type",
+            Value::Uint(if q8 { FILE_TYPE_Q8_0 } else { FILE_TYPE_F32 } as u64),
+        ),
+    ];
+    entries
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// Write `weights` as a GGUF with `metadata` (the llama keys and a tokenizer's): matrices Q8_0
+/// where `q8` and their rows allow it, F32 otherwise; norms always F32.
+pub fn write_model(
+    weights: &HostWeights,
+    metadata: &[(String, Value)],
+    q8: bool,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let mut tensors: Vec<(String, &Matrix)> =
+        vec![("token_embd.weight".into(), &weights.token_embedding)];
+    let norms: Vec<(String, Matrix)> = weights
+        .layers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, l)| {
+            [
+                (format!("blk.{i}.attn_norm.weight"), l.rms_att.clone()),
+                (format!("blk.{i}.ffn_norm.weight"), l.rms_ffn.clone()),
+            ]
+        })
+        .chain([("output_norm.weight".to_string(), weights.rms_final.clone())])
+        .map(|(name, v)| (name, Matrix::new(1, v.len(), v)))
+        .collect();
+    let mut norm = norms.iter().map(|(n, m)| (n.clone(), m));
+    for (i, l) in weights.layers.iter().enumerate() {
+        tensors.push(norm.next().expect("an attention norm per layer"));
+        for (what, m) in [
+            ("attn_q", &l.wq),
+            ("attn_k", &l.wk),
+            ("attn_v", &l.wv),
+            ("attn_output", &l.wo),
+        ] {
+            tensors.push((format!("blk.{i}.{what}.weight"), m));
+        }
+        tensors.push(norm.next().expect("an FFN norm per layer"));
+        for (what, m) in [("ffn_gate", &l.w1), ("ffn_down", &l.w2), ("ffn_up", &l.w3)] {
+            tensors.push((format!("blk.{i}.{what}.weight"), m));
+        }
+    }
+    tensors.extend(norm);
+    if let Some(classifier) = &weights.classifier {
+        tensors.push(("output.weight".into(), classifier));
+    }
+    write(metadata, &tensors, q8, out)
+}
+
+/// Write a GGUF of `metadata` and `tensors` (none, for a vocabulary file): Q8_0 where `q8` and a
+/// matrix's rows are whole blocks, F32 otherwise.
+pub fn write(
+    metadata: &[(String, Value)],
+    tensors: &[(String, &Matrix)],
+    q8: bool,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let quantized = |m: &Matrix| q8 && m.rows > 1 && m.cols.is_multiple_of(32);
+    let data_bytes = |m: &Matrix| -> u64 {
+        let n = (m.rows * m.cols) as u64;
+        if quantized(m) { n / 32 * 34 } else { n * 4 }
+    };
+    let mut header = b"GGUF".to_vec();
+    header.extend(3u32.to_le_bytes());
+    header.extend((tensors.len() as u64).to_le_bytes());
+    header.extend((metadata.len() as u64).to_le_bytes());
+    for (key, value) in metadata {
+        header.extend(string(key));
+        header.extend(value_type(value).to_le_bytes());
+        header.extend(value_bytes(value));
+    }
+    let mut offset = 0u64;
+    for (name, m) in tensors {
+        header.extend(string(name));
+        // GGUF lists dimensions fastest first: [cols, rows], or [len] for a vector.
+        let dims: Vec<u64> = if m.rows == 1 {
+            vec![m.cols as u64]
+        } else {
+            vec![m.cols as u64, m.rows as u64]
+        };
+        header.extend((dims.len() as u32).to_le_bytes());
+        for d in dims {
+            header.extend(d.to_le_bytes());
+        }
+        let kind = if quantized(m) { TYPE_Q8_0 } else { TYPE_F32 };
+        header.extend(kind.to_le_bytes());
+        header.extend(offset.to_le_bytes());
+        offset += data_bytes(m).div_ceil(ALIGNMENT) * ALIGNMENT;
+    }
+    let pad = |n: u64| vec![0u8; (n.div_ceil(ALIGNMENT) * ALIGNMENT - n) as usize];
+    out.write_all(&header)?;
+    out.write_all(&pad(header.len() as u64))?;
+    for (_, m) in tensors {
+        let values = m.values();
+        let bytes = if quantized(m) {
+            q8_0(&values)
+        } else {
+            values.iter().flat_map(|x| x.to_le_bytes()).collect()
+        };
+        out.write_all(&bytes)?;
+        out.write_all(&pad(bytes.len() as u64))?;
+    }
+    Ok(())
+}
+
+/// Q8_0 blocks of `values` (a whole number of blocks of 32).
+fn q8_0(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() / 32 * 34);
+    for block in values.chunks_exact(32) {
+        let amax = block.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let d = amax / 127.0;
+        let inverse = if d == 0.0 { 0.0 } else { 1.0 / d };
+        out.extend(f16::from_f32(d).to_le_bytes());
+        out.extend(block.iter().map(|x| (x * inverse).round() as i8 as u8));
+    }
+    out
+}
+
+fn string(s: &str) -> Vec<u8> {
+    [(s.len() as u64).to_le_bytes().as_slice(), s.as_bytes()].concat()
+}
+
+/// The GGUF type a value is written as: the narrowest of u32/u64, i32/i64; floats as f32.
+fn value_type(value: &Value) -> u32 {
+    match value {
+        Value::Uint(v) if *v <= u32::MAX as u64 => 4,
+        Value::Uint(_) => 10,
+        Value::Int(v) if i32::try_from(*v).is_ok() => 5,
+        Value::Int(_) => 11,
+        Value::Float(_) => 6,
+        Value::Bool(_) => 7,
+        Value::Str(_) => 8,
+        Value::Array(_) => 9,
+    }
+}
+
+fn value_bytes(value: &Value) -> Vec<u8> {
+    match value {
+        Value::Uint(v) if *v <= u32::MAX as u64 => (*v as u32).to_le_bytes().to_vec(),
+        Value::Uint(v) => v.to_le_bytes().to_vec(),
+        Value::Int(v) => match i32::try_from(*v) {
+            Ok(v) => v.to_le_bytes().to_vec(),
+            Err(_) => v.to_le_bytes().to_vec(),
+        },
+        Value::Float(v) => (*v as f32).to_le_bytes().to_vec(),
+        Value::Bool(v) => vec![*v as u8],
+        Value::Str(s) => string(s),
+        Value::Array(items) => {
+            // One element type for the whole array: the widest any element needs.
+            let kind = items.iter().map(value_type).max().unwrap_or(4);
+            let mut out = kind.to_le_bytes().to_vec();
+            out.extend((items.len() as u64).to_le_bytes());
+            for item in items {
+                out.extend(match (kind, item) {
+                    (10, Value::Uint(v)) => v.to_le_bytes().to_vec(),
+                    (11, Value::Int(v)) => v.to_le_bytes().to_vec(),
+                    _ => value_bytes(item),
+                });
+            }
+            out
+        }
+    }
+}
