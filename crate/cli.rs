@@ -377,7 +377,8 @@ async fn generate(
     warm_up_ms: Option<f64>,
     output: Output,
 ) -> Result<Report, Error> {
-    let conditions = Conditions::new(&engine.info, options.sampling, 1, warm_up_ms);
+    let conditions =
+        Conditions::new(&engine.info, options.sampling, 1, warm_up_ms).raw_prompt(!options.chat);
     let mut meter = Meter::new(conditions, reading_wpm);
     let mut out = std::io::stdout().lock();
     if output == Output::Text {
@@ -531,7 +532,7 @@ fn synth(
                     .into(),
             ));
         }
-        (false, Some(_)) | (false, None) if q8 || vocab.is_some() => {
+        (false, _) if q8 || vocab.is_some() => {
             return Err(Error::Unsupported(
                 "--vocab and --q8 write a GGUF: name the output file *.gguf".into(),
             ));

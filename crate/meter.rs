@@ -57,6 +57,9 @@ pub struct Conditions {
     pub model: ModelInfo,
     pub batch_size: usize,
     pub prompt_tokens: usize,
+    /// The chat template the prompt was wrapped in (its tokens count in `prompt_tokens`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_template: Option<String>,
     pub output_tokens: usize,
     pub sampling: Sampling,
     pub stop_reason: Option<StopReason>,
@@ -65,6 +68,8 @@ pub struct Conditions {
 }
 
 impl Conditions {
+    /// Conditions of a run on the model `info` describes, its prompt in the model's chat template
+    /// if it has one (see [`Conditions::raw_prompt`]).
     pub fn new(
         info: &ModelInfo,
         sampling: Sampling,
@@ -75,6 +80,7 @@ impl Conditions {
             model: info.clone(),
             batch_size,
             prompt_tokens: 0,
+            prompt_template: info.chat_template.clone(),
             output_tokens: 0,
             sampling,
             stop_reason: None,
@@ -82,10 +88,18 @@ impl Conditions {
         }
     }
 
+    /// The same conditions for a prompt given as it is (`chat` off), when `raw`.
+    pub fn raw_prompt(mut self, raw: bool) -> Self {
+        if raw {
+            self.prompt_template = None;
+        }
+        self
+    }
+
     /// One line for the top of a table or the page.
     pub fn summary(&self) -> String {
         format!(
-            "{} ({} params, {}, {}) on {} [{}]{}, batch {}, prompt {} tok, output {} tok, context {}, {}{}",
+            "{} ({} params, {}, {}) on {} [{}]{}, batch {}, prompt {} tok{}, output {} tok, context {}, {}{}",
             self.model.name,
             human_count(self.model.parameters as f64),
             self.model.quant,
@@ -98,6 +112,9 @@ impl Conditions {
                 .map_or_else(String::new, |note| format!(" ({note})")),
             self.batch_size,
             self.prompt_tokens,
+            self.prompt_template
+                .as_ref()
+                .map_or_else(String::new, |t| format!(" ({t})")),
             self.output_tokens,
             self.model.context_length,
             if self.sampling.temperature == 0.0 {

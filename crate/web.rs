@@ -342,7 +342,8 @@ impl Session {
             .submit(&self.engine, &request, None)
             .map_err(js_error)?;
         let meter = Meter::new(
-            Conditions::new(&self.engine.info, sampling, 1, self.warm_up_ms.get()),
+            Conditions::new(&self.engine.info, sampling, 1, self.warm_up_ms.get())
+                .raw_prompt(!options.chat),
             options.reading_wpm,
         );
         Ok(Run {

@@ -425,3 +425,81 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
         "use burst (all users at once) or poisson:RATE",
     );
 }
+
+/// `synth --vocab` writes a GGUF with a vocabulary's tokenizer inside; `generate` then runs it with
+/// no tokenizer file, wrapping the prompt in the chat template the vocabulary carries (or not, with
+/// `--raw`), and the report says which.
+#[test]
+fn synth_writes_a_smollm2_shaped_gguf_that_chats() {
+    let mut vocab = Vec::new();
+    tokenometer::loading::gguf_writer::write(
+        &shared_vocab::smollm2_like(byte_level_vocab("starcoder")),
+        &[],
+        false,
+        &mut vocab,
+    )
+    .unwrap();
+    let vocab = scratch("smollm2-vocab.gguf", &vocab);
+    let out = scratch("smollm2-1layer.gguf", b"");
+    let synth = |extra: &[&str]| {
+        let args = [
+            &[
+                "synth",
+                "--shape",
+                "smollm2-135M",
+                "--layers",
+                "1",
+                "--out",
+                &out,
+            ][..],
+            extra,
+        ]
+        .concat();
+        tokenometer(&args)
+    };
+    // A GGUF must carry a tokenizer, and a vocabulary must fit the shape.
+    assert_refused(synth(&[]), "give --vocab");
+    let gpt2_vocab = {
+        let mut bytes = Vec::new();
+        let gpt2: Vec<_> = byte_level_vocab("gpt-2").metadata.into_iter().collect();
+        tokenometer::loading::gguf_writer::write(&gpt2, &[], false, &mut bytes).unwrap();
+        scratch("gpt2-vocab.gguf", &bytes)
+    };
+    assert_refused(
+        synth(&["--vocab", &gpt2_vocab]),
+        "holds 50257 tokens but SmolLM2-135M has a vocabulary of 49152",
+    );
+    succeeded(synth(&["--vocab", &vocab, "--q8"]));
+
+    let run = |extra: &[&str]| {
+        let args = [
+            &[
+                "generate",
+                "--model",
+                &out,
+                "--quant",
+                "q8",
+                "--prompt",
+                "Hi",
+                "--max-tokens",
+                "3",
+                "--json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let lines = json_lines(&succeeded(tokenometer(&args)));
+        lines.last().unwrap()["report"]["conditions"].clone()
+    };
+    let chat = run(&[]);
+    assert_eq!(chat["prompt_template"], "ChatML");
+    assert_eq!(chat["chat_template"], "ChatML");
+    assert_eq!(chat["vocab_size"], 49152);
+    assert_eq!(chat["output_tokens"], 3);
+    let raw = run(&["--raw"]);
+    assert!(raw.get("prompt_template").is_none(), "{raw}");
+    // "Hi" alone is one token; its turn, the template's system turn and the assistant's start
+    // are the rest.
+    assert_eq!(raw["prompt_tokens"], 1);
+    assert!(chat["prompt_tokens"].as_u64().unwrap() > 20, "{chat}");
+}

@@ -54,7 +54,10 @@ fn greedy(engine: &Engine, tokens: usize) -> (Vec<u32>, String, StopReason) {
 fn check_reference(backend: &Backend, steps: usize) {
     let (prompt, sequence) = reference_ids();
     let engine = engine(backend, Quant::F32);
-    assert_eq!(engine.encode_prompt("Once upon a time", true).unwrap(), prompt);
+    assert_eq!(
+        engine.encode_prompt("Once upon a time", true).unwrap(),
+        prompt
+    );
     let expected = &sequence[prompt.len()..prompt.len() + steps];
     let (ids, text, reason) = greedy(&engine, steps);
     assert_eq!(reason, StopReason::MaxTokens);

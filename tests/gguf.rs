@@ -42,7 +42,10 @@ fn greedy(engine: &Engine, n: usize) -> Vec<u32> {
 fn f32_gguf_with_its_own_tokenizer_reproduces_run_c() {
     let (prompt, sequence) = reference_ids();
     let engine = gguf_engine("stories260K-f32.gguf", Quant::F32);
-    assert_eq!(engine.encode_prompt("Once upon a time", true).unwrap(), prompt);
+    assert_eq!(
+        engine.encode_prompt("Once upon a time", true).unwrap(),
+        prompt
+    );
     let expected = &sequence[prompt.len()..];
     assert_eq!(greedy(&engine, 252), expected);
     // And llama.cpp agrees with both, for the 250 tokens it was asked for.
@@ -252,6 +255,10 @@ fn broken_and_foreign_ggufs_are_named() {
         dims("llama.context_length", 16),
     ];
     cases.push((
+        write_gguf(&[arch("llama"), arch("mamba")], &[]),
+        "holds general.architecture twice",
+    ));
+    cases.push((
         write_gguf(&[arch("mamba")], &[]),
         "general.architecture is \"mamba\"",
     ));
@@ -305,4 +312,97 @@ fn broken_and_foreign_ggufs_are_named() {
         assert!(error.contains(expected), "{expected:?} not in {error:?}");
         assert_eq!(error.lines().count(), 1, "{error}");
     }
+}
+
+/// A GGUF of SmolLM2-135M's shape (9 heads of 64 sharing 3 KV heads, rope theta 100000, tied
+/// embeddings) with seeded random weights in Q8_0 and a SmolLM2-like vocabulary
+/// ([`shared_vocab::smollm2_like`]): what `tokenometer synth --shape smollm2-135M --vocab ...
+/// --q8` writes.
+fn smollm2_shaped_gguf() -> Vec<u8> {
+    use tokenometer::loading::gguf_writer;
+    let config = tokenometer::synth::Shape::SmolLm2_135M.config();
+    let weights = tokenometer::synth::weights(&config, 7);
+    let mut metadata = gguf_writer::llama_metadata("SmolLM2-135M", &config, true);
+    metadata.extend(shared_vocab::smollm2_like(byte_level_vocab("starcoder")));
+    let mut bytes = Vec::new();
+    gguf_writer::write_model(&weights, &metadata, true, &mut bytes).unwrap();
+    bytes
+}
+
+#[test]
+fn a_smollm2_shaped_gguf_chats_end_to_end() {
+    let bytes = smollm2_shaped_gguf();
+    // Q8_0: 34 bytes per 32 weights, the norms f32.
+    assert!(
+        (140_000_000..150_000_000).contains(&bytes.len()),
+        "{}",
+        bytes.len()
+    );
+    let header = Gguf::parse(&bytes).unwrap();
+    let config = header.config().unwrap();
+    assert_eq!(
+        (config.n_heads, config.n_kv_heads, config.head_size()),
+        (9, 3, 64)
+    );
+    assert_eq!(config.rope_theta, 100000.0);
+    assert!(config.shared_classifier);
+    let engine = Engine::load(
+        ModelFiles::gguf("SmolLM2-135M", bytes),
+        None,
+        Quant::Q8,
+        &Backend::cpu(),
+    )
+    .expect("loads");
+    // SmolLM2-135M's published parameter count.
+    assert_eq!(engine.info.parameters, 134_515_008);
+    assert_eq!(engine.info.vocab_size, 49152);
+    assert_eq!(engine.info.chat_template.as_deref(), Some("ChatML"));
+
+    // The prompt goes in as a user's turn after the template's own system turn.
+    let text = engine.prompt_text("Hi", true);
+    assert_eq!(
+        text,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+         Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let ids = engine.encode_prompt("Hi", true).unwrap();
+    assert_eq!(ids[0], 1, "<|im_start|> is one token");
+    assert_eq!(
+        ids.iter().filter(|&&id| id == 2).count(),
+        2,
+        "two turns end"
+    );
+    assert_eq!(
+        engine.tokenizer.decode(&ids),
+        text.replace(['<', '>'], "")
+            .replace("|im_start|", "")
+            .replace("|im_end|", "")
+    );
+    assert_eq!(
+        engine.encode_prompt("Hi", false).unwrap(),
+        engine.tokenizer.tokens("Hi").unwrap()
+    );
+
+    // It generates, and the streamed pieces are exactly the text of the ids.
+    let mut tokens = Vec::new();
+    let mut streamed = String::new();
+    let options = GenerateOptions {
+        max_tokens: 4,
+        ..Default::default()
+    };
+    let reason = pollster::block_on(engine.generate("Hi", &options, &mut |event| {
+        match event {
+            tokenometer::Event::Token { id, text, .. } => {
+                tokens.push(*id);
+                streamed.push_str(text);
+            }
+            tokenometer::Event::Done { trailing_text, .. } => streamed.push_str(trailing_text),
+            _ => {}
+        }
+        tokenometer::Flow::Continue
+    }))
+    .unwrap();
+    assert_eq!(reason, tokenometer::StopReason::MaxTokens);
+    assert_eq!(tokens.len(), 4);
+    assert_eq!(streamed, engine.tokenizer.decode(&tokens));
 }

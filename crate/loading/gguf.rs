@@ -287,6 +287,12 @@ impl Gguf {
             let key = r.string("metadata key")?;
             let kind = r.u32(&key)?;
             let value = r.value(kind, &key, 0)?;
+            // Which of two values would count is anyone's guess; llama.cpp refuses such a file too.
+            if metadata.contains_key(&key) {
+                return Err(Error::BadModel(format!(
+                    "GGUF metadata holds {key} twice; the file is corrupt"
+                )));
+            }
             metadata.insert(key, value);
         }
         let mut infos = Vec::with_capacity(n_tensors as usize);

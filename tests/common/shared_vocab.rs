@@ -236,3 +236,30 @@ pub fn read(bytes: &[u8]) -> Gguf {
         tensors: HashMap::new(),
     }
 }
+
+/// SmolLM2-Instruct's chat template (its tokenizer_config.json): ChatML with a default system turn.
+pub const SMOLLM2_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// The tokenizer metadata of a SmolLM2-like vocabulary made from StarCoder's (`starcoder`, read by
+/// [`read`]): the same 49152 tokens and split rules, with ids 1 and 2 renamed to ChatML's
+/// markers as SmolLM2's own vocabulary has them, BOS 1, EOS 2 and SmolLM2-Instruct's template.
+/// Sorted by key, `tokenizer.*` only, ready to follow a model's metadata in a GGUF.
+pub fn smollm2_like(starcoder: Gguf) -> Vec<(String, Value)> {
+    let mut vocab = starcoder.metadata;
+    if let Some(Value::Array(tokens)) = vocab.get_mut("tokenizer.ggml.tokens") {
+        tokens[1] = Value::Str("<|im_start|>".into());
+        tokens[2] = Value::Str("<|im_end|>".into());
+    }
+    vocab.insert("tokenizer.ggml.bos_token_id".into(), Value::Uint(1));
+    vocab.insert("tokenizer.ggml.eos_token_id".into(), Value::Uint(2));
+    vocab.insert(
+        "tokenizer.chat_template".into(),
+        Value::Str(SMOLLM2_TEMPLATE.into()),
+    );
+    let mut keys: Vec<(String, Value)> = vocab
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("tokenizer."))
+        .collect();
+    keys.sort_by(|a, b| a.0.cmp(&b.0));
+    keys
+}
