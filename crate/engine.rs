@@ -182,13 +182,13 @@ impl Engine {
             )));
         }
         let model = Llama::new(weights, quant, backend.device.as_ref());
-        let embedding_bytes = 4 * (config.vocab_size * config.dim) as u64;
+        let embedding_bytes = model.embedding_bytes();
         let info = ModelInfo {
             name: files.name,
             parameters: config.parameter_count(),
             quant,
             weight_bytes: model.quant.device_bytes + embedding_bytes,
-            bytes_per_token: model.quant.device_bytes + 4 * config.dim as u64,
+            bytes_per_token: model.quant.device_bytes + embedding_bytes / config.vocab_size as u64,
             backend: backend.kind,
             adapter: backend.adapter.clone(),
             backend_note: backend.auto_note.clone(),

@@ -18,7 +18,7 @@ use crate::host_ops::HostOps;
 use crate::kernels::Isa;
 use crate::quant::{Quant, QuantPlan, pad_hidden_to_blocks};
 use crate::sampling::Logits;
-use crate::weights::{HostWeights, LlamaConfig, Matrix, Values, rope_angles};
+use crate::weights::{HostWeights, LlamaConfig, Matrix, rope_angles};
 
 /// The shape of attention, which every backend's operations need.
 #[derive(Debug, Clone, Copy)]
@@ -115,8 +115,9 @@ enum Body {
 /// The model, ready to run on one device.
 pub struct Llama {
     pub config: LlamaConfig,
-    /// `[vocab, dim]`, often lying in the file's bytes.
-    embedding: Values,
+    /// `[vocab, dim]`, often lying in the file's bytes, or in the file's Q8_0/Q4_0 blocks (a step
+    /// widens only the rows it reads: SmolLM2-135M's table is 113 MB as f32, 30 MB as Q8_0).
+    embedding: Matrix,
     body: Body,
     /// RoPE's frequency per pair; the angles are computed per pass for its positions.
     rope_freqs: Vec<f32>,
@@ -237,11 +238,16 @@ impl Llama {
         };
         Self {
             rope_freqs: config.rope_frequencies(),
-            embedding: token_embedding.into_values(),
+            embedding: token_embedding,
             config,
             body,
             quant: plan,
         }
+    }
+
+    /// Bytes of the token embedding as held (f32, or the file's blocks).
+    pub fn embedding_bytes(&self) -> u64 {
+        self.embedding.bytes()
     }
 
     /// Run the CPU kernels with `isa` (tests compare the scalar kernels with the vector ones).
@@ -428,7 +434,7 @@ impl Llama {
         // Token embedding: copy the rows on the host.
         let mut rows = Vec::with_capacity(t * dim);
         for &id in tokens {
-            rows.extend_from_slice(&self.embedding[id as usize * dim..(id as usize + 1) * dim]);
+            self.embedding.extend_row(id as usize, &mut rows);
         }
         let mut x = ops.embed(rows, t);
         let (mut cos, mut sin) = (Vec::new(), Vec::new());

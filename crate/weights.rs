@@ -344,22 +344,31 @@ impl Blocks {
     }
 
     pub fn dequantize(&self) -> Vec<f32> {
+        let blocks = match self {
+            Blocks::Q8 { scales, .. } | Blocks::Q4 { scales, .. } => scales.len(),
+        };
+        let mut out = Vec::with_capacity(blocks * 32);
+        self.dequantize_into(0..blocks, &mut out);
+        out
+    }
+
+    /// Append the values of blocks `range` to `out`.
+    pub fn dequantize_into(&self, range: std::ops::Range<usize>, out: &mut Vec<f32>) {
         match self {
-            Blocks::Q8 { quants, scales } => quants
-                .chunks_exact(32)
-                .zip(scales)
-                .flat_map(|(q, &s)| q.iter().map(move |&v| v as f32 * s))
-                .collect(),
-            Blocks::Q4 { quants, scales } => quants
-                .chunks_exact(16)
-                .zip(scales)
-                .flat_map(|(q, &s)| {
-                    let value = move |nibble: u8| (nibble as f32 - 8.0) * s;
-                    let lo = q.iter().map(move |&b| value(b & 0x0f));
-                    let hi = q.iter().map(move |&b| value(b >> 4));
-                    lo.chain(hi)
-                })
-                .collect(),
+            Blocks::Q8 { quants, scales } => {
+                let quants = &quants[range.start * 32..range.end * 32];
+                for (q, &s) in quants.chunks_exact(32).zip(&scales[range]) {
+                    out.extend(q.iter().map(|&v| v as f32 * s));
+                }
+            }
+            Blocks::Q4 { quants, scales } => {
+                let quants = &quants[range.start * 16..range.end * 16];
+                for (q, &s) in quants.chunks_exact(16).zip(&scales[range]) {
+                    let value = |nibble: u8| (nibble as f32 - 8.0) * s;
+                    out.extend(q.iter().map(|&b| value(b & 0x0f)));
+                    out.extend(q.iter().map(|&b| value(b >> 4)));
+                }
+            }
         }
     }
 }
@@ -405,6 +414,25 @@ impl Matrix {
         match &self.blocks {
             Some(blocks) => std::borrow::Cow::Owned(blocks.dequantize()),
             None => std::borrow::Cow::Borrowed(&self.data),
+        }
+    }
+
+    /// Append row `r`'s values as f32 to `out` (widening just that row's blocks).
+    pub fn extend_row(&self, r: usize, out: &mut Vec<f32>) {
+        match &self.blocks {
+            Some(blocks) => {
+                let per_row = self.cols / 32;
+                blocks.dequantize_into(r * per_row..(r + 1) * per_row, out);
+            }
+            None => out.extend_from_slice(&self.data[r * self.cols..(r + 1) * self.cols]),
+        }
+    }
+
+    /// Bytes the matrix takes as held: its blocks, or 4 per f32 value.
+    pub fn bytes(&self) -> u64 {
+        match &self.blocks {
+            Some(blocks) => blocks.bytes(),
+            None => 4 * self.data.len() as u64,
         }
     }
 

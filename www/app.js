@@ -14,12 +14,16 @@ import { fillDefault } from './dom.js';
 
 const LLAMA2_TOKENIZER = 'https://raw.githubusercontent.com/karpathy/llama2.c/master/tokenizer.bin';
 const TINYLLAMAS = 'https://huggingface.co/karpathy/tinyllamas/resolve/main';
+const SMOLLM2 = 'https://huggingface.co/bartowski/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct-Q8_0.gguf';
+const DEFAULT_PROMPT = 'Once upon a time';
+// `prompt`: what the prompt box offers for this model (a chat model gets a question).
 const MODELS = [
   { id: 'stories260K', label: 'stories260K (local, 1 MB)', model: 'models/stories260K/stories260K.bin', tokenizer: 'models/stories260K/tok512.bin' },
   { id: 'stories260K-gguf', label: 'stories260K GGUF Q8_0 (local, tokenizer inside)', model: 'models/stories260K/stories260K-q8_0.gguf' },
   { id: 'stories15M', label: 'stories15M (Hugging Face, 61 MB)', model: `${TINYLLAMAS}/stories15M.bin`, tokenizer: LLAMA2_TOKENIZER },
   { id: 'stories42M', label: 'stories42M (Hugging Face, 167 MB)', model: `${TINYLLAMAS}/stories42M.bin`, tokenizer: LLAMA2_TOKENIZER },
   { id: 'stories110M', label: 'stories110M (Hugging Face, 438 MB)', model: `${TINYLLAMAS}/stories110M.bin`, tokenizer: LLAMA2_TOKENIZER },
+  { id: 'smollm2-135m', label: 'SmolLM2-135M-Instruct GGUF Q8_0 (Hugging Face, 145 MB, chat)', model: SMOLLM2, prompt: 'What is a token, in one sentence?' },
   { id: 'url', label: 'From a URL…' },
   { id: 'file', label: 'Local files…' },
 ];
@@ -35,7 +39,7 @@ const el = {
   urlFields: $('url-fields'), fileFields: $('file-fields'), download: $('download'),
   downloadBar: $('download-bar'), downloadText: $('download-text'), warmup: $('warmup'),
   warmupText: $('warmup-text'), share: $('share'), shareUrl: $('share-url'), cacheList: $('cache-list'),
-  clearCache: $('clear-cache'), cache: $('cache'), repeatSection: $('repeat-section'),
+  clearCache: $('clear-cache'), cache: $('cache'), repeatSection: $('repeat-section'), chat: $('chat'),
   repeatRows: $('repeat-rows'), repeatN: $('repeat-n'), repeatConditions: $('repeat-conditions'),
 };
 
@@ -68,6 +72,7 @@ engine.defaults.then((d) => {
   fillDefault(el.max, d.run.max_tokens);
   fillDefault(el.temperature, d.run.temperature);
   fillDefault(el.wpm, d.run.reading_wpm);
+  if (!el.chat.dataset.touched) el.chat.checked = d.run.chat;
   lab.setDefaults(d.lab);
 });
 
@@ -80,6 +85,7 @@ async function settings() {
     options: {
       max_tokens: number(el.max, d.run.max_tokens), temperature: number(el.temperature, d.run.temperature),
       top_p: d.run.top_p, seed: d.run.seed, reading_wpm: number(el.wpm, d.run.reading_wpm),
+      chat: el.chat.dataset.touched ? el.chat.checked : d.run.chat,
     },
   };
 }
@@ -130,7 +136,7 @@ async function ensureLoaded() {
     onProgress: showProgress,
     onStatus: setStatus,
     onLoaded: (info) => {
-      loaded = `${info.model} · ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}`;
+      loaded = `${info.model} · ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}${info.chat_template ? ` · chat template ${info.chat_template}` : ''}`;
       view.setConditions(loaded);
       el.warmup.hidden = false;
       warmStart = performance.now();
@@ -341,6 +347,7 @@ function shareUrl() {
   for (const [param, input] of [['max', el.max], ['temperature', el.temperature], ['wpm', el.wpm]]) {
     if (input.value !== '') params.set(param, input.value);
   }
+  if (!el.chat.checked) params.set('chat', '0');
   if (state.last === 'repeat') params.set('repeat', el.repeat.value);
   if (state.last) params.set('autorun', '1');
   return `${location.origin}${location.pathname}?${params}`;
@@ -366,8 +373,10 @@ el.share.addEventListener('click', async () => {
 function applyPresets() {
   const params = new URLSearchParams(location.search);
   const model = params.get('model');
-  if (model && MODELS.some((m) => m.id === model)) el.model.value = model;
-  else if (model) {
+  if (model && MODELS.some((m) => m.id === model)) {
+    el.model.value = model;
+    offerPrompt();
+  } else if (model) {
     el.model.value = 'url';
     el.modelUrl.value = model;
     el.tokenizerUrl.value = params.get('tokenizer') || '';
@@ -390,6 +399,13 @@ function applyPresets() {
     const max = Number(input.max || Infinity);
     if (raw.trim() !== '' && Number.isFinite(number) && number >= min && number <= max) input.value = raw;
     else problems.push(`${param}=${raw} is not a number of at least ${min}${Number.isFinite(max) ? ` and at most ${max}` : ''}`);
+  }
+  if (params.has('chat')) {
+    const chat = /** @type {string} */ (params.get('chat'));
+    if (chat === '0' || chat === '1') {
+      el.chat.checked = chat === '1';
+      el.chat.dataset.touched = '1';
+    } else problems.push(`chat=${chat} is not a choice (1: the model's chat template, 0: the prompt as it is)`);
   }
   let withLanes = false;
   if (params.has('lanes_run')) {
@@ -437,6 +453,18 @@ el.clearCache.addEventListener('click', async () => {
   await showCache();
 });
 
+/**
+ * A model with a prompt of its own (a chat model's question) puts it in the prompt box, and the
+ * box goes back to the story opening for the others: only while the box holds one of these
+ * offered prompts, never over what a visitor typed.
+ */
+function offerPrompt() {
+  const offered = new Set([DEFAULT_PROMPT, ...MODELS.map((m) => m.prompt).filter(Boolean)]);
+  if (!offered.has(el.prompt.value)) return;
+  const choice = MODELS.find((m) => m.id === el.model.value);
+  el.prompt.value = choice?.prompt ?? DEFAULT_PROMPT;
+}
+
 // ---- formatting ---------------------------------------------------------------------------
 
 function formatBytes(/** @type {number} */ bytes) {
@@ -460,6 +488,8 @@ function nameOf(/** @type {string} */ path) {
 
 for (const m of MODELS) el.model.add(new Option(m.label, m.id));
 el.model.addEventListener('change', showSourceFields);
+el.model.addEventListener('change', offerPrompt);
+el.chat.addEventListener('change', () => { el.chat.dataset.touched = '1'; });
 el.run.addEventListener('click', run);
 el.stop.addEventListener('click', stop);
 el.prompt.addEventListener('keydown', (/** @type {KeyboardEvent} */ e) => {

@@ -26,7 +26,7 @@
  * The engine's defaults for a run and for a concurrency lab (served by `defaults()` in
  * crate/web.rs; the page's form takes its initial values from here).
  * @typedef {object} Defaults
- * @property {{ max_tokens: number, temperature: number, top_p: number, seed: number, reading_wpm: number }} run
+ * @property {{ max_tokens: number, temperature: number, top_p: number, seed: number, reading_wpm: number, chat: boolean }} run
  * @property {{ users: number, arrival: string, max_batch: number | null, max_tokens: number, reading_wpm: number }} lab
  */
 

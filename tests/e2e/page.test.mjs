@@ -105,6 +105,52 @@ test('a GGUF runs with the tokenizer inside it, from the list and as a file, in 
   await page.close();
 });
 
+// The page's SmolLM2 entry downloads from Hugging Face; here the same URL is answered with a
+// SmolLM2-shaped GGUF of 2 layers (synthetic weights, StarCoder's vocabulary made SmolLM2-like,
+// SmolLM2-Instruct's chat template), written by `make test-e2e` (tokenometer synth --vocab).
+const SMOLLM2_URL = 'https://huggingface.co/bartowski/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct-Q8_0.gguf';
+const SMOLLM2_FIXTURE = resolve(root, 'target/e2e/smollm2-135m-2layers-q8_0.gguf');
+
+test('SmolLM2-135M-Instruct from the list: a chat question in its ChatML template, byte-level BPE text', async () => {
+  const fixture = readFileSync(SMOLLM2_FIXTURE);
+  let served = 0;
+  const { page, errors } = await open('backend=cpu&quant=q8', async (page) => {
+    await page.route(SMOLLM2_URL, async (route) => {
+      served += 1;
+      await route.fulfill({ status: 200, body: fixture, headers: { 'Content-Type': 'application/octet-stream', 'Content-Length': String(fixture.length), 'Access-Control-Allow-Origin': '*' } });
+    });
+  });
+  // Picking the chat model offers a question instead of the story opening; the template is on
+  // (the engine's default, once it has compiled).
+  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 120_000 });
+  await page.getByTestId('model').selectOption('smollm2-135m');
+  assert.equal(await page.getByTestId('prompt').inputValue(), 'What is a token, in one sentence?');
+  assert.equal(await page.getByTestId('chat').isChecked(), true);
+  await page.getByTestId('max').fill('12');
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 180_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  assert.equal(served, 1, 'the Hugging Face URL was downloaded once');
+  const conditions = await text(page, 'conditions');
+  // The 9-token question as a ChatML turn: the template's system turn, the user's, the
+  // assistant's start (SmolLM2-Instruct's own template), 39 tokens in all.
+  for (const part of ['smollm2-135m', 'q8', 'prompt 39 tok (ChatML), output 12 tok']) assert.ok(conditions.includes(part), `${part}: ${conditions}`);
+  // Byte-level pieces decode to text (no GPT-2 byte characters such as Ġ for spaces).
+  const output = await text(page, 'output');
+  assert.ok(output.startsWith('What is a token, in one sentence?'), output);
+  assert.ok(!/[ĠĊ]/.test(output), output);
+  // Without the template the same question is its 9 tokens alone.
+  await page.getByTestId('chat').uncheck();
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent) && !document.querySelector('[data-testid=conditions]').textContent.includes('ChatML'), null, { timeout: 120_000 });
+  assert.match(await text(page, 'conditions'), /prompt 9 tok, output 12 tok/);
+  // Back to a story model: the story opening returns to the untouched prompt box.
+  await page.getByTestId('model').selectOption('stories260K');
+  assert.equal(await page.getByTestId('prompt').inputValue(), 'Once upon a time');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('preset URLs: webgpu is another name for wgpu, and a value that is not a choice is named', async () => {
   const { page } = await open('backend=webgpu&quant=Q8');
   assert.equal(await page.getByTestId('backend').inputValue(), 'wgpu');
