@@ -2,7 +2,10 @@
 // compiled to wasm (@wllama/wllama, one thread), on the same model, in the same tab, interleaved.
 // `make bench-browser` prepares the files; by hand:
 //   node tests/bench/browser.mjs MODEL.bin TOKENIZER.bin F32.gguf Q8_0.gguf [Q4_0.gguf]
-// Environment: RUNS (5), MAX_TOKENS (128), CHROMIUM (/usr/lib/chromium/chromium).
+// MODEL may be a GGUF itself, with `-` for TOKENIZER (its own inside), so that both engines load
+// the very same file (QUANTS=q8 node tests/bench/browser.mjs model-q8_0.gguf - model-q8_0.gguf).
+// Environment: RUNS (5), MAX_TOKENS (128), QUANTS (f32,q8,q4: the GGUFs' precisions, in order),
+// PROMPT (Once upon a time), CHROMIUM (/usr/lib/chromium/chromium).
 import { mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
@@ -18,8 +21,8 @@ if (!model || !tokenizer || ggufs.length < 1) {
 }
 const files = mkdtempSync(join(tmpdir(), 'tokenometer-bench-'));
 symlinkSync(resolve(model), join(files, 'model.bin'));
-symlinkSync(resolve(tokenizer), join(files, 'tokenizer.bin'));
-const quants = ['f32', 'q8', 'q4'];
+if (tokenizer !== '-') symlinkSync(resolve(tokenizer), join(files, 'tokenizer.bin'));
+const quants = (process.env.QUANTS || 'f32,q8,q4').split(',');
 const configs = ggufs.map((g, i) => {
   symlinkSync(resolve(g), join(files, basename(g)));
   return `${quants[i]}:${basename(g)}`;
@@ -40,6 +43,7 @@ const page = await browser.newPage();
 page.on('console', (m) => m.type() === 'log' && console.error(m.text()));
 const query = new URLSearchParams({
   runs: process.env.RUNS || '5', max: process.env.MAX_TOKENS || '128', configs: configs.join(','),
+  tokenizer: tokenizer === '-' ? '0' : '1', prompt: process.env.PROMPT || 'Once upon a time',
 });
 await page.goto(`${base}/bench/peers.html?${query}`);
 await page.waitForFunction(() => window.benchResult, null, { timeout: 0, polling: 500 });

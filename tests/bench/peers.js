@@ -2,13 +2,16 @@
 // tab, one engine at a time, runs interleaved (A B A B) so that both see the same machine.
 // Both count decode tok/s the same way, from the times tokens reach this page: tokens after the
 // first over the time from the first to the last. tokenometer's own meter is reported beside it.
-// Query: ?runs=5&max=128&prompt=...&configs=f32:model-f32.gguf,q8:model-q8_0.gguf
+// Query: ?runs=5&max=128&prompt=...&configs=f32:model-f32.gguf,q8:model-q8_0.gguf&tokenizer=1
+// (tokenizer=0: tokenometer's model file carries its own). Both get the prompt as it is (no chat
+// template: wllama's completion does not apply one).
 import { Wllama } from '/wllama/index.js';
 
 const params = new URLSearchParams(location.search);
 const runs = Number(params.get('runs') || 5);
 const maxTokens = Number(params.get('max') || 128);
 const prompt = params.get('prompt') || 'Once upon a time';
+const ownTokenizer = params.get('tokenizer') !== '0';
 const configs = (params.get('configs') || 'f32:model-f32.gguf,q8:model-q8_0.gguf')
   .split(',').map((c) => { const [quant, gguf] = c.split(':'); return { quant, gguf }; });
 const logEl = document.getElementById('log');
@@ -40,7 +43,7 @@ async function tokenometer(quant) {
   await once(worker, 'ready');
   worker.postMessage({
     type: 'load', name: 'model', model: { url: '/files/model.bin' },
-    tokenizer: { url: '/files/tokenizer.bin' }, backend: 'cpu', quant,
+    tokenizer: ownTokenizer ? { url: '/files/tokenizer.bin' } : null, backend: 'cpu', quant,
   });
   const loaded = await once(worker, 'loaded');
   await once(worker, 'warmed');
@@ -57,7 +60,7 @@ async function tokenometer(quant) {
         for (const e of data.events) if (e.event === 'token') times.push(e.t_ms);
       };
       worker.addEventListener('message', listener);
-      worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0 } });
+      worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0, chat: false } });
       const { report } = await once(worker, 'finished');
       worker.removeEventListener('message', listener);
       return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms };
