@@ -109,37 +109,67 @@ def q4_0(n):
     return b"".join(struct.pack("<e", 0.01) + bytes((i * 7) % 256 for i in range(16)) for _ in range(n // 32))
 
 
+def tiny_gguf(tokenizer_kvs, vocab_size):
+    """A one-layer llama GGUF of F32, Q8_0 and Q4_0 tensors carrying `tokenizer_kvs`."""
+    kvs = [
+        gguf_kv("general.architecture", 8, gguf_string("llama")),
+        gguf_kv("llama.embedding_length", 4, struct.pack("<I", 32)),
+        gguf_kv("llama.feed_forward_length", 4, struct.pack("<I", 64)),
+        gguf_kv("llama.block_count", 4, struct.pack("<I", 1)),
+        gguf_kv("llama.attention.head_count", 4, struct.pack("<I", 4)),
+        gguf_kv("llama.attention.head_count_kv", 4, struct.pack("<I", 2)),
+        gguf_kv("llama.context_length", 4, struct.pack("<I", 16)),
+        gguf_kv("llama.rope.freq_base", 6, struct.pack("<f", 10000.0)),
+    ] + tokenizer_kvs
+    gd, gh, gkv, gv = 32, 64, 16, vocab_size
+    tensors = [("token_embd.weight", [gd, gv], 8, q8_0(gd * gv)), ("output_norm.weight", [gd], 0, floats(gd))]
+    tensors += [
+        ("blk.0.attn_norm.weight", [gd], 0, floats(gd)), ("blk.0.ffn_norm.weight", [gd], 0, floats(gd)),
+        ("blk.0.attn_q.weight", [gd, gd], 8, q8_0(gd * gd)), ("blk.0.attn_k.weight", [gd, gkv], 2, q4_0(gd * gkv)),
+        ("blk.0.attn_v.weight", [gd, gkv], 2, q4_0(gd * gkv)), ("blk.0.attn_output.weight", [gd, gd], 0, floats(gd * gd)),
+        ("blk.0.ffn_gate.weight", [gd, gh], 8, q8_0(gd * gh)), ("blk.0.ffn_up.weight", [gd, gh], 8, q8_0(gd * gh)),
+        ("blk.0.ffn_down.weight", [gh, gd], 2, q4_0(gd * gh)),
+    ]
+    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+    offset, body = 0, b""
+    for name, dims, kind, data in tensors:
+        header += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", x) for x in dims)
+        header += struct.pack("<IQ", kind, offset)
+        padded = data + b"\0" * (-len(data) % 32)
+        body += padded
+        offset += len(padded)
+    header += b"\0" * (-len(header) % 32)
+    return header + body
+
+
+def string_array(items):
+    return struct.pack("<IQ", 8, len(items)) + b"".join(gguf_string(t) for t in items)
+
+
+# A SentencePiece vocabulary (tokenizer.ggml.model "llama").
 tokens = [p.decode("latin-1").replace(" ", "\u2581") for p in pieces]
-kvs = [
-    gguf_kv("general.architecture", 8, gguf_string("llama")),
-    gguf_kv("llama.embedding_length", 4, struct.pack("<I", 32)),
-    gguf_kv("llama.feed_forward_length", 4, struct.pack("<I", 64)),
-    gguf_kv("llama.block_count", 4, struct.pack("<I", 1)),
-    gguf_kv("llama.attention.head_count", 4, struct.pack("<I", 4)),
-    gguf_kv("llama.attention.head_count_kv", 4, struct.pack("<I", 2)),
-    gguf_kv("llama.context_length", 4, struct.pack("<I", 16)),
-    gguf_kv("llama.rope.freq_base", 6, struct.pack("<f", 10000.0)),
+put("gguf", "tiny.gguf", tiny_gguf([
     gguf_kv("tokenizer.ggml.model", 8, gguf_string("llama")),
-    gguf_kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, len(tokens)) + b"".join(gguf_string(t) for t in tokens)),
+    gguf_kv("tokenizer.ggml.tokens", 9, string_array(tokens)),
     gguf_kv("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, len(tokens)) + b"".join(struct.pack("<f", -i) for i in range(len(tokens)))),
-]
-gd, gh, gkv, gv = 32, 64, 16, len(tokens)
-tensors = [("token_embd.weight", [gd, gv], 8, q8_0(gd * gv)), ("output_norm.weight", [gd], 0, floats(gd))]
-tensors += [
-    ("blk.0.attn_norm.weight", [gd], 0, floats(gd)), ("blk.0.ffn_norm.weight", [gd], 0, floats(gd)),
-    ("blk.0.attn_q.weight", [gd, gd], 8, q8_0(gd * gd)), ("blk.0.attn_k.weight", [gd, gkv], 2, q4_0(gd * gkv)),
-    ("blk.0.attn_v.weight", [gd, gkv], 2, q4_0(gd * gkv)), ("blk.0.attn_output.weight", [gd, gd], 0, floats(gd * gd)),
-    ("blk.0.ffn_gate.weight", [gd, gh], 8, q8_0(gd * gh)), ("blk.0.ffn_up.weight", [gd, gh], 8, q8_0(gd * gh)),
-    ("blk.0.ffn_down.weight", [gh, gd], 2, q4_0(gd * gh)),
-]
-header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
-offset, body = 0, b""
-for name, dims, kind, data in tensors:
-    header += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", x) for x in dims)
-    header += struct.pack("<IQ", kind, offset)
-    padded = data + b"\0" * (-len(data) % 32)
-    body += padded
-    offset += len(padded)
-header += b"\0" * (-len(header) % 32)
-put("gguf", "tiny.gguf", header + body)
+], len(tokens)))
+
+# A byte-level BPE vocabulary ("gpt2", SmolLM2's split rules): GPT-2's 256 byte characters, a few
+# merges, ChatML's markers as control tokens, and a ChatML template.
+printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+byte_chars = {b: chr(b) for b in printable}
+byte_chars.update({b: chr(256 + n) for n, b in enumerate(b for b in range(256) if b not in byte_chars)})
+bpe = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [byte_chars[b] for b in range(256)] + ["\u0120t", "he", "\u0120the"]
+merges = ["\u0120 t", "h e", "\u0120t he"]
+types = [3, 3, 3] + [1] * (len(bpe) - 3)
+put("gguf", "tiny-bpe.gguf", tiny_gguf([
+    gguf_kv("tokenizer.ggml.model", 8, gguf_string("gpt2")),
+    gguf_kv("tokenizer.ggml.pre", 8, gguf_string("smollm")),
+    gguf_kv("tokenizer.ggml.tokens", 9, string_array(bpe)),
+    gguf_kv("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, len(types)) + b"".join(struct.pack("<i", t) for t in types)),
+    gguf_kv("tokenizer.ggml.merges", 9, string_array(merges)),
+    gguf_kv("tokenizer.ggml.bos_token_id", 4, struct.pack("<I", 1)),
+    gguf_kv("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 2)),
+    gguf_kv("tokenizer.chat_template", 8, gguf_string("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}")),
+], len(bpe)))
 print(f"seeds written under {root}", file=sys.stderr)

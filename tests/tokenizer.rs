@@ -279,3 +279,52 @@ fn unknown_byte_level_split_rules_are_refused() {
         "{error}"
     );
 }
+
+/// A byte-level vocabulary that lies (merges of pieces it lacks, ids past its end, types that do
+/// not match its tokens) is a sentence, never a panic.
+#[test]
+fn hostile_byte_level_vocabularies_are_errors() {
+    use tokenometer::loading::gguf::{Gguf, Value};
+    let text = |s: &str| Value::Str(s.into());
+    let base = || -> Vec<(&'static str, Value)> {
+        vec![
+            ("tokenizer.ggml.model", text("gpt2")),
+            ("tokenizer.ggml.pre", text("gpt-2")),
+            (
+                "tokenizer.ggml.tokens",
+                Value::Array(["a", "b", "ab", "<|endoftext|>"].map(text).to_vec()),
+            ),
+            ("tokenizer.ggml.merges", Value::Array(vec![text("a b")])),
+        ]
+    };
+    let vocab = |entries: Vec<(&str, Value)>| Gguf {
+        version: 3,
+        metadata: entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        tensors: Default::default(),
+    };
+    // The honest one works: "ab" is one token.
+    let good = Tokenizer::from_gguf(&vocab(base())).unwrap();
+    assert_eq!(good.tokens("ab").unwrap(), [2]);
+    let with = |key: &'static str, value: Value| {
+        let mut entries = base();
+        entries.retain(|(k, _)| *k != key);
+        entries.push((key, value));
+        vocab(entries)
+    };
+    for (case, expected) in [
+        (with("tokenizer.ggml.merges", Value::Array(vec![text("a z")])), "does not convert"),
+        (with("tokenizer.ggml.merges", Value::Array(vec![text("b a")])), "does not convert"),
+        (with("tokenizer.ggml.merges", Value::Array(vec![text("ab")])), "not two pieces"),
+        (with("tokenizer.ggml.merges", Value::Array(vec![Value::Uint(3)])), "not text"),
+        (with("tokenizer.ggml.bos_token_id", Value::Uint(99)), "not one of its 4 ids"),
+        (with("tokenizer.ggml.eos_token_id", Value::Int(-1)), "not one of its 4 ids"),
+        (with("tokenizer.ggml.token_type", Value::Array(vec![Value::Int(1)])), "token types"),
+        (with("tokenizer.ggml.tokens", Value::Array(vec![])), "has 0 tokens"),
+        (with("tokenizer.ggml.tokens", text("a")), "has no tokenizer.ggml.tokens list"),
+        (with("tokenizer.ggml.pre", text("qwen2")), "\"qwen2\""),
+    ] {
+        let error = Tokenizer::from_gguf(&case).err().expect(expected).to_string();
+        assert!(error.contains(expected), "{expected:?} not in {error:?}");
+        assert!(error.starts_with("bad tokenizer"), "{error}");
+    }
+}
