@@ -35,13 +35,14 @@ test-wasm:
 	WASM_BINDGEN_TEST_TIMEOUT=600 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
 		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --profile web --target wasm32-unknown-unknown --test web --test web_crash --test kernels
 
-test-e2e: $(E2E_SMOLLM2)
-	MODELS=$(MODELS) node --test tests/e2e/
-
 # The page's SmolLM2 entry is tested with a SmolLM2-shaped GGUF of 2 layers (synthetic weights,
 # the shared StarCoder vocabulary made SmolLM2-like) answering its Hugging Face URL.
 E2E_SMOLLM2 := target/e2e/smollm2-135m-2layers-q8_0.gguf
-$(E2E_SMOLLM2):
+
+test-e2e: $(E2E_SMOLLM2)
+	MODELS=$(MODELS) node --test tests/e2e/
+
+$(E2E_SMOLLM2): crate/synth.rs crate/loading/gguf_writer.rs examples/smollm2_vocab.rs tests/common/shared_vocab.rs
 	mkdir -p target/e2e
 	cargo run --quiet --example smollm2_vocab -- $(MODELS)/gguf-vocab/ggml-vocab-starcoder.gguf target/e2e/smollm2-vocab.gguf
 	cargo run --quiet -- synth --shape smollm2-135M --layers 2 --q8 --vocab target/e2e/smollm2-vocab.gguf --out $@

@@ -299,7 +299,10 @@ fn hostile_byte_level_vocabularies_are_errors() {
     };
     let vocab = |entries: Vec<(&str, Value)>| Gguf {
         version: 3,
-        metadata: entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        metadata: entries
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
         tensors: Default::default(),
     };
     // The honest one works: "ab" is one token.
@@ -312,19 +315,96 @@ fn hostile_byte_level_vocabularies_are_errors() {
         vocab(entries)
     };
     for (case, expected) in [
-        (with("tokenizer.ggml.merges", Value::Array(vec![text("a z")])), "does not convert"),
-        (with("tokenizer.ggml.merges", Value::Array(vec![text("b a")])), "does not convert"),
-        (with("tokenizer.ggml.merges", Value::Array(vec![text("ab")])), "not two pieces"),
-        (with("tokenizer.ggml.merges", Value::Array(vec![Value::Uint(3)])), "not text"),
-        (with("tokenizer.ggml.bos_token_id", Value::Uint(99)), "not one of its 4 ids"),
-        (with("tokenizer.ggml.eos_token_id", Value::Int(-1)), "not one of its 4 ids"),
-        (with("tokenizer.ggml.token_type", Value::Array(vec![Value::Int(1)])), "token types"),
-        (with("tokenizer.ggml.tokens", Value::Array(vec![])), "has 0 tokens"),
-        (with("tokenizer.ggml.tokens", text("a")), "has no tokenizer.ggml.tokens list"),
+        (
+            with("tokenizer.ggml.merges", Value::Array(vec![text("a z")])),
+            "does not convert",
+        ),
+        (
+            with("tokenizer.ggml.merges", Value::Array(vec![text("b a")])),
+            "does not convert",
+        ),
+        (
+            with("tokenizer.ggml.merges", Value::Array(vec![text("ab")])),
+            "not two pieces",
+        ),
+        (
+            with("tokenizer.ggml.merges", Value::Array(vec![Value::Uint(3)])),
+            "not text",
+        ),
+        (
+            with("tokenizer.ggml.bos_token_id", Value::Uint(99)),
+            "not one of its 4 ids",
+        ),
+        (
+            with("tokenizer.ggml.eos_token_id", Value::Int(-1)),
+            "not one of its 4 ids",
+        ),
+        (
+            with(
+                "tokenizer.ggml.token_type",
+                Value::Array(vec![Value::Int(1)]),
+            ),
+            "token types",
+        ),
+        (
+            with("tokenizer.ggml.tokens", Value::Array(vec![])),
+            "has 0 tokens",
+        ),
+        (
+            with("tokenizer.ggml.tokens", text("a")),
+            "has no tokenizer.ggml.tokens list",
+        ),
         (with("tokenizer.ggml.pre", text("qwen2")), "\"qwen2\""),
     ] {
-        let error = Tokenizer::from_gguf(&case).err().expect(expected).to_string();
+        let error = Tokenizer::from_gguf(&case)
+            .err()
+            .expect(expected)
+            .to_string();
         assert!(error.contains(expected), "{expected:?} not in {error:?}");
         assert!(error.starts_with("bad tokenizer"), "{error}");
     }
+}
+
+/// A byte-level `tokenizer.json` (GPT-2 style: a `ByteLevel` decoder) streams through GPT-2's
+/// byte table, adds no SentencePiece BOS, and stops at its special end-of-text token.
+#[test]
+fn a_byte_level_tokenizer_json_streams_bytes_and_stops_at_its_end_marker() {
+    // GPT-2's byte characters: the printable bytes as themselves, the others from U+0100 on.
+    let printable = |b: u32| matches!(b, 33..=126 | 161..=172 | 174..=255);
+    let mut others = 0;
+    let chars: Vec<char> = (0..256u32)
+        .map(|b| {
+            if printable(b) {
+                char::from_u32(b).unwrap()
+            } else {
+                others += 1;
+                char::from_u32(255 + others).unwrap()
+            }
+        })
+        .collect();
+    let mut vocab = serde_json::Map::new();
+    for (id, c) in chars.iter().enumerate() {
+        vocab.insert(c.to_string(), id.into());
+    }
+    vocab.insert("Ġt".into(), 256.into());
+    vocab.insert("he".into(), 257.into());
+    vocab.insert("Ġthe".into(), 258.into());
+    vocab.insert("<|endoftext|>".into(), 259.into());
+    let json = serde_json::json!({
+        "version": "1.0",
+        "added_tokens": [{"id": 259, "content": "<|endoftext|>", "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "vocab": vocab, "merges": [["Ġ", "t"], ["h", "e"], ["Ġt", "he"]]}
+    });
+    let tokenizer = Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap();
+    let ids = tokenizer.encode("on the ñ").unwrap();
+    assert!(ids.contains(&258), "{ids:?}");
+    assert_ne!(ids[0], 1, "no SentencePiece BOS added");
+    assert_eq!(tokenizer.piece_bytes(258), b" the");
+    assert_eq!(tokenizer.decode(&ids), "on the ñ");
+    assert!(tokenizer.is_stop(259));
+    assert!(!tokenizer.is_stop(2), "id 2 is a byte here, not EOS");
+    assert_eq!(tokenizer.piece_bytes(259), b"");
 }
