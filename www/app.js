@@ -154,13 +154,13 @@ async function ensureLoaded() {
   setStatus('idle');
 }
 
-/** @param {{ label: string, loaded: number, total: number, cached?: boolean }} p */
-function showProgress({ label, loaded, total, cached }) {
+/** @param {{ label: string, loaded: number, total: number, cached?: boolean, uncached?: string }} p */
+function showProgress({ label, loaded, total, cached, uncached }) {
   el.download.hidden = false;
   el.downloadBar.max = total || 1;
   el.downloadBar.value = total ? loaded : 0;
   const pct = total ? ` (${((100 * loaded) / total).toFixed(0)}%)` : '';
-  el.downloadText.textContent = `${label}: ${formatBytes(loaded)}${total ? ` of ${formatBytes(total)}` : ''}${pct}${cached ? ', from cache' : ''}`;
+  el.downloadText.textContent = `${label}: ${formatBytes(loaded)}${total ? ` of ${formatBytes(total)}` : ''}${pct}${cached ? ', from cache' : ''}${uncached ? `, ${uncached}` : ''}`;
 }
 
 // ---- a run, and repeats -------------------------------------------------------------------

@@ -25,7 +25,7 @@ export function checkSize(label, bytes) {
  * Download `url` (or take it from the cache), reporting progress as it comes.
  * @param {string} url
  * @param {string} label  what the file is, for progress and errors ("model", "tokenizer")
- * @param {(p: { label: string, loaded: number, total: number, cached?: boolean }) => void} progress
+ * @param {(p: { label: string, loaded: number, total: number, cached?: boolean, uncached?: string }) => void} progress
  * @returns {Promise<Uint8Array>}
  */
 export async function fetchBytes(url, label, progress) {
@@ -77,7 +77,15 @@ export async function fetchBytes(url, label, progress) {
     bytes.set(chunk, at);
     at += chunk.length;
   }
-  if (cache) await cache.put(url, new Response(bytes, { headers: { 'Content-Length': String(loaded) } }));
+  if (cache) {
+    // Keeping a copy is a convenience: a browser that refuses it (its storage quota, a private
+    // window, or Chromium's "Unexpected internal error" for a 440 MB file) still runs the model.
+    try {
+      await cache.put(url, new Response(bytes, { headers: { 'Content-Length': String(loaded) } }));
+    } catch (e) {
+      progress({ label, loaded, total: loaded, uncached: `not kept in this browser (${e instanceof Error ? e.message : e})` });
+    }
+  }
   return bytes;
 }
 

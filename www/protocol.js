@@ -44,7 +44,7 @@
  * Replies, worker to page. Those without an `id` concern the worker itself.
  * @typedef {{ type: 'ready', webgpu: boolean }} Ready  the worker takes requests (the engine may still be compiling)
  * @typedef {{ type: 'defaults', defaults: Defaults }} DefaultsReply  the engine compiled; its defaults
- * @typedef {{ type: 'progress', id: number, label: string, loaded: number, total: number, cached?: boolean }} Progress
+ * @typedef {{ type: 'progress', id: number, label: string, loaded: number, total: number, cached?: boolean, uncached?: string }} Progress  `uncached`: why the browser would not keep a copy
  * @typedef {{ type: 'status', id: number, status: string }} Status
  * @typedef {{ type: 'loaded', id: number, info: any, wasmMemoryBytes: number }} Loaded
  * @typedef {{ type: 'warmed', id: number, ms: number }} Warmed  the load request is done

@@ -234,6 +234,26 @@ test('a download that breaks off is an error and is not cached', async () => {
   remote.close();
 });
 
+test('a browser that will not keep a copy of a download still runs the model, and says so', async () => {
+  // Chromium refused to cache a 440 MB model with "Unexpected internal error"; a full quota does
+  // the same. Here every Cache.put in the worker fails.
+  const { page, errors } = await open('model=stories260K&max=20&backend=cpu&autorun=1', async (page) => {
+    await page.route('**/worker.js', async (route) => {
+      const response = await route.fetch();
+      const refuse = "Cache.prototype.put = () => Promise.reject(new DOMException('the quota is full', 'QuotaExceededError'));\n";
+      await route.fulfill({ response, body: refuse + (await response.text()) });
+    });
+  });
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  assert.match(await text(page, 'output'), /^Once upon a time/);
+  assert.match(await page.locator('#download-text').textContent(), /not kept in this browser \(the quota is full\)/);
+  const cached = await page.evaluate(async () => (await (await caches.open('tokenometer-models-v1')).keys()).length);
+  assert.equal(cached, 0);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('a compressed download (Content-Length is the gzip size) loads and runs', async () => {
   const model = gzipSync(readFileSync(resolve(models, 'stories260K/stories260K.bin')));
   const tokenizer = gzipSync(readFileSync(resolve(models, 'stories260K/tok512.bin')));
