@@ -667,8 +667,9 @@ mod simd128 {
     /// `N` activation rows (int8 values widened to i16, 64 bytes a block) against one Q8_0 or
     /// Q4_0 weight row, each summed block by block in the same order whatever `N`; a weight block
     /// is loaded, unpacked and widened once for all `N`. Each block's 32 products are summed
-    /// exactly in i32 by `i32x4.dot_i16x8_s` (x86's `pmaddwd`): 4 instructions where the i8
-    /// `extmul`s took about 20 in V8's lowering.
+    /// exactly in i32 by `i32x4.dot_i16x8_s` (x86's `pmaddwd`), where the i8 `extmul` pairs it
+    /// replaced lower to several instructions each on x86. Measured in the page (stories15M,
+    /// 128 tokens, 4 runs each, interleaved): q8 494.7 -> 535.5 tok/s, q4 unchanged.
     #[inline(always)]
     fn dot_q_tile<const N: usize, const Q4: bool>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
         let blocks = w.row.scales.len();
