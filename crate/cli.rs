@@ -82,7 +82,7 @@ enum Command {
     /// Write a checkpoint with seeded random weights and a real model's shape: llama2.c .bin, or a
     /// GGUF (when --out ends in .gguf) carrying the tokenizer of --vocab.
     Synth {
-        /// stories15M, stories42M, stories110M or smollm2-135M.
+        /// stories15M, stories42M, stories110M, smollm2-135M, smollm2-360M or tinyllama-1.1B.
         #[arg(long, value_parser = parse::<Shape>)]
         shape: Shape,
         #[arg(long)]

@@ -6,16 +6,22 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 use crate::weights::{HostWeights, LayerWeights, LlamaConfig, Matrix};
 
-/// The shapes of karpathy/tinyllamas' stories models, and of SmolLM2-135M (HuggingFaceTB's
-/// `config.json`: 9 heads of 64 sharing 3 KV heads, rope theta 100000, a 49152-token vocabulary,
-/// tied embeddings).
+/// The shapes of karpathy/tinyllamas' stories models, and of the small chat models people run in
+/// a browser, from their `config.json`s: SmolLM2-135M and -360M (heads of 64 sharing KV heads
+/// three to one, rope theta 100000, a 49152-token vocabulary, tied embeddings) and TinyLlama-1.1B
+/// (32 heads sharing 4 KV heads, Llama-2's 32000-token vocabulary, its own classifier).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
     Stories15M,
     Stories42M,
     Stories110M,
     SmolLm2_135M,
+    SmolLm2_360M,
+    TinyLlama1_1B,
 }
+
+const SHAPES: &str =
+    "stories15M, stories42M, stories110M, smollm2-135M, smollm2-360M or tinyllama-1.1B";
 
 impl FromStr for Shape {
     type Err = Error;
@@ -25,44 +31,35 @@ impl FromStr for Shape {
             "stories42m" => Ok(Shape::Stories42M),
             "stories110m" => Ok(Shape::Stories110M),
             "smollm2-135m" => Ok(Shape::SmolLm2_135M),
-            _ => Err(Error::Unsupported(format!(
-                "shape {s:?}: choose stories15M, stories42M, stories110M or smollm2-135M"
-            ))),
+            "smollm2-360m" => Ok(Shape::SmolLm2_360M),
+            "tinyllama-1.1b" => Ok(Shape::TinyLlama1_1B),
+            _ => Err(Error::Unsupported(format!("shape {s:?}: choose {SHAPES}"))),
         }
     }
 }
 
 impl Shape {
     pub fn config(self) -> LlamaConfig {
-        if self == Shape::SmolLm2_135M {
-            return LlamaConfig {
-                dim: 576,
-                hidden_dim: 1536,
-                n_layers: 30,
-                n_heads: 9,
-                n_kv_heads: 3,
-                vocab_size: 49152,
-                seq_len: 8192,
-                shared_classifier: true,
-                rope_theta: 100000.0,
-                norm_eps: 1e-5,
+        // dim, hidden, layers, heads, KV heads, vocabulary, context, rope theta, tied classifier
+        let (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len, theta, tied) =
+            match self {
+                Shape::Stories15M => (288, 768, 6, 6, 6, 32000, 256, 10000.0, true),
+                Shape::Stories42M => (512, 1376, 8, 8, 8, 32000, 1024, 10000.0, true),
+                Shape::Stories110M => (768, 2048, 12, 12, 12, 32000, 1024, 10000.0, true),
+                Shape::SmolLm2_135M => (576, 1536, 30, 9, 3, 49152, 8192, 100000.0, true),
+                Shape::SmolLm2_360M => (960, 2560, 32, 15, 5, 49152, 8192, 100000.0, true),
+                Shape::TinyLlama1_1B => (2048, 5632, 22, 32, 4, 32000, 2048, 10000.0, false),
             };
-        }
-        let (dim, hidden_dim, n_layers, heads, seq_len) = match self {
-            Shape::Stories15M => (288, 768, 6, 6, 256),
-            Shape::Stories42M => (512, 1376, 8, 8, 1024),
-            _ => (768, 2048, 12, 12, 1024),
-        };
         LlamaConfig {
             dim,
             hidden_dim,
             n_layers,
-            n_heads: heads,
-            n_kv_heads: heads,
-            vocab_size: 32000,
+            n_heads,
+            n_kv_heads,
+            vocab_size,
             seq_len,
-            shared_classifier: true,
-            rope_theta: 10000.0,
+            shared_classifier: tied,
+            rope_theta: theta,
             norm_eps: 1e-5,
         }
     }
@@ -74,6 +71,8 @@ impl Shape {
             Shape::Stories42M => "stories42M",
             Shape::Stories110M => "stories110M",
             Shape::SmolLm2_135M => "SmolLM2-135M",
+            Shape::SmolLm2_360M => "SmolLM2-360M",
+            Shape::TinyLlama1_1B => "TinyLlama-1.1B",
         }
     }
 }

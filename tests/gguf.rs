@@ -406,3 +406,25 @@ fn a_smollm2_shaped_gguf_chats_end_to_end() {
     assert_eq!(tokens.len(), 4);
     assert_eq!(streamed, engine.tokenizer.decode(&tokens));
 }
+
+/// `synth`'s shapes of the chat models people run in a browser have their published sizes: the
+/// shape is what speed depends on, so it must be the real one.
+#[test]
+fn synth_shapes_of_chat_models_have_their_published_sizes() {
+    use tokenometer::synth::Shape;
+    for (shape, parameters, kv_heads) in [
+        ("smollm2-135M", 134_515_008, 3),
+        ("smollm2-360M", 361_821_120, 5),
+        ("tinyllama-1.1B", 1_100_048_384, 4),
+    ] {
+        let config = shape.parse::<Shape>().unwrap().config();
+        assert_eq!(config.parameter_count(), parameters, "{shape}");
+        assert_eq!(
+            (config.head_size(), config.n_kv_heads),
+            (64, kv_heads),
+            "{shape}"
+        );
+    }
+    let error = "llama-3.2-1b".parse::<Shape>().err().unwrap().to_string();
+    assert!(error.contains("tinyllama-1.1B"), "{error}");
+}
