@@ -518,13 +518,7 @@ fn synth(
                     config.vocab_size
                 )));
             }
-            let mut keys: Vec<_> = header
-                .metadata
-                .into_iter()
-                .filter(|(k, _)| k.starts_with("tokenizer."))
-                .collect();
-            keys.sort_by(|a, b| a.0.cmp(&b.0));
-            keys
+            header.into_tokenizer_metadata()
         }
         (true, None) => {
             return Err(Error::Unsupported(

@@ -379,6 +379,18 @@ impl Gguf {
         self.metadata.get(key)
     }
 
+    /// The tokenizer's metadata (every `tokenizer.*` key), sorted by key: what another GGUF needs
+    /// to carry the same tokenizer (`tokenometer synth --vocab`).
+    pub fn into_tokenizer_metadata(self) -> Vec<(String, Value)> {
+        let mut keys: Vec<(String, Value)> = self
+            .metadata
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("tokenizer."))
+            .collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        keys
+    }
+
     fn count(&self, key: &str) -> Result<Option<usize>> {
         match self.get(key) {
             None => Ok(None),

@@ -244,22 +244,17 @@ pub const SMOLLM2_TEMPLATE: &str = "{% for message in messages %}{% if loop.firs
 /// [`read`]): the same 49152 tokens and split rules, with ids 1 and 2 renamed to ChatML's
 /// markers as SmolLM2's own vocabulary has them, BOS 1, EOS 2 and SmolLM2-Instruct's template.
 /// Sorted by key, `tokenizer.*` only, ready to follow a model's metadata in a GGUF.
-pub fn smollm2_like(starcoder: Gguf) -> Vec<(String, Value)> {
-    let mut vocab = starcoder.metadata;
-    if let Some(Value::Array(tokens)) = vocab.get_mut("tokenizer.ggml.tokens") {
+pub fn smollm2_like(mut starcoder: Gguf) -> Vec<(String, Value)> {
+    let metadata = &mut starcoder.metadata;
+    if let Some(Value::Array(tokens)) = metadata.get_mut("tokenizer.ggml.tokens") {
         tokens[1] = Value::Str("<|im_start|>".into());
         tokens[2] = Value::Str("<|im_end|>".into());
     }
-    vocab.insert("tokenizer.ggml.bos_token_id".into(), Value::Uint(1));
-    vocab.insert("tokenizer.ggml.eos_token_id".into(), Value::Uint(2));
-    vocab.insert(
+    metadata.insert("tokenizer.ggml.bos_token_id".into(), Value::Uint(1));
+    metadata.insert("tokenizer.ggml.eos_token_id".into(), Value::Uint(2));
+    metadata.insert(
         "tokenizer.chat_template".into(),
         Value::Str(SMOLLM2_TEMPLATE.into()),
     );
-    let mut keys: Vec<(String, Value)> = vocab
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("tokenizer."))
-        .collect();
-    keys.sort_by(|a, b| a.0.cmp(&b.0));
-    keys
+    starcoder.into_tokenizer_metadata()
 }
