@@ -1,15 +1,18 @@
 //! Writing GGUF files of the `llama` architecture, for synthetic models (`tokenometer synth
 //! --vocab`): a real model's shape and tokenizer with seeded random weights, so that speed and the
 //! whole path from file to text can be tried at shapes whose real weights are not at hand
-//! (SmolLM2-135M). Tensors are written F32, or Q8_0 where a row is whole blocks of 32, the way
-//! llama.cpp's `quantize_row_q8_0_ref` does it (scale `max|x| / 127` stored as f16, values
-//! rounded with the unrounded scale).
+//! (SmolLM2-135M). Tensors are written F32, or Q8_0 where a row is whole blocks of 32, quantized by
+//! the engine's own `kernels::quantize_rows_q8` as llama.cpp's `quantize_row_q8_0_ref` does it
+//! (scale `max|x| / 127`, values rounded half away from zero with the unrounded scale), the scale
+//! then stored as f16.
 
 use std::io::{self, Write};
 
 use half::f16;
 
+use crate::kernels::{Q8Rows, quantize_rows_q8};
 use crate::loading::gguf::Value;
+use crate::quant::BLOCK;
 use crate::weights::{HostWeights, LlamaConfig, Matrix};
 
 const ALIGNMENT: u64 = 32;
@@ -59,24 +62,18 @@ pub fn write_model(
     q8: bool,
     out: &mut impl Write,
 ) -> io::Result<()> {
-    let mut tensors: Vec<(String, &Matrix)> =
-        vec![("token_embd.weight".into(), &weights.token_embedding)];
-    let norms: Vec<(String, Matrix)> = weights
+    // The norm vectors as 1-row matrices: each layer's attention and FFN norms, and the final one.
+    let vector = |v: &[f32]| Matrix::new(1, v.len(), v.to_vec());
+    let layer_norms: Vec<[Matrix; 2]> = weights
         .layers
         .iter()
-        .enumerate()
-        .flat_map(|(i, l)| {
-            [
-                (format!("blk.{i}.attn_norm.weight"), l.rms_att.clone()),
-                (format!("blk.{i}.ffn_norm.weight"), l.rms_ffn.clone()),
-            ]
-        })
-        .chain([("output_norm.weight".to_string(), weights.rms_final.clone())])
-        .map(|(name, v)| (name, Matrix::new(1, v.len(), v)))
+        .map(|l| [vector(&l.rms_att), vector(&l.rms_ffn)])
         .collect();
-    let mut norm = norms.iter().map(|(n, m)| (n.clone(), m));
-    for (i, l) in weights.layers.iter().enumerate() {
-        tensors.push(norm.next().expect("an attention norm per layer"));
+    let output_norm = vector(&weights.rms_final);
+    let mut tensors: Vec<(String, &Matrix)> =
+        vec![("token_embd.weight".into(), &weights.token_embedding)];
+    for (i, (l, [attn_norm, ffn_norm])) in weights.layers.iter().zip(&layer_norms).enumerate() {
+        tensors.push((format!("blk.{i}.attn_norm.weight"), attn_norm));
         for (what, m) in [
             ("attn_q", &l.wq),
             ("attn_k", &l.wk),
@@ -85,12 +82,12 @@ pub fn write_model(
         ] {
             tensors.push((format!("blk.{i}.{what}.weight"), m));
         }
-        tensors.push(norm.next().expect("an FFN norm per layer"));
+        tensors.push((format!("blk.{i}.ffn_norm.weight"), ffn_norm));
         for (what, m) in [("ffn_gate", &l.w1), ("ffn_down", &l.w2), ("ffn_up", &l.w3)] {
             tensors.push((format!("blk.{i}.{what}.weight"), m));
         }
     }
-    tensors.extend(norm);
+    tensors.push(("output_norm.weight".into(), &output_norm));
     if let Some(classifier) = &weights.classifier {
         tensors.push(("output.weight".into(), classifier));
     }
@@ -105,10 +102,14 @@ pub fn write(
     q8: bool,
     out: &mut impl Write,
 ) -> io::Result<()> {
-    let quantized = |m: &Matrix| q8 && m.rows > 1 && m.cols.is_multiple_of(32);
+    let quantized = |m: &Matrix| q8 && m.rows > 1 && m.cols.is_multiple_of(BLOCK);
     let data_bytes = |m: &Matrix| -> u64 {
         let n = (m.rows * m.cols) as u64;
-        if quantized(m) { n / 32 * 34 } else { n * 4 }
+        if quantized(m) {
+            n / BLOCK as u64 * 34
+        } else {
+            n * 4
+        }
     };
     let mut header = b"GGUF".to_vec();
     header.extend(3u32.to_le_bytes());
@@ -153,15 +154,15 @@ pub fn write(
     Ok(())
 }
 
-/// Q8_0 blocks of `values` (a whole number of blocks of 32).
+/// Q8_0 blocks of `values` (a whole number of blocks of 32), in GGUF's layout: each block's f16
+/// scale, then its 32 values.
 fn q8_0(values: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() / 32 * 34);
-    for block in values.chunks_exact(32) {
-        let amax = block.iter().fold(0f32, |m, x| m.max(x.abs()));
-        let d = amax / 127.0;
-        let inverse = if d == 0.0 { 0.0 } else { 1.0 / d };
-        out.extend(f16::from_f32(d).to_le_bytes());
-        out.extend(block.iter().map(|x| (x * inverse).round() as i8 as u8));
+    let mut blocks = Q8Rows::default();
+    quantize_rows_q8(values, BLOCK, &mut blocks);
+    let mut out = Vec::with_capacity(values.len() / BLOCK * 34);
+    for (quants, scale) in blocks.quants.chunks_exact(BLOCK).zip(&blocks.scales) {
+        out.extend(f16::from_f32(*scale).to_le_bytes());
+        out.extend(quants.iter().map(|&q| q as u8));
     }
     out
 }
