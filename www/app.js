@@ -85,7 +85,7 @@ async function settings() {
     options: {
       max_tokens: number(el.max, d.run.max_tokens), temperature: number(el.temperature, d.run.temperature),
       top_p: d.run.top_p, seed: d.run.seed, reading_wpm: number(el.wpm, d.run.reading_wpm),
-      chat: el.chat.dataset.touched ? el.chat.checked : d.run.chat,
+      chat: el.chat.checked,
     },
   };
 }
