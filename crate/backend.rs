@@ -56,7 +56,7 @@ pub struct Backend {
     pub kind: BackendKind,
     /// burn's device for wgpu; `None` on the CPU.
     pub device: Option<Device>,
-    /// The adapter's name ("CPU (AVX2)" for the CPU backend: its kernels' instruction set).
+    /// The adapter's name ("CPU (AVX2)", "CPU (AVX2+VNNI)" for the CPU backend: its kernels' instruction set).
     pub adapter: String,
     /// Adapter details worth showing (driver, limits), one line.
     pub details: String,

@@ -187,17 +187,11 @@ impl Ops for HostOps {
                     let query = &q.row(row + i)[h * hs..(h + 1) * hs];
                     let kv = (h / rep) * hs;
                     let scores = &mut scores[..seen];
-                    for (j, s) in scores.iter_mut().enumerate() {
-                        let key = &keys[j * kv_dim + kv..j * kv_dim + kv + hs];
-                        *s = kernels::dot(self.isa, query, key) * scale;
-                    }
+                    kernels::attention_scores(self.isa, query, &keys[kv..], kv_dim, scale, scores);
                     softmax(scores);
                     let at = ((row + i) * n_heads + h) * hs;
                     let o = &mut out[at..at + hs];
-                    for (j, &p) in scores.iter().enumerate() {
-                        let value = &values[j * kv_dim + kv..j * kv_dim + kv + hs];
-                        kernels::axpy(self.isa, p, value, o);
-                    }
+                    kernels::weighted_sum(self.isa, scores, &values[kv..], kv_dim, o);
                 }
             }
             row += t;

@@ -21,6 +21,9 @@ pub enum Isa {
     Scalar,
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// AVX2, with AVX-512 VNNI's `vpdpbusd` (in its 256-bit form) for the block products.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
     #[cfg(target_arch = "wasm32")]
     Simd128,
 }
@@ -30,6 +33,11 @@ impl Isa {
     pub fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            if std::is_x86_feature_detected!("avx512vnni")
+                && std::is_x86_feature_detected!("avx512vl")
+            {
+                return Isa::Avx512Vnni;
+            }
             return Isa::Avx2;
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -40,11 +48,11 @@ impl Isa {
 
     /// Every set this machine can run, for tests that compare them.
     pub fn available() -> Vec<Isa> {
-        let best = Isa::detect();
-        if best == Isa::Scalar {
-            vec![Isa::Scalar]
-        } else {
-            vec![Isa::Scalar, best]
+        match Isa::detect() {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => vec![Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni],
+            Isa::Scalar => vec![Isa::Scalar],
+            best => vec![Isa::Scalar, best],
         }
     }
 
@@ -53,6 +61,8 @@ impl Isa {
             Isa::Scalar => "scalar",
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => "AVX2",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => "AVX2+VNNI",
             #[cfg(target_arch = "wasm32")]
             Isa::Simd128 => "SIMD128",
         }
@@ -110,32 +120,82 @@ pub fn matmul(
     out: &mut [f32],
 ) {
     debug_assert_eq!(out.len(), t * rows);
+    let quantized = !matches!(w, WeightRows::F32(_));
     // SIMD128 multiplies 16-bit lanes (`i32x4.dot_i16x8_s`, one instruction on x86); the
     // activations are widened to i16 once here, not once per weight row.
     #[cfg(target_arch = "wasm32")]
-    let wide: Vec<i16> = if isa == Isa::Simd128 && !matches!(w, WeightRows::F32(_)) {
+    let wide: Vec<i16> = if isa == Isa::Simd128 && quantized {
         xq.quants[..t * cols].iter().map(|&q| q as i16).collect()
     } else {
         Vec::new()
     };
     #[cfg(not(target_arch = "wasm32"))]
     let wide: Vec<i16> = Vec::new();
+    // VNNI multiplies unsigned by signed bytes: the activations move to 1..=255 (x + 128) once
+    // here, and each weight block's 128 * sum is taken back once for the whole tile.
+    #[cfg(target_arch = "x86_64")]
+    let offset: Vec<u8> = if isa == Isa::Avx512Vnni && quantized {
+        xq.quants[..t * cols]
+            .iter()
+            .map(|&q| (q as u8) ^ 0x80)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let offset: Vec<u8> = Vec::new();
+    let prepared: Option<&[u8]> = if !wide.is_empty() {
+        Some(bytemuck::cast_slice(&wide))
+    } else {
+        (!offset.is_empty()).then_some(offset.as_slice())
+    };
     let m = Matmul {
         w,
         rows,
         cols,
         x,
         xq,
-        x_wide: (!wide.is_empty()).then_some(wide.as_slice()),
+        x_prepared: prepared,
         t,
     };
     match isa {
-        Isa::Scalar => m.tiled(out, 1, scalar::f32_tile, scalar::blocks_tile),
+        Isa::Scalar => m.tiled(
+            out,
+            1,
+            scalar::f32_tile,
+            scalar::blocks_tile,
+            (1, one_row_at_a_time(scalar::blocks_tile)),
+        ),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA.
-        Isa::Avx2 => unsafe { avx2::matmul(&m, out) },
+        // SAFETY: `Isa::Avx512Vnni` is only produced after detecting AVX2, FMA, AVX512-VNNI
+        // and AVX512-VL.
+        Isa::Avx512Vnni if quantized => unsafe { avx2::matmul_vnni(&m, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both are only produced after detecting AVX2 and FMA. f32 weights take the
+        // AVX2 loops on a VNNI machine too (compiled with AVX-512 enabled, they decoded stories15M
+        // f32 a tenth slower at 8 users).
+        Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::matmul(&m, out) },
         #[cfg(target_arch = "wasm32")]
-        Isa::Simd128 => m.tiled(out, 3, simd128::f32_tile, simd128::blocks_tile),
+        Isa::Simd128 => m.tiled(
+            out,
+            3,
+            simd128::f32_tile,
+            simd128::blocks_tile,
+            (2, simd128::blocks_rows),
+        ),
+    }
+}
+
+/// A kernel of several weight rows against one activation row, made of a tile kernel (one
+/// weight row against several activation rows) called once per weight row.
+#[inline(always)]
+fn one_row_at_a_time(
+    tile: impl Fn(WeightBlocks, &[BlockRow], &mut [f32]),
+) -> impl Fn(&[WeightBlocks], BlockRow, &mut [f32]) {
+    move |w, x, out| {
+        for (w, out) in w.iter().zip(out.chunks_mut(1)) {
+            tile(*w, &[x], out);
+        }
     }
 }
 
@@ -149,9 +209,9 @@ pub(crate) struct Matmul<'a> {
     cols: usize,
     x: &'a [f32],
     xq: &'a Q8Rows,
-    /// `xq`'s values widened to i16, where the instruction set multiplies 16-bit lanes; the
-    /// activation rows handed to its block tiles are then 2 bytes a value.
-    x_wide: Option<&'a [i16]>,
+    /// `xq`'s values as the instruction set's block tiles take them, where that is not `xq`
+    /// itself: widened to i16 (SIMD128, 2 bytes a value) or moved to unsigned bytes (VNNI).
+    x_prepared: Option<&'a [u8]>,
     t: usize,
 }
 
@@ -172,6 +232,7 @@ impl Matmul<'_> {
         f32_rows: usize,
         f32_tile: impl Fn(&[f32], &[&[f32]], &mut [f32]),
         blocks_tile: impl Fn(WeightBlocks, &[BlockRow], &mut [f32]),
+        (rows_at_once, blocks_rows): (usize, impl Fn(&[WeightBlocks], BlockRow, &mut [f32])),
     ) {
         let (rows, cols, t) = (self.rows, self.cols, self.t);
         let blocks = cols / BLOCK;
@@ -223,8 +284,12 @@ impl Matmul<'_> {
                         std::array::from_fn(|k| {
                             let row = i + k.min(n - 1);
                             BlockRow {
-                                quants: match self.x_wide {
-                                    Some(wide) => bytemuck::cast_slice(&wide[row * cols..][..cols]),
+                                quants: match self.x_prepared {
+                                    Some(prepared) => {
+                                        // Bytes per value: 2 when widened to i16, else 1.
+                                        let size = prepared.len() / (self.t * cols);
+                                        &prepared[row * cols * size..][..cols * size]
+                                    }
                                     None => {
                                         bytemuck::cast_slice(&self.xq.quants[row * cols..][..cols])
                                     }
@@ -234,18 +299,30 @@ impl Matmul<'_> {
                         })
                     })
                     .collect();
-                for r in 0..rows {
-                    let w = WeightBlocks {
-                        row: BlockRow {
-                            quants: &wq[r * blocks * step..(r + 1) * blocks * step],
-                            scales: &scales[r * blocks..(r + 1) * blocks],
-                        },
-                        q4,
-                    };
-                    if t == 1 {
-                        blocks_tile(w, &x[0][..1], &mut out[r..r + 1]);
-                        continue;
+                let weight_row = |r: usize| WeightBlocks {
+                    row: BlockRow {
+                        quants: &wq[r * blocks * step..(r + 1) * blocks * step],
+                        scales: &scales[r * blocks..(r + 1) * blocks],
+                    },
+                    q4,
+                };
+                if t == 1 {
+                    // Decode at batch 1: several weight rows against the one activation row,
+                    // where the instruction set has a kernel for that, results straight into
+                    // place.
+                    let m = rows_at_once.clamp(1, TILE);
+                    let mut ws = [weight_row(0); TILE];
+                    for r in (0..rows).step_by(m) {
+                        let n = (rows - r).min(m);
+                        for (k, w) in ws[..n].iter_mut().enumerate() {
+                            *w = weight_row(r + k);
+                        }
+                        blocks_rows(&ws[..n], x[0][0], &mut out[r..r + n]);
                     }
+                    return;
+                }
+                for r in 0..rows {
+                    let w = weight_row(r);
                     for (&(i, n), x) in tiles.iter().zip(&x) {
                         blocks_tile(w, &x[..n], &mut results[..n]);
                         for (k, v) in results[..n].iter().enumerate() {
@@ -289,22 +366,60 @@ pub fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     match isa {
         Isa::Scalar => scalar::dot_f32(a, b),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA.
-        Isa::Avx2 => unsafe { avx2::dot_f32(a, b) },
+        // SAFETY: both are only produced after detecting AVX2 and FMA.
+        Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::dot_f32(a, b) },
         #[cfg(target_arch = "wasm32")]
         Isa::Simd128 => simd128::dot_f32(a, b),
     }
 }
 
-/// `y += a * x`.
-pub fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
+/// One query's attention scores over a head's cached keys: `scores[j] = dot(query, key j) *
+/// scale`, key `j` being `keys[j * stride..][..query.len()]`. One call for all positions, so the
+/// dot products inline into one loop: called once per position, their call and dispatch took
+/// more time than their arithmetic at a head size of 48 (attention was a fifth of a q8 decode
+/// step at 8 users natively, in a profile).
+pub fn attention_scores(
+    isa: Isa,
+    query: &[f32],
+    keys: &[f32],
+    stride: usize,
+    scale: f32,
+    scores: &mut [f32],
+) {
+    let hs = query.len();
+    assert!(scores.is_empty() || keys.len() >= (scores.len() - 1) * stride + hs);
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA.
-        Isa::Avx2 => unsafe { avx2::axpy(a, x, y) },
+        // SAFETY: both are only produced after detecting AVX2 and FMA.
+        Isa::Avx2 | Isa::Avx512Vnni => unsafe {
+            avx2::attention_scores(query, keys, stride, scale, scores)
+        },
         _ => {
-            for (y, x) in y.iter_mut().zip(x) {
-                *y += a * x;
+            for (j, s) in scores.iter_mut().enumerate() {
+                *s = dot(isa, query, &keys[j * stride..][..hs]) * scale;
+            }
+        }
+    }
+}
+
+/// The attention's output for one query: `out = sum_j p[j] * value j`, value `j` being
+/// `values[j * stride..][..out.len()]`, each lane summed in position order (as a chain of
+/// `y += p * x` would), kept in registers across the positions.
+pub fn weighted_sum(isa: Isa, p: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    let hs = out.len();
+    assert!(p.is_empty() || values.len() >= (p.len() - 1) * stride + hs);
+    out.fill(0.0);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both are only produced after detecting AVX2 and FMA.
+        Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::weighted_sum(p, values, stride, out) },
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 => simd128::weighted_sum(p, values, stride, out),
+        Isa::Scalar => {
+            for (j, &p) in p.iter().enumerate() {
+                for (y, x) in out.iter_mut().zip(&values[j * stride..][..hs]) {
+                    *y += p * x;
+                }
             }
         }
     }
@@ -371,7 +486,7 @@ mod scalar {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, BlockRow, Matmul, WeightBlocks};
+    use super::{BLOCK, BlockRow, Matmul, WeightBlocks, one_row_at_a_time};
 
     #[target_feature(enable = "avx2,fma")]
     fn hsum(v: __m256) -> f32 {
@@ -382,6 +497,7 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len().min(b.len());
@@ -416,24 +532,57 @@ mod avx2 {
         sum
     }
 
+    /// [`super::attention_scores`]: `dot_f32` inlined into the loop over positions.
     #[target_feature(enable = "avx2,fma")]
-    pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
-        let n = x.len().min(y.len());
-        let av = _mm256_set1_ps(a);
+    pub fn attention_scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, s: &mut [f32]) {
+        let hs = q.len();
+        for (j, s) in s.iter_mut().enumerate() {
+            *s = dot_f32(q, &keys[j * stride..][..hs]) * scale;
+        }
+    }
+
+    /// [`super::weighted_sum`]: 32 lanes of the output at a time held in 4 registers over all
+    /// positions, then 8 at a time, then one; each lane gets the same fused multiply-adds in
+    /// the same order.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn weighted_sum(p: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+        let hs = out.len();
+        let pv = values.as_ptr();
         let mut i = 0;
-        // SAFETY: every access is within 0..n of both slices.
+        // SAFETY: every load is within value j's `hs` lanes (asserted by the caller), every
+        // store within `out`.
         unsafe {
-            while i + 8 <= n {
-                let py = y.as_mut_ptr().add(i);
-                let r =
-                    _mm256_fmadd_ps(av, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(py));
-                _mm256_storeu_ps(py, r);
+            while i + 32 <= hs {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for (j, &p) in p.iter().enumerate() {
+                    let a = _mm256_set1_ps(p);
+                    for (k, acc) in acc.iter_mut().enumerate() {
+                        let v = _mm256_loadu_ps(pv.add(j * stride + i + 8 * k));
+                        *acc = _mm256_fmadd_ps(a, v, *acc);
+                    }
+                }
+                for (k, acc) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(out.as_mut_ptr().add(i + 8 * k), *acc);
+                }
+                i += 32;
+            }
+            while i + 8 <= hs {
+                let mut acc = _mm256_setzero_ps();
+                for (j, &p) in p.iter().enumerate() {
+                    let v = _mm256_loadu_ps(pv.add(j * stride + i));
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(p), v, acc);
+                }
+                _mm256_storeu_ps(out.as_mut_ptr().add(i), acc);
                 i += 8;
             }
         }
-        while i < n {
-            y[i] += a * x[i];
-            i += 1;
+        for (j, &p) in p.iter().enumerate() {
+            for (y, x) in out[i..]
+                .iter_mut()
+                .zip(&values[j * stride + i..j * stride + hs])
+            {
+                *y += p * x;
+            }
         }
     }
 
@@ -572,6 +721,106 @@ mod avx2 {
                     blocks_tile::<false>(w, x, o)
                 }
             },
+            (
+                1,
+                one_row_at_a_time(
+                    #[inline(always)]
+                    |w, x, o| {
+                        if w.q4 {
+                            blocks_tile::<true>(w, x, o)
+                        } else {
+                            blocks_tile::<false>(w, x, o)
+                        }
+                    },
+                ),
+            ),
+        );
+    }
+    /// `N` activation rows, as unsigned bytes `x + 128`, against one Q8_0 or Q4_0 weight row,
+    /// with AVX-512 VNNI's `vpdpbusd`: each i32 lane gets the sum of 4 adjacent byte products
+    /// added to it, the lanes AVX2's `maddubs` + `madd` make, without the 16-bit step or the sign
+    /// moves. `(x + 128) . w = x . w + 128 * sum(w)`, so every row's lanes start from
+    /// `-128 * sum(w)`, taken once per weight block for the whole tile. The lanes are the same
+    /// exact integers as the AVX2 tile's, so the results are bit for bit the same.
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    fn dot_q_tile_vnni<const N: usize, const Q4: bool>(
+        w: WeightBlocks,
+        x: [BlockRow; N],
+    ) -> [f32; N] {
+        let blocks = w.row.scales.len();
+        let step = if Q4 { BLOCK / 2 } else { BLOCK };
+        assert!(w.row.quants.len() >= blocks * step);
+        assert!(
+            x.iter()
+                .all(|x| x.quants.len() >= blocks * BLOCK && x.scales.len() >= blocks)
+        );
+        let zero = _mm256_setzero_si256();
+        let offset = _mm256_set1_epi8(-128);
+        let mut acc = [_mm256_setzero_ps(); N];
+        for b in 0..blocks {
+            // SAFETY: the weight row holds `blocks * step` bytes and each activation row
+            // `blocks * 32` (asserted above).
+            let wv = unsafe {
+                let pw = w.row.quants.as_ptr().add(b * step);
+                if Q4 {
+                    unpack_q4(pw)
+                } else {
+                    _mm256_loadu_si256(pw as *const __m256i)
+                }
+            };
+            let start = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, offset, wv));
+            for (acc, x) in acc.iter_mut().zip(&x) {
+                // SAFETY: as above.
+                let xv = unsafe {
+                    _mm256_loadu_si256(x.quants.as_ptr().add(b * BLOCK) as *const __m256i)
+                };
+                let ints = _mm256_dpbusd_epi32(start, xv, wv);
+                let scale = w.row.scales[b] * x.scales[b];
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(ints), *acc);
+            }
+        }
+        acc.map(|a| hsum(a))
+    }
+
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    fn blocks_tile_vnni<const Q4: bool>(w: WeightBlocks, x: &[BlockRow], o: &mut [f32]) {
+        match *x {
+            [a] => o.copy_from_slice(&dot_q_tile_vnni::<1, Q4>(w, [a])),
+            [a, b] => o.copy_from_slice(&dot_q_tile_vnni::<2, Q4>(w, [a, b])),
+            [a, b, c] => o.copy_from_slice(&dot_q_tile_vnni::<3, Q4>(w, [a, b, c])),
+            [a, b, c, d] => o.copy_from_slice(&dot_q_tile_vnni::<4, Q4>(w, [a, b, c, d])),
+            _ => panic!("a block tile holds 1 to 4 rows"),
+        }
+    }
+
+    /// [`matmul`] for quantized weights, with the VNNI block tiles.
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    pub fn matmul_vnni(m: &Matmul, out: &mut [f32]) {
+        m.tiled(
+            out,
+            1,
+            |_, _, _| unreachable!("f32 weights take the AVX2 loops"),
+            #[inline(always)]
+            |w, x, o| {
+                if w.q4 {
+                    blocks_tile_vnni::<true>(w, x, o)
+                } else {
+                    blocks_tile_vnni::<false>(w, x, o)
+                }
+            },
+            (
+                1,
+                one_row_at_a_time(
+                    #[inline(always)]
+                    |w, x, o| {
+                        if w.q4 {
+                            blocks_tile_vnni::<true>(w, x, o)
+                        } else {
+                            blocks_tile_vnni::<false>(w, x, o)
+                        }
+                    },
+                ),
+            ),
         );
     }
 }
@@ -622,6 +871,50 @@ mod simd128 {
         sum
     }
 
+    /// [`super::weighted_sum`]: 16 lanes of the output at a time held in 4 registers over all
+    /// positions, then 4, then one; each lane gets the scalar loop's multiply and add in the same
+    /// order.
+    pub fn weighted_sum(p: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+        let hs = out.len();
+        let pv = values.as_ptr();
+        let mut i = 0;
+        // SAFETY: every load is within value j's `hs` lanes (asserted by the caller), every
+        // store within `out`.
+        unsafe {
+            while i + 16 <= hs {
+                let mut acc = [f32x4_splat(0.0); 4];
+                for (j, &p) in p.iter().enumerate() {
+                    let a = f32x4_splat(p);
+                    for (k, acc) in acc.iter_mut().enumerate() {
+                        let v = v128_load(pv.add(j * stride + i + 4 * k) as *const v128);
+                        *acc = f32x4_add(*acc, f32x4_mul(a, v));
+                    }
+                }
+                for (k, acc) in acc.iter().enumerate() {
+                    v128_store(out.as_mut_ptr().add(i + 4 * k) as *mut v128, *acc);
+                }
+                i += 16;
+            }
+            while i + 4 <= hs {
+                let mut acc = f32x4_splat(0.0);
+                for (j, &p) in p.iter().enumerate() {
+                    let v = v128_load(pv.add(j * stride + i) as *const v128);
+                    acc = f32x4_add(acc, f32x4_mul(f32x4_splat(p), v));
+                }
+                v128_store(out.as_mut_ptr().add(i) as *mut v128, acc);
+                i += 4;
+            }
+        }
+        for (j, &p) in p.iter().enumerate() {
+            for (y, x) in out[i..]
+                .iter_mut()
+                .zip(&values[j * stride + i..j * stride + hs])
+            {
+                *y += p * x;
+            }
+        }
+    }
+
     /// `N` rows against one f32 weight row, each summed in exactly [`dot_f32`]'s order, with each
     /// 4-wide piece of the weight row loaded once for all `N`.
     #[inline(always)]
@@ -664,12 +957,65 @@ mod simd128 {
         out
     }
 
+    /// A Q8_0 or Q4_0 weight block's 32 values, widened to i16, in value order.
+    ///
+    /// # Safety
+    /// `pw` points to the block's 32 (Q8_0) or 16 (Q4_0) readable bytes.
+    #[inline(always)]
+    unsafe fn unpack_block<const Q4: bool>(pw: *const u8) -> [v128; 4] {
+        // SAFETY: the caller's.
+        let (w0, w1) = unsafe {
+            if Q4 {
+                let bytes = v128_load(pw as *const v128);
+                let eight = i8x16_splat(8);
+                let lo = i8x16_sub(v128_and(bytes, i8x16_splat(0x0f)), eight);
+                let hi = i8x16_sub(u8x16_shr(bytes, 4), eight);
+                (lo, hi)
+            } else {
+                (
+                    v128_load(pw as *const v128),
+                    v128_load(pw.add(16) as *const v128),
+                )
+            }
+        };
+        [
+            i16x8_extend_low_i8x16(w0),
+            i16x8_extend_high_i8x16(w0),
+            i16x8_extend_low_i8x16(w1),
+            i16x8_extend_high_i8x16(w1),
+        ]
+    }
+
+    /// An activation block's 32 values (widened to i16, 64 bytes).
+    ///
+    /// # Safety
+    /// `px` points to 64 readable bytes.
+    #[inline(always)]
+    unsafe fn load_wide(px: *const u8) -> [v128; 4] {
+        // SAFETY: the caller's.
+        std::array::from_fn(|k| unsafe { v128_load(px.add(16 * k) as *const v128) })
+    }
+
+    /// `acc + scale * (w . x)` for one block: its 32 products summed exactly in i32 by
+    /// `i32x4.dot_i16x8_s` (x86's `pmaddwd`), where the i8 `extmul` pairs it replaced lower to
+    /// several instructions each on x86, then scaled once. Every kernel below sums a row through
+    /// this, block by block, so a row's result does not depend on the kernel.
+    #[inline(always)]
+    fn block_step(acc: v128, ws: &[v128; 4], xs: &[v128; 4], scale: f32) -> v128 {
+        let ints = i32x4_add(
+            i32x4_add(i32x4_dot_i16x8(ws[0], xs[0]), i32x4_dot_i16x8(ws[1], xs[1])),
+            i32x4_add(i32x4_dot_i16x8(ws[2], xs[2]), i32x4_dot_i16x8(ws[3], xs[3])),
+        );
+        f32x4_add(
+            acc,
+            f32x4_mul(f32x4_splat(scale), f32x4_convert_i32x4(ints)),
+        )
+    }
+
     /// `N` activation rows (int8 values widened to i16, 64 bytes a block) against one Q8_0 or
-    /// Q4_0 weight row, each summed block by block in the same order whatever `N`; a weight block
-    /// is loaded, unpacked and widened once for all `N`. Each block's 32 products are summed
-    /// exactly in i32 by `i32x4.dot_i16x8_s` (x86's `pmaddwd`), where the i8 `extmul` pairs it
-    /// replaced lower to several instructions each on x86. Measured in the page (stories15M,
-    /// 128 tokens, 4 runs each, interleaved): q8 494.7 -> 535.5 tok/s, q4 unchanged.
+    /// Q4_0 weight row; a weight block is loaded, unpacked and widened once for all `N`.
+    /// Measured in the page (stories15M, 128 tokens, 4 runs each, interleaved): the i16 dot
+    /// products took q8 from 494.7 to 535.5 tok/s, q4 unchanged.
     #[inline(always)]
     fn dot_q_tile<const N: usize, const Q4: bool>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
         let blocks = w.row.scales.len();
@@ -683,42 +1029,61 @@ mod simd128 {
         for b in 0..blocks {
             // SAFETY: the weight row holds `blocks * step` bytes and each activation row
             // `blocks * 64` (asserted above).
-            let (w0, w1) = unsafe {
-                let pw = w.row.quants.as_ptr().add(b * step);
-                if Q4 {
-                    let bytes = v128_load(pw as *const v128);
-                    let eight = i8x16_splat(8);
-                    let lo = i8x16_sub(v128_and(bytes, i8x16_splat(0x0f)), eight);
-                    let hi = i8x16_sub(u8x16_shr(bytes, 4), eight);
-                    (lo, hi)
-                } else {
-                    (
-                        v128_load(pw as *const v128),
-                        v128_load(pw.add(16) as *const v128),
-                    )
-                }
-            };
-            let ws = [
-                i16x8_extend_low_i8x16(w0),
-                i16x8_extend_high_i8x16(w0),
-                i16x8_extend_low_i8x16(w1),
-                i16x8_extend_high_i8x16(w1),
-            ];
+            let ws = unsafe { unpack_block::<Q4>(w.row.quants.as_ptr().add(b * step)) };
             for (acc, x) in acc.iter_mut().zip(&x) {
                 // SAFETY: as above.
-                let xs: [v128; 4] = unsafe {
-                    let px = x.quants.as_ptr().add(b * BLOCK * 2);
-                    std::array::from_fn(|k| v128_load(px.add(16 * k) as *const v128))
-                };
-                let ints = i32x4_add(
-                    i32x4_add(i32x4_dot_i16x8(ws[0], xs[0]), i32x4_dot_i16x8(ws[1], xs[1])),
-                    i32x4_add(i32x4_dot_i16x8(ws[2], xs[2]), i32x4_dot_i16x8(ws[3], xs[3])),
-                );
-                let scale = f32x4_splat(w.row.scales[b] * x.scales[b]);
-                *acc = f32x4_add(*acc, f32x4_mul(scale, f32x4_convert_i32x4(ints)));
+                let xs = unsafe { load_wide(x.quants.as_ptr().add(b * BLOCK * 2)) };
+                *acc = block_step(*acc, &ws, &xs, w.row.scales[b] * x.scales[b]);
             }
         }
         acc.map(hsum)
+    }
+
+    /// `M` Q8_0 or Q4_0 weight rows against one activation row (decode at batch 1): each
+    /// activation block is loaded once for all `M`. Measured in the page (stories15M, 128
+    /// tokens, 3 rounds interleaved, one run): 2 rows at a time took q8 from 598.5 to 690.4
+    /// tok/s and q4 from 521.2 to 559.6; 4 rows at a time ran out of registers in V8 and decoded
+    /// slower than one (538.4 and 484.7).
+    #[inline(always)]
+    fn dot_q_rows<const M: usize, const Q4: bool>(w: [WeightBlocks; M], x: BlockRow) -> [f32; M] {
+        let blocks = x.scales.len();
+        let step = if Q4 { BLOCK / 2 } else { BLOCK };
+        assert!(x.quants.len() >= blocks * BLOCK * 2);
+        assert!(
+            w.iter()
+                .all(|w| w.row.quants.len() >= blocks * step && w.row.scales.len() == blocks)
+        );
+        let mut acc = [f32x4_splat(0.0); M];
+        for b in 0..blocks {
+            // SAFETY: the activation row holds `blocks * 64` bytes and each weight row
+            // `blocks * step` (asserted above).
+            let xs = unsafe { load_wide(x.quants.as_ptr().add(b * BLOCK * 2)) };
+            for (acc, w) in acc.iter_mut().zip(&w) {
+                // SAFETY: as above.
+                let ws = unsafe { unpack_block::<Q4>(w.row.quants.as_ptr().add(b * step)) };
+                *acc = block_step(*acc, &ws, &xs, w.row.scales[b] * x.scales[b]);
+            }
+        }
+        acc.map(hsum)
+    }
+
+    /// Up to 2 weight rows against one activation row (int8 widened to i16), results side by
+    /// side.
+    pub fn blocks_rows(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
+        if w[0].q4 {
+            blocks_rows_of::<true>(w, x, out)
+        } else {
+            blocks_rows_of::<false>(w, x, out)
+        }
+    }
+
+    #[inline(always)]
+    fn blocks_rows_of<const Q4: bool>(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
+        match *w {
+            [a] => out.copy_from_slice(&dot_q_tile::<1, Q4>(a, [x])),
+            [a, b] => out.copy_from_slice(&dot_q_rows::<2, Q4>([a, b], x)),
+            _ => panic!("a row kernel holds 1 or 2 weight rows"),
+        }
     }
 
     /// Every row of `x` against `w`, in tiles of up to 3 (see `Matmul::tiled`).

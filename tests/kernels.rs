@@ -176,3 +176,77 @@ fn a_row_in_a_tile_gets_exactly_its_result_alone() {
         }
     }
 }
+
+/// One query's attention over a head's cached rows (keys and values interleaved with other heads'
+/// at a stride, as in the cache): scores and the weighted sum of values, for every instruction
+/// set, against plain arithmetic; head sizes with and without a tail of each vector width.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn attention_kernels_match_plain_arithmetic() {
+    for (hs, positions) in [(48, 37), (64, 5), (8, 1), (36, 130), (3, 4)] {
+        let stride = hs * 3 + 5;
+        let query = values(hs, hs as u64);
+        let cache = values(positions * stride, 13 + positions as u64);
+        let at = hs + 2;
+        let head = &cache[at..];
+        let exact_scores: Vec<f64> = (0..positions)
+            .map(|j| {
+                (0..hs)
+                    .map(|c| query[c] as f64 * head[j * stride + c] as f64)
+                    .sum::<f64>()
+                    * 0.125
+            })
+            .collect();
+        let p: Vec<f32> = values(positions, 3).iter().map(|v| v.abs()).collect();
+        let exact_sum: Vec<f64> = (0..hs)
+            .map(|c| {
+                (0..positions)
+                    .map(|j| p[j] as f64 * head[j * stride + c] as f64)
+                    .sum()
+            })
+            .collect();
+        for isa in Isa::available() {
+            let mut scores = vec![f32::NAN; positions];
+            kernels::attention_scores(isa, &query, head, stride, 0.125, &mut scores);
+            for (got, want) in scores.iter().zip(&exact_scores) {
+                assert!(
+                    (*got as f64 - want).abs() < 1e-4,
+                    "{isa:?} hs {hs}: {got} vs {want}"
+                );
+            }
+            let mut out = vec![f32::NAN; hs];
+            kernels::weighted_sum(isa, &p, head, stride, &mut out);
+            for (got, want) in out.iter().zip(&exact_sum) {
+                assert!(
+                    (*got as f64 - want).abs() < 1e-4,
+                    "{isa:?} hs {hs}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+/// On x86 the VNNI block tiles sum the same integer lanes as the AVX2 ones, so every quantized
+/// product is bit for bit the same whichever of the two a machine picks.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vnni_and_avx2_tiles_agree_bit_for_bit() {
+    if !Isa::available().contains(&Isa::Avx512Vnni) {
+        eprintln!("this machine has no AVX-512 VNNI; nothing to compare");
+        return;
+    }
+    let (rows, cols, t) = (19, 288, 6);
+    let w = values(rows * cols, 21);
+    let x = values(t * cols, 23);
+    for m in [HostMatrix::q8(&w), HostMatrix::q4(&w)] {
+        for t in 1..=t {
+            let bits = |isa| {
+                run(isa, &m, &x[..t * cols], rows, cols, t)
+                    .iter()
+                    .map(|f| f.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(Isa::Avx2), bits(Isa::Avx512Vnni), "{m:?} t={t}");
+        }
+    }
+}
