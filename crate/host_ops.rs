@@ -8,6 +8,7 @@
 //! tok/s where llama.cpp in wasm (wllama) reached 213-233, and this code 247-295 (one run, rounds
 //! interleaved, this project's 2-core AMD EPYC).
 
+use std::cell::OnceCell;
 use std::ops::Range;
 
 use crate::kernels::{self, Isa, Q8Rows};
@@ -27,17 +28,45 @@ impl HostOps {
     }
 }
 
-/// `t` rows of `width` values, row-major.
+/// `t` rows of `width` values, row-major, and their int8 blocks once a quantized projection has
+/// read them: q, k and v read the same normed rows, as do the feed-forward's gate and up, and
+/// each quantized them again (quantizing took a tenth of a q8 decode step in the page's worker,
+/// in a V8 profile, before it was vectorized and done once).
 #[derive(Clone)]
 pub(crate) struct Rows {
     t: usize,
     width: usize,
     data: Vec<f32>,
+    quantized: OnceCell<Q8Rows>,
 }
 
 impl Rows {
+    fn new(t: usize, width: usize, data: Vec<f32>) -> Self {
+        Rows {
+            t,
+            width,
+            data,
+            quantized: OnceCell::new(),
+        }
+    }
+
     fn row(&self, i: usize) -> &[f32] {
         &self.data[i * self.width..(i + 1) * self.width]
+    }
+
+    /// The values, to change in place: their int8 blocks, if made, no longer hold.
+    fn values_mut(&mut self) -> &mut [f32] {
+        self.quantized.take();
+        &mut self.data
+    }
+
+    /// The rows as int8 blocks, made on first use.
+    fn quantized(&self, isa: Isa) -> &Q8Rows {
+        self.quantized.get_or_init(|| {
+            let mut q = Q8Rows::default();
+            kernels::quantize_rows_q8_with(isa, &self.data, self.width, &mut q);
+            q
+        })
     }
 }
 
@@ -86,11 +115,7 @@ impl Ops for HostOps {
     }
 
     fn embed(&self, rows: Vec<f32>, t: usize) -> Rows {
-        Rows {
-            t,
-            width: rows.len() / t,
-            data: rows,
-        }
+        Rows::new(t, rows.len() / t, rows)
     }
 
     fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> HostPass {
@@ -109,15 +134,17 @@ impl Ops for HostOps {
             let inv_rms = 1.0 / (mean_square + eps).sqrt();
             data.extend(row.iter().zip(weight).map(|(v, w)| v * inv_rms * w));
         }
-        Rows { data, ..*x }
+        Rows::new(x.t, x.width, data)
     }
 
     fn matmul(&self, x: &Rows, w: &HostLinear) -> Rows {
         assert_eq!(x.width, w.cols, "a projection's input width");
-        let mut quantized = Q8Rows::default();
-        if !matches!(w.weights, HostMatrix::F32(_)) {
-            kernels::quantize_rows_q8(&x.data, w.cols, &mut quantized);
-        }
+        let none = Q8Rows::default();
+        let quantized = if matches!(w.weights, HostMatrix::F32(_)) {
+            &none
+        } else {
+            x.quantized(self.isa)
+        };
         let mut data = vec![0.0; x.t * w.rows];
         kernels::matmul(
             self.isa,
@@ -125,20 +152,17 @@ impl Ops for HostOps {
             w.rows,
             w.cols,
             &x.data,
-            &quantized,
+            quantized,
             x.t,
             &mut data,
         );
-        Rows {
-            t: x.t,
-            width: w.rows,
-            data,
-        }
+        Rows::new(x.t, w.rows, data)
     }
 
     fn rope(&self, mut x: Rows, pass: &HostPass) -> Rows {
         let half = self.heads.head_size / 2;
-        for (i, row) in x.data.chunks_exact_mut(x.width).enumerate() {
+        let width = x.width;
+        for (i, row) in x.values_mut().chunks_exact_mut(width).enumerate() {
             let (cos, sin) = (
                 &pass.cos[i * half..(i + 1) * half],
                 &pass.sin[i * half..(i + 1) * half],
@@ -196,40 +220,36 @@ impl Ops for HostOps {
             }
             row += t;
         }
-        Rows {
-            t: q.t,
-            width: n_heads * hs,
-            data: out,
-        }
+        Rows::new(q.t, n_heads * hs, out)
     }
 
     fn add(&self, mut x: Rows, y: Rows) -> Rows {
-        for (a, b) in x.data.iter_mut().zip(&y.data) {
+        for (a, b) in x.values_mut().iter_mut().zip(&y.data) {
             *a += b;
         }
         x
     }
 
     fn swiglu(&self, mut gate: Rows, up: Rows) -> Rows {
-        for (g, u) in gate.data.iter_mut().zip(&up.data) {
+        for (g, u) in gate.values_mut().iter_mut().zip(&up.data) {
             *g = *g / (1.0 + (-*g).exp()) * u;
         }
         gate
     }
 
     fn rows(&self, x: Rows, rows: Range<usize>) -> Rows {
-        Rows {
-            t: rows.len(),
-            width: x.width,
-            data: x.data[rows.start * x.width..rows.end * x.width].to_vec(),
-        }
+        Rows::new(
+            rows.len(),
+            x.width,
+            x.data[rows.start * x.width..rows.end * x.width].to_vec(),
+        )
     }
 
     fn cat(&self, parts: Vec<Rows>) -> Rows {
         let width = parts.first().map_or(0, |p| p.width);
         let t = parts.iter().map(|p| p.t).sum();
         let data = parts.into_iter().flat_map(|p| p.data).collect();
-        Rows { t, width, data }
+        Rows::new(t, width, data)
     }
 
     fn logits(&self, x: Rows) -> Logits {

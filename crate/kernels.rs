@@ -78,11 +78,28 @@ pub struct Q8Rows {
 
 /// Quantize `rows` (each `cols` wide, a multiple of 32) to int8 blocks: scale = max |x| / 127.
 pub fn quantize_rows_q8(x: &[f32], cols: usize, out: &mut Q8Rows) {
+    quantize_rows_q8_with(Isa::detect(), x, cols, out)
+}
+
+/// [`quantize_rows_q8`] with a given instruction set; every set gives the same bits (the vector
+/// versions do the scalar one's f32 operations, lane by lane).
+pub fn quantize_rows_q8_with(isa: Isa, x: &[f32], cols: usize, out: &mut Q8Rows) {
     debug_assert_eq!(cols % BLOCK, 0);
     out.quants.clear();
     out.scales.clear();
     out.quants.reserve(x.len());
     out.scales.reserve(x.len() / BLOCK);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both are only produced after detecting AVX2 and FMA.
+        Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::quantize_q8(x, out) },
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 => simd128::quantize_q8(x, out),
+        Isa::Scalar => quantize_q8_scalar(x, out),
+    }
+}
+
+fn quantize_q8_scalar(x: &[f32], out: &mut Q8Rows) {
     for block in x.chunks_exact(BLOCK) {
         let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let scale = amax / 127.0;
@@ -486,7 +503,7 @@ mod scalar {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, BlockRow, Matmul, WeightBlocks, one_row_at_a_time};
+    use super::{BLOCK, BlockRow, Matmul, Q8Rows, WeightBlocks, one_row_at_a_time};
 
     #[target_feature(enable = "avx2,fma")]
     fn hsum(v: __m256) -> f32 {
@@ -530,6 +547,43 @@ mod avx2 {
             i += 1;
         }
         sum
+    }
+
+    /// [`super::quantize_rows_q8_with`], 32 values (a block) at a time.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
+        let sign = _mm256_set1_ps(-0.0);
+        let half = _mm256_set1_ps(0.5);
+        // `packs` works within 128-bit halves; this puts the 8 groups of 4 back in order.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for block in x.chunks_exact(BLOCK) {
+            // SAFETY: the block holds 32 values.
+            let v: [__m256; 4] =
+                std::array::from_fn(|k| unsafe { _mm256_loadu_ps(block.as_ptr().add(8 * k)) });
+            let abs = v.map(|v| _mm256_andnot_ps(sign, v));
+            let m = _mm256_max_ps(_mm256_max_ps(abs[0], abs[1]), _mm256_max_ps(abs[2], abs[3]));
+            let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+            let scale = amax / 127.0;
+            let inv = _mm256_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+            out.scales.push(scale);
+            // Round half away from zero: add 0.5 with r's sign, then truncate (as the scalar one).
+            let ints = v.map(|v| {
+                let r = _mm256_mul_ps(v, inv);
+                let r = _mm256_add_ps(r, _mm256_or_ps(half, _mm256_and_ps(r, sign)));
+                _mm256_cvttps_epi32(r)
+            });
+            let words = [
+                _mm256_packs_epi32(ints[0], ints[1]),
+                _mm256_packs_epi32(ints[2], ints[3]),
+            ];
+            let bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(words[0], words[1]), order);
+            let at = out.quants.len();
+            out.quants.resize(at + BLOCK, 0);
+            // SAFETY: the 32 bytes just made room for.
+            unsafe { _mm256_storeu_si256(out.quants.as_mut_ptr().add(at) as *mut __m256i, bytes) };
+        }
     }
 
     /// [`super::attention_scores`]: `dot_f32` inlined into the loop over positions.
@@ -829,7 +883,7 @@ mod avx2 {
 mod simd128 {
     use std::arch::wasm32::*;
 
-    use super::{BLOCK, BlockRow, WeightBlocks};
+    use super::{BLOCK, BlockRow, Q8Rows, WeightBlocks};
 
     #[inline(always)]
     fn hsum(v: v128) -> f32 {
@@ -869,6 +923,45 @@ mod simd128 {
             i += 1;
         }
         sum
+    }
+
+    /// [`super::quantize_rows_q8_with`], 32 values (a block) at a time.
+    pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
+        let sign = f32x4_splat(-0.0);
+        let half = f32x4_splat(0.5);
+        for block in x.chunks_exact(BLOCK) {
+            // SAFETY: the block holds 32 values.
+            let v: [v128; 8] = std::array::from_fn(|k| unsafe {
+                v128_load(block.as_ptr().add(4 * k) as *const v128)
+            });
+            // `pmax` keeps the first operand when the second is NaN, as `f32::max` does.
+            let m = v
+                .iter()
+                .fold(f32x4_splat(0.0), |m, v| f32x4_pmax(m, f32x4_abs(*v)));
+            let amax = f32x4_extract_lane::<0>(m)
+                .max(f32x4_extract_lane::<1>(m))
+                .max(f32x4_extract_lane::<2>(m).max(f32x4_extract_lane::<3>(m)));
+            let scale = amax / 127.0;
+            let inv = f32x4_splat(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+            out.scales.push(scale);
+            // Round half away from zero: add 0.5 with r's sign, then truncate (as the scalar one).
+            let ints = v.map(|v| {
+                let r = f32x4_mul(v, inv);
+                i32x4_trunc_sat_f32x4(f32x4_add(r, v128_or(half, v128_and(r, sign))))
+            });
+            let words: [v128; 4] =
+                std::array::from_fn(|k| i16x8_narrow_i32x4(ints[2 * k], ints[2 * k + 1]));
+            let bytes = [
+                i8x16_narrow_i16x8(words[0], words[1]),
+                i8x16_narrow_i16x8(words[2], words[3]),
+            ];
+            let at = out.quants.len();
+            out.quants.resize(at + BLOCK, 0);
+            for (k, b) in bytes.iter().enumerate() {
+                // SAFETY: the 32 bytes just made room for.
+                unsafe { v128_store(out.quants.as_mut_ptr().add(at + 16 * k) as *mut v128, *b) };
+            }
+        }
     }
 
     /// [`super::weighted_sum`]: 16 lanes of the output at a time held in 4 registers over all

@@ -191,10 +191,10 @@ impl Logits {
 
 /// The first index of the largest value, as run.c's `argmax`.
 fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
+    let (mut best, mut top) = (0, row.first().copied().unwrap_or(0.0));
     for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
+        if v > top {
+            (best, top) = (i, v);
         }
     }
     best as u32

@@ -250,3 +250,34 @@ fn vnni_and_avx2_tiles_agree_bit_for_bit() {
         }
     }
 }
+
+/// Activations quantize to the same bits whichever instruction set does it: ordinary values, a
+/// block of zeros, halves that round away from zero, and a block whose largest value is
+/// negative.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn activations_quantize_to_the_same_bits_on_every_instruction_set() {
+    let mut x = values(32 * 24, 17);
+    x[32..64].fill(0.0);
+    for (k, v) in x[64..96].iter_mut().enumerate() {
+        // With the block's largest value 127, these are k + 0.5 or -(k + 0.5) steps.
+        *v = if k == 0 {
+            127.0
+        } else {
+            (k as f32 + 0.5) * if k % 2 == 0 { 1.0 } else { -1.0 }
+        };
+    }
+    x[96] = -50.0;
+    let mut scalar = Q8Rows::default();
+    kernels::quantize_rows_q8_with(Isa::Scalar, &x, 96, &mut scalar);
+    assert_eq!(scalar.quants[64 + 1], -2, "-1.5 rounds away from zero");
+    assert_eq!(scalar.quants[64 + 2], 3, "2.5 rounds away from zero");
+    assert_eq!(scalar.quants[96], -127);
+    for isa in Isa::available() {
+        let mut got = Q8Rows::default();
+        kernels::quantize_rows_q8_with(isa, &x, 96, &mut got);
+        assert_eq!(got.quants, scalar.quants, "{isa:?}");
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got.scales), bits(&scalar.scales), "{isa:?}");
+    }
+}
