@@ -1132,11 +1132,10 @@ mod simd128 {
         acc.map(hsum)
     }
 
-    /// `M` Q8_0 or Q4_0 weight rows against one activation row (decode at batch 1): each
-    /// activation block is loaded once for all `M`. Measured in the page (stories15M, 128
-    /// tokens, 3 rounds interleaved, one run): 2 rows at a time took q8 from 598.5 to 690.4
-    /// tok/s and q4 from 521.2 to 559.6; 4 rows at a time ran out of registers in V8 and decoded
-    /// slower than one (538.4 and 484.7).
+    /// `M` Q4_0 weight rows against one activation row (decode at batch 1): each activation
+    /// block is loaded once for all `M`. Measured in the page (stories15M, 128 tokens, 3 rounds
+    /// interleaved, one run): 2 rows at a time took q4 from 521.2 to 559.6 tok/s; 4 rows at a
+    /// time ran out of registers in V8 and decoded slower than one (484.7).
     #[inline(always)]
     fn dot_q_rows<const M: usize, const Q4: bool>(w: [WeightBlocks; M], x: BlockRow) -> [f32; M] {
         let blocks = x.scales.len();
@@ -1161,7 +1160,7 @@ mod simd128 {
     }
 
     /// Up to 2 weight rows against one activation row (int8 widened to i16), results side by
-    /// side.
+    /// side: Q4_0 rows together, Q8_0 rows one at a time.
     pub fn blocks_rows(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
         if w[0].q4 {
             blocks_rows_of::<true>(w, x, out)
@@ -1174,7 +1173,14 @@ mod simd128 {
     fn blocks_rows_of<const Q4: bool>(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
         match *w {
             [a] => out.copy_from_slice(&dot_q_tile::<1, Q4>(a, [x])),
-            [a, b] => out.copy_from_slice(&dot_q_rows::<2, Q4>([a, b], x)),
+            [a, b] if Q4 => out.copy_from_slice(&dot_q_rows::<2, Q4>([a, b], x)),
+            // Q8_0 rows one at a time: 2 at a time was 8% faster at stories15M (661 against 611
+            // tok/s) but half as fast at stories110M (47.5 against 102.8), whose weights come
+            // from memory rather than L3.
+            [a, b] => {
+                out[0] = dot_q_tile::<1, Q4>(a, [x])[0];
+                out[1] = dot_q_tile::<1, Q4>(b, [x])[0];
+            }
             _ => panic!("a row kernel holds 1 or 2 weight rows"),
         }
     }
