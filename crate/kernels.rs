@@ -703,17 +703,31 @@ mod avx2 {
         out
     }
 
-    /// A tile of up to 4 rows against a Q8_0 (or, `Q4`, Q4_0) weight row: the format is a
-    /// constant, so that each loop is compiled for one (measured: q4 decode at batch 1 lost a
-    /// tenth of its speed when the format was tested block by block).
+    /// A tile's blocks per row and weight bytes per block, after checking that every row holds
+    /// them (the loads that follow are unchecked).
+    fn tile_blocks<const Q4: bool>(w: &WeightBlocks, x: &[BlockRow]) -> (usize, usize) {
+        let blocks = w.row.scales.len();
+        let step = if Q4 { BLOCK / 2 } else { BLOCK };
+        assert!(w.row.quants.len() >= blocks * step);
+        assert!(
+            x.iter()
+                .all(|x| x.quants.len() >= blocks * BLOCK && x.scales.len() >= blocks)
+        );
+        (blocks, step)
+    }
+
+    /// A weight block's 32 signed values: Q8_0's bytes, or Q4_0's nibbles unpacked.
+    ///
+    /// # Safety
+    /// `pw` points to the block's 32 (Q8_0) or 16 (Q4_0) readable bytes.
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn blocks_tile<const Q4: bool>(w: WeightBlocks, x: &[BlockRow], o: &mut [f32]) {
-        match *x {
-            [a] => o.copy_from_slice(&dot_q_tile::<1, Q4>(w, [a])),
-            [a, b] => o.copy_from_slice(&dot_q_tile::<2, Q4>(w, [a, b])),
-            [a, b, c] => o.copy_from_slice(&dot_q_tile::<3, Q4>(w, [a, b, c])),
-            [a, b, c, d] => o.copy_from_slice(&dot_q_tile::<4, Q4>(w, [a, b, c, d])),
-            _ => panic!("a block tile holds 1 to 4 rows"),
+    unsafe fn weight_block<const Q4: bool>(pw: *const u8) -> __m256i {
+        if Q4 {
+            unpack_q4(pw)
+        } else {
+            // SAFETY: the caller's.
+            unsafe { _mm256_loadu_si256(pw as *const __m256i) }
         }
     }
 
@@ -722,25 +736,12 @@ mod avx2 {
     /// `N`.
     #[target_feature(enable = "avx2,fma")]
     fn dot_q_tile<const N: usize, const Q4: bool>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
-        let blocks = w.row.scales.len();
-        let step = if Q4 { BLOCK / 2 } else { BLOCK };
-        assert!(w.row.quants.len() >= blocks * step);
-        assert!(
-            x.iter()
-                .all(|x| x.quants.len() >= blocks * BLOCK && x.scales.len() >= blocks)
-        );
+        let (blocks, step) = tile_blocks::<Q4>(&w, &x);
         let mut acc = [_mm256_setzero_ps(); N];
         for b in 0..blocks {
             // SAFETY: the weight row holds `blocks * step` bytes and each activation row
-            // `blocks * 32` (asserted above).
-            let wv = unsafe {
-                let pw = w.row.quants.as_ptr().add(b * step);
-                if Q4 {
-                    unpack_q4(pw)
-                } else {
-                    _mm256_loadu_si256(pw as *const __m256i)
-                }
-            };
+            // `blocks * 32` (checked by `tile_blocks`).
+            let wv = unsafe { weight_block::<Q4>(w.row.quants.as_ptr().add(b * step)) };
             for (acc, x) in acc.iter_mut().zip(&x) {
                 // SAFETY: as above.
                 let xv = unsafe {
@@ -753,43 +754,60 @@ mod avx2 {
         acc.map(|a| hsum(a))
     }
 
-    /// The whole product, its loops compiled for AVX2 so that the tiles inline into them; tiles
-    /// of up to 3 rows for f32 (4 accumulators a row fill 12 of the 16 registers) and 4 for blocks.
-    #[target_feature(enable = "avx2,fma")]
-    pub fn matmul(m: &Matmul, out: &mut [f32]) {
-        m.tiled(
-            out,
-            3,
-            #[inline(always)]
-            |w, x, o| match *x {
-                [a] => o[0] = dot_f32(w, a),
-                [a, b] => o.copy_from_slice(&dot_f32_tile(w, [a, b])),
-                [a, b, c] => o.copy_from_slice(&dot_f32_tile(w, [a, b, c])),
-                _ => panic!("an f32 tile holds 1 to 3 rows"),
-            },
-            #[inline(always)]
-            |w, x, o| {
-                if w.q4 {
-                    blocks_tile::<true>(w, x, o)
-                } else {
-                    blocks_tile::<false>(w, x, o)
+    /// A product's loops and a block kernel's tiles of up to 4 rows (`$tile`), compiled with
+    /// `$features` so that the tiles inline into the loops. The weight format is a constant in
+    /// each tile (measured: q4 decode at batch 1 lost a tenth of its speed when the format was
+    /// tested block by block).
+    macro_rules! block_matmul {
+        ($(#[$doc:meta])* $matmul:ident, $tiles:ident, $dot:ident, $features:literal, $f32_tile:expr) => {
+            #[target_feature(enable = $features)]
+            fn $tiles<const Q4: bool>(w: WeightBlocks, x: &[BlockRow], o: &mut [f32]) {
+                match *x {
+                    [a] => o.copy_from_slice(&$dot::<1, Q4>(w, [a])),
+                    [a, b] => o.copy_from_slice(&$dot::<2, Q4>(w, [a, b])),
+                    [a, b, c] => o.copy_from_slice(&$dot::<3, Q4>(w, [a, b, c])),
+                    [a, b, c, d] => o.copy_from_slice(&$dot::<4, Q4>(w, [a, b, c, d])),
+                    _ => panic!("a block tile holds 1 to 4 rows"),
                 }
-            },
-            (
-                1,
-                one_row_at_a_time(
-                    #[inline(always)]
-                    |w, x, o| {
-                        if w.q4 {
-                            blocks_tile::<true>(w, x, o)
-                        } else {
-                            blocks_tile::<false>(w, x, o)
+            }
+
+            $(#[$doc])*
+            #[target_feature(enable = $features)]
+            pub fn $matmul(m: &Matmul, out: &mut [f32]) {
+                // The format's tile, as a closure each use inlines.
+                macro_rules! tile {
+                    () => {
+                        #[inline(always)]
+                        |w: WeightBlocks, x: &[BlockRow], o: &mut [f32]| {
+                            if w.q4 {
+                                $tiles::<true>(w, x, o)
+                            } else {
+                                $tiles::<false>(w, x, o)
+                            }
                         }
-                    },
-                ),
-            ),
-        );
+                    };
+                }
+                m.tiled(out, 3, $f32_tile, tile!(), (1, one_row_at_a_time(tile!())));
+            }
+        };
     }
+
+    block_matmul!(
+        /// The whole product for AVX2: tiles of up to 3 rows for f32 (4 accumulators a row fill
+        /// 12 of the 16 registers) and 4 for blocks.
+        matmul,
+        blocks_tile,
+        dot_q_tile,
+        "avx2,fma",
+        #[inline(always)]
+        |w, x, o| match *x {
+            [a] => o[0] = dot_f32(w, a),
+            [a, b] => o.copy_from_slice(&dot_f32_tile(w, [a, b])),
+            [a, b, c] => o.copy_from_slice(&dot_f32_tile(w, [a, b, c])),
+            _ => panic!("an f32 tile holds 1 to 3 rows"),
+        }
+    );
+
     /// `N` activation rows, as unsigned bytes `x + 128`, against one Q8_0 or Q4_0 weight row,
     /// with AVX-512 VNNI's `vpdpbusd`: each i32 lane gets the sum of 4 adjacent byte products
     /// added to it, the lanes AVX2's `maddubs` + `madd` make, without the 16-bit step or the sign
@@ -801,27 +819,14 @@ mod avx2 {
         w: WeightBlocks,
         x: [BlockRow; N],
     ) -> [f32; N] {
-        let blocks = w.row.scales.len();
-        let step = if Q4 { BLOCK / 2 } else { BLOCK };
-        assert!(w.row.quants.len() >= blocks * step);
-        assert!(
-            x.iter()
-                .all(|x| x.quants.len() >= blocks * BLOCK && x.scales.len() >= blocks)
-        );
+        let (blocks, step) = tile_blocks::<Q4>(&w, &x);
         let zero = _mm256_setzero_si256();
         let offset = _mm256_set1_epi8(-128);
         let mut acc = [_mm256_setzero_ps(); N];
         for b in 0..blocks {
             // SAFETY: the weight row holds `blocks * step` bytes and each activation row
-            // `blocks * 32` (asserted above).
-            let wv = unsafe {
-                let pw = w.row.quants.as_ptr().add(b * step);
-                if Q4 {
-                    unpack_q4(pw)
-                } else {
-                    _mm256_loadu_si256(pw as *const __m256i)
-                }
-            };
+            // `blocks * 32` (checked by `tile_blocks`).
+            let wv = unsafe { weight_block::<Q4>(w.row.quants.as_ptr().add(b * step)) };
             let start = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, offset, wv));
             for (acc, x) in acc.iter_mut().zip(&x) {
                 // SAFETY: as above.
@@ -836,47 +841,15 @@ mod avx2 {
         acc.map(|a| hsum(a))
     }
 
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    fn blocks_tile_vnni<const Q4: bool>(w: WeightBlocks, x: &[BlockRow], o: &mut [f32]) {
-        match *x {
-            [a] => o.copy_from_slice(&dot_q_tile_vnni::<1, Q4>(w, [a])),
-            [a, b] => o.copy_from_slice(&dot_q_tile_vnni::<2, Q4>(w, [a, b])),
-            [a, b, c] => o.copy_from_slice(&dot_q_tile_vnni::<3, Q4>(w, [a, b, c])),
-            [a, b, c, d] => o.copy_from_slice(&dot_q_tile_vnni::<4, Q4>(w, [a, b, c, d])),
-            _ => panic!("a block tile holds 1 to 4 rows"),
-        }
-    }
-
-    /// [`matmul`] for quantized weights, with the VNNI block tiles.
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    pub fn matmul_vnni(m: &Matmul, out: &mut [f32]) {
-        m.tiled(
-            out,
-            1,
-            |_, _, _| unreachable!("f32 weights take the AVX2 loops"),
-            #[inline(always)]
-            |w, x, o| {
-                if w.q4 {
-                    blocks_tile_vnni::<true>(w, x, o)
-                } else {
-                    blocks_tile_vnni::<false>(w, x, o)
-                }
-            },
-            (
-                1,
-                one_row_at_a_time(
-                    #[inline(always)]
-                    |w, x, o| {
-                        if w.q4 {
-                            blocks_tile_vnni::<true>(w, x, o)
-                        } else {
-                            blocks_tile_vnni::<false>(w, x, o)
-                        }
-                    },
-                ),
-            ),
-        );
-    }
+    block_matmul!(
+        /// The whole product for quantized weights, with the VNNI block tiles (f32 weights take
+        /// [`matmul`]).
+        matmul_vnni,
+        blocks_tile_vnni,
+        dot_q_tile_vnni,
+        "avx2,fma,avx512vnni,avx512vl",
+        |_, _, _| unreachable!("f32 weights take the AVX2 loops")
+    );
 }
 
 #[cfg(target_arch = "wasm32")]
