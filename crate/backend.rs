@@ -9,6 +9,7 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::kernels::Isa;
 
 /// Which backend a model runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +57,8 @@ pub struct Backend {
     pub kind: BackendKind,
     /// burn's device for wgpu; `None` on the CPU.
     pub device: Option<Device>,
+    /// The instruction set of the CPU kernels (the host's share of the work on wgpu).
+    pub isa: Isa,
     /// The adapter's name ("CPU (AVX2)", "CPU (AVX2+VNNI)" for the CPU backend: its kernels' instruction set).
     pub adapter: String,
     /// Adapter details worth showing (driver, limits), one line.
@@ -96,10 +99,17 @@ static WGPU: async_lock::Mutex<Option<Backend>> = async_lock::Mutex::new(None);
 
 impl Backend {
     pub fn cpu() -> Backend {
+        Backend::cpu_with(Isa::detect())
+    }
+
+    /// The CPU backend with its kernels in `isa` (one this machine runs: see `Isa::available`),
+    /// to compare instruction sets.
+    pub fn cpu_with(isa: Isa) -> Backend {
         Backend {
             kind: BackendKind::Cpu,
             device: None,
-            adapter: format!("CPU ({})", crate::kernels::Isa::detect().name()),
+            isa,
+            adapter: format!("CPU ({})", isa.name()),
             details: String::new(),
             software: false,
             auto_note: None,
@@ -133,6 +143,7 @@ impl Backend {
         let backend = Backend {
             kind: BackendKind::Wgpu,
             device: Some(device),
+            isa: Isa::detect(),
             adapter,
             details: format!(
                 "{:?}, {:?}, driver {:?}, max buffer {} MiB, max workgroup invocations {}, shader-f16 {}",

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::engine::DEFAULT_MAX_TOKENS;
+use crate::kernels::Isa;
 use crate::loading::ModelFormat;
 use crate::meter::{
     BatchMeter, Conditions, DEFAULT_READING_WPM, LoadConditions, LoadReport, Meter, Report,
@@ -44,6 +45,10 @@ struct ModelArgs {
     quant: Quant,
     #[arg(long, default_value = "cpu", value_parser = parse::<BackendChoice>)]
     backend: BackendChoice,
+    /// The CPU backend's instruction set, to compare them: scalar, avx2, vnni (the best this CPU
+    /// runs when left out).
+    #[arg(long, value_parser = Isa::by_name)]
+    cpu_kernels: Option<Isa>,
 }
 
 #[derive(Subcommand)]
@@ -319,7 +324,16 @@ async fn load(args: &ModelArgs) -> Result<Engine, Error> {
         None if matches!(files.format, ModelFormat::Gguf(_)) => None,
         None => Some(read(&find_tokenizer(&args.model)?)?),
     };
-    let backend = Backend::init(args.backend).await?;
+    let backend = match (args.cpu_kernels, args.backend) {
+        (None, choice) => Backend::init(choice).await?,
+        (Some(isa), BackendChoice::Cpu) => Backend::cpu_with(isa),
+        (Some(_), _) => {
+            return Err(Error::Unsupported(
+                "--cpu-kernels chooses the CPU backend's instruction set: it needs --backend cpu"
+                    .into(),
+            ));
+        }
+    };
     Engine::load(files, tokenizer.as_deref(), args.quant, &backend)
 }
 

@@ -67,6 +67,31 @@ impl Isa {
             Isa::Simd128 => "SIMD128",
         }
     }
+
+    /// The set named `name` (`scalar`, `avx2`, `vnni`, `simd128`; any case), if this machine
+    /// runs it; otherwise a sentence naming the sets it does run.
+    pub fn by_name(name: &str) -> Result<Isa, String> {
+        let wanted = name.to_ascii_lowercase();
+        let key = |isa: Isa| match isa.name() {
+            "AVX2+VNNI" => "vnni".to_string(),
+            other => other.to_ascii_lowercase(),
+        };
+        let available = Isa::available();
+        available
+            .iter()
+            .copied()
+            .find(|&isa| key(isa) == wanted)
+            .ok_or_else(|| {
+                format!(
+                    "this CPU's kernels come in {}, not \"{name}\"",
+                    available
+                        .iter()
+                        .map(|&isa| key(isa))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+    }
 }
 
 /// Int8 activations in blocks of 32 with one f32 scale each, row-major like the weights.

@@ -194,7 +194,8 @@ const PREFILL_CHUNK_BYTES: u64 = 64 << 20;
 impl Llama {
     /// Put host weights in the form their device runs, quantized to `quant`'s blocks: burn tensors
     /// on a wgpu `device`, or, with no device, host arrays for the CPU kernels.
-    pub fn new(mut weights: HostWeights, quant: Quant, device: Option<&Device>) -> Self {
+    /// The model for `device` (wgpu), or for the CPU with its kernels in `isa` when `None`.
+    pub fn new(mut weights: HostWeights, quant: Quant, device: Option<&Device>, isa: Isa) -> Self {
         let hidden = weights.config.hidden_dim;
         if quant != Quant::F32 {
             pad_hidden_to_blocks(&mut weights);
@@ -224,7 +225,7 @@ impl Llama {
         let classifier = classifier.unwrap_or_else(|| token_embedding.clone());
         let body = match device {
             None => {
-                let ops = HostOps::new(Isa::detect(), heads);
+                let ops = HostOps::new(isa, heads);
                 Body::Host(Box::new(Weights::new(
                     ops, layers, &rms_final, classifier, &mut plan, config.dim,
                 )))

@@ -166,6 +166,50 @@ fn q4_runs_on_the_cpu_backend() {
     );
 }
 
+/// `--cpu-kernels` runs the CPU backend with the instruction set asked for, says so in the
+/// conditions, and every set this machine runs writes the same greedy text (q8's block sums are
+/// exact integers whatever the set).
+#[test]
+fn cpu_kernels_choose_the_instruction_set() {
+    let mut texts = Vec::new();
+    for isa in tokenometer::kernels::Isa::available() {
+        let key = match isa.name() {
+            "AVX2+VNNI" => "vnni".to_string(),
+            name => name.to_ascii_lowercase(),
+        };
+        let output = generate(
+            &model(),
+            &tok512(),
+            "Once upon a time",
+            &["--quant", "q8", "--max-tokens", "40", "--cpu-kernels", &key],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        let text = succeeded(output);
+        assert!(
+            stderr.contains(&format!("on cpu [CPU ({})]", isa.name())),
+            "{key}: {stderr}"
+        );
+        texts.push((key, text));
+    }
+    assert!(texts[0].0 == "scalar", "the scalar kernels always run");
+    for (key, text) in &texts[1..] {
+        assert_eq!(text, &texts[0].1, "{key} against scalar");
+    }
+    assert_refused(
+        generate(&model(), &tok512(), "Hi", &["--cpu-kernels", "neon"]),
+        "this CPU's kernels come in scalar",
+    );
+    assert_refused(
+        generate(
+            &model(),
+            &tok512(),
+            "Hi",
+            &["--backend", "wgpu", "--cpu-kernels", "scalar"],
+        ),
+        "it needs --backend cpu",
+    );
+}
+
 #[test]
 fn bad_options() {
     assert_refused(
