@@ -352,14 +352,30 @@ impl Matmul<'_> {
                     // Decode at batch 1: several weight rows against the one activation row,
                     // where the instruction set has a kernel for that, results straight into
                     // place.
+                    //
+                    // The rows that share a call are `stride` apart, not neighbours. Measured in
+                    // the page (SIMD128, 2 rows a call, against 1 row a call, tok/s):
+                    // neighbours took stories15M q8 from 611 to 661 but stories110M q8 from 102.8
+                    // down to 47.5; rows half the matrix apart gave 779 against 745 at
+                    // stories15M and 120.3 against 106.0 at stories110M.
                     let m = rows_at_once.clamp(1, TILE);
-                    let mut ws = [weight_row(0); TILE];
-                    for r in (0..rows).step_by(m) {
-                        let n = (rows - r).min(m);
-                        for (k, w) in ws[..n].iter_mut().enumerate() {
-                            *w = weight_row(r + k);
+                    if m == 1 {
+                        for r in 0..rows {
+                            blocks_rows(&[weight_row(r)], x[0][0], &mut out[r..r + 1]);
                         }
-                        blocks_rows(&ws[..n], x[0][0], &mut out[r..r + n]);
+                        return;
+                    }
+                    let stride = rows.div_ceil(m);
+                    let mut ws = [weight_row(0); TILE];
+                    for r in 0..stride {
+                        let n = (0..m).filter(|k| r + k * stride < rows).count();
+                        for (k, w) in ws[..n].iter_mut().enumerate() {
+                            *w = weight_row(r + k * stride);
+                        }
+                        blocks_rows(&ws[..n], x[0][0], &mut results[..n]);
+                        for (k, v) in results[..n].iter().enumerate() {
+                            out[r + k * stride] = *v;
+                        }
                     }
                     return;
                 }
@@ -1130,10 +1146,11 @@ mod simd128 {
         acc.map(hsum)
     }
 
-    /// `M` Q4_0 weight rows against one activation row (decode at batch 1): each activation
-    /// block is loaded once for all `M`. Measured in the page (stories15M, 128 tokens, 3 rounds
-    /// interleaved, one run): 2 rows at a time took q4 from 521.2 to 559.6 tok/s; 4 rows at a
-    /// time ran out of registers in V8 and decoded slower than one (484.7).
+    /// `M` Q8_0 or Q4_0 weight rows against one activation row (decode at batch 1): each
+    /// activation block is loaded once for all `M`. Measured in the page (stories15M, 128
+    /// tokens, 3 rounds interleaved, one run): 2 rows at a time took q4 from 521.2 to 559.6
+    /// tok/s; 4 rows at a time ran out of registers in V8 and decoded slower than one (484.7).
+    /// Which rows go together: see `Matmul::tiled`.
     #[inline(always)]
     fn dot_q_rows<const M: usize, const Q4: bool>(w: [WeightBlocks; M], x: BlockRow) -> [f32; M] {
         let blocks = x.scales.len();
@@ -1158,7 +1175,7 @@ mod simd128 {
     }
 
     /// Up to 2 weight rows against one activation row (int8 widened to i16), results side by
-    /// side: Q4_0 rows together, Q8_0 rows one at a time.
+    /// side.
     pub fn blocks_rows(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
         if w[0].q4 {
             blocks_rows_of::<true>(w, x, out)
@@ -1171,14 +1188,7 @@ mod simd128 {
     fn blocks_rows_of<const Q4: bool>(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
         match *w {
             [a] => out.copy_from_slice(&dot_q_tile::<1, Q4>(a, [x])),
-            [a, b] if Q4 => out.copy_from_slice(&dot_q_rows::<2, Q4>([a, b], x)),
-            // Q8_0 rows one at a time: 2 at a time was 8% faster at stories15M (661 against 611
-            // tok/s) but half as fast at stories110M (47.5 against 102.8), whose weights come
-            // from memory rather than L3.
-            [a, b] => {
-                out[0] = dot_q_tile::<1, Q4>(a, [x])[0];
-                out[1] = dot_q_tile::<1, Q4>(b, [x])[0];
-            }
+            [a, b] => out.copy_from_slice(&dot_q_rows::<2, Q4>([a, b], x)),
             _ => panic!("a row kernel holds 1 or 2 weight rows"),
         }
     }
