@@ -59,7 +59,8 @@ pub struct Backend {
     pub device: Option<Device>,
     /// The instruction set of the CPU kernels (the host's share of the work on wgpu).
     pub isa: Isa,
-    /// The adapter's name ("CPU (AVX2)", "CPU (AVX2+VNNI)" for the CPU backend: its kernels' instruction set).
+    /// The adapter's name ("CPU (AVX2)", "CPU (AVX2+VNNI)" for the CPU backend: its kernels'
+    /// instruction set).
     pub adapter: String,
     /// Adapter details worth showing (driver, limits), one line.
     pub details: String,

@@ -18,7 +18,7 @@ use crate::sampling::Logits;
 use crate::weights::Matrix;
 
 pub(crate) struct HostOps {
-    pub isa: Isa,
+    isa: Isa,
     heads: Heads,
 }
 

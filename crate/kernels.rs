@@ -68,27 +68,32 @@ impl Isa {
         }
     }
 
-    /// The set named `name` (`scalar`, `avx2`, `vnni`, `simd128`; any case), if this machine
-    /// runs it; otherwise a sentence naming the sets it does run.
+    /// The set's name on the command line (`--cpu-kernels`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => "vnni",
+            #[cfg(target_arch = "wasm32")]
+            Isa::Simd128 => "simd128",
+        }
+    }
+
+    /// The set whose [`key`](Isa::key) is `name` (any case), if this machine runs it; otherwise
+    /// a sentence naming the sets it does run.
     pub fn by_name(name: &str) -> Result<Isa, String> {
-        let wanted = name.to_ascii_lowercase();
-        let key = |isa: Isa| match isa.name() {
-            "AVX2+VNNI" => "vnni".to_string(),
-            other => other.to_ascii_lowercase(),
-        };
         let available = Isa::available();
         available
             .iter()
             .copied()
-            .find(|&isa| key(isa) == wanted)
+            .find(|isa| isa.key().eq_ignore_ascii_case(name))
             .ok_or_else(|| {
+                let keys: Vec<&str> = available.iter().map(|isa| isa.key()).collect();
                 format!(
                     "this CPU's kernels come in {}, not \"{name}\"",
-                    available
-                        .iter()
-                        .map(|&isa| key(isa))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    keys.join(", ")
                 )
             })
     }

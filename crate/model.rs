@@ -193,8 +193,7 @@ const PREFILL_CHUNK_BYTES: u64 = 64 << 20;
 
 impl Llama {
     /// Put host weights in the form their device runs, quantized to `quant`'s blocks: burn tensors
-    /// on a wgpu `device`, or, with no device, host arrays for the CPU kernels.
-    /// The model for `device` (wgpu), or for the CPU with its kernels in `isa` when `None`.
+    /// on a wgpu `device`, or, with no device, host arrays for the CPU kernels in `isa`.
     pub fn new(mut weights: HostWeights, quant: Quant, device: Option<&Device>, isa: Isa) -> Self {
         let hidden = weights.config.hidden_dim;
         if quant != Quant::F32 {
@@ -249,13 +248,6 @@ impl Llama {
     /// Bytes of the token embedding as held (f32, or the file's blocks).
     pub fn embedding_bytes(&self) -> u64 {
         self.embedding.bytes()
-    }
-
-    /// Run the CPU kernels with `isa` (tests compare the scalar kernels with the vector ones).
-    pub fn set_cpu_kernels(&mut self, isa: Isa) {
-        if let Body::Host(w) = &mut self.body {
-            w.ops.isa = isa;
-        }
     }
 
     /// An empty cache; it allocates as positions are written.

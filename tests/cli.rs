@@ -173,15 +173,12 @@ fn q4_runs_on_the_cpu_backend() {
 fn cpu_kernels_choose_the_instruction_set() {
     let mut texts = Vec::new();
     for isa in tokenometer::kernels::Isa::available() {
-        let key = match isa.name() {
-            "AVX2+VNNI" => "vnni".to_string(),
-            name => name.to_ascii_lowercase(),
-        };
+        let key = isa.key();
         let output = generate(
             &model(),
             &tok512(),
             "Once upon a time",
-            &["--quant", "q8", "--max-tokens", "40", "--cpu-kernels", &key],
+            &["--quant", "q8", "--max-tokens", "40", "--cpu-kernels", key],
         );
         let stderr = String::from_utf8_lossy(&output.stderr).to_string();
         let text = succeeded(output);

@@ -139,12 +139,11 @@ fn q4_agrees_with_f32_on_cpu() {
 fn scalar_and_vector_cpu_kernels_both_meet_the_bars() {
     let (_, sequence) = reference_ids();
     let ids = &sequence[..sequence.len() - 1];
-    let cpu = Backend::cpu();
     let mut f32_logits = Vec::new();
     for isa in tokenometer::kernels::Isa::available() {
+        let cpu = Backend::cpu_with(isa);
         let run = |quant| {
-            let mut engine = engine(&cpu, quant);
-            engine.model.set_cpu_kernels(isa);
+            let engine = engine(&cpu, quant);
             let predictions = pollster::block_on(engine.predictions(ids)).unwrap();
             (engine, predictions)
         };
