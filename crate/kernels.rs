@@ -168,33 +168,26 @@ pub fn matmul(
 ) {
     debug_assert_eq!(out.len(), t * rows);
     let quantized = !matches!(w, WeightRows::F32(_));
-    // SIMD128 multiplies 16-bit lanes (`i32x4.dot_i16x8_s`, one instruction on x86); the
-    // activations are widened to i16 once here, not once per weight row.
-    #[cfg(target_arch = "wasm32")]
-    let wide: Vec<i16> = if isa == Isa::Simd128 && quantized {
-        xq.quants[..t * cols].iter().map(|&q| q as i16).collect()
-    } else {
-        Vec::new()
-    };
-    #[cfg(not(target_arch = "wasm32"))]
-    let wide: Vec<i16> = Vec::new();
-    // VNNI multiplies unsigned by signed bytes: the activations move to 1..=255 (x + 128) once
-    // here, and each weight block's 128 * sum is taken back once for the whole tile.
-    #[cfg(target_arch = "x86_64")]
-    let offset: Vec<u8> = if isa == Isa::Avx512Vnni && quantized {
-        xq.quants[..t * cols]
-            .iter()
-            .map(|&q| (q as u8) ^ 0x80)
-            .collect()
-    } else {
-        Vec::new()
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let offset: Vec<u8> = Vec::new();
-    let prepared: Option<&[u8]> = if !wide.is_empty() {
-        Some(bytemuck::cast_slice(&wide))
-    } else {
-        (!offset.is_empty()).then_some(offset.as_slice())
+    let activations = &xq.quants[..if quantized { t * cols } else { 0 }];
+    // The activations in the layout the block tiles take, made once here, not once per weight
+    // row; `None`: `xq` as it is.
+    let prepared: Option<Vec<u8>> = match isa {
+        // SIMD128 multiplies 16-bit lanes (`i32x4.dot_i16x8_s`, one instruction on x86).
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 if quantized => {
+            let mut wide = vec![0u8; 2 * activations.len()];
+            for (pair, &q) in wide.chunks_exact_mut(2).zip(activations) {
+                pair.copy_from_slice(&(q as i16).to_ne_bytes());
+            }
+            Some(wide)
+        }
+        // VNNI multiplies unsigned by signed bytes: the activations move to 1..=255 (x + 128),
+        // and each weight block's 128 * sum is taken back once for the whole tile.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni if quantized => {
+            Some(activations.iter().map(|&q| (q as u8) ^ 0x80).collect())
+        }
+        _ => None,
     };
     let m = Matmul {
         w,
@@ -202,7 +195,7 @@ pub fn matmul(
         cols,
         x,
         xq,
-        x_prepared: prepared,
+        x_prepared: prepared.as_deref(),
         t,
     };
     match isa {
@@ -364,12 +357,6 @@ impl Matmul<'_> {
                     // down to 47.5; rows half the matrix apart gave 779 against 745 at
                     // stories15M and 120.3 against 106.0 at stories110M.
                     let m = rows_at_once.clamp(1, TILE);
-                    if m == 1 {
-                        for r in 0..rows {
-                            blocks_rows(&[weight_row(r)], x[0][0], &mut out[r..r + 1]);
-                        }
-                        return;
-                    }
                     let stride = rows.div_ceil(m);
                     let mut ws = [weight_row(0); TILE];
                     for r in 0..stride {
@@ -422,6 +409,27 @@ impl<'a> WeightRows<'a> {
             WeightRows::F32(_) => panic!("f32 weights have no blocks"),
         }
     }
+}
+
+/// The blocks per row of a block kernel's operands and the weight bytes per block, after
+/// checking that every row holds them (the kernels' loads are unchecked): weight rows of the
+/// same length, and activation rows of `x_bytes` a value (their instruction set's layout).
+fn checked_blocks<const Q4: bool>(
+    w: &[WeightBlocks],
+    x: &[BlockRow],
+    x_bytes: usize,
+) -> (usize, usize) {
+    let blocks = w[0].row.scales.len();
+    let step = if Q4 { BLOCK / 2 } else { BLOCK };
+    assert!(
+        w.iter()
+            .all(|w| w.row.scales.len() == blocks && w.row.quants.len() >= blocks * step)
+    );
+    assert!(
+        x.iter()
+            .all(|x| x.scales.len() == blocks && x.quants.len() >= blocks * BLOCK * x_bytes)
+    );
+    (blocks, step)
 }
 
 /// The dot product of two f32 slices, with the best instruction set.
@@ -549,7 +557,7 @@ mod scalar {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, BlockRow, Matmul, Q8Rows, WeightBlocks, one_row_at_a_time};
+    use super::{BLOCK, BlockRow, Matmul, Q8Rows, WeightBlocks, checked_blocks, one_row_at_a_time};
 
     #[target_feature(enable = "avx2,fma")]
     fn hsum(v: __m256) -> f32 {
@@ -749,19 +757,6 @@ mod avx2 {
         out
     }
 
-    /// A tile's blocks per row and weight bytes per block, after checking that every row holds
-    /// them (the loads that follow are unchecked).
-    fn tile_blocks<const Q4: bool>(w: &WeightBlocks, x: &[BlockRow]) -> (usize, usize) {
-        let blocks = w.row.scales.len();
-        let step = if Q4 { BLOCK / 2 } else { BLOCK };
-        assert!(w.row.quants.len() >= blocks * step);
-        assert!(
-            x.iter()
-                .all(|x| x.quants.len() >= blocks * BLOCK && x.scales.len() >= blocks)
-        );
-        (blocks, step)
-    }
-
     /// A weight block's 32 signed values: Q8_0's bytes, or Q4_0's nibbles unpacked.
     ///
     /// # Safety
@@ -782,11 +777,11 @@ mod avx2 {
     /// `N`.
     #[target_feature(enable = "avx2,fma")]
     fn dot_q_tile<const N: usize, const Q4: bool>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
-        let (blocks, step) = tile_blocks::<Q4>(&w, &x);
+        let (blocks, step) = checked_blocks::<Q4>(&[w], &x, 1);
         let mut acc = [_mm256_setzero_ps(); N];
         for b in 0..blocks {
             // SAFETY: the weight row holds `blocks * step` bytes and each activation row
-            // `blocks * 32` (checked by `tile_blocks`).
+            // `blocks * 32` (checked by `checked_blocks`).
             let wv = unsafe { weight_block::<Q4>(w.row.quants.as_ptr().add(b * step)) };
             for (acc, x) in acc.iter_mut().zip(&x) {
                 // SAFETY: as above.
@@ -865,13 +860,13 @@ mod avx2 {
         w: WeightBlocks,
         x: [BlockRow; N],
     ) -> [f32; N] {
-        let (blocks, step) = tile_blocks::<Q4>(&w, &x);
+        let (blocks, step) = checked_blocks::<Q4>(&[w], &x, 1);
         let zero = _mm256_setzero_si256();
         let offset = _mm256_set1_epi8(-128);
         let mut acc = [_mm256_setzero_ps(); N];
         for b in 0..blocks {
             // SAFETY: the weight row holds `blocks * step` bytes and each activation row
-            // `blocks * 32` (checked by `tile_blocks`).
+            // `blocks * 32` (checked by `checked_blocks`).
             let wv = unsafe { weight_block::<Q4>(w.row.quants.as_ptr().add(b * step)) };
             let start = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, offset, wv));
             for (acc, x) in acc.iter_mut().zip(&x) {
@@ -902,7 +897,7 @@ mod avx2 {
 mod simd128 {
     use std::arch::wasm32::*;
 
-    use super::{BLOCK, BlockRow, Q8Rows, WeightBlocks};
+    use super::{BLOCK, BlockRow, Q8Rows, WeightBlocks, checked_blocks};
 
     #[inline(always)]
     fn hsum(v: v128) -> f32 {
@@ -1130,17 +1125,11 @@ mod simd128 {
     /// products took q8 from 494.7 to 535.5 tok/s, q4 unchanged.
     #[inline(always)]
     fn dot_q_tile<const N: usize, const Q4: bool>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
-        let blocks = w.row.scales.len();
-        let step = if Q4 { BLOCK / 2 } else { BLOCK };
-        assert!(w.row.quants.len() >= blocks * step);
-        assert!(
-            x.iter()
-                .all(|x| x.quants.len() >= blocks * BLOCK * 2 && x.scales.len() >= blocks)
-        );
+        let (blocks, step) = checked_blocks::<Q4>(&[w], &x, 2);
         let mut acc = [f32x4_splat(0.0); N];
         for b in 0..blocks {
             // SAFETY: the weight row holds `blocks * step` bytes and each activation row
-            // `blocks * 64` (asserted above).
+            // `blocks * 64` (checked by `checked_blocks`).
             let ws = unsafe { unpack_block::<Q4>(w.row.quants.as_ptr().add(b * step)) };
             for (acc, x) in acc.iter_mut().zip(&x) {
                 // SAFETY: as above.
@@ -1158,17 +1147,11 @@ mod simd128 {
     /// Which rows go together: see `Matmul::tiled`.
     #[inline(always)]
     fn dot_q_rows<const M: usize, const Q4: bool>(w: [WeightBlocks; M], x: BlockRow) -> [f32; M] {
-        let blocks = x.scales.len();
-        let step = if Q4 { BLOCK / 2 } else { BLOCK };
-        assert!(x.quants.len() >= blocks * BLOCK * 2);
-        assert!(
-            w.iter()
-                .all(|w| w.row.quants.len() >= blocks * step && w.row.scales.len() == blocks)
-        );
+        let (blocks, step) = checked_blocks::<Q4>(&w, &[x], 2);
         let mut acc = [f32x4_splat(0.0); M];
         for b in 0..blocks {
             // SAFETY: the activation row holds `blocks * 64` bytes and each weight row
-            // `blocks * step` (asserted above).
+            // `blocks * step` (checked by `checked_blocks`).
             let xs = unsafe { load_wide(x.quants.as_ptr().add(b * BLOCK * 2)) };
             for (acc, w) in acc.iter_mut().zip(&w) {
                 // SAFETY: as above.
