@@ -486,12 +486,20 @@ pub fn weighted_sum(isa: Isa, p: &[f32], values: &[f32], stride: usize, out: &mu
         Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::weighted_sum(p, values, stride, out) },
         #[cfg(target_arch = "wasm32")]
         Isa::Simd128 => simd128::weighted_sum(p, values, stride, out),
-        Isa::Scalar => {
-            for (j, &p) in p.iter().enumerate() {
-                for (y, x) in out.iter_mut().zip(&values[j * stride..][..hs]) {
-                    *y += p * x;
-                }
-            }
+        Isa::Scalar => weighted_sum_from(0, p, values, stride, out),
+    }
+}
+
+/// [`weighted_sum`]'s lanes `from..` one at a time, added to `out` (the scalar kernel whole,
+/// and the vector kernels' tail).
+fn weighted_sum_from(from: usize, p: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    let hs = out.len();
+    for (j, &p) in p.iter().enumerate() {
+        for (y, x) in out[from..]
+            .iter_mut()
+            .zip(&values[j * stride + from..j * stride + hs])
+        {
+            *y += p * x;
         }
     }
 }
@@ -684,14 +692,7 @@ mod avx2 {
                 i += 8;
             }
         }
-        for (j, &p) in p.iter().enumerate() {
-            for (y, x) in out[i..]
-                .iter_mut()
-                .zip(&values[j * stride + i..j * stride + hs])
-            {
-                *y += p * x;
-            }
-        }
+        super::weighted_sum_from(i, p, values, stride, out);
     }
 
     /// The products of 32 signed weights and 32 signed activations, as 8 i32 partial sums.
@@ -1012,14 +1013,7 @@ mod simd128 {
                 i += 4;
             }
         }
-        for (j, &p) in p.iter().enumerate() {
-            for (y, x) in out[i..]
-                .iter_mut()
-                .zip(&values[j * stride + i..j * stride + hs])
-            {
-                *y += p * x;
-            }
-        }
+        super::weighted_sum_from(i, p, values, stride, out);
     }
 
     /// `N` rows against one f32 weight row, each summed in exactly [`dot_f32`]'s order, with each
