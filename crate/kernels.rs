@@ -201,10 +201,8 @@ pub fn matmul(
     match isa {
         Isa::Scalar => m.tiled(
             out,
-            1,
-            scalar::f32_tile,
-            scalar::blocks_tile,
-            (1, one_row_at_a_time(scalar::blocks_tile)),
+            Kernel::new(row_by_row(scalar::f32_tile), (1, 1), (1, TILE)),
+            Kernel::new(row_by_row(scalar::blocks_tile), (1, 1), (1, TILE)),
         ),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx512Vnni` is only produced after detecting AVX2, FMA, AVX512-VNNI
@@ -218,29 +216,57 @@ pub fn matmul(
         #[cfg(target_arch = "wasm32")]
         Isa::Simd128 => m.tiled(
             out,
-            3,
-            simd128::f32_tile,
-            simd128::blocks_tile,
-            (2, simd128::blocks_rows),
+            Kernel::new(simd128::f32_grid, (4, 1), (2, 4)),
+            Kernel::new(simd128::blocks, (2, 1), (1, TILE)),
         ),
     }
 }
 
-/// A kernel of several weight rows against one activation row, made of a tile kernel (one
-/// weight row against several activation rows) called once per weight row.
+/// A kernel of several weight rows made of one that takes a single weight row (against several
+/// activation rows), called once per weight row.
 #[inline(always)]
-fn one_row_at_a_time(
-    tile: impl Fn(WeightBlocks, &[BlockRow], &mut [f32]),
-) -> impl Fn(&[WeightBlocks], BlockRow, &mut [f32]) {
+fn row_by_row<W: Copy, X>(tile: impl Fn(W, &[X], &mut [f32])) -> impl Fn(&[W], &[X], &mut [f32]) {
     move |w, x, out| {
-        for (w, out) in w.iter().zip(out.chunks_mut(1)) {
-            tile(*w, &[x], out);
+        for (w, out) in w.iter().zip(out.chunks_mut(x.len())) {
+            tile(*w, x, out);
         }
     }
 }
 
-/// The most activation rows one tile holds.
+/// The most weight rows, and the most activation rows, one kernel call takes.
 const TILE: usize = 4;
+
+/// How many weight rows and how many activation rows one kernel call takes.
+#[derive(Clone, Copy)]
+pub(crate) struct Shape {
+    weights: usize,
+    activations: usize,
+}
+
+/// An instruction set's kernels for one weight format: each takes up to `TILE` weight rows
+/// (`W`) and up to `TILE` activation rows (`X`) and writes `out[k * x.len() + j] = w[k] . x[j]`;
+/// `one` is the call's shape for decode at batch 1, `many` for several activation rows.
+pub(crate) struct Kernel<F> {
+    run: F,
+    one: Shape,
+    many: Shape,
+}
+
+impl<F> Kernel<F> {
+    const fn new(run: F, one: (usize, usize), many: (usize, usize)) -> Kernel<F> {
+        Kernel {
+            run,
+            one: Shape {
+                weights: one.0,
+                activations: one.1,
+            },
+            many: Shape {
+                weights: many.0,
+                activations: many.1,
+            },
+        }
+    }
+}
 
 /// A matrix product's operands.
 pub(crate) struct Matmul<'a> {
@@ -255,131 +281,105 @@ pub(crate) struct Matmul<'a> {
     t: usize,
 }
 
-impl Matmul<'_> {
-    /// The loop over weight rows, with the activation rows in tiles (`f32_rows` at most for f32
-    /// weights, `TILE` for blocks): a weight row, read from memory once for the whole batch, is
-    /// then read from L1 once per tile, not once per row, and a quantized block is unpacked once
-    /// per tile. Each instruction set's tile functions sum every row in its single-row order, so a
-    /// row's result never depends on which rows share its tile (batched decode equals batch 1).
+/// Every weight row against every activation row, a group of weight rows and a group of
+/// activation rows a kernel call (`shape`), results scattered into `out[i * rows + r]`.
+///
+/// A group's weight rows are `stride` apart, not neighbours: rows `r, r + stride, ...` with
+/// `stride = rows / shape.weights` rounded up. Measured in the page (SIMD128, Q8_0, 2 rows a call,
+/// against 1 row a call, tok/s): neighbours took stories15M q8 from 611 to 661 but stories110M q8
+/// from 102.8 down to 47.5; rows half the matrix apart gave 779 against 745 at stories15M and
+/// 120.3 against 106.0 at stories110M.
+///
+/// Each weight group is read from memory once for all activation rows, then from L1 once per
+/// activation group. Every kernel sums each (weight row, activation row) pair in one order
+/// whatever the group it is in, so a row's result never depends on its neighbours (batched
+/// decode equals batch 1).
+#[inline(always)]
+fn grouped<W: Copy, X: Copy>(
+    rows: usize,
+    x: &[X],
+    shape: Shape,
+    weight_row: impl Fn(usize) -> W,
+    kernel: impl Fn(&[W], &[X], &mut [f32]),
+    out: &mut [f32],
+) {
+    let t = x.len();
+    let (m, n) = (
+        shape.weights.clamp(1, TILE),
+        shape.activations.clamp(1, TILE),
+    );
+    let stride = rows.div_ceil(m);
+    let mut ws = [weight_row(0); TILE];
+    let mut results = [0.0f32; TILE * TILE];
+    for r in 0..stride {
+        let mw = (0..m).filter(|k| r + k * stride < rows).count();
+        for (k, w) in ws[..mw].iter_mut().enumerate() {
+            *w = weight_row(r + k * stride);
+        }
+        for i in (0..t).step_by(n) {
+            let nx = (t - i).min(n);
+            kernel(&ws[..mw], &x[i..i + nx], &mut results[..mw * nx]);
+            for (k, row) in results[..mw * nx].chunks_exact(nx).enumerate() {
+                for (j, v) in row.iter().enumerate() {
+                    out[(i + j) * rows + r + k * stride] = *v;
+                }
+            }
+        }
+    }
+}
+
+impl<'a> Matmul<'a> {
+    /// The product with an instruction set's f32 and block kernels (see [`grouped`]).
     /// Measured (this project's 2-core AMD EPYC, synthetic stories15M, 8 users, greedy, 128
-    /// tokens, aggregate tok/s before -> after, one run each): AVX2 f32 940 -> 1273, q8 1316 ->
-    /// 1499; SIMD128 in Chromium's worker f32 488 -> 578, q4 424 -> 477, q8 530 -> 498 (a Q8_0
-    /// block's weight loads are a small part of its work there, so q8 gains nothing).
+    /// tokens, aggregate tok/s before -> after tiles of activation rows, one run each): AVX2 f32
+    /// 940 -> 1273, q8 1316 -> 1499; SIMD128 in Chromium's worker f32 488 -> 578, q4 424 -> 477,
+    /// q8 530 -> 498 (a Q8_0 block's weight loads are a small part of its work there, so q8
+    /// gains nothing).
     #[inline(always)]
     fn tiled(
         &self,
         out: &mut [f32],
-        f32_rows: usize,
-        f32_tile: impl Fn(&[f32], &[&[f32]], &mut [f32]),
-        blocks_tile: impl Fn(WeightBlocks, &[BlockRow], &mut [f32]),
-        (rows_at_once, blocks_rows): (usize, impl Fn(&[WeightBlocks], BlockRow, &mut [f32])),
+        f32s: Kernel<impl Fn(&[&'a [f32]], &[&'a [f32]], &mut [f32])>,
+        blocks: Kernel<impl Fn(&[WeightBlocks<'a>], &[BlockRow<'a>], &mut [f32])>,
     ) {
         let (rows, cols, t) = (self.rows, self.cols, self.t);
-        let blocks = cols / BLOCK;
+        let blocks_per_row = cols / BLOCK;
         let quantized = !matches!(self.w, WeightRows::F32(_));
         assert!(!quantized || self.xq.quants.len() >= t * cols);
         assert!(quantized || self.x.len() >= t * cols);
-        let width = if quantized {
-            TILE
-        } else {
-            f32_rows.clamp(1, TILE)
-        };
-        // The tiles of activation rows, the same for every weight row: (first row, rows).
-        let tiles: Vec<(usize, usize)> = (0..t)
-            .step_by(width)
-            .map(|i| (i, (t - i).min(width)))
-            .collect();
-        let mut results = [0.0f32; TILE];
         match self.w {
             WeightRows::F32(data) => {
-                let x: Vec<[&[f32]; TILE]> = tiles
-                    .iter()
-                    .map(|&(i, n)| {
-                        std::array::from_fn(|k| &self.x[(i + k.min(n - 1)) * cols..][..cols])
-                    })
-                    .collect();
-                for r in 0..rows {
-                    let w = &data[r * cols..(r + 1) * cols];
-                    if t == 1 {
-                        // Decode at batch 1: straight into place (measured in wasm: the tile
-                        // bookkeeping cost q8 a tenth of its speed there).
-                        f32_tile(w, &x[0][..1], &mut out[r..r + 1]);
-                        continue;
-                    }
-                    for (&(i, n), x) in tiles.iter().zip(&x) {
-                        f32_tile(w, &x[..n], &mut results[..n]);
-                        for (k, v) in results[..n].iter().enumerate() {
-                            out[(i + k) * rows + r] = *v;
-                        }
-                    }
-                }
+                let x: Vec<&[f32]> = (0..t).map(|i| &self.x[i * cols..][..cols]).collect();
+                let shape = if t == 1 { f32s.one } else { f32s.many };
+                let weight_row = |r: usize| &data[r * cols..(r + 1) * cols];
+                grouped(rows, &x, shape, weight_row, f32s.run, out);
             }
             _ => {
                 let (wq, scales, q4) = self.w.blocks();
                 // Bytes per block: 32 values of Q8_0, or 32 nibbles of Q4_0.
                 let step = if q4 { BLOCK / 2 } else { BLOCK };
-                let x: Vec<[BlockRow; TILE]> = tiles
-                    .iter()
-                    .map(|&(i, n)| {
-                        std::array::from_fn(|k| {
-                            let row = i + k.min(n - 1);
-                            BlockRow {
-                                quants: match self.x_prepared {
-                                    Some(prepared) => {
-                                        // Bytes per value: 2 when widened to i16, else 1.
-                                        let size = prepared.len() / (self.t * cols);
-                                        &prepared[row * cols * size..][..cols * size]
-                                    }
-                                    None => {
-                                        bytemuck::cast_slice(&self.xq.quants[row * cols..][..cols])
-                                    }
-                                },
-                                scales: &self.xq.scales[row * blocks..][..blocks],
+                let x: Vec<BlockRow> = (0..t)
+                    .map(|row| BlockRow {
+                        quants: match self.x_prepared {
+                            Some(prepared) => {
+                                // Bytes per value: 2 when widened to i16, else 1.
+                                let size = prepared.len() / (t * cols);
+                                &prepared[row * cols * size..][..cols * size]
                             }
-                        })
+                            None => bytemuck::cast_slice(&self.xq.quants[row * cols..][..cols]),
+                        },
+                        scales: &self.xq.scales[row * blocks_per_row..][..blocks_per_row],
                     })
                     .collect();
                 let weight_row = |r: usize| WeightBlocks {
                     row: BlockRow {
-                        quants: &wq[r * blocks * step..(r + 1) * blocks * step],
-                        scales: &scales[r * blocks..(r + 1) * blocks],
+                        quants: &wq[r * blocks_per_row * step..(r + 1) * blocks_per_row * step],
+                        scales: &scales[r * blocks_per_row..(r + 1) * blocks_per_row],
                     },
                     q4,
                 };
-                if t == 1 {
-                    // Decode at batch 1: several weight rows against the one activation row,
-                    // where the instruction set has a kernel for that, results straight into
-                    // place.
-                    //
-                    // The rows that share a call are `stride` apart, not neighbours. Measured in
-                    // the page (SIMD128, 2 rows a call, against 1 row a call, tok/s):
-                    // neighbours took stories15M q8 from 611 to 661 but stories110M q8 from 102.8
-                    // down to 47.5; rows half the matrix apart gave 779 against 745 at
-                    // stories15M and 120.3 against 106.0 at stories110M.
-                    let m = rows_at_once.clamp(1, TILE);
-                    let stride = rows.div_ceil(m);
-                    let mut ws = [weight_row(0); TILE];
-                    for r in 0..stride {
-                        let n = (0..m).filter(|k| r + k * stride < rows).count();
-                        for (k, w) in ws[..n].iter_mut().enumerate() {
-                            *w = weight_row(r + k * stride);
-                        }
-                        blocks_rows(&ws[..n], x[0][0], &mut results[..n]);
-                        for (k, v) in results[..n].iter().enumerate() {
-                            out[r + k * stride] = *v;
-                        }
-                    }
-                    return;
-                }
-                for r in 0..rows {
-                    let w = weight_row(r);
-                    for (&(i, n), x) in tiles.iter().zip(&x) {
-                        blocks_tile(w, &x[..n], &mut results[..n]);
-                        for (k, v) in results[..n].iter().enumerate() {
-                            out[(i + k) * rows + r] = *v;
-                        }
-                    }
-                }
+                let shape = if t == 1 { blocks.one } else { blocks.many };
+                grouped(rows, &x, shape, weight_row, blocks.run, out);
             }
         }
     }
@@ -504,6 +504,59 @@ fn weighted_sum_from(from: usize, p: &[f32], values: &[f32], stride: usize, out:
     }
 }
 
+/// `out.copy_from_slice` of `$grid::<M, N>(w, x)` for the shape of `$w` (M weight rows) and `$x`
+/// (N activation rows): up to 4 weight rows against one activation row, or up to 2 against up
+/// to 4, the shapes [`Kernel`]s of f32 grids take.
+#[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
+macro_rules! f32_grid_shapes {
+    ($grid:ident, $w:expr, $x:expr, $out:expr) => {{
+        let (w, x, out): (&[&[f32]], &[&[f32]], &mut [f32]) = ($w, $x, $out);
+        match (w.len(), x.len()) {
+            (1, 1) => out.copy_from_slice(
+                $grid::<1, 1>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            (2, 1) => out.copy_from_slice(
+                $grid::<2, 1>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            (3, 1) => out.copy_from_slice(
+                $grid::<3, 1>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            (4, 1) => out.copy_from_slice(
+                $grid::<4, 1>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            (1, 2) => out.copy_from_slice(
+                $grid::<1, 2>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            (2, 2) => out.copy_from_slice(
+                $grid::<2, 2>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            (1, 3) => out.copy_from_slice(
+                $grid::<1, 3>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            (2, 3) => out.copy_from_slice(
+                $grid::<2, 3>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            (1, 4) => out.copy_from_slice(
+                $grid::<1, 4>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            (2, 4) => out.copy_from_slice(
+                $grid::<2, 4>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+                    .as_flattened(),
+            ),
+            _ => panic!("an f32 grid holds up to 4 x 1 or 2 x 4 rows"),
+        }
+    }};
+}
+
 mod scalar {
     use super::{BLOCK, BlockRow, WeightBlocks};
 
@@ -565,7 +618,9 @@ mod scalar {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, BlockRow, Matmul, Q8Rows, WeightBlocks, checked_blocks, one_row_at_a_time};
+    use super::{
+        BLOCK, BlockRow, Kernel, Matmul, Q8Rows, TILE, WeightBlocks, checked_blocks, row_by_row,
+    };
 
     #[target_feature(enable = "avx2,fma")]
     fn hsum(v: __m256) -> f32 {
@@ -716,46 +771,54 @@ mod avx2 {
         _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
     }
 
-    /// `N` activation rows against one f32 weight row, each summed in exactly [`dot_f32`]'s
-    /// order (so a row's result does not depend on which rows share its tile), with each 8-wide
-    /// piece of the weight row loaded once for all `N`.
+    /// `M` f32 weight rows against `N` activation rows, `out[k][j] = w[k] . x[j]`, with one
+    /// 8-lane accumulator a pair (fused multiply-adds): each 8-wide piece of a weight row is
+    /// loaded once for all `N` activation rows and each piece of an activation row once for all
+    /// `M` weight rows, and every pair is summed in one order whatever `M` and `N` (as SIMD128's
+    /// grid, which measured the shapes).
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn dot_f32_tile<const N: usize>(w: &[f32], x: [&[f32]; N]) -> [f32; N] {
-        let n = w.len();
-        assert!(x.iter().all(|x| x.len() == n));
-        let pw = w.as_ptr();
-        let mut acc = [[_mm256_setzero_ps(); 4]; N];
+    fn dot_f32_grid<const M: usize, const N: usize>(
+        w: [&[f32]; M],
+        x: [&[f32]; N],
+    ) -> [[f32; N]; M] {
+        let n = w[0].len();
+        assert!(w.iter().all(|w| w.len() == n) && x.iter().all(|x| x.len() == n));
+        let mut acc = [[_mm256_setzero_ps(); N]; M];
+        let mut wv = [_mm256_setzero_ps(); M];
         let mut i = 0;
-        // SAFETY: every load is within 0..n of the weight row and of each activation row.
+        // SAFETY: every load is within 0..n of each weight row and each activation row.
         unsafe {
-            while i + 32 <= n {
-                for k in 0..4 {
-                    let wv = _mm256_loadu_ps(pw.add(i + 8 * k));
-                    for (acc, x) in acc.iter_mut().zip(&x) {
-                        let xv = _mm256_loadu_ps(x.as_ptr().add(i + 8 * k));
-                        acc[k] = _mm256_fmadd_ps(wv, xv, acc[k]);
-                    }
-                }
-                i += 32;
-            }
             while i + 8 <= n {
-                let wv = _mm256_loadu_ps(pw.add(i));
-                for (acc, x) in acc.iter_mut().zip(&x) {
-                    acc[0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i)), acc[0]);
+                for (wv, w) in wv.iter_mut().zip(&w) {
+                    *wv = _mm256_loadu_ps(w.as_ptr().add(i));
+                }
+                for (j, x) in x.iter().enumerate() {
+                    let xv = _mm256_loadu_ps(x.as_ptr().add(i));
+                    for (acc, wv) in acc.iter_mut().zip(&wv) {
+                        acc[j] = _mm256_fmadd_ps(*wv, xv, acc[j]);
+                    }
                 }
                 i += 8;
             }
         }
-        let mut out = [0.0; N];
-        for ((out, acc), x) in out.iter_mut().zip(&acc).zip(&x) {
-            let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-            let mut sum = hsum(v);
-            for j in i..n {
-                sum += w[j] * x[j];
+        let mut out = [[0.0; N]; M];
+        for (k, out) in out.iter_mut().enumerate() {
+            for (j, out) in out.iter_mut().enumerate() {
+                let mut sum = hsum(acc[k][j]);
+                for l in i..n {
+                    sum += w[k][l] * x[j][l];
+                }
+                *out = sum;
             }
-            *out = sum;
         }
         out
+    }
+
+    /// Every row of `w` against every row of `x`, `out[k * x.len() + j]` (see [`dot_f32_grid`]).
+    #[target_feature(enable = "avx2,fma")]
+    fn f32_grid(w: &[&[f32]], x: &[&[f32]], out: &mut [f32]) {
+        f32_grid_shapes!(dot_f32_grid, w, x, out)
     }
 
     /// A weight block's 32 signed values: Q8_0's bytes, or Q4_0's nibbles unpacked.
@@ -801,7 +864,7 @@ mod avx2 {
     /// each tile (measured: q4 decode at batch 1 lost a tenth of its speed when the format was
     /// tested block by block).
     macro_rules! block_matmul {
-        ($(#[$doc:meta])* $matmul:ident, $tiles:ident, $dot:ident, $features:literal, $f32_tile:expr) => {
+        ($(#[$doc:meta])* $matmul:ident, $tiles:ident, $dot:ident, $features:literal, $f32s:expr) => {
             #[target_feature(enable = $features)]
             fn $tiles<const Q4: bool>(w: WeightBlocks, x: &[BlockRow], o: &mut [f32]) {
                 match *x {
@@ -829,25 +892,28 @@ mod avx2 {
                         }
                     };
                 }
-                m.tiled(out, 3, $f32_tile, tile!(), (1, one_row_at_a_time(tile!())));
+                m.tiled(
+                    out,
+                    $f32s,
+                    Kernel::new(row_by_row(tile!()), (1, 1), (1, TILE)),
+                );
             }
         };
     }
 
     block_matmul!(
-        /// The whole product for AVX2: tiles of up to 3 rows for f32 (4 accumulators a row fill
-        /// 12 of the 16 registers) and 4 for blocks.
+        /// The whole product for AVX2: f32 grids (4 weight rows at batch 1, 2 x 4 activation
+        /// rows in a batch) and block tiles of up to 4 activation rows.
         matmul,
         blocks_tile,
         dot_q_tile,
         "avx2,fma",
-        #[inline(always)]
-        |w, x, o| match *x {
-            [a] => o[0] = dot_f32(w, a),
-            [a, b] => o.copy_from_slice(&dot_f32_tile(w, [a, b])),
-            [a, b, c] => o.copy_from_slice(&dot_f32_tile(w, [a, b, c])),
-            _ => panic!("an f32 tile holds 1 to 3 rows"),
-        }
+        Kernel::new(
+            #[inline(always)]
+            |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| f32_grid(w, x, o),
+            (4, 1),
+            (2, 4)
+        )
     );
 
     /// `N` activation rows, as unsigned bytes `x + 128`, against one Q8_0 or Q4_0 weight row,
@@ -890,7 +956,11 @@ mod avx2 {
         blocks_tile_vnni,
         dot_q_tile_vnni,
         "avx2,fma,avx512vnni,avx512vl",
-        |_, _, _| unreachable!("f32 weights take the AVX2 loops")
+        Kernel::new(
+            |_: &[&[f32]], _: &[&[f32]], _: &mut [f32]| unreachable!("f32 weights take [`matmul`]"),
+            (1, 1),
+            (1, 1)
+        )
     );
 }
 
@@ -1016,46 +1086,54 @@ mod simd128 {
         super::weighted_sum_from(i, p, values, stride, out);
     }
 
-    /// `N` rows against one f32 weight row, each summed in exactly [`dot_f32`]'s order, with each
-    /// 4-wide piece of the weight row loaded once for all `N`.
+    /// `M` f32 weight rows against `N` activation rows, `out[k][j] = w[k] . x[j]`, with one
+    /// 4-lane accumulator a pair: each 4-wide piece of a weight row is loaded once for all `N`
+    /// activation rows and each piece of an activation row once for all `M` weight rows, and
+    /// every pair is summed in one order (4 lanes at a time from the start, the lanes left to
+    /// right, then the tail), whatever `M` and `N`. Baseline SIMD128 has no fused multiply-add,
+    /// so a product is a multiply and an add.
+    ///
+    /// Measured in the page (Chromium 156, synthetic stories15M f32, 128 tokens, aggregate tok/s,
+    /// 2-3 rounds interleaved, against the 4-accumulator row kernel this replaced): at batch 1,
+    /// 4 rows at a time 431-456 against 367-376 (3 rows 411, 2 rows 388); at 8 users, (2, 4)
+    /// 820-839 against 679 ((3, 3) 797, (4, 2) 747, (2, 3) 735, (1, 4) 659, (4, 4) 618). The
+    /// loop is deliberately not unrolled: unrolled 4 times in the source, LLVM loaded every
+    /// piece first and V8 spilled the accumulators to the stack (8 users: 712-734).
     #[inline(always)]
-    fn dot_f32_tile<const N: usize>(w: &[f32], x: [&[f32]; N]) -> [f32; N] {
-        let n = w.len();
-        assert!(x.iter().all(|x| x.len() == n));
-        let pw = w.as_ptr();
-        let mut acc = [[f32x4_splat(0.0); 4]; N];
+    fn dot_f32_grid<const M: usize, const N: usize>(
+        w: [&[f32]; M],
+        x: [&[f32]; N],
+    ) -> [[f32; N]; M] {
+        let n = w[0].len();
+        assert!(w.iter().all(|w| w.len() == n) && x.iter().all(|x| x.len() == n));
+        let mut acc = [[f32x4_splat(0.0); N]; M];
         let mut i = 0;
-        // SAFETY: every load is within 0..n of the weight row and of each activation row.
+        // SAFETY: every load is within 0..n of each weight row and each activation row.
         unsafe {
-            while i + 16 <= n {
-                for k in 0..4 {
-                    let wv = v128_load(pw.add(i + 4 * k) as *const v128);
-                    for (acc, x) in acc.iter_mut().zip(&x) {
-                        let xv = v128_load(x.as_ptr().add(i + 4 * k) as *const v128);
-                        acc[k] = f32x4_add(acc[k], f32x4_mul(wv, xv));
+            let step = |acc: &mut [[v128; N]; M], i: usize| {
+                let wv: [v128; M] =
+                    std::array::from_fn(|k| v128_load(w[k].as_ptr().add(i) as *const v128));
+                for (j, x) in x.iter().enumerate() {
+                    let xv = v128_load(x.as_ptr().add(i) as *const v128);
+                    for (acc, wv) in acc.iter_mut().zip(&wv) {
+                        acc[j] = f32x4_add(acc[j], f32x4_mul(*wv, xv));
                     }
                 }
-                i += 16;
-            }
+            };
             while i + 4 <= n {
-                let wv = v128_load(pw.add(i) as *const v128);
-                for (acc, x) in acc.iter_mut().zip(&x) {
-                    let xv = v128_load(x.as_ptr().add(i) as *const v128);
-                    acc[0] = f32x4_add(acc[0], f32x4_mul(wv, xv));
-                }
+                step(&mut acc, i);
                 i += 4;
             }
         }
-        let mut out = [0.0; N];
-        for ((out, acc), x) in out.iter_mut().zip(&acc).zip(&x) {
-            let v = f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3]));
-            let mut sum = hsum(v);
-            for j in i..n {
-                sum += w[j] * x[j];
-            }
-            *out = sum;
-        }
-        out
+        std::array::from_fn(|k| {
+            std::array::from_fn(|j| {
+                let mut sum = hsum(acc[k][j]);
+                for l in i..n {
+                    sum += w[k][l] * x[j][l];
+                }
+                sum
+            })
+        })
     }
 
     /// A Q8_0 or Q4_0 weight block's 32 values, widened to i16, in value order.
@@ -1158,7 +1236,7 @@ mod simd128 {
 
     /// Up to 2 weight rows against one activation row (int8 widened to i16), results side by
     /// side.
-    pub fn blocks_rows(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
+    fn blocks_rows(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
         if w[0].q4 {
             blocks_rows_of::<true>(w, x, out)
         } else {
@@ -1175,19 +1253,25 @@ mod simd128 {
         }
     }
 
-    /// Every row of `x` against `w`, in tiles of up to 3 (see `Matmul::tiled`).
-    pub fn f32_tile(w: &[f32], x: &[&[f32]], out: &mut [f32]) {
-        match *x {
-            [a] => out[0] = dot_f32(w, a),
-            [a, b] => out.copy_from_slice(&dot_f32_tile(w, [a, b])),
-            [a, b, c] => out.copy_from_slice(&dot_f32_tile(w, [a, b, c])),
-            _ => panic!("an f32 tile holds 1 to 3 rows"),
+    /// Every row of `w` against every row of `x`, `out[k * x.len() + j]`: up to 4 weight rows
+    /// against one activation row, or up to 2 against up to 4 (see [`dot_f32_grid`]).
+    pub fn f32_grid(w: &[&[f32]], x: &[&[f32]], out: &mut [f32]) {
+        f32_grid_shapes!(dot_f32_grid, w, x, out)
+    }
+
+    /// Up to 2 Q8_0 or Q4_0 weight rows against one activation row, or one against up to 4
+    /// (int8 widened to i16), `out[k * x.len() + j]`.
+    pub fn blocks(w: &[WeightBlocks], x: &[BlockRow], out: &mut [f32]) {
+        match (w, x) {
+            (w, [x]) => blocks_rows(w, *x, out),
+            ([w], x) => blocks_tile(*w, x, out),
+            _ => panic!("a block kernel holds 2 weight rows x 1 or 1 x 4"),
         }
     }
 
     /// Every row of `x` (int8 widened to i16) against `w`, in tiles of up to 4, the format a
     /// constant in each loop (as in the AVX2 version).
-    pub fn blocks_tile(w: WeightBlocks, x: &[BlockRow], out: &mut [f32]) {
+    fn blocks_tile(w: WeightBlocks, x: &[BlockRow], out: &mut [f32]) {
         if w.q4 {
             blocks_tile_of::<true>(w, x, out)
         } else {
