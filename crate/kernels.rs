@@ -201,8 +201,18 @@ pub fn matmul(
     match isa {
         Isa::Scalar => m.tiled(
             out,
-            Kernel::new(row_by_row(scalar::f32_tile), (1, 1), (1, TILE)),
-            Kernel::new(row_by_row(scalar::blocks_tile), (1, 1), (1, TILE)),
+            Kernels::new(
+                row_by_row(scalar::f32_tile),
+                (1, 1),
+                row_by_row(scalar::f32_tile),
+                (1, TILE),
+            ),
+            Kernels::new(
+                row_by_row(scalar::blocks_tile),
+                (1, 1),
+                row_by_row(scalar::blocks_tile),
+                (1, TILE),
+            ),
         ),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx512Vnni` is only produced after detecting AVX2, FMA, AVX512-VNNI
@@ -216,8 +226,26 @@ pub fn matmul(
         #[cfg(target_arch = "wasm32")]
         Isa::Simd128 => m.tiled(
             out,
-            Kernel::new(simd128::f32_grid, (4, 1), (2, 4)),
-            Kernel::new(simd128::blocks, (2, 1), (1, TILE)),
+            // Closures marked to inline, so that each kernel's loops inline into its `grouped`:
+            // handed over as function items, the block kernels stayed behind a call once per
+            // weight row and tile (page, stories15M, 3 rounds: q8 676 -> 707 tok/s at 1 user,
+            // 862 -> 891 at 8; q4 563 -> 592 and 807 -> 810 with the closures).
+            Kernels::new(
+                #[inline(always)]
+                |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
+                (4, 1),
+                #[inline(always)]
+                |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
+                (2, 4),
+            ),
+            Kernels::new(
+                #[inline(always)]
+                |w: &[WeightBlocks], x: &[BlockRow], o: &mut [f32]| simd128::blocks_rows(w, x, o),
+                (2, 1),
+                #[inline(always)]
+                |w: &[WeightBlocks], x: &[BlockRow], o: &mut [f32]| simd128::blocks_tile(w, x, o),
+                (1, TILE),
+            ),
         ),
     }
 }
@@ -243,26 +271,34 @@ pub(crate) struct Shape {
     activations: usize,
 }
 
-/// An instruction set's kernels for one weight format: each takes up to `TILE` weight rows
-/// (`W`) and up to `TILE` activation rows (`X`) and writes `out[k * x.len() + j] = w[k] . x[j]`;
-/// `one` is the call's shape for decode at batch 1, `many` for several activation rows.
+/// A kernel and the shape of its calls: it takes up to `TILE` weight rows (`W`) and up to
+/// `TILE` activation rows (`X`) and writes `out[k * x.len() + j] = w[k] . x[j]`.
 pub(crate) struct Kernel<F> {
     run: F,
-    one: Shape,
-    many: Shape,
+    shape: Shape,
 }
 
-impl<F> Kernel<F> {
-    const fn new(run: F, one: (usize, usize), many: (usize, usize)) -> Kernel<F> {
-        Kernel {
-            run,
-            one: Shape {
-                weights: one.0,
-                activations: one.1,
+/// An instruction set's kernels for one weight format: `one` for decode at batch 1, `many` for
+/// several activation rows, each run by a `grouped` of its own.
+pub(crate) struct Kernels<F, G> {
+    one: Kernel<F>,
+    many: Kernel<G>,
+}
+
+impl<F, G> Kernels<F, G> {
+    fn new(one: F, one_shape: (usize, usize), many: G, many_shape: (usize, usize)) -> Self {
+        let shape = |(weights, activations): (usize, usize)| Shape {
+            weights,
+            activations,
+        };
+        Kernels {
+            one: Kernel {
+                run: one,
+                shape: shape(one_shape),
             },
-            many: Shape {
-                weights: many.0,
-                activations: many.1,
+            many: Kernel {
+                run: many,
+                shape: shape(many_shape),
             },
         }
     }
@@ -294,15 +330,22 @@ pub(crate) struct Matmul<'a> {
 /// activation group. Every kernel sums each (weight row, activation row) pair in one order
 /// whatever the group it is in, so a row's result never depends on its neighbours (batched
 /// decode equals batch 1).
-#[inline(always)]
+///
+/// In wasm each use is a function of its own with its kernel inlined into it. V8 allocates
+/// registers a function at a time: with every kernel inlined into one large `matmul`, its code
+/// for the Q4_0 row kernel stored the accumulators to the stack at every block, and q8 decoded
+/// 11% slower at batch 1 in the page. Natively everything inlines into the instruction set's
+/// `#[target_feature]` function.
+#[cfg_attr(target_arch = "wasm32", inline(never))]
+#[cfg_attr(not(target_arch = "wasm32"), inline(always))]
 fn grouped<W: Copy, X: Copy>(
     rows: usize,
     x: &[X],
-    shape: Shape,
+    kernel: Kernel<impl Fn(&[W], &[X], &mut [f32])>,
     weight_row: impl Fn(usize) -> W,
-    kernel: impl Fn(&[W], &[X], &mut [f32]),
     out: &mut [f32],
 ) {
+    let (shape, kernel) = (kernel.shape, kernel.run);
     let t = x.len();
     let (m, n) = (
         shape.weights.clamp(1, TILE),
@@ -315,6 +358,13 @@ fn grouped<W: Copy, X: Copy>(
         let mw = (0..m).filter(|k| r + k * stride < rows).count();
         for (k, w) in ws[..mw].iter_mut().enumerate() {
             *w = weight_row(r + k * stride);
+        }
+        if t == 1 {
+            kernel(&ws[..mw], x, &mut results[..mw]);
+            for (k, v) in results[..mw].iter().enumerate() {
+                out[r + k * stride] = *v;
+            }
+            continue;
         }
         for i in (0..t).step_by(n) {
             let nx = (t - i).min(n);
@@ -339,8 +389,14 @@ impl<'a> Matmul<'a> {
     fn tiled(
         &self,
         out: &mut [f32],
-        f32s: Kernel<impl Fn(&[&'a [f32]], &[&'a [f32]], &mut [f32])>,
-        blocks: Kernel<impl Fn(&[WeightBlocks<'a>], &[BlockRow<'a>], &mut [f32])>,
+        f32s: Kernels<
+            impl Fn(&[&'a [f32]], &[&'a [f32]], &mut [f32]),
+            impl Fn(&[&'a [f32]], &[&'a [f32]], &mut [f32]),
+        >,
+        blocks: Kernels<
+            impl Fn(&[WeightBlocks<'a>], &[BlockRow<'a>], &mut [f32]),
+            impl Fn(&[WeightBlocks<'a>], &[BlockRow<'a>], &mut [f32]),
+        >,
     ) {
         let (rows, cols, t) = (self.rows, self.cols, self.t);
         let blocks_per_row = cols / BLOCK;
@@ -350,9 +406,12 @@ impl<'a> Matmul<'a> {
         match self.w {
             WeightRows::F32(data) => {
                 let x: Vec<&[f32]> = (0..t).map(|i| &self.x[i * cols..][..cols]).collect();
-                let shape = if t == 1 { f32s.one } else { f32s.many };
                 let weight_row = |r: usize| &data[r * cols..(r + 1) * cols];
-                grouped(rows, &x, shape, weight_row, f32s.run, out);
+                if t == 1 {
+                    grouped(rows, &x, f32s.one, weight_row, out);
+                } else {
+                    grouped(rows, &x, f32s.many, weight_row, out);
+                }
             }
             _ => {
                 let (wq, scales, q4) = self.w.blocks();
@@ -378,8 +437,11 @@ impl<'a> Matmul<'a> {
                     },
                     q4,
                 };
-                let shape = if t == 1 { blocks.one } else { blocks.many };
-                grouped(rows, &x, shape, weight_row, blocks.run, out);
+                if t == 1 {
+                    grouped(rows, &x, blocks.one, weight_row, out);
+                } else {
+                    grouped(rows, &x, blocks.many, weight_row, out);
+                }
             }
         }
     }
@@ -619,7 +681,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{
-        BLOCK, BlockRow, Kernel, Matmul, Q8Rows, TILE, WeightBlocks, checked_blocks, row_by_row,
+        BLOCK, BlockRow, Kernels, Matmul, Q8Rows, TILE, WeightBlocks, checked_blocks, row_by_row,
     };
 
     #[target_feature(enable = "avx2,fma")]
@@ -895,7 +957,7 @@ mod avx2 {
                 m.tiled(
                     out,
                     $f32s,
-                    Kernel::new(row_by_row(tile!()), (1, 1), (1, TILE)),
+                    Kernels::new(row_by_row(tile!()), (1, 1), row_by_row(tile!()), (1, TILE)),
                 );
             }
         };
@@ -908,12 +970,10 @@ mod avx2 {
         blocks_tile,
         dot_q_tile,
         "avx2,fma",
-        Kernel::new(
-            #[inline(always)]
-            |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| f32_grid(w, x, o),
-            (4, 1),
-            (2, 4)
-        )
+        {
+            let grid = |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| f32_grid(w, x, o);
+            Kernels::new(grid, (4, 1), grid, (2, 4))
+        }
     );
 
     /// `N` activation rows, as unsigned bytes `x + 128`, against one Q8_0 or Q4_0 weight row,
@@ -956,11 +1016,12 @@ mod avx2 {
         blocks_tile_vnni,
         dot_q_tile_vnni,
         "avx2,fma,avx512vnni,avx512vl",
-        Kernel::new(
-            |_: &[&[f32]], _: &[&[f32]], _: &mut [f32]| unreachable!("f32 weights take [`matmul`]"),
-            (1, 1),
-            (1, 1)
-        )
+        {
+            let none = |_: &[&[f32]], _: &[&[f32]], _: &mut [f32]| {
+                unreachable!("f32 weights take [`matmul`]")
+            };
+            Kernels::new(none, (1, 1), none, (1, 1))
+        }
     );
 }
 
@@ -1146,9 +1207,11 @@ mod simd128 {
         let (w0, w1) = unsafe {
             if Q4 {
                 let bytes = v128_load(pw as *const v128);
-                let eight = i8x16_splat(8);
-                let lo = i8x16_sub(v128_and(bytes, i8x16_splat(0x0f)), eight);
-                let hi = i8x16_sub(u8x16_shr(bytes, 4), eight);
+                let (eight, low) = (i8x16_splat(8), i8x16_splat(0x0f));
+                let lo = i8x16_sub(v128_and(bytes, low), eight);
+                // A 16-bit shift and the same mask: V8 lowers `u8x16_shr` to that shift and a
+                // mask it builds again at every use (3 more instructions a block).
+                let hi = i8x16_sub(v128_and(u16x8_shr(bytes, 4), low), eight);
                 (lo, hi)
             } else {
                 (
@@ -1236,7 +1299,9 @@ mod simd128 {
 
     /// Up to 2 weight rows against one activation row (int8 widened to i16), results side by
     /// side.
-    fn blocks_rows(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
+    #[inline(always)]
+    pub fn blocks_rows(w: &[WeightBlocks], x: &[BlockRow], out: &mut [f32]) {
+        let x = x[0];
         if w[0].q4 {
             blocks_rows_of::<true>(w, x, out)
         } else {
@@ -1255,23 +1320,16 @@ mod simd128 {
 
     /// Every row of `w` against every row of `x`, `out[k * x.len() + j]`: up to 4 weight rows
     /// against one activation row, or up to 2 against up to 4 (see [`dot_f32_grid`]).
+    #[inline(always)]
     pub fn f32_grid(w: &[&[f32]], x: &[&[f32]], out: &mut [f32]) {
         f32_grid_shapes!(dot_f32_grid, w, x, out)
     }
 
-    /// Up to 2 Q8_0 or Q4_0 weight rows against one activation row, or one against up to 4
-    /// (int8 widened to i16), `out[k * x.len() + j]`.
-    pub fn blocks(w: &[WeightBlocks], x: &[BlockRow], out: &mut [f32]) {
-        match (w, x) {
-            (w, [x]) => blocks_rows(w, *x, out),
-            ([w], x) => blocks_tile(*w, x, out),
-            _ => panic!("a block kernel holds 2 weight rows x 1 or 1 x 4"),
-        }
-    }
-
     /// Every row of `x` (int8 widened to i16) against `w`, in tiles of up to 4, the format a
     /// constant in each loop (as in the AVX2 version).
-    fn blocks_tile(w: WeightBlocks, x: &[BlockRow], out: &mut [f32]) {
+    #[inline(always)]
+    pub fn blocks_tile(w: &[WeightBlocks], x: &[BlockRow], out: &mut [f32]) {
+        let w = w[0];
         if w.q4 {
             blocks_tile_of::<true>(w, x, out)
         } else {
