@@ -1197,35 +1197,33 @@ mod simd128 {
         })
     }
 
-    /// A Q8_0 or Q4_0 weight block's 32 values, widened to i16, in value order.
+    /// A Q8_0 or Q4_0 weight block's 32 values, widened to i16, in value order. Each 8 bytes
+    /// are loaded and widened in one instruction (`v128.load8x8_s` / `_u`, x86's `pmovsxbw` /
+    /// `pmovzxbw` from memory), where a 16-byte load's high half took two more to widen.
+    /// Q4_0: value `j` is byte `j`'s low nibble and value `j + 16` its high one, less 8 each.
     ///
     /// # Safety
     /// `pw` points to the block's 32 (Q8_0) or 16 (Q4_0) readable bytes.
     #[inline(always)]
     unsafe fn unpack_block<const Q4: bool>(pw: *const u8) -> [v128; 4] {
         // SAFETY: the caller's.
-        let (w0, w1) = unsafe {
+        unsafe {
             if Q4 {
-                let bytes = v128_load(pw as *const v128);
-                let (eight, low) = (i8x16_splat(8), i8x16_splat(0x0f));
-                let lo = i8x16_sub(v128_and(bytes, low), eight);
-                // A 16-bit shift and the same mask: V8 lowers `u8x16_shr` to that shift and a
-                // mask it builds again at every use (3 more instructions a block).
-                let hi = i8x16_sub(v128_and(u16x8_shr(bytes, 4), low), eight);
-                (lo, hi)
+                let (a, b) = (
+                    u16x8_load_extend_u8x8(pw),
+                    u16x8_load_extend_u8x8(pw.add(8)),
+                );
+                let (eight, low) = (i16x8_splat(8), i16x8_splat(0x0f));
+                [
+                    i16x8_sub(v128_and(a, low), eight),
+                    i16x8_sub(v128_and(b, low), eight),
+                    i16x8_sub(u16x8_shr(a, 4), eight),
+                    i16x8_sub(u16x8_shr(b, 4), eight),
+                ]
             } else {
-                (
-                    v128_load(pw as *const v128),
-                    v128_load(pw.add(16) as *const v128),
-                )
+                std::array::from_fn(|k| i16x8_load_extend_i8x8(pw.add(8 * k) as *const i8))
             }
-        };
-        [
-            i16x8_extend_low_i8x16(w0),
-            i16x8_extend_high_i8x16(w0),
-            i16x8_extend_low_i8x16(w1),
-            i16x8_extend_high_i8x16(w1),
-        ]
+        }
     }
 
     /// An activation block's 32 values (widened to i16, 64 bytes).

@@ -8,6 +8,8 @@
 // (each a `pkg/` folder, with its own page folder if its worker differs), interleaved round by
 // round (default: this checkout's pkg/), BACKEND (cpu; wgpu for WebGPU), and MODE=run to time single runs through the page's
 // ordinary Run path instead (decode tok/s and inter-token p50/p99/max: the worker's stalls).
+// CHROMIUM_ARGS adds browser switches, e.g. "--js-flags=--prof" to profile the worker (README,
+// "Profiling the page's worker").
 import { mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
@@ -46,7 +48,8 @@ await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
 const base = `http://127.0.0.1:${server.address().port}`;
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  args: ['--no-sandbox', '--enable-unsafe-webgpu', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking'],
+  args: ['--no-sandbox', '--enable-unsafe-webgpu', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking',
+    ...(process.env.CHROMIUM_ARGS || '').split(' ').filter(Boolean)],
 });
 const page = await browser.newPage();
 await page.goto(`${base}/bench/lab.html`);
