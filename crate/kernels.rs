@@ -566,54 +566,30 @@ fn weighted_sum_from(from: usize, p: &[f32], values: &[f32], stride: usize, out:
     }
 }
 
+/// The length of every row of an f32 grid's operands, checked (the grids' loads are unchecked).
+#[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
+fn grid_len(w: &[&[f32]], x: &[&[f32]]) -> usize {
+    let n = w[0].len();
+    assert!(w.iter().all(|w| w.len() == n) && x.iter().all(|x| x.len() == n));
+    n
+}
+
 /// `out.copy_from_slice` of `$grid::<M, N>(w, x)` for the shape of `$w` (M weight rows) and `$x`
 /// (N activation rows): up to 4 weight rows against one activation row, or up to 2 against up
 /// to 4, the shapes [`Kernel`]s of f32 grids take.
 #[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
 macro_rules! f32_grid_shapes {
-    ($grid:ident, $w:expr, $x:expr, $out:expr) => {{
+    ($grid:ident, $w:expr, $x:expr, $out:expr) => {
+        f32_grid_shapes!(@arms $grid, $w, $x, $out;
+            (1, 1) (2, 1) (3, 1) (4, 1) (1, 2) (2, 2) (1, 3) (2, 3) (1, 4) (2, 4))
+    };
+    (@arms $grid:ident, $w:expr, $x:expr, $out:expr; $(($m:literal, $n:literal))*) => {{
         let (w, x, out): (&[&[f32]], &[&[f32]], &mut [f32]) = ($w, $x, $out);
         match (w.len(), x.len()) {
-            (1, 1) => out.copy_from_slice(
-                $grid::<1, 1>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
+            $(($m, $n) => out.copy_from_slice(
+                $grid::<$m, $n>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
                     .as_flattened(),
-            ),
-            (2, 1) => out.copy_from_slice(
-                $grid::<2, 1>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
-            ),
-            (3, 1) => out.copy_from_slice(
-                $grid::<3, 1>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
-            ),
-            (4, 1) => out.copy_from_slice(
-                $grid::<4, 1>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
-            ),
-            (1, 2) => out.copy_from_slice(
-                $grid::<1, 2>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
-            ),
-            (2, 2) => out.copy_from_slice(
-                $grid::<2, 2>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
-            ),
-            (1, 3) => out.copy_from_slice(
-                $grid::<1, 3>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
-            ),
-            (2, 3) => out.copy_from_slice(
-                $grid::<2, 3>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
-            ),
-            (1, 4) => out.copy_from_slice(
-                $grid::<1, 4>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
-            ),
-            (2, 4) => out.copy_from_slice(
-                $grid::<2, 4>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
-            ),
+            ),)*
             _ => panic!("an f32 grid holds up to 4 x 1 or 2 x 4 rows"),
         }
     }};
@@ -681,7 +657,8 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{
-        BLOCK, BlockRow, Kernels, Matmul, Q8Rows, TILE, WeightBlocks, checked_blocks, row_by_row,
+        BLOCK, BlockRow, Kernels, Matmul, Q8Rows, TILE, WeightBlocks, checked_blocks, grid_len,
+        row_by_row,
     };
 
     #[target_feature(enable = "avx2,fma")]
@@ -844,8 +821,7 @@ mod avx2 {
         w: [&[f32]; M],
         x: [&[f32]; N],
     ) -> [[f32; N]; M] {
-        let n = w[0].len();
-        assert!(w.iter().all(|w| w.len() == n) && x.iter().all(|x| x.len() == n));
+        let n = grid_len(&w, &x);
         let mut acc = [[_mm256_setzero_ps(); N]; M];
         let mut wv = [_mm256_setzero_ps(); M];
         let mut i = 0;
@@ -1029,7 +1005,7 @@ mod avx2 {
 mod simd128 {
     use std::arch::wasm32::*;
 
-    use super::{BLOCK, BlockRow, Q8Rows, WeightBlocks, checked_blocks};
+    use super::{BLOCK, BlockRow, Q8Rows, WeightBlocks, checked_blocks, grid_len};
 
     #[inline(always)]
     fn hsum(v: v128) -> f32 {
@@ -1165,8 +1141,7 @@ mod simd128 {
         w: [&[f32]; M],
         x: [&[f32]; N],
     ) -> [[f32; N]; M] {
-        let n = w[0].len();
-        assert!(w.iter().all(|w| w.len() == n) && x.iter().all(|x| x.len() == n));
+        let n = grid_len(&w, &x);
         let mut acc = [[f32x4_splat(0.0); N]; M];
         let mut i = 0;
         // SAFETY: every load is within 0..n of each weight row and each activation row.
