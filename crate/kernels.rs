@@ -587,8 +587,7 @@ macro_rules! f32_grid_shapes {
         let (w, x, out): (&[&[f32]], &[&[f32]], &mut [f32]) = ($w, $x, $out);
         match (w.len(), x.len()) {
             $(($m, $n) => out.copy_from_slice(
-                $grid::<$m, $n>(std::array::from_fn(|k| w[k]), std::array::from_fn(|j| x[j]))
-                    .as_flattened(),
+                $grid::<$m, $n>(w.try_into().unwrap(), x.try_into().unwrap()).as_flattened(),
             ),)*
             _ => panic!("an f32 grid holds up to 4 x 1 or 2 x 4 rows"),
         }
@@ -818,17 +817,17 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     fn dot_f32_grid<const M: usize, const N: usize>(
-        w: [&[f32]; M],
-        x: [&[f32]; N],
+        w: &[&[f32]; M],
+        x: &[&[f32]; N],
     ) -> [[f32; N]; M] {
-        let n = grid_len(&w, &x);
+        let n = grid_len(w, x);
         let mut acc = [[_mm256_setzero_ps(); N]; M];
         let mut wv = [_mm256_setzero_ps(); M];
         let mut i = 0;
         // SAFETY: every load is within 0..n of each weight row and each activation row.
         unsafe {
             while i + 8 <= n {
-                for (wv, w) in wv.iter_mut().zip(&w) {
+                for (wv, w) in wv.iter_mut().zip(w) {
                     *wv = _mm256_loadu_ps(w.as_ptr().add(i));
                 }
                 for (j, x) in x.iter().enumerate() {
@@ -1138,10 +1137,10 @@ mod simd128 {
     /// piece first and V8 spilled the accumulators to the stack (8 users: 712-734).
     #[inline(always)]
     fn dot_f32_grid<const M: usize, const N: usize>(
-        w: [&[f32]; M],
-        x: [&[f32]; N],
+        w: &[&[f32]; M],
+        x: &[&[f32]; N],
     ) -> [[f32; N]; M] {
-        let n = grid_len(&w, &x);
+        let n = grid_len(w, x);
         let mut acc = [[f32x4_splat(0.0); N]; M];
         let mut i = 0;
         // SAFETY: every load is within 0..n of each weight row and each activation row.
