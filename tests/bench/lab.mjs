@@ -4,7 +4,7 @@
 // by hand:
 //   node tests/bench/lab.mjs MODEL.bin TOKENIZER.bin
 // Environment: ROUNDS (3), LEVELS (1,8), QUANTS (f32,q8,q4), MAX_TOKENS (128),
-// CHROMIUM (/usr/lib/chromium/chromium), BUILDS=name=PKG_DIR[:WWW_DIR],... to compare wasm builds
+// CHROMIUM (/usr/lib/chromium/chromium), BUILDS=name=PKG_DIR[:WWW_DIR][?WORKER_QUERY],... to compare wasm builds
 // (each a `pkg/` folder, with its own page folder if its worker differs), interleaved round by
 // round (default: this checkout's pkg/), BACKEND (cpu; wgpu for WebGPU), and MODE=run to time single runs through the page's
 // ordinary Run path instead (decode tok/s and inter-token p50/p99/max: the worker's stalls).
@@ -32,10 +32,13 @@ symlinkSync(resolve(model), join(files, 'model.bin'));
 symlinkSync(resolve(tokenizer), join(files, 'tokenizer.bin'));
 
 // Each build's worker is served at /builds/NAME/www/worker.js, so that its `../pkg/` is that build's.
+// A build may end in `?QUERY` for its worker's URL, e.g. `baseline=pkg?simd=baseline`.
 const builds = (process.env.BUILDS || `this=${resolve(root, 'pkg')}`).split(',').map((b) => {
-  const [name, dirs] = b.split('=');
+  const at = b.indexOf('=');
+  const [name, spec] = [b.slice(0, at), b.slice(at + 1)];
+  const [dirs, query] = spec.split('?');
   const [dir, www] = dirs.split(':');
-  return { name, dir: resolve(dir), www: resolve(www || resolve(root, 'www')) };
+  return { name, dir: resolve(dir), www: resolve(www || resolve(root, 'www')), query: query ? `?${query}` : '' };
 });
 const mode = process.env.MODE || 'lab';
 // BACKEND=wgpu measures WebGPU (in headless Chromium here: SwiftShader, a software GPU).
@@ -68,7 +71,7 @@ const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, 
   for (const quant of quants) {
     const workers = [];
     for (const build of builds) {
-      const worker = new Worker(`/builds/${build}/www/worker.js`, { type: 'module' });
+      const worker = new Worker(`/builds/${build.name}/www/worker.js${build.query}`, { type: 'module' });
       await once(worker, 'ready');
       worker.postMessage({ type: 'load', name: modelName, model: { url: '/files/model.bin' }, tokenizer: { url: '/files/tokenizer.bin' }, backend, quant });
       await once(worker, 'warmed');
@@ -81,7 +84,7 @@ const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, 
           const request = id++;
           worker.postMessage({ type: 'run', id: request, prompt: 'Once upon a time', options: { max_tokens: maxTokens, temperature: 0 } });
           const { report } = await once(worker, 'finished');
-          if (round > 0) out.push({ build, quant, users: 1, report });
+          if (round > 0) out.push({ build: build.name, quant, users: 1, report });
           continue;
         }
         for (const users of levels) {
@@ -89,14 +92,14 @@ const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, 
           worker.postMessage({ type: 'lab', id: request, options: { users, max_tokens: maxTokens } });
           const { report } = await once(worker, 'lab-finished', request);
           // Round 0 is untimed: it settles the JIT and the allocator.
-          if (round > 0) out.push({ build, quant, users, report });
+          if (round > 0) out.push({ build: build.name, quant, users, report });
         }
       }
     }
     for (const { worker } of workers) worker.terminate();
   }
   return { out, userAgent: navigator.userAgent };
-}, { quants, levels, rounds, maxTokens, builds: builds.map((b) => b.name), mode, backend, modelName: basename(model).replace(/\.[a-z]+$/, '') });
+}, { quants, levels, rounds, maxTokens, builds: builds.map(({ name, query }) => ({ name, query })), mode, backend, modelName: basename(model).replace(/\.[a-z]+$/, '') });
 await browser.close();
 server.close();
 
