@@ -47,9 +47,16 @@ $(E2E_SMOLLM2): crate/synth.rs crate/loading/gguf_writer.rs examples/smollm2_voc
 	cargo run --quiet --example smollm2_vocab -- $(MODELS)/gguf-vocab/ggml-vocab-starcoder.gguf target/e2e/smollm2-vocab.gguf
 	cargo run --quiet -- synth --shape smollm2-135M --layers 2 --q8 --vocab target/e2e/smollm2-vocab.gguf --out $@
 
+# Two builds of the engine; the worker picks one (www/worker.js). pkg/: baseline SIMD128, which
+# every browser with WebAssembly SIMD runs. pkg/relaxed/: tokenometer's own code also with relaxed
+# SIMD (faster Q4_0 kernels), the dependencies as they are (`cargo rustc` passes the flag to this
+# crate only, so they are not built twice).
 pkg:
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo build --profile web --target wasm32-unknown-unknown --lib
 	wasm-bindgen --target web --remove-name-section --out-dir pkg $(WASM)
+	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo rustc --profile web --target wasm32-unknown-unknown --lib \
+		-- -C target-feature=+relaxed-simd
+	wasm-bindgen --target web --remove-name-section --out-dir pkg/relaxed $(WASM)
 
 bench: setup-serve
 	cargo build --release
@@ -96,6 +103,8 @@ lint:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings
+	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings \
+		-C target-feature=+relaxed-simd
 	node_modules/.bin/tsc -p www
 
 setup: apt-packages wasm-tools npm-packages

@@ -63,8 +63,12 @@ impl Isa {
             Isa::Avx2 => "AVX2",
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => "AVX2+VNNI",
-            #[cfg(target_arch = "wasm32")]
+            #[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
             Isa::Simd128 => "SIMD128",
+            // The page's second build: fused f32 multiply-adds (`simd128::mul_add`) and Q4_0
+            // byte products (`simd128::relaxed`).
+            #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+            Isa::Simd128 => "SIMD128+relaxed",
         }
     }
 
@@ -172,6 +176,11 @@ pub fn matmul(
     // The activations in the layout the block tiles take, made once here, not once per weight
     // row; `None`: `xq` as it is.
     let prepared: Option<Vec<u8>> = match isa {
+        // Relaxed SIMD multiplies Q4_0's nibbles by bytes (see `simd128::relaxed`).
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        Isa::Simd128 if matches!(w, WeightRows::Q4 { .. }) => {
+            Some(simd128::relaxed::prepare(activations))
+        }
         // SIMD128 multiplies 16-bit lanes (`i32x4.dot_i16x8_s`, one instruction on x86).
         #[cfg(target_arch = "wasm32")]
         Isa::Simd128 if quantized => {
@@ -424,9 +433,8 @@ impl<'a> Matmul<'a> {
                     .map(|row| BlockRow {
                         quants: match self.x_prepared {
                             Some(prepared) => {
-                                // Bytes per value: 2 when widened to i16, else 1.
-                                let size = prepared.len() / (t * cols);
-                                &prepared[row * cols * size..][..cols * size]
+                                let size = prepared.len() / t;
+                                &prepared[row * size..][..size]
                             }
                             None => bytemuck::cast_slice(&self.xq.quants[row * cols..][..cols]),
                         },
@@ -478,23 +486,97 @@ impl<'a> WeightRows<'a> {
 
 /// The blocks per row of a block kernel's operands and the weight bytes per block, after
 /// checking that every row holds them (the kernels' loads are unchecked): weight rows of the
-/// same length, and activation rows of `x_bytes` a value (their instruction set's layout).
+/// same length, and activation rows of `x_bytes` a block (their instruction set's layout).
+#[cfg(target_arch = "x86_64")]
 fn checked_blocks<const Q4: bool>(
     w: &[WeightBlocks],
     x: &[BlockRow],
     x_bytes: usize,
 ) -> (usize, usize) {
-    let blocks = w[0].row.scales.len();
     let step = if Q4 { BLOCK / 2 } else { BLOCK };
+    (checked_rows(w, x, step, x_bytes), step)
+}
+
+/// [`checked_blocks`] for `w_bytes` weight bytes a block: the blocks per row.
+#[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
+fn checked_rows(w: &[WeightBlocks], x: &[BlockRow], w_bytes: usize, x_bytes: usize) -> usize {
+    let blocks = w[0].row.scales.len();
     assert!(
         w.iter()
-            .all(|w| w.row.scales.len() == blocks && w.row.quants.len() >= blocks * step)
+            .all(|w| w.row.scales.len() == blocks && w.row.quants.len() >= blocks * w_bytes)
     );
     assert!(
         x.iter()
-            .all(|x| x.scales.len() == blocks && x.quants.len() >= blocks * BLOCK * x_bytes)
+            .all(|x| x.scales.len() == blocks && x.quants.len() >= blocks * x_bytes)
     );
-    (blocks, step)
+    blocks
+}
+
+/// What [`check_against_scalar`] found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KernelCheck {
+    /// The instruction set checked ([`Isa::name`]).
+    pub isa: &'static str,
+    /// The largest difference from the scalar kernels, relative to the largest result.
+    pub worst_relative_error: f32,
+    /// Whether each activation row of a batch got exactly its result alone.
+    pub batched_equals_alone: bool,
+}
+
+/// This machine's best kernels against the scalar ones on f32, Q8_0 and Q4_0 weights
+/// (pseudo-random, 67 rows of 288, 5 activation rows and each alone). The page's relaxed SIMD
+/// build is checked this way by the end-to-end tests, in Chromium: wasm-bindgen-test builds the
+/// crate once, without relaxed SIMD (`tests/kernels.rs` checks every other instruction set, more
+/// widely).
+pub fn check_against_scalar() -> KernelCheck {
+    let (rows, cols, t) = (67, 288, 5);
+    let values = |n: usize, mut s: u64| -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+                if i % 97 == 0 { v * 8.0 } else { v }
+            })
+            .collect()
+    };
+    let (w, x) = (values(rows * cols, 3), values(t * cols, 5));
+    let isa = Isa::detect();
+    let (mut worst, mut equal) = (0.0f32, true);
+    for m in [
+        crate::quant::HostMatrix::F32(w.clone().into()),
+        crate::quant::HostMatrix::q8(&w),
+        crate::quant::HostMatrix::q4(&w),
+    ] {
+        let run = |isa: Isa, x: &[f32]| {
+            let t = x.len() / cols;
+            let mut xq = Q8Rows::default();
+            quantize_rows_q8(x, cols, &mut xq);
+            let mut out = vec![f32::NAN; t * rows];
+            matmul(isa, m.rows(), rows, cols, x, &xq, t, &mut out);
+            out
+        };
+        let (scalar, got) = (run(Isa::Scalar, &x), run(isa, &x));
+        let scale = scalar.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for (a, b) in got.iter().zip(&scalar) {
+            let error = (a - b).abs() / scale;
+            // A NaN counts as infinitely wrong (`max` would pass over it).
+            worst = if error.is_nan() {
+                f32::INFINITY
+            } else {
+                worst.max(error)
+            };
+        }
+        for (i, row) in got.chunks_exact(rows).enumerate() {
+            equal &= run(isa, &x[i * cols..(i + 1) * cols]) == row;
+        }
+    }
+    KernelCheck {
+        isa: isa.name(),
+        worst_relative_error: worst,
+        batched_equals_alone: equal,
+    }
 }
 
 /// The dot product of two f32 slices, with the best instruction set.
@@ -881,7 +963,7 @@ mod avx2 {
     /// `N`.
     #[target_feature(enable = "avx2,fma")]
     fn dot_q_tile<const N: usize, const Q4: bool>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
-        let (blocks, step) = checked_blocks::<Q4>(&[w], &x, 1);
+        let (blocks, step) = checked_blocks::<Q4>(&[w], &x, BLOCK);
         let mut acc = [_mm256_setzero_ps(); N];
         for b in 0..blocks {
             // SAFETY: the weight row holds `blocks * step` bytes and each activation row
@@ -965,7 +1047,7 @@ mod avx2 {
         w: WeightBlocks,
         x: [BlockRow; N],
     ) -> [f32; N] {
-        let (blocks, step) = checked_blocks::<Q4>(&[w], &x, 1);
+        let (blocks, step) = checked_blocks::<Q4>(&[w], &x, BLOCK);
         let zero = _mm256_setzero_si256();
         let offset = _mm256_set1_epi8(-128);
         let mut acc = [_mm256_setzero_ps(); N];
@@ -1007,7 +1089,7 @@ mod avx2 {
 mod simd128 {
     use std::arch::wasm32::*;
 
-    use super::{BLOCK, BlockRow, Q8Rows, WeightBlocks, checked_blocks, grid_len};
+    use super::{BLOCK, BlockRow, Q8Rows, WeightBlocks, checked_rows, grid_len};
 
     #[inline(always)]
     fn hsum(v: v128) -> f32 {
@@ -1015,6 +1097,24 @@ mod simd128 {
             + f32x4_extract_lane::<1>(v)
             + f32x4_extract_lane::<2>(v)
             + f32x4_extract_lane::<3>(v)
+    }
+
+    /// `acc + a * b`: baseline SIMD128 has no fused multiply-add, so a multiply and an add; the
+    /// page's second build (`make pkg`: `pkg/relaxed/`, built with `-C
+    /// target-feature=+relaxed-simd`, for browsers that run it) uses relaxed SIMD's
+    /// `f32x4.relaxed_madd`, one `vfmadd` on an x86 with FMA. Fused, a product is not rounded
+    /// before it is added, so that build's f32 results differ from the baseline's by rounding;
+    /// within a build every kernel still sums each pair in one order.
+    ///
+    /// Measured in the page (Chromium 156, synthetic stories15M f32, 128 tokens a user, 3 rounds
+    /// interleaved, aggregate tok/s), fused against not: 917 against 766-769 at 8 users (the f32
+    /// grid is bound by arithmetic there), 465 against 400-435 at 1 user (bound by memory).
+    #[inline(always)]
+    fn mul_add(acc: v128, a: v128, b: v128) -> v128 {
+        #[cfg(target_feature = "relaxed-simd")]
+        return f32x4_relaxed_madd(a, b, acc);
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        f32x4_add(acc, f32x4_mul(a, b))
     }
 
     #[inline(always)]
@@ -1029,14 +1129,14 @@ mod simd128 {
                 for (k, acc) in acc.iter_mut().enumerate() {
                     let x = v128_load(pa.add(i + 4 * k) as *const v128);
                     let y = v128_load(pb.add(i + 4 * k) as *const v128);
-                    *acc = f32x4_add(*acc, f32x4_mul(x, y));
+                    *acc = mul_add(*acc, x, y);
                 }
                 i += 16;
             }
             while i + 4 <= n {
                 let x = v128_load(pa.add(i) as *const v128);
                 let y = v128_load(pb.add(i) as *const v128);
-                acc[0] = f32x4_add(acc[0], f32x4_mul(x, y));
+                acc[0] = mul_add(acc[0], x, y);
                 i += 4;
             }
         }
@@ -1104,7 +1204,7 @@ mod simd128 {
                     let a = f32x4_splat(p);
                     for (k, acc) in acc.iter_mut().enumerate() {
                         let v = v128_load(pv.add(j * stride + i + 4 * k) as *const v128);
-                        *acc = f32x4_add(*acc, f32x4_mul(a, v));
+                        *acc = mul_add(*acc, a, v);
                     }
                 }
                 for (k, acc) in acc.iter().enumerate() {
@@ -1116,7 +1216,7 @@ mod simd128 {
                 let mut acc = f32x4_splat(0.0);
                 for (j, &p) in p.iter().enumerate() {
                     let v = v128_load(pv.add(j * stride + i) as *const v128);
-                    acc = f32x4_add(acc, f32x4_mul(f32x4_splat(p), v));
+                    acc = mul_add(acc, f32x4_splat(p), v);
                 }
                 v128_store(out.as_mut_ptr().add(i) as *mut v128, acc);
                 i += 4;
@@ -1154,7 +1254,7 @@ mod simd128 {
                 for (j, x) in x.iter().enumerate() {
                     let xv = v128_load(x.as_ptr().add(i) as *const v128);
                     for (acc, wv) in acc.iter_mut().zip(&wv) {
-                        acc[j] = f32x4_add(acc[j], f32x4_mul(*wv, xv));
+                        acc[j] = mul_add(acc[j], *wv, xv);
                     }
                 }
             };
@@ -1174,77 +1274,97 @@ mod simd128 {
         })
     }
 
-    /// A Q8_0 or Q4_0 weight block's 32 values, widened to i16, in value order. Each 8 bytes
-    /// are loaded and widened in one instruction (`v128.load8x8_s` / `_u`, x86's `pmovsxbw` /
-    /// `pmovzxbw` from memory), where a 16-byte load's high half took two more to widen.
-    /// Q4_0: value `j` is byte `j`'s low nibble and value `j + 16` its high one, less 8 each.
-    ///
-    /// # Safety
-    /// `pw` points to the block's 32 (Q8_0) or 16 (Q4_0) readable bytes.
-    #[inline(always)]
-    unsafe fn unpack_block<const Q4: bool>(pw: *const u8) -> [v128; 4] {
-        // SAFETY: the caller's.
-        unsafe {
-            if Q4 {
-                let (a, b) = (
-                    u16x8_load_extend_u8x8(pw),
-                    u16x8_load_extend_u8x8(pw.add(8)),
-                );
-                let (eight, low) = (i16x8_splat(8), i16x8_splat(0x0f));
-                [
-                    i16x8_sub(v128_and(a, low), eight),
-                    i16x8_sub(v128_and(b, low), eight),
-                    i16x8_sub(u16x8_shr(a, 4), eight),
-                    i16x8_sub(u16x8_shr(b, 4), eight),
-                ]
-            } else {
-                std::array::from_fn(|k| i16x8_load_extend_i8x8(pw.add(8 * k) as *const i8))
+    /// How a block kernel reads and multiplies one block of each side: the weight block as
+    /// registers (`W`, unpacked once for every activation row it meets), the activation block
+    /// (`X`), and `acc + scale * (w . x)` with the block's 32 products summed exactly in i32
+    /// lanes. A format sums each (weight row, activation row) pair the same way in every kernel
+    /// and tile, so a row's result does not depend on the rows computed beside it.
+    pub(super) trait Blocks {
+        type W: Copy;
+        type X: Copy;
+        /// Bytes per block: of a weight row, and of an activation row as prepared for `X`.
+        const W_BYTES: usize;
+        const X_BYTES: usize;
+        /// # Safety
+        /// `pw` points to `W_BYTES` readable bytes.
+        unsafe fn weights(pw: *const u8) -> Self::W;
+        /// # Safety
+        /// `px` points to `X_BYTES` readable bytes.
+        unsafe fn activations(px: *const u8) -> Self::X;
+        fn step(acc: v128, w: &Self::W, x: &Self::X, scale: f32) -> v128;
+    }
+
+    /// Q8_0 (`Q4 = false`) or Q4_0 weights against activations widened to i16 (64 bytes a
+    /// block), multiplied in 16-bit lanes.
+    pub(super) struct Wide<const Q4: bool>;
+
+    impl<const Q4: bool> Blocks for Wide<Q4> {
+        type W = [v128; 4];
+        type X = [v128; 4];
+        const W_BYTES: usize = if Q4 { BLOCK / 2 } else { BLOCK };
+        const X_BYTES: usize = 2 * BLOCK;
+
+        /// The block's 32 values, widened to i16, in value order. Each 8 bytes are loaded and
+        /// widened in one instruction (`v128.load8x8_s` / `_u`, x86's `pmovsxbw` / `pmovzxbw`
+        /// from memory), where a 16-byte load's high half took two more to widen. Q4_0: value
+        /// `j` is byte `j`'s low nibble and value `j + 16` its high one, less 8 each.
+        #[inline(always)]
+        unsafe fn weights(pw: *const u8) -> [v128; 4] {
+            // SAFETY: the caller's.
+            unsafe {
+                if Q4 {
+                    let (a, b) = (
+                        u16x8_load_extend_u8x8(pw),
+                        u16x8_load_extend_u8x8(pw.add(8)),
+                    );
+                    let (eight, low) = (i16x8_splat(8), i16x8_splat(0x0f));
+                    [
+                        i16x8_sub(v128_and(a, low), eight),
+                        i16x8_sub(v128_and(b, low), eight),
+                        i16x8_sub(u16x8_shr(a, 4), eight),
+                        i16x8_sub(u16x8_shr(b, 4), eight),
+                    ]
+                } else {
+                    std::array::from_fn(|k| i16x8_load_extend_i8x8(pw.add(8 * k) as *const i8))
+                }
             }
+        }
+
+        #[inline(always)]
+        unsafe fn activations(px: *const u8) -> [v128; 4] {
+            // SAFETY: the caller's.
+            std::array::from_fn(|k| unsafe { v128_load(px.add(16 * k) as *const v128) })
+        }
+
+        /// The 32 products summed by `i32x4.dot_i16x8_s` (x86's `pmaddwd`), where the i8
+        /// `extmul` pairs it replaced lower to several instructions each on x86, then scaled
+        /// once ([`mul_add`]). i32 lane `k` holds values `8v + 2k` and `8v + 2k + 1` for `v` in
+        /// 0..4.
+        #[inline(always)]
+        fn step(acc: v128, ws: &[v128; 4], xs: &[v128; 4], scale: f32) -> v128 {
+            let ints = i32x4_add(
+                i32x4_add(i32x4_dot_i16x8(ws[0], xs[0]), i32x4_dot_i16x8(ws[1], xs[1])),
+                i32x4_add(i32x4_dot_i16x8(ws[2], xs[2]), i32x4_dot_i16x8(ws[3], xs[3])),
+            );
+            mul_add(acc, f32x4_splat(scale), f32x4_convert_i32x4(ints))
         }
     }
 
-    /// An activation block's 32 values (widened to i16, 64 bytes).
-    ///
-    /// # Safety
-    /// `px` points to 64 readable bytes.
+    /// `N` activation rows against one Q8_0 or Q4_0 weight row; a weight block is loaded and
+    /// unpacked once for all `N`. Measured in the page (stories15M, 128 tokens, 4 runs each,
+    /// interleaved): the i16 dot products took q8 from 494.7 to 535.5 tok/s, q4 unchanged.
     #[inline(always)]
-    unsafe fn load_wide(px: *const u8) -> [v128; 4] {
-        // SAFETY: the caller's.
-        std::array::from_fn(|k| unsafe { v128_load(px.add(16 * k) as *const v128) })
-    }
-
-    /// `acc + scale * (w . x)` for one block: its 32 products summed exactly in i32 by
-    /// `i32x4.dot_i16x8_s` (x86's `pmaddwd`), where the i8 `extmul` pairs it replaced lower to
-    /// several instructions each on x86, then scaled once. Every kernel below sums a row through
-    /// this, block by block, so a row's result does not depend on the kernel.
-    #[inline(always)]
-    fn block_step(acc: v128, ws: &[v128; 4], xs: &[v128; 4], scale: f32) -> v128 {
-        let ints = i32x4_add(
-            i32x4_add(i32x4_dot_i16x8(ws[0], xs[0]), i32x4_dot_i16x8(ws[1], xs[1])),
-            i32x4_add(i32x4_dot_i16x8(ws[2], xs[2]), i32x4_dot_i16x8(ws[3], xs[3])),
-        );
-        f32x4_add(
-            acc,
-            f32x4_mul(f32x4_splat(scale), f32x4_convert_i32x4(ints)),
-        )
-    }
-
-    /// `N` activation rows (int8 values widened to i16, 64 bytes a block) against one Q8_0 or
-    /// Q4_0 weight row; a weight block is loaded, unpacked and widened once for all `N`.
-    /// Measured in the page (stories15M, 128 tokens, 4 runs each, interleaved): the i16 dot
-    /// products took q8 from 494.7 to 535.5 tok/s, q4 unchanged.
-    #[inline(always)]
-    fn dot_q_tile<const N: usize, const Q4: bool>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
-        let (blocks, step) = checked_blocks::<Q4>(&[w], &x, 2);
+    fn dot_q_tile<const N: usize, B: Blocks>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
+        let blocks = checked_rows(&[w], &x, B::W_BYTES, B::X_BYTES);
         let mut acc = [f32x4_splat(0.0); N];
         for b in 0..blocks {
-            // SAFETY: the weight row holds `blocks * step` bytes and each activation row
-            // `blocks * 64` (checked by `checked_blocks`).
-            let ws = unsafe { unpack_block::<Q4>(w.row.quants.as_ptr().add(b * step)) };
+            // SAFETY: the weight row holds `blocks * W_BYTES` bytes and each activation row
+            // `blocks * X_BYTES` (checked by `checked_rows`).
+            let ws = unsafe { B::weights(w.row.quants.as_ptr().add(b * B::W_BYTES)) };
             for (acc, x) in acc.iter_mut().zip(&x) {
                 // SAFETY: as above.
-                let xs = unsafe { load_wide(x.quants.as_ptr().add(b * BLOCK * 2)) };
-                *acc = block_step(*acc, &ws, &xs, w.row.scales[b] * x.scales[b]);
+                let xs = unsafe { B::activations(x.quants.as_ptr().add(b * B::X_BYTES)) };
+                *acc = B::step(*acc, &ws, &xs, w.row.scales[b] * x.scales[b]);
             }
         }
         acc.map(hsum)
@@ -1256,39 +1376,124 @@ mod simd128 {
     /// tok/s; 4 rows at a time ran out of registers in V8 and decoded slower than one (484.7).
     /// Which rows go together: see [`super::grouped`].
     #[inline(always)]
-    fn dot_q_rows<const M: usize, const Q4: bool>(w: [WeightBlocks; M], x: BlockRow) -> [f32; M] {
-        let (blocks, step) = checked_blocks::<Q4>(&w, &[x], 2);
+    fn dot_q_rows<const M: usize, B: Blocks>(w: [WeightBlocks; M], x: BlockRow) -> [f32; M] {
+        let blocks = checked_rows(&w, &[x], B::W_BYTES, B::X_BYTES);
         let mut acc = [f32x4_splat(0.0); M];
         for b in 0..blocks {
-            // SAFETY: the activation row holds `blocks * 64` bytes and each weight row
-            // `blocks * step` (checked by `checked_blocks`).
-            let xs = unsafe { load_wide(x.quants.as_ptr().add(b * BLOCK * 2)) };
+            // SAFETY: the activation row holds `blocks * X_BYTES` bytes and each weight row
+            // `blocks * W_BYTES` (checked by `checked_rows`).
+            let xs = unsafe { B::activations(x.quants.as_ptr().add(b * B::X_BYTES)) };
             for (acc, w) in acc.iter_mut().zip(&w) {
                 // SAFETY: as above.
-                let ws = unsafe { unpack_block::<Q4>(w.row.quants.as_ptr().add(b * step)) };
-                *acc = block_step(*acc, &ws, &xs, w.row.scales[b] * x.scales[b]);
+                let ws = unsafe { B::weights(w.row.quants.as_ptr().add(b * B::W_BYTES)) };
+                *acc = B::step(*acc, &ws, &xs, w.row.scales[b] * x.scales[b]);
             }
         }
         acc.map(hsum)
     }
 
-    /// Up to 2 weight rows against one activation row (int8 widened to i16), results side by
-    /// side.
+    /// Q4_0 with relaxed SIMD (built with `-C target-feature=+relaxed-simd`: the page's second
+    /// wasm, for browsers that run it). `i16x8.relaxed_dot_i8x16_i7x16_s` multiplies 16 signed
+    /// bytes by 16 bytes of 0..=127 and adds neighbours (x86's `pmaddubsw`, one instruction), so
+    /// a Q4_0 block's nibbles (0..=15) are multiplied as they lie in the block, without widening
+    /// them to i16 or taking 8 from each; the 8s come back as one i32 vector per activation block,
+    /// made when the activations are prepared (`-8 *` the sum of the values in each lane).
+    ///
+    /// i32 lane `k` holds values `4k..4k+4` and `16+4k..16+4k+4`, not [`Wide::step`]'s lanes:
+    /// the block sums are the same integers, but the lanes are added in another order, so the
+    /// results differ from the baseline build's by float rounding.
+    ///
+    /// Measured in the page (Chromium 156, synthetic stories15M q4, 128 tokens a user, 4 rounds
+    /// interleaved, aggregate tok/s): 911 at 1 user and 1034 at 8, against 653 and 836 for the
+    /// baseline build. In another run (3 rounds) a relaxed build with fused multiply-adds but
+    /// without this kernel gave 678 and 871 (this kernel 911 and 1028, baseline 648 and 831).
+    /// Shuffling the nibbles into `Wide`'s lanes, which would give results equal to the
+    /// baseline's, cost most of the gain (700 against 784 at 1 user, 895 against 954 at 8, 3
+    /// rounds): V8 builds the shuffle's constant anew at every block.
+    #[cfg(target_feature = "relaxed-simd")]
+    pub(super) mod relaxed {
+        use std::arch::wasm32::*;
+
+        use super::super::BLOCK;
+        use super::Blocks;
+
+        /// Int8 activation blocks in this kernel's layout, 48 bytes a block: the 32 values, then
+        /// 4 i32 lanes of `-8 *` the sum of the values in that lane.
+        pub fn prepare(q: &[i8]) -> Vec<u8> {
+            let mut out = Vec::with_capacity(q.len() / BLOCK * Q4Relaxed::X_BYTES);
+            for b in q.chunks_exact(BLOCK) {
+                out.extend(b.iter().map(|&v| v as u8));
+                for k in 0..4 {
+                    let sum: i32 = (4 * k..4 * k + 4)
+                        .map(|j| b[j] as i32 + b[j + 16] as i32)
+                        .sum();
+                    out.extend_from_slice(&(-8 * sum).to_ne_bytes());
+                }
+            }
+            out
+        }
+
+        pub struct Q4Relaxed;
+
+        impl Blocks for Q4Relaxed {
+            type W = [v128; 2];
+            type X = [v128; 3];
+            const W_BYTES: usize = BLOCK / 2;
+            const X_BYTES: usize = BLOCK + 16;
+
+            /// The block's low nibbles (values 0..16) and high ones (16..32): one load, a shift
+            /// and two masks.
+            #[inline(always)]
+            unsafe fn weights(pw: *const u8) -> [v128; 2] {
+                // SAFETY: the caller's.
+                let v = unsafe { v128_load(pw as *const v128) };
+                let low = u8x16_splat(0x0f);
+                [v128_and(v, low), v128_and(u16x8_shr(v, 4), low)]
+            }
+
+            #[inline(always)]
+            unsafe fn activations(px: *const u8) -> [v128; 3] {
+                // SAFETY: the caller's.
+                std::array::from_fn(|k| unsafe { v128_load(px.add(16 * k) as *const v128) })
+            }
+
+            /// Two byte dot products (16-bit lanes of 4 products, at most 4 * 15 * 127), their
+            /// neighbours added into i32 lanes, the 8s taken back, then scaled as in `Wide`.
+            #[inline(always)]
+            fn step(acc: v128, ws: &[v128; 2], xs: &[v128; 3], scale: f32) -> v128 {
+                let pairs = i16x8_add(
+                    i16x8_relaxed_dot_i8x16_i7x16(xs[0], ws[0]),
+                    i16x8_relaxed_dot_i8x16_i7x16(xs[1], ws[1]),
+                );
+                let ints = i32x4_add(i32x4_extadd_pairwise_i16x8(pairs), xs[2]);
+                super::mul_add(acc, f32x4_splat(scale), f32x4_convert_i32x4(ints))
+            }
+        }
+    }
+
+    /// Q4_0's kernel in this build: relaxed SIMD's where it is built in, else [`Wide`].
+    #[cfg(target_feature = "relaxed-simd")]
+    type Q4Blocks = relaxed::Q4Relaxed;
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    type Q4Blocks = Wide<true>;
+
+    /// Up to 2 weight rows against one activation row (in the layout of the format's
+    /// [`Blocks`]), results side by side.
     #[inline(always)]
     pub fn blocks_rows(w: &[WeightBlocks], x: &[BlockRow], out: &mut [f32]) {
         let x = x[0];
         if w[0].q4 {
-            blocks_rows_of::<true>(w, x, out)
+            blocks_rows_of::<Q4Blocks>(w, x, out)
         } else {
-            blocks_rows_of::<false>(w, x, out)
+            blocks_rows_of::<Wide<false>>(w, x, out)
         }
     }
 
     #[inline(always)]
-    fn blocks_rows_of<const Q4: bool>(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
+    fn blocks_rows_of<B: Blocks>(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
         match *w {
-            [a] => out.copy_from_slice(&dot_q_tile::<1, Q4>(a, [x])),
-            [a, b] => out.copy_from_slice(&dot_q_rows::<2, Q4>([a, b], x)),
+            [a] => out.copy_from_slice(&dot_q_tile::<1, B>(a, [x])),
+            [a, b] => out.copy_from_slice(&dot_q_rows::<2, B>([a, b], x)),
             _ => panic!("a row kernel holds 1 or 2 weight rows"),
         }
     }
@@ -1300,25 +1505,25 @@ mod simd128 {
         f32_grid_shapes!(dot_f32_grid, w, x, out)
     }
 
-    /// Every row of `x` (int8 widened to i16) against `w`, in tiles of up to 4, the format a
-    /// constant in each loop (as in the AVX2 version).
+    /// Every row of `x` (in the layout of the format's [`Blocks`]) against `w`, in tiles of up
+    /// to 4, the format a constant in each loop (as in the AVX2 version).
     #[inline(always)]
     pub fn blocks_tile(w: &[WeightBlocks], x: &[BlockRow], out: &mut [f32]) {
         let w = w[0];
         if w.q4 {
-            blocks_tile_of::<true>(w, x, out)
+            blocks_tile_of::<Q4Blocks>(w, x, out)
         } else {
-            blocks_tile_of::<false>(w, x, out)
+            blocks_tile_of::<Wide<false>>(w, x, out)
         }
     }
 
     #[inline(always)]
-    fn blocks_tile_of<const Q4: bool>(w: WeightBlocks, x: &[BlockRow], out: &mut [f32]) {
+    fn blocks_tile_of<B: Blocks>(w: WeightBlocks, x: &[BlockRow], out: &mut [f32]) {
         match *x {
-            [a] => out.copy_from_slice(&dot_q_tile::<1, Q4>(w, [a])),
-            [a, b] => out.copy_from_slice(&dot_q_tile::<2, Q4>(w, [a, b])),
-            [a, b, c] => out.copy_from_slice(&dot_q_tile::<3, Q4>(w, [a, b, c])),
-            [a, b, c, d] => out.copy_from_slice(&dot_q_tile::<4, Q4>(w, [a, b, c, d])),
+            [a] => out.copy_from_slice(&dot_q_tile::<1, B>(w, [a])),
+            [a, b] => out.copy_from_slice(&dot_q_tile::<2, B>(w, [a, b])),
+            [a, b, c] => out.copy_from_slice(&dot_q_tile::<3, B>(w, [a, b, c])),
+            [a, b, c, d] => out.copy_from_slice(&dot_q_tile::<4, B>(w, [a, b, c, d])),
             _ => panic!("a block tile holds 1 to 4 rows"),
         }
     }

@@ -164,6 +164,14 @@ pub async fn panic_for_tests(message: String) {
     panic!("{message}");
 }
 
+/// This build's CPU kernels against the scalar ones (`kernels::check_against_scalar`): the
+/// end-to-end tests run it in both of the page's builds, since only this way do the relaxed SIMD
+/// kernels of `pkg/relaxed/` get checked in a browser.
+#[wasm_bindgen(js_name = kernelCheckForTests)]
+pub fn kernel_check_for_tests() -> Result<JsValue, JsError> {
+    serde_wasm_bindgen::to_value(&crate::kernels::check_against_scalar()).map_err(js_error)
+}
+
 fn js_error(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
 }

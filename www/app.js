@@ -367,7 +367,7 @@ el.share.addEventListener('click', async () => {
   setTimeout(() => { el.share.textContent = 'Share'; }, 2000);
 });
 
-// Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&repeat=..&lanes=..&lanes_run=..&autorun=1`.
+// Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&repeat=..&lanes=..&lanes_run=..&simd=..&autorun=1`.
 // A value that is not one of the choices is named in an error (and nothing runs), never silently
 // blank. Returns what autorun runs.
 function applyPresets() {
@@ -399,6 +399,10 @@ function applyPresets() {
     const max = Number(input.max || Infinity);
     if (raw.trim() !== '' && Number.isFinite(number) && number >= min && number <= max) input.value = raw;
     else problems.push(`${param}=${raw} is not a number of at least ${min}${Number.isFinite(max) ? ` and at most ${max}` : ''}`);
+  }
+  // `simd` is read by the engine's worker (engine-client.js): the build it runs.
+  if (params.has('simd') && !['relaxed', 'baseline'].includes(/** @type {string} */ (params.get('simd')))) {
+    problems.push(`simd=${params.get('simd')} is not a choice (relaxed: relaxed SIMD where the browser has it, baseline: SIMD128)`);
   }
   if (params.has('chat')) {
     const chat = /** @type {string} */ (params.get('chat'));

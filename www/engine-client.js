@@ -41,7 +41,11 @@ export class EngineClient {
     this.worker?.terminate();
     this.loadedKey = null;
     this.loaded = null;
-    this.worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+    // `?simd=baseline` on the page reaches the worker, which then runs the baseline SIMD128 build.
+    const url = new URL('./worker.js', import.meta.url);
+    const simd = new URLSearchParams(location.search).get('simd');
+    if (simd) url.searchParams.set('simd', simd);
+    this.worker = new Worker(url, { type: 'module' });
     this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
     this.worker.onmessage = ({ data }) => this.receive(data);
     this.worker.onerror = (e) => this.fatal(`the worker failed: ${e.message}`);

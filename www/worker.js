@@ -1,13 +1,34 @@
 // The inference worker: a thin shell around the wasm engine. The page sends it requests and it
 // answers each by its id, as www/protocol.js defines them: progress, events (each with the meter's
 // report), errors. Nothing here computes a figure.
-import init, { loadSession, defaults, spread } from '../pkg/tokenometer.js';
 import { checkSize, fetchBytes } from './download.js';
+
+// The engine comes in two builds (`make pkg`): pkg/relaxed/ with relaxed SIMD, whose Q4_0 kernels
+// multiply nibbles by bytes in one instruction (x86's pmaddubsw), for browsers that run it, and
+// pkg/ with baseline SIMD128 for every other. `?simd=baseline` on the worker's URL (the page
+// passes its own on) picks the baseline build anyway, to compare the two. This module has one
+// `i16x8.relaxed_dot_i8x16_i7x16_s`: a browser without relaxed SIMD refuses it.
+const RELAXED_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // "\0asm", version 1
+  0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b, // a type: () -> v128
+  0x03, 0x02, 0x01, 0x00, // one function of that type
+  0x0a, 0x2b, 0x01, 0x29, 0x00, // its code: no locals,
+  0xfd, 0x0c, ...new Array(16).fill(0), // v128.const 0
+  0xfd, 0x0c, ...new Array(16).fill(0), // v128.const 0
+  0xfd, 0x92, 0x02, 0x0b, // i16x8.relaxed_dot_i8x16_i7x16_s, end
+]);
+const relaxed = new URLSearchParams(self.location.search).get('simd') !== 'baseline'
+  && WebAssembly.validate(RELAXED_PROBE);
+// A host that serves only pkg/ still works: a relaxed build that does not load gives way to it
+// (the conditions line names the build that runs: "CPU (SIMD128+relaxed)" or "CPU (SIMD128)").
+const engine = relaxed
+  ? import('../pkg/relaxed/tokenometer.js').catch(() => import('../pkg/tokenometer.js'))
+  : import('../pkg/tokenometer.js');
 
 // The engine compiles while the model downloads: init() streams the wasm into the compiler as it
 // arrives (WebAssembly.instantiateStreaming), and a load request does not wait for it until the
 // model's bytes are in.
-const ready = init();
+const ready = engine.then((m) => m.default());
 let session = null;
 // What the worker is doing, for the words of a fatal error ("out of memory while loading the model").
 let phase = 'starting the engine';
@@ -37,6 +58,7 @@ async function load({ id, name, model, tokenizer, config, backend, quant }) {
   await ready;
   post({ type: 'status', id, status: 'loading' });
   phase = 'loading the model';
+  const { loadSession } = await engine;
   session = await loadSession(name, modelBytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined);
   // The wasm instance's memory after loading: what the tab holds for the engine and its weights
   // (the file's bytes given to the engine are used in place, not copied again).
@@ -154,6 +176,7 @@ self.onmessage = async ({ data }) => {
     else if (data.type === 'lab') await lab(data);
     else if (data.type === 'spread') {
       await ready;
+      const { spread } = await engine;
       post({ type: 'spread', id: data.id, spread: spread(Float64Array.from(data.values)) });
     } else if (data.type === 'cancel') cancelled.add(data.id);
   } catch (e) {
@@ -162,4 +185,4 @@ self.onmessage = async ({ data }) => {
 };
 // The worker takes requests at once; the engine's compile failing is reported when it happens.
 post({ type: 'ready', webgpu: Boolean(self.navigator.gpu) });
-ready.then(() => post({ type: 'defaults', defaults: defaults() }), (e) => post(failure(e)));
+ready.then(async () => post({ type: 'defaults', defaults: (await engine).defaults() }), (e) => post(failure(e)));

@@ -100,8 +100,36 @@ test('a GGUF runs with the tokenizer inside it, from the list and as a file, in 
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl/);
-  assert.match(await text(page, 'conditions'), /^stories260K-q4_0 \(293K params, q4, .*\) on cpu \[CPU \((SIMD128|scalar)\)\]/);
+  assert.match(await text(page, 'conditions'), /^stories260K-q4_0 \(293K params, q4, .*\) on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\]/);
   assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('the relaxed SIMD build runs where the browser has it, ?simd=baseline picks the other, and both kernels match the scalar ones', async () => {
+  const query = 'model=stories260K&prompt=Once%20upon%20a%20time&max=60&backend=cpu&quant=q4&autorun=1';
+  for (const [simd, adapter] of [['', 'SIMD128+relaxed'], ['&simd=baseline', 'SIMD128']]) {
+    const { page, errors } = await open(query + simd);
+    await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+    assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+    assert.ok((await text(page, 'conditions')).includes(`on cpu [CPU (${adapter})]`), await text(page, 'conditions'));
+    // The two builds' q4 logits differ by float rounding (crate/kernels.rs, `relaxed`), so their
+    // greedy texts may part at a near tie; both begin as run.c's f32 reference does.
+    assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl named Lily\. She loved to play outside in the sunshine/);
+    assert.deepEqual(errors, []);
+    await page.close();
+  }
+  const { page } = await open('');
+  const checks = await page.evaluate(async () => Promise.all(['/pkg/tokenometer.js', '/pkg/relaxed/tokenometer.js'].map(async (path) => {
+    const engine = await import(path);
+    await engine.default();
+    return engine.kernelCheckForTests();
+  })));
+  assert.deepEqual(checks.map((c) => c.isa), ['SIMD128', 'SIMD128+relaxed']);
+  for (const check of checks) {
+    // Block sums are exact integers; only the f32 accumulation order differs from the scalar.
+    assert.ok(check.worst_relative_error < 1e-5, JSON.stringify(check));
+    assert.equal(check.batched_equals_alone, true, JSON.stringify(check));
+  }
   await page.close();
 });
 
@@ -157,12 +185,13 @@ test('preset URLs: webgpu is another name for wgpu, and a value that is not a ch
   assert.equal(await page.getByTestId('quant').inputValue(), 'q8');
   assert.equal(await page.getByTestId('error').isHidden(), true);
   await page.close();
-  const bad = await open('model=stories260K&backend=tpu&quant=q9&max=lots&autorun=1');
+  const bad = await open('model=stories260K&backend=tpu&quant=q9&max=lots&simd=avx&autorun=1');
   await bad.page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
   const message = await text(bad.page, 'error');
   assert.match(message, /backend=tpu is not a choice \(auto, wgpu, cpu; webgpu means wgpu\)/, message);
   assert.match(message, /quant=q9 is not a choice \(f32, q8, q4\)/, message);
   assert.match(message, /max=lots is not a number of at least 1/, message);
+  assert.match(message, /simd=avx is not a choice \(relaxed: relaxed SIMD where the browser has it, baseline: SIMD128\)/, message);
   // Nothing ran.
   await bad.page.waitForTimeout(500);
   assert.equal(await text(bad.page, 'output'), '');
@@ -346,7 +375,7 @@ test('auto never picks a software GPU: with only SwiftShader, the page runs on t
   const { page, errors } = await open('model=stories260K&max=10&backend=auto&autorun=1');
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
-  assert.match(await text(page, 'conditions'), /on cpu \[CPU \((SIMD128|scalar)\)\] \(auto: CPU, the only GPU adapter \(google swiftshader.*\) is software\)/);
+  assert.match(await text(page, 'conditions'), /on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\] \(auto: CPU, the only GPU adapter \(google swiftshader.*\) is software\)/);
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -361,7 +390,7 @@ test('auto falls back to the CPU where the browser grants no WebGPU adapter', as
   await page.goto(`${base}/?model=stories260K&max=10&backend=auto&autorun=1`);
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
-  assert.match(await text(page, 'conditions'), /on cpu \[CPU \((SIMD128|scalar)\)\]/);
+  assert.match(await text(page, 'conditions'), /on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\]/);
   await plain.close();
 });
 
