@@ -512,6 +512,21 @@ fn checked_rows(w: &[WeightBlocks], x: &[BlockRow], w_bytes: usize, x_bytes: usi
     blocks
 }
 
+/// `n` values for checking kernels: a deterministic spread in -1..1 (xorshift from `seed`), with a
+/// few large ones as real weights have.
+pub fn check_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.max(1);
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            if i % 97 == 0 { v * 8.0 } else { v }
+        })
+        .collect()
+}
+
 /// What [`check_against_scalar`] found.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct KernelCheck {
@@ -530,18 +545,7 @@ pub struct KernelCheck {
 /// widely).
 pub fn check_against_scalar() -> KernelCheck {
     let (rows, cols, t) = (67, 288, 5);
-    let values = |n: usize, mut s: u64| -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
-                if i % 97 == 0 { v * 8.0 } else { v }
-            })
-            .collect()
-    };
-    let (w, x) = (values(rows * cols, 3), values(t * cols, 5));
+    let (w, x) = (check_values(rows * cols, 3), check_values(t * cols, 5));
     let isa = Isa::detect();
     let (mut worst, mut equal) = (0.0f32, true);
     for m in [

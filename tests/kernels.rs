@@ -8,19 +8,9 @@ use tokenometer::kernels::{self, Isa, Q8Rows};
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 use tokenometer::quant::HostMatrix;
 
-/// A deterministic spread of values in -1..1 (xorshift), with a few large ones as real weights
-/// have.
+/// The kernels' check values (a deterministic spread in -1..1 with a few large ones).
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.max(1);
-    (0..n)
-        .map(|i| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
-            if i % 97 == 0 { v * 8.0 } else { v }
-        })
-        .collect()
+    kernels::check_values(n, seed)
 }
 
 fn reference(w: &[f32], x: &[f32], rows: usize, cols: usize, t: usize) -> Vec<f32> {
