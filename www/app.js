@@ -349,6 +349,10 @@ function shareUrl() {
   }
   if (!el.chat.checked) params.set('chat', '0');
   if (state.last === 'repeat') params.set('repeat', el.repeat.value);
+  // The engine's build is a condition too (engine-client.js): a link from the baseline build's
+  // page runs the baseline build.
+  const simd = new URLSearchParams(location.search).get('simd');
+  if (simd) params.set('simd', simd);
   if (state.last) params.set('autorun', '1');
   return `${location.origin}${location.pathname}?${params}`;
 }

@@ -115,6 +115,9 @@ test('the relaxed SIMD build runs where the browser has it, ?simd=baseline picks
     // The two builds' q4 logits differ by float rounding (crate/kernels.rs, `relaxed`), so their
     // greedy texts may part at a near tie; both begin as run.c's f32 reference does.
     assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl named Lily\. She loved to play outside in the sunshine/);
+    // A shared link keeps the build.
+    await page.getByTestId('share').click();
+    assert.equal(new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('simd'), simd ? 'baseline' : null);
     assert.deepEqual(errors, []);
     await page.close();
   }
