@@ -3,6 +3,7 @@
 // replay, the concurrency lab, the results table), wired to engines in workers. It never computes
 // a figure itself: the meter's report (computed in Rust, in the worker) arrives with every event.
 import { EngineClient } from './engine-client.js';
+import { SIMD_BUILDS, chooseSimdBuild, relaxedSimd, simdBuild } from './simd.js';
 import { BACKEND_ALIASES } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { ResultsTable, rowFromReport, rowFromLoadReport } from './results.js';
@@ -32,7 +33,7 @@ const LISTED = MODELS.filter((m) => m.model);
 /** @param {string} id */
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const el = {
-  model: $('model'), backend: $('backend'), quant: $('quant'), prompt: $('prompt'), max: $('max'),
+  model: $('model'), backend: $('backend'), simd: $('simd'), quant: $('quant'), prompt: $('prompt'), max: $('max'),
   temperature: $('temperature'), wpm: $('wpm'), repeat: $('repeat'), run: $('run'), stop: $('stop'),
   status: $('status'), error: $('error'), modelUrl: $('model-url'), tokenizerUrl: $('tokenizer-url'),
   modelFile: $('model-file'), tokenizerFile: $('tokenizer-file'), configFile: $('config-file'),
@@ -116,13 +117,14 @@ function source(id) {
 }
 
 /**
- * What to load for a configuration, with a key that names it (files, backend, quantization).
+ * What to load for a configuration, with a key that names it (files, backend, quantization, and
+ * the engine's build: choosing another one loads again, in a worker of that build).
  * @param {{ model?: string, backend: string, quant: string }} config
  */
 function spec({ model, backend, quant }) {
   const s = source(model);
   const files = [s.model, s.tokenizer, s.config].map((f) => f && ('url' in f ? f.url : `${f.file.name}:${f.file.size}:${f.file.lastModified}`));
-  return { ...s, backend, quant, key: [...files, backend, quant].join('|') };
+  return { ...s, backend, quant, key: [...files, backend, quant, simdBuild()].join('|') };
 }
 
 /** Load the form's configuration in the main engine (nothing to do if it is loaded). */
@@ -349,10 +351,8 @@ function shareUrl() {
   }
   if (!el.chat.checked) params.set('chat', '0');
   if (state.last === 'repeat') params.set('repeat', el.repeat.value);
-  // The engine's build is a condition too (engine-client.js): a link from the baseline build's
-  // page runs the baseline build.
-  const simd = new URLSearchParams(location.search).get('simd');
-  if (simd) params.set('simd', simd);
+  // The engine's build is a condition too (simd.js): a link from the baseline build runs it.
+  if (simdBuild() === 'baseline') params.set('simd', 'baseline');
   if (state.last) params.set('autorun', '1');
   return `${location.origin}${location.pathname}?${params}`;
 }
@@ -404,9 +404,11 @@ function applyPresets() {
     if (raw.trim() !== '' && Number.isFinite(number) && number >= min && number <= max) input.value = raw;
     else problems.push(`${param}=${raw} is not a number of at least ${min}${Number.isFinite(max) ? ` and at most ${max}` : ''}`);
   }
-  // `simd` is read by the engine's worker (engine-client.js): the build it runs.
-  if (params.has('simd') && !['relaxed', 'baseline'].includes(/** @type {string} */ (params.get('simd')))) {
-    problems.push(`simd=${params.get('simd')} is not a choice (relaxed: relaxed SIMD where the browser has it, baseline: SIMD128)`);
+  // `simd`: the engine's build (simd.js, which read it already).
+  if (params.has('simd')) {
+    const simd = /** @type {string} */ (params.get('simd'));
+    if (SIMD_BUILDS.includes(simd)) el.simd.value = simd;
+    else problems.push(`simd=${simd} is not a choice (relaxed: relaxed SIMD where the browser has it, baseline: SIMD128)`);
   }
   if (params.has('chat')) {
     const chat = /** @type {string} */ (params.get('chat'));
@@ -498,6 +500,10 @@ for (const m of MODELS) el.model.add(new Option(m.label, m.id));
 el.model.addEventListener('change', showSourceFields);
 el.model.addEventListener('change', offerPrompt);
 el.chat.addEventListener('change', () => { el.chat.dataset.touched = '1'; });
+// The CPU engine's build: the next load of each engine (run, lanes, lab) starts a worker of it.
+el.simd.value = simdBuild();
+el.simd.addEventListener('change', () => chooseSimdBuild(el.simd.value));
+if (!relaxedSimd()) el.simd.options[0].textContent = 'relaxed SIMD (not here: baseline)';
 el.run.addEventListener('click', run);
 el.stop.addEventListener('click', stop);
 el.prompt.addEventListener('keydown', (/** @type {KeyboardEvent} */ e) => {

@@ -5,6 +5,7 @@
 // reaches another request. A fatal failure (a trap in the engine, a lost GPU device) fails every
 // request in flight and starts a fresh worker; the next load starts from scratch.
 import { nextId } from './protocol.js';
+import { simdBuild } from './simd.js';
 
 /** @typedef {import('./protocol.js').LoadSpec} LoadSpec */
 /** @typedef {import('./protocol.js').Defaults} Defaults */
@@ -41,10 +42,10 @@ export class EngineClient {
     this.worker?.terminate();
     this.loadedKey = null;
     this.loaded = null;
-    // `?simd=baseline` on the page reaches the worker, which then runs the baseline SIMD128 build.
+    // The build the page chose now (simd.js); a load after another choice restarts the worker.
     const url = new URL('./worker.js', import.meta.url);
-    const simd = new URLSearchParams(location.search).get('simd');
-    if (simd) url.searchParams.set('simd', simd);
+    this.simd = simdBuild();
+    if (this.simd === 'baseline') url.searchParams.set('simd', 'baseline');
     this.worker = new Worker(url, { type: 'module' });
     this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
     this.worker.onmessage = ({ data }) => this.receive(data);
@@ -131,7 +132,8 @@ export class EngineClient {
    * @returns {Promise<{ info: any, warmUpMs: number }>}
    */
   async load(spec, hooks = {}) {
-    if (this.loadedKey === spec.key && this.loaded) return this.loaded;
+    if (this.loadedKey === spec.key && this.loaded && this.simd === simdBuild()) return this.loaded;
+    if (this.simd !== simdBuild()) this.start();
     this.loadedKey = null;
     await this.ready;
     const { key, ...request } = spec;

@@ -2,23 +2,11 @@
 // answers each by its id, as www/protocol.js defines them: progress, events (each with the meter's
 // report), errors. Nothing here computes a figure.
 import { checkSize, fetchBytes } from './download.js';
+import { relaxedSimd } from './simd.js';
 
-// The engine comes in two builds (`make pkg`): pkg/relaxed/ with relaxed SIMD, whose Q4_0 kernels
-// multiply nibbles by bytes in one instruction (x86's pmaddubsw), for browsers that run it, and
-// pkg/ with baseline SIMD128 for every other. `?simd=baseline` on the worker's URL (the page
-// passes its own on) picks the baseline build anyway, to compare the two. This module has one
-// `i16x8.relaxed_dot_i8x16_i7x16_s`: a browser without relaxed SIMD refuses it.
-const RELAXED_PROBE = new Uint8Array([
-  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // "\0asm", version 1
-  0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b, // a type: () -> v128
-  0x03, 0x02, 0x01, 0x00, // one function of that type
-  0x0a, 0x2b, 0x01, 0x29, 0x00, // its code: no locals,
-  0xfd, 0x0c, ...new Array(16).fill(0), // v128.const 0
-  0xfd, 0x0c, ...new Array(16).fill(0), // v128.const 0
-  0xfd, 0x92, 0x02, 0x0b, // i16x8.relaxed_dot_i8x16_i7x16_s, end
-]);
-const relaxed = new URLSearchParams(self.location.search).get('simd') !== 'baseline'
-  && WebAssembly.validate(RELAXED_PROBE);
+// The engine comes in two builds (www/simd.js). This worker runs pkg/relaxed/ where the browser
+// runs relaxed SIMD, unless its URL says `?simd=baseline` (the page's choice, engine-client.js).
+const relaxed = new URLSearchParams(self.location.search).get('simd') !== 'baseline' && relaxedSimd();
 // A host that serves only pkg/ still works: a relaxed build that does not load gives way to it
 // (the conditions line names the build that runs: "CPU (SIMD128+relaxed)" or "CPU (SIMD128)").
 const engine = relaxed

@@ -105,24 +105,36 @@ test('a GGUF runs with the tokenizer inside it, from the list and as a file, in 
   await page.close();
 });
 
-test('the relaxed SIMD build runs where the browser has it, ?simd=baseline picks the other, and both kernels match the scalar ones', async () => {
-  const query = 'model=stories260K&prompt=Once%20upon%20a%20time&max=60&backend=cpu&quant=q4&autorun=1';
-  for (const [simd, adapter] of [['', 'SIMD128+relaxed'], ['&simd=baseline', 'SIMD128']]) {
-    const { page, errors } = await open(query + simd);
-    await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+test('the CPU engine: the relaxed SIMD build by default, the baseline one when chosen or preset, both kernels equal to the scalar ones', async () => {
+  const { page, errors } = await open('model=stories260K&prompt=Once%20upon%20a%20time&max=60&backend=cpu&quant=q4&autorun=1');
+  const finished = () => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  const shared = async () => {
+    await page.getByTestId('share').click();
+    return new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('simd');
+  };
+  for (const [simd, adapter] of [['relaxed', 'SIMD128+relaxed'], ['baseline', 'SIMD128']]) {
+    if (simd === 'baseline') {
+      // Another build is another condition: the next Run loads the model in a worker of it.
+      await page.getByTestId('simd').selectOption('baseline');
+      await page.getByTestId('run').click();
+      await page.waitForFunction(() => document.querySelector('#run-view [data-testid=conditions]').textContent.includes('[CPU (SIMD128)]'), null, { timeout: 120_000 });
+    }
+    await finished();
     assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
     assert.ok((await text(page, 'conditions')).includes(`on cpu [CPU (${adapter})]`), await text(page, 'conditions'));
     // The two builds' q4 logits differ by float rounding (crate/kernels.rs, `relaxed`), so their
     // greedy texts may part at a near tie; both begin as run.c's f32 reference does.
     assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl named Lily\. She loved to play outside in the sunshine/);
     // A shared link keeps the build.
-    await page.getByTestId('share').click();
-    assert.equal(new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('simd'), simd ? 'baseline' : null);
-    assert.deepEqual(errors, []);
-    await page.close();
+    assert.equal(await shared(), simd === 'baseline' ? 'baseline' : null);
   }
-  const { page } = await open('');
-  const checks = await page.evaluate(async () => Promise.all(['/pkg/tokenometer.js', '/pkg/relaxed/tokenometer.js'].map(async (path) => {
+  assert.deepEqual(errors, []);
+  await page.close();
+  const preset = await open('simd=baseline');
+  assert.equal(await preset.page.getByTestId('simd').inputValue(), 'baseline');
+
+  // Each build's kernels against the scalar ones, in this browser.
+  const checks = await preset.page.evaluate(async () => Promise.all(['/pkg/tokenometer.js', '/pkg/relaxed/tokenometer.js'].map(async (path) => {
     const engine = await import(path);
     await engine.default();
     return engine.kernelCheckForTests();
@@ -133,7 +145,7 @@ test('the relaxed SIMD build runs where the browser has it, ?simd=baseline picks
     assert.ok(check.worst_relative_error < 1e-5, JSON.stringify(check));
     assert.equal(check.batched_equals_alone, true, JSON.stringify(check));
   }
-  await page.close();
+  await preset.page.close();
 });
 
 // The page's SmolLM2 entry downloads from Hugging Face; here the same URL is answered with a
