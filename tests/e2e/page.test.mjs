@@ -130,6 +130,13 @@ test('the CPU engine: the relaxed SIMD build by default, the baseline one when c
   }
   assert.deepEqual(errors, []);
   await page.close();
+  // A host that serves pkg/ without pkg/relaxed/ still runs: the worker falls back to pkg/.
+  const partial = await open('model=stories260K&prompt=Once%20upon%20a%20time&max=20&backend=cpu&quant=q8&autorun=1',
+    (p) => p.route('**/pkg/relaxed/**', (route) => route.fulfill({ status: 404, body: 'not here' })));
+  await partial.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await partial.page.getByTestId('error').isHidden(), true, await text(partial.page, 'error'));
+  assert.ok((await text(partial.page, 'conditions')).includes('on cpu [CPU (SIMD128)]'), await text(partial.page, 'conditions'));
+  await partial.page.close();
   const preset = await open('simd=baseline');
   assert.equal(await preset.page.getByTestId('simd').inputValue(), 'baseline');
 
