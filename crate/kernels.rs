@@ -176,20 +176,12 @@ pub fn matmul(
     // The activations in the layout the block tiles take, made once here, not once per weight
     // row; `None`: `xq` as it is.
     let prepared: Option<Vec<u8>> = match isa {
-        // Relaxed SIMD multiplies Q4_0's nibbles by bytes (see `simd128::relaxed`).
-        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-        Isa::Simd128 if matches!(w, WeightRows::Q4 { .. }) => {
-            Some(simd128::relaxed::prepare(activations))
-        }
-        // SIMD128 multiplies 16-bit lanes (`i32x4.dot_i16x8_s`, one instruction on x86).
+        // The layout of the format's SIMD128 kernel (`simd128::Blocks::prepare`).
         #[cfg(target_arch = "wasm32")]
-        Isa::Simd128 if quantized => {
-            let mut wide = vec![0u8; 2 * activations.len()];
-            for (pair, &q) in wide.chunks_exact_mut(2).zip(activations) {
-                pair.copy_from_slice(&(q as i16).to_ne_bytes());
-            }
-            Some(wide)
-        }
+        Isa::Simd128 if quantized => Some(simd128::prepare(
+            matches!(w, WeightRows::Q4 { .. }),
+            activations,
+        )),
         // VNNI multiplies unsigned by signed bytes: the activations move to 1..=255 (x + 128),
         // and each weight block's 128 * sum is taken back once for the whole tile.
         #[cfg(target_arch = "x86_64")]
@@ -1289,6 +1281,10 @@ mod simd128 {
         /// Bytes per block: of a weight row, and of an activation row as prepared for `X`.
         const W_BYTES: usize;
         const X_BYTES: usize;
+        /// How many weight rows the batch-1 kernel takes at once ([`dot_q_rows`]).
+        const ROWS_AT_ONCE: usize;
+        /// A matrix product's int8 activation rows in `X`'s layout, made once per product.
+        fn prepare(q: &[i8]) -> Vec<u8>;
         /// # Safety
         /// `pw` points to `W_BYTES` readable bytes.
         unsafe fn weights(pw: *const u8) -> Self::W;
@@ -1307,6 +1303,18 @@ mod simd128 {
         type X = [v128; 4];
         const W_BYTES: usize = if Q4 { BLOCK / 2 } else { BLOCK };
         const X_BYTES: usize = 2 * BLOCK;
+        /// 4 rows at a time ran out of registers in V8 (see [`dot_q_rows`]).
+        const ROWS_AT_ONCE: usize = 2;
+
+        /// Widened to i16: SIMD128 multiplies 16-bit lanes (`i32x4.dot_i16x8_s`, one instruction
+        /// on x86).
+        fn prepare(q: &[i8]) -> Vec<u8> {
+            let mut wide = vec![0u8; 2 * q.len()];
+            for (pair, &q) in wide.chunks_exact_mut(2).zip(q) {
+                pair.copy_from_slice(&(q as i16).to_ne_bytes());
+            }
+            wide
+        }
 
         /// The block's 32 values, widened to i16, in value order. Each 8 bytes are loaded and
         /// widened in one instruction (`v128.load8x8_s` / `_u`, x86's `pmovsxbw` / `pmovzxbw`
@@ -1337,7 +1345,7 @@ mod simd128 {
         #[inline(always)]
         unsafe fn activations(px: *const u8) -> [v128; 4] {
             // SAFETY: the caller's.
-            std::array::from_fn(|k| unsafe { v128_load(px.add(16 * k) as *const v128) })
+            unsafe { load_vectors(px) }
         }
 
         /// The 32 products summed by `i32x4.dot_i16x8_s` (x86's `pmaddwd`), where the i8
@@ -1378,7 +1386,7 @@ mod simd128 {
     /// activation block is loaded once for all `M`. Measured in the page (stories15M, 128
     /// tokens, 3 rounds interleaved, one run): 2 rows at a time took q4 from 521.2 to 559.6
     /// tok/s; 4 rows at a time ran out of registers in V8 and decoded slower than one (484.7).
-    /// Relaxed SIMD's Q4_0 kernel takes 4 ([`rows_at_once`]). Which rows go together: see
+    /// Relaxed SIMD's Q4_0 kernel takes 4 ([`Blocks::ROWS_AT_ONCE`]). Which rows go together: see
     /// [`super::grouped`].
     #[inline(always)]
     fn dot_q_rows<const M: usize, B: Blocks>(w: [WeightBlocks; M], x: BlockRow) -> [f32; M] {
@@ -1422,22 +1430,6 @@ mod simd128 {
         use super::super::BLOCK;
         use super::Blocks;
 
-        /// Int8 activation blocks in this kernel's layout, 48 bytes a block: the 32 values, then
-        /// 4 i32 lanes of `-8 *` the sum of the values in that lane.
-        pub fn prepare(q: &[i8]) -> Vec<u8> {
-            let mut out = Vec::with_capacity(q.len() / BLOCK * Q4Relaxed::X_BYTES);
-            for b in q.chunks_exact(BLOCK) {
-                out.extend(b.iter().map(|&v| v as u8));
-                for k in 0..4 {
-                    let sum: i32 = (4 * k..4 * k + 4)
-                        .map(|j| b[j] as i32 + b[j + 16] as i32)
-                        .sum();
-                    out.extend_from_slice(&(-8 * sum).to_ne_bytes());
-                }
-            }
-            out
-        }
-
         pub struct Q4Relaxed;
 
         impl Blocks for Q4Relaxed {
@@ -1445,6 +1437,26 @@ mod simd128 {
             type X = [v128; 3];
             const W_BYTES: usize = BLOCK / 2;
             const X_BYTES: usize = BLOCK + 16;
+            /// Fewer registers per row than `Wide` (page, stories15M q4, 1 user, 4 rounds
+            /// interleaved: 969 tok/s with 4 rows, 907 with 3, 902 with 2; 911 against 862 in
+            /// another run).
+            const ROWS_AT_ONCE: usize = 4;
+
+            /// 48 bytes a block: the 32 values, then 4 i32 lanes of `-8 *` the sum of the
+            /// values in that lane.
+            fn prepare(q: &[i8]) -> Vec<u8> {
+                let mut out = Vec::with_capacity(q.len() / BLOCK * Self::X_BYTES);
+                for b in q.chunks_exact(BLOCK) {
+                    out.extend(b.iter().map(|&v| v as u8));
+                    for k in 0..4 {
+                        let sum: i32 = (4 * k..4 * k + 4)
+                            .map(|j| b[j] as i32 + b[j + 16] as i32)
+                            .sum();
+                        out.extend_from_slice(&(-8 * sum).to_ne_bytes());
+                    }
+                }
+                out
+            }
 
             /// The block's low nibbles (values 0..16) and high ones (16..32): one load, a shift
             /// and two masks.
@@ -1459,7 +1471,7 @@ mod simd128 {
             #[inline(always)]
             unsafe fn activations(px: *const u8) -> [v128; 3] {
                 // SAFETY: the caller's.
-                std::array::from_fn(|k| unsafe { v128_load(px.add(16 * k) as *const v128) })
+                unsafe { super::load_vectors(px) }
             }
 
             /// Two byte dot products (16-bit lanes of 4 products, at most 4 * 15 * 127), their
@@ -1494,16 +1506,32 @@ mod simd128 {
         }
     }
 
-    /// How many weight rows the batch-1 block kernel takes at once: 2 (see [`dot_q_rows`]), or 4
-    /// for Q4_0 with relaxed SIMD, whose kernel keeps fewer registers per row (page, stories15M
-    /// q4, 1 user, 4 rounds interleaved: 969 tok/s with 4 rows, 907 with 3, 902 with 2; 911
-    /// against 862 in another run).
+    /// How many weight rows the format's batch-1 block kernel takes at once.
     pub fn rows_at_once(q4: bool) -> usize {
-        if q4 && cfg!(target_feature = "relaxed-simd") {
-            4
+        if q4 {
+            Q4Blocks::ROWS_AT_ONCE
         } else {
-            2
+            Wide::<false>::ROWS_AT_ONCE
         }
+    }
+
+    /// The int8 activation rows of a product in the format's kernel layout ([`Blocks::prepare`]).
+    pub fn prepare(q4: bool, q: &[i8]) -> Vec<u8> {
+        if q4 {
+            Q4Blocks::prepare(q)
+        } else {
+            Wide::<false>::prepare(q)
+        }
+    }
+
+    /// `K` vectors from `px`, 16 bytes apart: an activation block as the kernels take it.
+    ///
+    /// # Safety
+    /// `px` points to `16 * K` readable bytes.
+    #[inline(always)]
+    unsafe fn load_vectors<const K: usize>(px: *const u8) -> [v128; K] {
+        // SAFETY: the caller's.
+        std::array::from_fn(|k| unsafe { v128_load(px.add(16 * k) as *const v128) })
     }
 
     #[inline(always)]

@@ -132,7 +132,8 @@ export class EngineClient {
    * @returns {Promise<{ info: any, warmUpMs: number }>}
    */
   async load(spec, hooks = {}) {
-    if (this.loadedKey === spec.key && this.loaded && this.simd === simdBuild()) return this.loaded;
+    if (this.loadedKey === spec.key && this.loaded) return this.loaded;
+    // The key names the build (app.js `spec`), so a new key may want a worker of another build.
     if (this.simd !== simdBuild()) this.start();
     this.loadedKey = null;
     await this.ready;
