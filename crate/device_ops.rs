@@ -85,7 +85,13 @@ impl Ops for DeviceOps {
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
         let host = plan.apply_host(name, m);
         let n = host.rows;
-        match host.weights {
+        // `apply_host` never packs (only the CPU's `linear` does); row-major again if it did.
+        let weights = match host.weights {
+            HostMatrix::Packed(packed) => HostMatrix::Blocks(packed.blocks()),
+            weights => weights,
+        };
+        match weights {
+            HostMatrix::Packed(_) => unreachable!("unpacked above"),
             HostMatrix::F32(values) => DeviceLinear::F32(Tensor::from_data(
                 TensorData::new(transpose(&values, n), [host.cols, n]),
                 &self.device,

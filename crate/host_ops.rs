@@ -95,7 +95,13 @@ impl Ops for HostOps {
     }
 
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> HostLinear {
-        plan.apply_host(name, m)
+        let linear = plan.apply_host(name, m);
+        HostLinear {
+            weights: linear
+                .weights
+                .packed_for(self.isa, linear.rows, linear.cols),
+            ..linear
+        }
     }
 
     fn new_cache(&self, layers: usize) -> HostCache {

@@ -152,8 +152,16 @@ fn quantize_q8_scalar(x: &[f32], out: &mut Q8Rows) {
 #[derive(Clone, Copy)]
 pub enum WeightRows<'a> {
     F32(&'a [f32]),
-    Q8 { quants: &'a [i8], scales: &'a [f32] },
-    Q4 { quants: &'a [u8], scales: &'a [f32] },
+    Q8 {
+        quants: &'a [i8],
+        scales: &'a [f32],
+    },
+    Q4 {
+        quants: &'a [u8],
+        scales: &'a [f32],
+    },
+    /// Q8_0 or Q4_0 in groups of 8 interleaved rows (`packed.rs`).
+    Packed(&'a crate::packed::Packed),
 }
 
 /// `out[i * rows + r] = dot(weight row r, x row i)` for a `[rows, cols]` weight and `t` rows of
@@ -171,6 +179,10 @@ pub fn matmul(
     out: &mut [f32],
 ) {
     debug_assert_eq!(out.len(), t * rows);
+    if let WeightRows::Packed(packed) = w {
+        assert_eq!((packed.rows(), packed.cols()), (rows, cols));
+        return crate::packed::matmul(isa, packed, xq, t, out);
+    }
     let quantized = !matches!(w, WeightRows::F32(_));
     let activations = &xq.quants[..if quantized { t * cols } else { 0 }];
     // The activations in the layout the block tiles take, made once here, not once per weight
@@ -471,7 +483,9 @@ impl<'a> WeightRows<'a> {
         match self {
             WeightRows::Q8 { quants, scales } => (bytemuck::cast_slice(quants), scales, false),
             WeightRows::Q4 { quants, scales } => (quants, scales, true),
-            WeightRows::F32(_) => panic!("f32 weights have no blocks"),
+            WeightRows::F32(_) | WeightRows::Packed(_) => {
+                panic!("f32 and packed weights have no row-major blocks")
+            }
         }
     }
 }
@@ -544,6 +558,8 @@ pub fn check_against_scalar() -> KernelCheck {
         crate::quant::HostMatrix::F32(w.clone().into()),
         crate::quant::HostMatrix::q8(&w),
         crate::quant::HostMatrix::q4(&w),
+        crate::quant::HostMatrix::q8(&w).packed_for(isa, rows, cols),
+        crate::quant::HostMatrix::q4(&w).packed_for(isa, rows, cols),
     ] {
         let run = |isa: Isa, x: &[f32]| {
             let t = x.len() / cols;

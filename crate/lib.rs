@@ -19,6 +19,7 @@ pub mod kernels;
 pub mod loading;
 pub mod meter;
 pub mod model;
+pub mod packed;
 pub mod quant;
 pub mod sampling;
 pub mod scheduler;

@@ -88,6 +88,8 @@ pub enum HostMatrix {
     F32(Values),
     /// Q8_0 or Q4_0 blocks of 32 with an f32 scale each (see [`Blocks`]).
     Blocks(Blocks),
+    /// Q8_0 or Q4_0 blocks regrouped 8 rows at a time for the AVX2 kernels (`packed.rs`).
+    Packed(crate::packed::Packed),
 }
 
 impl HostMatrix {
@@ -96,6 +98,24 @@ impl HostMatrix {
         match self {
             HostMatrix::F32(d) => 4 * d.len() as u64,
             HostMatrix::Blocks(blocks) => blocks.bytes(),
+            HostMatrix::Packed(packed) => packed.bytes(),
+        }
+    }
+
+    /// The matrix (`[rows, cols]`) in the layout `isa`'s kernels read fastest: blocks packed
+    /// where [`crate::packed::packs`] says so, anything else as it is. The row-major blocks are
+    /// dropped once packed, so loading holds one extra matrix at most.
+    pub fn packed_for(self, isa: crate::kernels::Isa, rows: usize, cols: usize) -> HostMatrix {
+        use crate::packed::{Packed, packs};
+        match self {
+            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) if packs(isa, true) => {
+                HostMatrix::Packed(Packed::pack(true, rows, cols, &quants, &scales))
+            }
+            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) if packs(isa, false) => {
+                let quants = bytemuck::cast_slice(&quants);
+                HostMatrix::Packed(Packed::pack(false, rows, cols, quants, &scales))
+            }
+            other => other,
         }
     }
 
@@ -106,6 +126,7 @@ impl HostMatrix {
             HostMatrix::F32(d) => WeightRows::F32(d),
             HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => WeightRows::Q8 { quants, scales },
             HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => WeightRows::Q4 { quants, scales },
+            HostMatrix::Packed(packed) => WeightRows::Packed(packed),
         }
     }
 
@@ -144,6 +165,7 @@ impl HostMatrix {
         match self {
             HostMatrix::F32(d) => d.to_vec(),
             HostMatrix::Blocks(blocks) => blocks.dequantize(),
+            HostMatrix::Packed(packed) => packed.blocks().dequantize(),
         }
     }
 }

@@ -1,0 +1,454 @@
+//! Q8_0 and Q4_0 weights regrouped 8 rows at a time, for the AVX2 products of decode and
+//! batched decode.
+//!
+//! Row by row (`kernels.rs`), every block is loaded (Q4_0 unpacked), its signs moved, and its
+//! products widened to i32, converted and scaled once per activation row: 8 to 9 instructions for
+//! 32 products. Here the 8 rows of a group lie interleaved 4 bytes at a time (the layout of
+//! llama.cpp's repacked `q4_0_8x8` CPU kernels; this code is our own), so that one 256-bit
+//! register holds 4 values of each of 8 rows, four activation bytes broadcast to every lane, and
+//! one `maddubs` makes 8 rows' products at once. A block is converted and scaled once for all 8
+//! rows.
+//! - Q4_0: the nibbles (0..=15) are `maddubs`' unsigned operand as they are. A block's 8 pair sums
+//!   of a lane add up in 16 bits (at most 8 * 2 * 15 * 128 = 30720, so they cannot overflow), are
+//!   widened once and corrected by `-8 * sum(x)` (the nibbles stand 8 above their values): about
+//!   3 instructions for 32 products.
+//! - Q8_0: the weights' signs move onto the broadcast activations (`sign`), and each `maddubs`
+//!   (up to 2 * 127 * 127 a pair) is widened at once: about 5 instructions for 32 products.
+//!
+//! Layout of a `[rows, cols]` matrix, `groups = rows / 8` rounded up, `blocks = cols / 32`, and
+//! `bytes` = 32 (Q8_0) or 16 (Q4_0) a block of one row:
+//! - `scales[(g * blocks + b) * 8 + r]`: row `8 g + r`'s scale of block `b` (0 for the rows that
+//!   pad the last group);
+//! - `quants[(g * blocks + b) * 8 * bytes + k * 32 + r * 4 + j]`: byte `4 k + j` of that block
+//!   (Q8_0: value `4 k + j`; Q4_0, in GGUF's order: values `4 k + j` in the low nibble and
+//!   `16 + 4 k + j` in the high one).
+//!
+//! Every (weight row, activation row) pair is summed block by block in one order whatever the
+//! batch, so batched decode equals batch 1.
+
+use crate::kernels::Q8Rows;
+use crate::quant::BLOCK;
+
+/// Rows in a group.
+pub const GROUP: usize = 8;
+
+/// A Q8_0 or Q4_0 matrix in groups of 8 interleaved rows (see the module's documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packed {
+    q4: bool,
+    rows: usize,
+    cols: usize,
+    scales: Vec<f32>,
+    quants: Vec<u8>,
+}
+
+impl Packed {
+    /// Regroup row-major blocks (32 bytes of Q8_0 or 16 of Q4_0 and one scale a block,
+    /// `rows * cols / 32` of them).
+    pub fn pack(q4: bool, rows: usize, cols: usize, quants: &[u8], scales: &[f32]) -> Packed {
+        assert_eq!(cols % BLOCK, 0, "rows of blocks are whole blocks");
+        let blocks = cols / BLOCK;
+        let bytes = block_bytes(q4);
+        assert!(quants.len() == rows * blocks * bytes && scales.len() == rows * blocks);
+        let groups = rows.div_ceil(GROUP);
+        // Padding rows: scale 0, and values 0.
+        let mut packed = Packed {
+            q4,
+            rows,
+            cols,
+            scales: vec![0.0; groups * blocks * GROUP],
+            quants: vec![if q4 { 0x88 } else { 0 }; groups * blocks * GROUP * bytes],
+        };
+        for r in 0..rows {
+            let (g, lane) = (r / GROUP, r % GROUP);
+            for b in 0..blocks {
+                let at = g * blocks + b;
+                packed.scales[at * GROUP + lane] = scales[r * blocks + b];
+                let block = &quants[(r * blocks + b) * bytes..][..bytes];
+                for (k, four) in block.chunks_exact(4).enumerate() {
+                    packed.quants[at * GROUP * bytes + k * 32 + lane * 4..][..4]
+                        .copy_from_slice(four);
+                }
+            }
+        }
+        packed
+    }
+
+    /// The row-major blocks again (quants, scales), as [`Packed::pack`] took them.
+    pub fn unpack(&self) -> (Vec<u8>, Vec<f32>) {
+        let blocks = self.cols / BLOCK;
+        let bytes = block_bytes(self.q4);
+        let mut quants = Vec::with_capacity(self.rows * blocks * bytes);
+        let mut scales = Vec::with_capacity(self.rows * blocks);
+        for r in 0..self.rows {
+            let (g, lane) = (r / GROUP, r % GROUP);
+            for b in 0..blocks {
+                let at = g * blocks + b;
+                scales.push(self.scales[at * GROUP + lane]);
+                for k in 0..bytes / 4 {
+                    quants.extend_from_slice(
+                        &self.quants[at * GROUP * bytes + k * 32 + lane * 4..][..4],
+                    );
+                }
+            }
+        }
+        (quants, scales)
+    }
+
+    /// The row-major blocks again, typed.
+    pub fn blocks(&self) -> crate::weights::Blocks {
+        use crate::weights::Blocks;
+        let (quants, scales) = self.unpack();
+        if self.q4 {
+            Blocks::Q4 { quants, scales }
+        } else {
+            Blocks::Q8 {
+                quants: bytemuck::cast_slice(&quants).to_vec(),
+                scales,
+            }
+        }
+    }
+
+    /// Whether the blocks are Q4_0 (else Q8_0).
+    pub fn q4(&self) -> bool {
+        self.q4
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes the matrix takes, padding rows included.
+    pub fn bytes(&self) -> u64 {
+        (self.quants.len() + 4 * self.scales.len()) as u64
+    }
+
+    /// Group `g`'s scales and bytes.
+    fn group(&self, g: usize) -> (&[f32], &[u8]) {
+        let blocks = self.cols / BLOCK;
+        let bytes = GROUP * block_bytes(self.q4);
+        (
+            &self.scales[g * blocks * GROUP..][..blocks * GROUP],
+            &self.quants[g * blocks * bytes..][..blocks * bytes],
+        )
+    }
+}
+
+/// Bytes of one row's block: 16 (Q4_0) or 32 (Q8_0).
+fn block_bytes(q4: bool) -> usize {
+    if q4 { BLOCK / 2 } else { BLOCK }
+}
+
+/// Whether the kernels of `isa` read Q4_0 (`q4`) or Q8_0 weights packed: AVX2's both; on AVX-512
+/// VNNI machines Q4_0 (the same AVX2 kernel), while Q8_0 keeps the VNNI kernel measured there.
+/// Elsewhere the row-major kernels of `kernels.rs` are the ones measured.
+pub fn packs(isa: crate::kernels::Isa, q4: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::kernels::Isa;
+        isa == Isa::Avx2 || (q4 && isa == Isa::Avx512Vnni)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, q4);
+        false
+    }
+}
+
+/// One activation row as the kernels read it: int8 values, a scale per block, and `-8 * sum` of
+/// each block's values (what the nibbles' offset added).
+#[derive(Clone, Copy)]
+struct Act<'a> {
+    quants: &'a [i8],
+    scales: &'a [f32],
+    offsets: &'a [i32],
+}
+
+/// `out[i * rows + r] = dot(weight row r, activation row i)` for `t` int8 activation rows `xq`,
+/// with AVX2 where `isa` has it (see [`packs`]) and a scalar loop elsewhere.
+pub fn matmul(isa: crate::kernels::Isa, w: &Packed, xq: &Q8Rows, t: usize, out: &mut [f32]) {
+    let (rows, cols) = (w.rows, w.cols);
+    let blocks = cols / BLOCK;
+    assert!(xq.quants.len() >= t * cols && xq.scales.len() >= t * blocks);
+    assert_eq!(out.len(), t * rows);
+    let offset = if w.q4 { -8 } else { 0 };
+    let offsets: Vec<i32> = xq.quants[..t * cols]
+        .chunks_exact(BLOCK)
+        .map(|block| offset * block.iter().map(|&v| v as i32).sum::<i32>())
+        .collect();
+    let acts: Vec<Act> = (0..t)
+        .map(|i| Act {
+            quants: &xq.quants[i * cols..][..cols],
+            scales: &xq.scales[i * blocks..][..blocks],
+            offsets: &offsets[i * blocks..][..blocks],
+        })
+        .collect();
+    let mut results = [[0.0f32; GROUP]; TILE];
+    for g in 0..rows.div_ceil(GROUP) {
+        let (scales, quants) = w.group(g);
+        let lanes = (rows - g * GROUP).min(GROUP);
+        for (i, tile) in acts.chunks(TILE).enumerate() {
+            let results = &mut results[..tile.len()];
+            tile_of(isa, w.q4, scales, quants, tile, results);
+            for (j, lane_results) in results.iter().enumerate() {
+                let at = (i * TILE + j) * rows + g * GROUP;
+                out[at..at + lanes].copy_from_slice(&lane_results[..lanes]);
+            }
+        }
+    }
+}
+
+/// The most activation rows one kernel call takes.
+const TILE: usize = 4;
+
+/// One group of 8 weight rows against up to [`TILE`] activation rows.
+fn tile_of(
+    isa: crate::kernels::Isa,
+    q4: bool,
+    scales: &[f32],
+    quants: &[u8],
+    x: &[Act],
+    out: &mut [[f32; GROUP]],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(
+        isa,
+        crate::kernels::Isa::Avx2 | crate::kernels::Isa::Avx512Vnni
+    ) {
+        // SAFETY: both are only produced after detecting AVX2 and FMA.
+        unsafe {
+            if q4 {
+                avx2::tile::<true>(scales, quants, x, out)
+            } else {
+                avx2::tile::<false>(scales, quants, x, out)
+            }
+        };
+        return;
+    }
+    let _ = isa;
+    scalar_tile(q4, scales, quants, x, out);
+}
+
+/// The scalar kernel: the same integers and the same scaling as the AVX2 one, lane by lane.
+fn scalar_tile(q4: bool, scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+    let bytes = block_bytes(q4);
+    for (x, out) in x.iter().zip(out.iter_mut()) {
+        let mut acc = [0.0f32; GROUP];
+        for (b, (block_scales, block)) in scales
+            .chunks_exact(GROUP)
+            .zip(quants.chunks_exact(GROUP * bytes))
+            .enumerate()
+        {
+            let xb = &x.quants[b * BLOCK..][..BLOCK];
+            for (lane, acc) in acc.iter_mut().enumerate() {
+                let mut sum = x.offsets[b];
+                for k in 0..bytes / 4 {
+                    for j in 0..4 {
+                        let byte = block[k * 32 + lane * 4 + j];
+                        if q4 {
+                            sum += (byte & 0x0f) as i32 * xb[4 * k + j] as i32;
+                            sum += (byte >> 4) as i32 * xb[16 + 4 * k + j] as i32;
+                        } else {
+                            sum += byte as i8 as i32 * xb[4 * k + j] as i32;
+                        }
+                    }
+                }
+                let scale = block_scales[lane] * x.scales[b];
+                *acc = (sum as f32).mul_add(scale, *acc);
+            }
+        }
+        *out = acc;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{Act, GROUP};
+    use crate::quant::BLOCK;
+
+    /// `N` activation rows against one group of Q4_0 (`Q4`) or Q8_0 blocks, one 8-lane
+    /// accumulator (a lane a weight row) for each.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn dot<const N: usize, const Q4: bool>(
+        scales: &[f32],
+        quants: &[u8],
+        x: [Act; N],
+    ) -> [[f32; GROUP]; N] {
+        let blocks = scales.len() / GROUP;
+        let bytes = GROUP * if Q4 { BLOCK / 2 } else { BLOCK };
+        assert!(quants.len() >= blocks * bytes);
+        assert!(x.iter().all(|x| x.quants.len() >= blocks * BLOCK
+            && x.scales.len() >= blocks
+            && x.offsets.len() >= blocks));
+        let mask = _mm256_set1_epi8(0x0f);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); N];
+        for b in 0..blocks {
+            // Four activation bytes, `4 k..4 k + 4` of block `b`, in every lane.
+            let four = |x: &Act, k: usize| {
+                // SAFETY: each activation row holds `blocks * 32` values (asserted above).
+                _mm256_set1_epi32(unsafe {
+                    (x.quants.as_ptr().add(b * BLOCK + 4 * k) as *const i32).read_unaligned()
+                })
+            };
+            let mut ints = [_mm256_setzero_si256(); N];
+            for k in 0..bytes / 32 {
+                // SAFETY: the group holds `blocks * bytes` bytes (asserted above).
+                let v = unsafe {
+                    _mm256_loadu_si256(quants.as_ptr().add(b * bytes + k * 32) as *const __m256i)
+                };
+                if Q4 {
+                    // 16-bit sums of the nibbles' products (`ints` widens them below).
+                    let lo = _mm256_and_si256(v, mask);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                    for (sum, x) in ints.iter_mut().zip(&x) {
+                        *sum = _mm256_add_epi16(*sum, _mm256_maddubs_epi16(lo, four(x, k)));
+                        *sum = _mm256_add_epi16(*sum, _mm256_maddubs_epi16(hi, four(x, k + 4)));
+                    }
+                } else {
+                    let magnitudes = _mm256_sign_epi8(v, v);
+                    for (sum, x) in ints.iter_mut().zip(&x) {
+                        let signed = _mm256_sign_epi8(four(x, k), v);
+                        let pairs = _mm256_maddubs_epi16(magnitudes, signed);
+                        *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+                    }
+                }
+            }
+            // SAFETY: the group holds `blocks * 8` scales.
+            let w_scales = unsafe { _mm256_loadu_ps(scales.as_ptr().add(b * GROUP)) };
+            for ((acc, sum), x) in acc.iter_mut().zip(&ints).zip(&x) {
+                let ints = if Q4 {
+                    _mm256_add_epi32(
+                        _mm256_madd_epi16(*sum, ones),
+                        _mm256_set1_epi32(x.offsets[b]),
+                    )
+                } else {
+                    *sum
+                };
+                let scale = _mm256_mul_ps(w_scales, _mm256_set1_ps(x.scales[b]));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ints), scale, *acc);
+            }
+        }
+        acc.map(|a| {
+            let mut lanes = [0.0f32; GROUP];
+            // SAFETY: `lanes` holds 8 f32.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
+            lanes
+        })
+    }
+
+    /// [`dot`] for the number of rows in `x` (1 to 4).
+    #[target_feature(enable = "avx2,fma")]
+    pub fn tile<const Q4: bool>(
+        scales: &[f32],
+        quants: &[u8],
+        x: &[Act],
+        out: &mut [[f32; GROUP]],
+    ) {
+        match *x {
+            [a] => out.copy_from_slice(&dot::<1, Q4>(scales, quants, [a])),
+            [a, b] => out.copy_from_slice(&dot::<2, Q4>(scales, quants, [a, b])),
+            [a, b, c] => out.copy_from_slice(&dot::<3, Q4>(scales, quants, [a, b, c])),
+            [a, b, c, d] => out.copy_from_slice(&dot::<4, Q4>(scales, quants, [a, b, c, d])),
+            _ => panic!("a packed tile holds 1 to 4 activation rows"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{Isa, check_values, quantize_rows_q8};
+    use crate::quant::HostMatrix;
+    use crate::weights::Blocks;
+
+    /// Q4_0 (`q4`) or Q8_0 blocks of pseudo-random weights, row-major.
+    fn blocks(q4: bool, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+        let w = check_values(rows * cols, 11);
+        match if q4 {
+            HostMatrix::q4(&w)
+        } else {
+            HostMatrix::q8(&w)
+        } {
+            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => (quants, scales),
+            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => {
+                (bytemuck::cast_slice(&quants).to_vec(), scales)
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn packing_keeps_every_block() {
+        for (q4, rows) in [true, false]
+            .into_iter()
+            .flat_map(|q4| [1, 7, 8, 9, 67].map(|rows| (q4, rows)))
+        {
+            let (quants, scales) = blocks(q4, rows, 96);
+            let packed = Packed::pack(q4, rows, 96, &quants, &scales);
+            assert_eq!(packed.unpack(), (quants, scales), "{rows} rows");
+        }
+    }
+
+    /// Every instruction set's packed kernel against the row-major scalar kernel, and each
+    /// activation row of a batch against the row alone.
+    #[test]
+    fn packed_products_match_the_row_major_ones() {
+        let (rows, cols, t) = (67, 288, 6);
+        let x = check_values(t * cols, 5);
+        let mut xq = Q8Rows::default();
+        quantize_rows_q8(&x, cols, &mut xq);
+        for q4 in [true, false] {
+            let (quants, scales) = blocks(q4, rows, cols);
+            let packed = Packed::pack(q4, rows, cols, &quants, &scales);
+            let row_major = if q4 {
+                crate::kernels::WeightRows::Q4 {
+                    quants: &quants,
+                    scales: &scales,
+                }
+            } else {
+                crate::kernels::WeightRows::Q8 {
+                    quants: bytemuck::cast_slice(&quants),
+                    scales: &scales,
+                }
+            };
+            let mut expected = vec![0.0; t * rows];
+            crate::kernels::matmul(
+                Isa::Scalar,
+                row_major,
+                rows,
+                cols,
+                &x,
+                &xq,
+                t,
+                &mut expected,
+            );
+            let top = expected.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; t * rows];
+                matmul(isa, &packed, &xq, t, &mut got);
+                for (a, b) in got.iter().zip(&expected) {
+                    assert!((a - b).abs() <= 1e-5 * top, "{isa:?} q4 {q4}: {a} vs {b}");
+                }
+                for i in 0..t {
+                    let mut one = Q8Rows::default();
+                    quantize_rows_q8(&x[i * cols..(i + 1) * cols], cols, &mut one);
+                    let mut alone = vec![f32::NAN; rows];
+                    matmul(isa, &packed, &one, 1, &mut alone);
+                    assert_eq!(
+                        alone,
+                        got[i * rows..(i + 1) * rows],
+                        "{isa:?} q4 {q4} row {i}"
+                    );
+                }
+            }
+        }
+    }
+}
