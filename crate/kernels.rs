@@ -12,6 +12,9 @@
 //! - Q8_0: `quants[r * cols + i]` as i8, `scales[r * cols / 32 + b]`.
 //! - Q4_0: 16 bytes per block; byte `j` holds value `j` in its low nibble and value `j + 16` in
 //!   its high nibble (GGUF's order), stored as `value + 8`.
+//!
+//! On AVX2 machines the model's Q8_0 and Q4_0 matrices are regrouped 8 rows at a time when they
+//! load, and `matmul` hands them to `packed.rs`.
 
 use crate::quant::BLOCK;
 
