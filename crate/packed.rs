@@ -159,8 +159,9 @@ pub fn packs(isa: crate::kernels::Isa, q4: bool) -> bool {
     }
 }
 
-/// One activation row as the kernels read it: int8 values, a scale per block, and `-8 * sum` of
-/// each block's values (what the nibbles' offset added).
+/// One activation row as the kernels read it: int8 values, a scale per block, and per block what
+/// a block's integer sum starts from: `-8 * sum` of its values for Q4_0 (what the nibbles' offset
+/// adds), 0 for Q8_0.
 #[derive(Clone, Copy)]
 struct Act<'a> {
     quants: &'a [i8],
