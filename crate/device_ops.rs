@@ -85,18 +85,19 @@ impl Ops for DeviceOps {
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
         let host = plan.apply_host(name, m);
         let n = host.rows;
-        // `apply_host` never packs (only the CPU's `linear` does); row-major again if it did.
-        let weights = match host.weights {
-            HostMatrix::Packed(packed) => HostMatrix::Blocks(packed.blocks()),
-            weights => weights,
+        let blocks = match host.weights {
+            HostMatrix::F32(values) => {
+                return DeviceLinear::F32(Tensor::from_data(
+                    TensorData::new(transpose(&values, n), [host.cols, n]),
+                    &self.device,
+                ));
+            }
+            HostMatrix::Blocks(blocks) => blocks,
+            // `apply_host` never packs (only the CPU's `linear` does); row-major again if it did.
+            HostMatrix::Packed(packed) => packed.blocks(),
         };
-        match weights {
-            HostMatrix::Packed(_) => unreachable!("unpacked above"),
-            HostMatrix::F32(values) => DeviceLinear::F32(Tensor::from_data(
-                TensorData::new(transpose(&values, n), [host.cols, n]),
-                &self.device,
-            )),
-            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => DeviceLinear::Blocks {
+        match blocks {
+            Blocks::Q8 { quants, scales } => DeviceLinear::Blocks {
                 // Each i8 biased to 0..=255 (its top bit flipped), so that the kernel reads a byte
                 // without sign extension.
                 quants: self.words(bytemuck::cast_slice(&quants), n, 0x8080_8080),
@@ -104,7 +105,7 @@ impl Ops for DeviceOps {
                 n,
                 bits: 8,
             },
-            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => DeviceLinear::Blocks {
+            Blocks::Q4 { quants, scales } => DeviceLinear::Blocks {
                 quants: self.words(&quants, n, 0),
                 scales: self.scales(&scales, n),
                 n,

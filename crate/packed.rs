@@ -28,6 +28,7 @@
 
 use crate::kernels::Q8Rows;
 use crate::quant::BLOCK;
+use crate::weights::Blocks;
 
 /// Rows in a group.
 pub const GROUP: usize = 8;
@@ -43,9 +44,12 @@ pub struct Packed {
 }
 
 impl Packed {
-    /// Regroup row-major blocks (32 bytes of Q8_0 or 16 of Q4_0 and one scale a block,
-    /// `rows * cols / 32` of them).
-    pub fn pack(q4: bool, rows: usize, cols: usize, quants: &[u8], scales: &[f32]) -> Packed {
+    /// Regroup the row-major blocks of a `[rows, cols]` matrix.
+    pub fn pack(rows: usize, cols: usize, row_major: &Blocks) -> Packed {
+        let (q4, quants, scales): (bool, &[u8], &[f32]) = match row_major {
+            Blocks::Q8 { quants, scales } => (false, bytemuck::cast_slice(quants), scales),
+            Blocks::Q4 { quants, scales } => (true, quants, scales),
+        };
         assert_eq!(cols % BLOCK, 0, "rows of blocks are whole blocks");
         let blocks = cols / BLOCK;
         let bytes = block_bytes(q4);
@@ -74,8 +78,8 @@ impl Packed {
         packed
     }
 
-    /// The row-major blocks again (quants, scales), as [`Packed::pack`] took them.
-    pub fn unpack(&self) -> (Vec<u8>, Vec<f32>) {
+    /// The row-major blocks again, as [`Packed::pack`] took them.
+    pub fn blocks(&self) -> Blocks {
         let blocks = self.cols / BLOCK;
         let bytes = block_bytes(self.q4);
         let mut quants = Vec::with_capacity(self.rows * blocks * bytes);
@@ -92,13 +96,6 @@ impl Packed {
                 }
             }
         }
-        (quants, scales)
-    }
-
-    /// The row-major blocks again, typed.
-    pub fn blocks(&self) -> crate::weights::Blocks {
-        use crate::weights::Blocks;
-        let (quants, scales) = self.unpack();
         if self.q4 {
             Blocks::Q4 { quants, scales }
         } else {
@@ -107,11 +104,6 @@ impl Packed {
                 scales,
             }
         }
-    }
-
-    /// Whether the blocks are Q4_0 (else Q8_0).
-    pub fn q4(&self) -> bool {
-        self.q4
     }
 
     pub fn rows(&self) -> usize {
@@ -176,11 +168,14 @@ pub fn matmul(isa: crate::kernels::Isa, w: &Packed, xq: &Q8Rows, t: usize, out: 
     let blocks = cols / BLOCK;
     assert!(xq.quants.len() >= t * cols && xq.scales.len() >= t * blocks);
     assert_eq!(out.len(), t * rows);
-    let offset = if w.q4 { -8 } else { 0 };
-    let offsets: Vec<i32> = xq.quants[..t * cols]
-        .chunks_exact(BLOCK)
-        .map(|block| offset * block.iter().map(|&v| v as i32).sum::<i32>())
-        .collect();
+    let offsets: Vec<i32> = if w.q4 {
+        xq.quants[..t * cols]
+            .chunks_exact(BLOCK)
+            .map(|block| -8 * block.iter().map(|&v| v as i32).sum::<i32>())
+            .collect()
+    } else {
+        vec![0; t * blocks]
+    };
     let acts: Vec<Act> = (0..t)
         .map(|i| Act {
             quants: &xq.quants[i * cols..][..cols],
@@ -368,33 +363,28 @@ mod tests {
     use super::*;
     use crate::kernels::{Isa, check_values, quantize_rows_q8};
     use crate::quant::HostMatrix;
-    use crate::weights::Blocks;
 
     /// Q4_0 (`q4`) or Q8_0 blocks of pseudo-random weights, row-major.
-    fn blocks(q4: bool, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    fn blocks(q4: bool, rows: usize, cols: usize) -> Blocks {
         let w = check_values(rows * cols, 11);
         match if q4 {
             HostMatrix::q4(&w)
         } else {
             HostMatrix::q8(&w)
         } {
-            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) => (quants, scales),
-            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) => {
-                (bytemuck::cast_slice(&quants).to_vec(), scales)
-            }
-            _ => unreachable!(),
+            HostMatrix::Blocks(blocks) => blocks,
+            _ => unreachable!("q4 and q8 make blocks"),
         }
     }
 
     #[test]
     fn packing_keeps_every_block() {
-        for (q4, rows) in [true, false]
-            .into_iter()
-            .flat_map(|q4| [1, 7, 8, 9, 67].map(|rows| (q4, rows)))
-        {
-            let (quants, scales) = blocks(q4, rows, 96);
-            let packed = Packed::pack(q4, rows, 96, &quants, &scales);
-            assert_eq!(packed.unpack(), (quants, scales), "{rows} rows");
+        for q4 in [true, false] {
+            for rows in [1, 7, 8, 9, 67] {
+                let row_major = blocks(q4, rows, 96);
+                let packed = Packed::pack(rows, 96, &row_major);
+                assert_eq!(packed.blocks(), row_major, "q4 {q4}, {rows} rows");
+            }
         }
     }
 
@@ -407,23 +397,13 @@ mod tests {
         let mut xq = Q8Rows::default();
         quantize_rows_q8(&x, cols, &mut xq);
         for q4 in [true, false] {
-            let (quants, scales) = blocks(q4, rows, cols);
-            let packed = Packed::pack(q4, rows, cols, &quants, &scales);
-            let row_major = if q4 {
-                crate::kernels::WeightRows::Q4 {
-                    quants: &quants,
-                    scales: &scales,
-                }
-            } else {
-                crate::kernels::WeightRows::Q8 {
-                    quants: bytemuck::cast_slice(&quants),
-                    scales: &scales,
-                }
-            };
+            let row_major = blocks(q4, rows, cols);
+            let packed = Packed::pack(rows, cols, &row_major);
             let mut expected = vec![0.0; t * rows];
+            let row_major = HostMatrix::Blocks(row_major);
             crate::kernels::matmul(
                 Isa::Scalar,
-                row_major,
+                row_major.rows(),
                 rows,
                 cols,
                 &x,

@@ -108,12 +108,8 @@ impl HostMatrix {
     pub fn packed_for(self, isa: crate::kernels::Isa, rows: usize, cols: usize) -> HostMatrix {
         use crate::packed::{Packed, packs};
         match self {
-            HostMatrix::Blocks(Blocks::Q4 { quants, scales }) if packs(isa, true) => {
-                HostMatrix::Packed(Packed::pack(true, rows, cols, &quants, &scales))
-            }
-            HostMatrix::Blocks(Blocks::Q8 { quants, scales }) if packs(isa, false) => {
-                let quants = bytemuck::cast_slice(&quants);
-                HostMatrix::Packed(Packed::pack(false, rows, cols, quants, &scales))
+            HostMatrix::Blocks(blocks) if packs(isa, matches!(blocks, Blocks::Q4 { .. })) => {
+                HostMatrix::Packed(Packed::pack(rows, cols, &blocks))
             }
             other => other,
         }
