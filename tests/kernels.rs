@@ -173,7 +173,15 @@ fn a_row_in_a_tile_gets_exactly_its_result_alone() {
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 fn attention_kernels_match_plain_arithmetic() {
-    for (hs, positions) in [(48, 37), (64, 5), (8, 1), (36, 130), (3, 4)] {
+    for (hs, positions) in [
+        (48, 37),
+        (64, 5),
+        (8, 1),
+        (36, 130),
+        (3, 4),
+        (72, 9),
+        (120, 20),
+    ] {
         let stride = hs * 3 + 5;
         let query = values(hs, hs as u64);
         let cache = values(positions * stride, 13 + positions as u64);
@@ -211,6 +219,48 @@ fn attention_kernels_match_plain_arithmetic() {
                     (*got as f64 - want).abs() < 1e-4,
                     "{isa:?} hs {hs}: {got} vs {want}"
                 );
+            }
+        }
+    }
+}
+
+/// The attention kernels' arithmetic does not depend on how they group their work: each score is
+/// `dot(query, key) * scale` bit for bit, however many positions are scored together, and each
+/// lane of a weighted sum is the same bits whether the head is summed whole or 8 lanes at a time.
+/// (Teacher-forced agreement and the goldens rest on every path summing in one order.)
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn attention_kernels_group_without_changing_a_bit() {
+    for hs in [3, 8, 16, 36, 48, 64, 72, 128] {
+        for positions in [1, 7, 8, 9, 17, 130] {
+            let stride = hs * 2 + 3;
+            let query = values(hs, hs as u64 + 1);
+            let head = values(positions * stride, positions as u64 + 7);
+            let p: Vec<f32> = values(positions, 5).iter().map(|v| v.abs()).collect();
+            for isa in Isa::available() {
+                let mut scores = vec![f32::NAN; positions];
+                kernels::attention_scores(isa, &query, &head, stride, 0.3, &mut scores);
+                for (j, got) in scores.iter().enumerate() {
+                    let alone = kernels::dot(isa, &query, &head[j * stride..][..hs]) * 0.3;
+                    assert_eq!(
+                        got.to_bits(),
+                        alone.to_bits(),
+                        "{isa:?} hs {hs}, {positions} positions, score {j}"
+                    );
+                }
+                let mut whole = vec![f32::NAN; hs];
+                kernels::weighted_sum(isa, &p, &head, stride, &mut whole);
+                for at in (0..hs).step_by(8) {
+                    let lanes = (hs - at).min(8);
+                    let mut part = vec![f32::NAN; lanes];
+                    kernels::weighted_sum(isa, &p, &head[at..], stride, &mut part);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&whole[at..at + lanes]),
+                        bits(&part),
+                        "{isa:?} hs {hs}, {positions} positions, lanes {at}.."
+                    );
+                }
             }
         }
     }
