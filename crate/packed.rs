@@ -192,7 +192,13 @@ pub fn matmul(isa: crate::kernels::Isa, w: &Packed, xq: &Q8Rows, t: usize, out: 
             tile_of(isa, w.q4, scales, quants, tile, results);
             for (j, lane_results) in results.iter().enumerate() {
                 let at = (i * TILE + j) * rows + g * GROUP;
-                out[at..at + lanes].copy_from_slice(&lane_results[..lanes]);
+                if lanes == GROUP {
+                    // A copy of constant length, made in registers (a call to `memcpy` for
+                    // each group took 2% of a q4 step at 8 users).
+                    out[at..at + GROUP].copy_from_slice(lane_results);
+                } else {
+                    out[at..at + lanes].copy_from_slice(&lane_results[..lanes]);
+                }
             }
         }
     }

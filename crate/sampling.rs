@@ -189,15 +189,35 @@ impl Logits {
     }
 }
 
-/// The first index of the largest value, as run.c's `argmax`.
+/// The first index of the largest value, as run.c's `argmax` (a running maximum that only a
+/// strictly larger value replaces, so NaNs are passed over, and a NaN first is the answer).
+///
+/// In two passes: the largest value, kept in 16 lanes that the compiler vectorizes (positions
+/// `i mod 16`, each lane a running maximum of the same kind), then the first index holding it.
+/// One pass with the index beside the maximum does not vectorize, and at 32,000 logits a row it
+/// took 3% of a native q4 decode step at 8 users (profile).
 fn argmax(row: &[f32]) -> u32 {
-    let (mut best, mut top) = (0, row.first().copied().unwrap_or(0.0));
-    for (i, &v) in row.iter().enumerate() {
-        if v > top {
-            (best, top) = (i, v);
+    const LANES: usize = 16;
+    let Some(&first) = row.first() else {
+        return 0;
+    };
+    if first.is_nan() {
+        return 0;
+    }
+    let mut lanes = [first; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (top, &v) in lanes.iter_mut().zip(chunk) {
+            *top = if v > *top { v } else { *top };
         }
     }
-    best as u32
+    let top = lanes
+        .iter()
+        .chain(tail)
+        .fold(first, |top, &v| if v > top { v } else { top });
+    // `top` is one of the row's values, and no value before its first place is larger.
+    row.iter().position(|&v| v == top).unwrap_or(0) as u32
 }
 
 fn device_error(e: ExecutionError) -> Error {
@@ -229,6 +249,52 @@ mod tests {
             top_p,
             seed,
         })
+    }
+
+    /// run.c's one-pass argmax, which [`argmax`] must equal.
+    fn argmax_one_pass(row: &[f32]) -> u32 {
+        let (mut best, mut top) = (0, row.first().copied().unwrap_or(0.0));
+        for (i, &v) in row.iter().enumerate() {
+            if v > top {
+                (best, top) = (i, v);
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_is_the_first_of_equal_maxima_as_run_c_picks() {
+        let specials = [
+            f32::NAN,
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        let mut seed = 1u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        for len in [0, 1, 2, 15, 16, 17, 33, 100, 32000] {
+            for _ in 0..50 {
+                // Few distinct values, so ties are common; some specials among them.
+                let row: Vec<f32> = (0..len)
+                    .map(|_| match next() % 10 {
+                        0 => specials[next() % specials.len()],
+                        _ => (next() % 5) as f32 - 2.0,
+                    })
+                    .collect();
+                assert_eq!(argmax(&row), argmax_one_pass(&row), "{row:?}");
+            }
+        }
+        assert_eq!(argmax(&[f32::NAN, 5.0]), 0);
+        assert_eq!(argmax(&[1.0, f32::NAN, 5.0, 5.0]), 2);
+        assert_eq!(argmax(&[-0.0, 0.0]), 0);
     }
 
     #[test]
