@@ -14,7 +14,8 @@
 //!   its high nibble (GGUF's order), stored as `value + 8`.
 //!
 //! On AVX2 machines the model's Q8_0 and Q4_0 matrices are regrouped 8 rows at a time when they
-//! load, and `matmul` hands them to `packed.rs`.
+//! load (in the page's relaxed SIMD build, its Q4_0 matrices), and `matmul` hands them to
+//! `packed.rs`.
 
 use crate::quant::BLOCK;
 
@@ -1577,6 +1578,10 @@ mod simd128 {
     /// Shuffling the nibbles into `Wide`'s lanes, which would give results equal to the
     /// baseline's, cost most of the gain (700 against 784 at 1 user, 895 against 954 at 8, 3
     /// rounds): V8 builds the shuffle's constant anew at every block.
+    ///
+    /// The model's Q4_0 matrices no longer reach this kernel in that build: they are packed when
+    /// they load, and `packed.rs`'s relaxed kernel took its place (faster again). It still takes
+    /// row-major Q4_0 matrices handed to `matmul`.
     #[cfg(target_feature = "relaxed-simd")]
     pub(super) mod relaxed {
         use std::arch::wasm32::*;

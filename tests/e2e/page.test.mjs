@@ -122,7 +122,7 @@ test('the CPU engine: the relaxed SIMD build by default, the baseline one when c
     await finished();
     assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
     assert.ok((await text(page, 'conditions')).includes(`on cpu [CPU (${adapter})]`), await text(page, 'conditions'));
-    // The two builds' q4 logits differ by float rounding (crate/kernels.rs, `relaxed`), so their
+    // The two builds' q4 logits differ by float rounding (crate/packed.rs, `relaxed`), so their
     // greedy texts may part at a near tie; both begin as run.c's f32 reference does.
     assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl named Lily\. She loved to play outside in the sunshine/);
     // A shared link keeps the build.
