@@ -218,7 +218,8 @@ const TILE: usize = 4;
 
 /// How many activation rows `isa`'s kernel takes at once: 4 with AVX2's 16 registers of 256
 /// bits; 2 in wasm, whose 128-bit kernel holds twice the registers per activation row (two
-/// halves of a group) and whose registers V8 spills to the stack when it runs out.
+/// halves of a group). 4 in wasm measured the same (page, stories15M q4, 8 users, 6 rounds
+/// interleaved: 913 against 909 tok/s) for more code, so 2.
 fn tile_rows(isa: crate::kernels::Isa) -> usize {
     #[cfg(target_arch = "wasm32")]
     if isa == crate::kernels::Isa::Simd128 {
