@@ -14,8 +14,8 @@
 //!   its high nibble (GGUF's order), stored as `value + 8`.
 //!
 //! On AVX2 machines the model's Q8_0 and Q4_0 matrices are regrouped 8 rows at a time when they
-//! load (in the page's relaxed SIMD build, its Q4_0 matrices), and `matmul` hands them to
-//! `packed.rs`.
+//! load (in wasm, Q8_0 matrices, and Q4_0 ones in the relaxed SIMD build), and `matmul` hands
+//! them to `packed.rs`.
 
 use crate::quant::BLOCK;
 
@@ -1183,7 +1183,7 @@ mod avx2 {
 }
 
 #[cfg(target_arch = "wasm32")]
-mod simd128 {
+pub(crate) mod simd128 {
     use std::arch::wasm32::*;
 
     use super::{BLOCK, BlockRow, Q8Rows, WeightBlocks, checked_rows, grid_len};
@@ -1207,7 +1207,7 @@ mod simd128 {
     /// interleaved, aggregate tok/s), fused against not: 917 against 766-769 at 8 users (the f32
     /// grid is bound by arithmetic there), 465 against 400-435 at 1 user (bound by memory).
     #[inline(always)]
-    fn mul_add(acc: v128, a: v128, b: v128) -> v128 {
+    pub(crate) fn mul_add(acc: v128, a: v128, b: v128) -> v128 {
         #[cfg(target_feature = "relaxed-simd")]
         return f32x4_relaxed_madd(a, b, acc);
         #[cfg(not(target_feature = "relaxed-simd"))]

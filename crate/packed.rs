@@ -1,5 +1,5 @@
 //! Q8_0 and Q4_0 weights regrouped 8 rows at a time, for the AVX2 products of decode and
-//! batched decode (and Q4_0's in wasm with relaxed SIMD, the module `relaxed` at the end).
+//! batched decode; in wasm, Q8_0's (module `simd128`) and, with relaxed SIMD, Q4_0's (`relaxed`).
 //!
 //! Row by row (`kernels.rs`), every block is loaded (Q4_0 unpacked), its signs moved, and its
 //! products widened to i32, converted and scaled once per activation row: 8 to 9 instructions for
@@ -137,22 +137,19 @@ fn block_bytes(q4: bool) -> usize {
 
 /// Whether the kernels of `isa` read Q4_0 (`q4`) or Q8_0 weights packed: AVX2's both; on AVX-512
 /// VNNI machines Q4_0 (the same AVX2 kernel), while Q8_0 keeps the VNNI kernel measured there;
-/// in wasm built with relaxed SIMD Q4_0 (see `relaxed`). Elsewhere the row-major kernels of
-/// `kernels.rs` are the ones measured.
+/// in wasm Q8_0 (`simd128`) and, in the relaxed SIMD build, Q4_0 (`relaxed`). Elsewhere the
+/// row-major kernels of `kernels.rs` are the ones measured.
 pub fn packs(isa: crate::kernels::Isa, q4: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::kernels::Isa;
         isa == Isa::Avx2 || (q4 && isa == Isa::Avx512Vnni)
     }
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    #[cfg(target_arch = "wasm32")]
     {
-        q4 && isa == crate::kernels::Isa::Simd128
+        isa == crate::kernels::Isa::Simd128 && (!q4 || cfg!(target_feature = "relaxed-simd"))
     }
-    #[cfg(not(any(
-        target_arch = "x86_64",
-        all(target_arch = "wasm32", target_feature = "relaxed-simd")
-    )))]
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
     {
         let _ = (isa, q4);
         false
@@ -256,6 +253,11 @@ fn tile_of(
     #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
     if q4 && isa == crate::kernels::Isa::Simd128 {
         relaxed::q4_tile(scales, quants, x, out);
+        return;
+    }
+    #[cfg(target_arch = "wasm32")]
+    if !q4 && isa == crate::kernels::Isa::Simd128 {
+        simd128::q8_tile(scales, quants, x, out);
         return;
     }
     let _ = isa;
@@ -404,10 +406,10 @@ mod avx2 {
 /// q4, 128 tokens a user, 5 rounds interleaved, medians of aggregate tok/s): 477 -> 827 at 1
 /// user, 531 -> 1006 at 8 users, against the row-major kernel (`kernels.rs`, `relaxed`).
 ///
-/// Q8_0 packed the same way (the weights' signs moved onto the activations by `x ^ m - m`, then
-/// `i32x4.relaxed_dot_i8x16_i7x16_add_s` with the magnitudes) was no faster than its row-major
-/// kernel (8 rounds: 390 against 391 tok/s at 1 user, 465 against 479 at 8), so Q8_0 is not
-/// packed in wasm.
+/// Q8_0 with byte products the same way (the weights' signs moved onto the activations by
+/// `x ^ m - m`, then `i32x4.relaxed_dot_i8x16_i7x16_add_s` with the magnitudes) was no faster
+/// than its row-major kernel (8 rounds: 390 against 391 tok/s at 1 user, 465 against 479 at 8);
+/// its packed kernel multiplies 16-bit lanes instead (`simd128`).
 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
 mod relaxed {
     use std::arch::wasm32::*;
@@ -479,6 +481,94 @@ mod relaxed {
 
     /// [`dot`] for the number of rows in `x` (1 or 2).
     pub fn q4_tile(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+        match *x {
+            [a] => out.copy_from_slice(&dot::<1>(scales, quants, [a])),
+            [a, b] => out.copy_from_slice(&dot::<2>(scales, quants, [a, b])),
+            _ => panic!("a packed tile in wasm holds 1 or 2 activation rows"),
+        }
+    }
+}
+
+/// The packed Q8_0 kernel in wasm (both builds: SIMD128 has the 16-bit product it needs). Each
+/// half-group chunk's 16 bytes (4 values of 4 rows) load as two vectors of 16-bit lanes (rows 0
+/// and 1, rows 2 and 3; x86's `pmovsxbw` from memory), the chunk's 4 activation values are
+/// widened and repeated once, and `i32x4.dot_i16x8_s` (x86's `pmaddwd`) makes 8 products of 2
+/// rows with no horizontal sum later: at the end of a block, neighbouring lanes are added once
+/// for 4 rows, converted and scaled once for 4 rows.
+///
+/// Measured in the page (Chromium 156, this project's 2-core AMD EPYC, synthetic stories15M q8,
+/// 128 tokens a user, 6 rounds interleaved, medians of aggregate tok/s), against the row-major
+/// kernel (`kernels.rs`, `Wide`): relaxed SIMD build 375 -> 537 at 1 user and 515 -> 664 at 8;
+/// baseline build 395 -> 531 and 520 -> 664.
+#[cfg(target_arch = "wasm32")]
+mod simd128 {
+    use std::arch::wasm32::*;
+
+    use super::{Act, GROUP};
+    use crate::kernels::simd128::mul_add;
+    use crate::quant::BLOCK;
+
+    /// `N` activation rows against one group of Q8_0 blocks: per activation row two
+    /// accumulators of 4 lanes (a lane a weight row).
+    #[inline(always)]
+    fn dot<const N: usize>(scales: &[f32], quants: &[u8], x: [Act; N]) -> [[f32; GROUP]; N] {
+        let blocks = scales.len() / GROUP;
+        let bytes = GROUP * BLOCK;
+        assert!(quants.len() >= blocks * bytes);
+        assert!(
+            x.iter()
+                .all(|x| x.quants.len() >= blocks * BLOCK && x.scales.len() >= blocks)
+        );
+        let mut acc = [[f32x4_splat(0.0); 2]; N];
+        for b in 0..blocks {
+            for h in 0..2 {
+                // Rows 4h, 4h + 1 and 4h + 2, 4h + 3 of the half, two i32 lanes a row.
+                let mut sums = [[i32x4_splat(0); 2]; N];
+                for k in 0..BLOCK / 4 {
+                    let at = b * bytes + k * 32 + h * 16;
+                    // SAFETY: the group holds `blocks * bytes` bytes (asserted above).
+                    let w = unsafe {
+                        [
+                            i16x8_load_extend_i8x8(quants.as_ptr().add(at) as *const i8),
+                            i16x8_load_extend_i8x8(quants.as_ptr().add(at + 8) as *const i8),
+                        ]
+                    };
+                    for (sum, x) in sums.iter_mut().zip(&x) {
+                        // Values 4k..4k + 4 of the block, twice, in 16-bit lanes.
+                        // SAFETY: each activation row holds `blocks * 32` values (asserted above).
+                        let xs = i16x8_extend_low_i8x16(unsafe {
+                            v128_load32_splat(x.quants.as_ptr().add(b * BLOCK + 4 * k) as *const u32)
+                        });
+                        sum[0] = i32x4_add(sum[0], i32x4_dot_i16x8(w[0], xs));
+                        sum[1] = i32x4_add(sum[1], i32x4_dot_i16x8(w[1], xs));
+                    }
+                }
+                // SAFETY: the group holds `blocks * 8` scales.
+                let w_scales =
+                    unsafe { v128_load(scales.as_ptr().add(b * GROUP + 4 * h) as *const v128) };
+                for ((acc, sum), x) in acc.iter_mut().zip(&sums).zip(&x) {
+                    let ints = i32x4_add(
+                        i32x4_shuffle::<0, 2, 4, 6>(sum[0], sum[1]),
+                        i32x4_shuffle::<1, 3, 5, 7>(sum[0], sum[1]),
+                    );
+                    let scale = f32x4_mul(w_scales, f32x4_splat(x.scales[b]));
+                    acc[h] = mul_add(acc[h], f32x4_convert_i32x4(ints), scale);
+                }
+            }
+        }
+        acc.map(|[low, high]| {
+            let mut lanes = [0.0f32; GROUP];
+            // SAFETY: `lanes` holds 8 f32.
+            unsafe {
+                v128_store(lanes.as_mut_ptr() as *mut v128, low);
+                v128_store(lanes.as_mut_ptr().add(4) as *mut v128, high);
+            }
+            lanes
+        })
+    }
+
+    /// [`dot`] for the number of rows in `x` (1 or 2).
+    pub fn q8_tile(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
         match *x {
             [a] => out.copy_from_slice(&dot::<1>(scales, quants, [a])),
             [a, b] => out.copy_from_slice(&dot::<2>(scales, quants, [a, b])),
