@@ -147,7 +147,8 @@ pub fn packs(isa: crate::kernels::Isa, q4: bool) -> bool {
     }
     #[cfg(target_arch = "wasm32")]
     {
-        isa == crate::kernels::Isa::Simd128 && (!q4 || cfg!(target_feature = "relaxed-simd"))
+        let _ = q4;
+        isa == crate::kernels::Isa::Simd128
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
     {
@@ -189,7 +190,7 @@ pub fn matmul(isa: crate::kernels::Isa, w: &Packed, xq: &Q8Rows, t: usize, out: 
         })
         .collect();
     let mut results = [[0.0f32; GROUP]; TILE];
-    let tile = tile_rows(isa);
+    let tile = tile_rows(isa, w.q4);
     for g in 0..rows.div_ceil(GROUP) {
         let (scales, quants) = w.group(g);
         let lanes = (rows - g * GROUP).min(GROUP);
@@ -214,15 +215,21 @@ pub fn matmul(isa: crate::kernels::Isa, w: &Packed, xq: &Q8Rows, t: usize, out: 
 const TILE: usize = 4;
 
 /// How many activation rows `isa`'s kernel takes at once: 4 with AVX2's 16 registers of 256
-/// bits; 2 in wasm, whose 128-bit kernel holds twice the registers per activation row (two
-/// halves of a group). 4 in wasm measured the same (page, stories15M q4, 8 users, 6 rounds
-/// interleaved: 913 against 909 tok/s) for more code, so 2.
-fn tile_rows(isa: crate::kernels::Isa) -> usize {
+/// bits; 2 in wasm, whose 128-bit kernels hold twice the registers per activation row (two
+/// halves of a group). Measured in the page (stories15M, 8 users, 6 rounds interleaved, aggregate
+/// tok/s): relaxed SIMD's Q4_0 kernel took 4 at 913 against 909 for 2, so 2; the baseline
+/// build's Q4_0 kernel (`simd128`, two vectors of weights a pair of rows) ran out of registers
+/// with 2, 479 against 563 with 1, so 1.
+fn tile_rows(isa: crate::kernels::Isa, q4: bool) -> usize {
     #[cfg(target_arch = "wasm32")]
     if isa == crate::kernels::Isa::Simd128 {
-        return 2;
+        return if q4 && !cfg!(target_feature = "relaxed-simd") {
+            1
+        } else {
+            2
+        };
     }
-    let _ = isa;
+    let _ = (isa, q4);
     TILE
 }
 
@@ -256,8 +263,12 @@ fn tile_of(
         return;
     }
     #[cfg(target_arch = "wasm32")]
-    if !q4 && isa == crate::kernels::Isa::Simd128 {
-        simd128::q8_tile(scales, quants, x, out);
+    if isa == crate::kernels::Isa::Simd128 {
+        if q4 {
+            simd128::tile::<true>(scales, quants, x, out)
+        } else {
+            simd128::tile::<false>(scales, quants, x, out)
+        }
         return;
     }
     let _ = isa;
@@ -489,17 +500,22 @@ mod relaxed {
     }
 }
 
-/// The packed Q8_0 kernel in wasm (both builds: SIMD128 has the 16-bit product it needs). Each
-/// half-group chunk's 16 bytes (4 values of 4 rows) load as two vectors of 16-bit lanes (rows 0
-/// and 1, rows 2 and 3; x86's `pmovsxbw` from memory), the chunk's 4 activation values are
-/// widened and repeated once, and `i32x4.dot_i16x8_s` (x86's `pmaddwd`) makes 8 products of 2
-/// rows with no horizontal sum later: at the end of a block, neighbouring lanes are added once
-/// for 4 rows, converted and scaled once for 4 rows.
+/// The packed kernels in wasm that multiply 16-bit lanes, which SIMD128 has in both builds: Q8_0
+/// (both builds) and Q4_0 (the baseline build; the relaxed one has `relaxed`). Each half-group
+/// chunk's 16 bytes (4 bytes of 4 rows) load as two vectors of 16-bit lanes (rows 0 and 1, rows 2
+/// and 3; x86's `pmovsxbw` / `pmovzxbw` from memory; Q4_0's nibbles split by a mask and a shift
+/// into values `4k..4k + 4` and `16 + 4k..`). The chunk's 4 activation values are widened and
+/// repeated once, and `i32x4.dot_i16x8_s` (x86's `pmaddwd`) makes 8 products of 2 rows with no
+/// horizontal sum later: at the end of a block, neighbouring lanes are added once for 4 rows
+/// (Q4_0's `-8 * sum(x)` added), converted and scaled once for 4 rows.
 ///
-/// Measured in the page (Chromium 156, this project's 2-core AMD EPYC, synthetic stories15M q8,
-/// 128 tokens a user, 6 rounds interleaved, medians of aggregate tok/s), against the row-major
-/// kernel (`kernels.rs`, `Wide`): relaxed SIMD build 375 -> 537 at 1 user and 515 -> 664 at 8;
-/// baseline build 395 -> 531 and 520 -> 664.
+/// Measured in the page (Chromium 156, this project's 2-core AMD EPYC, synthetic stories15M,
+/// 128 tokens a user, 6 rounds interleaved, medians of aggregate tok/s at 1 / 8 users), against
+/// the row-major kernels (`kernels.rs`, `Wide`):
+/// - q8, relaxed SIMD build: 375 / 515 -> 537 / 664; baseline build: 395 / 520 -> 531 / 664.
+/// - q4, baseline build: 313 / 432 -> 542 / 563.
+/// - q4 in the relaxed SIMD build with this kernel instead of `relaxed`'s: 557 / 525 against
+///   699 / 802, so that build keeps `relaxed`.
 #[cfg(target_arch = "wasm32")]
 mod simd128 {
     use std::arch::wasm32::*;
@@ -508,39 +524,62 @@ mod simd128 {
     use crate::kernels::simd128::mul_add;
     use crate::quant::BLOCK;
 
-    /// `N` activation rows against one group of Q8_0 blocks: per activation row two
-    /// accumulators of 4 lanes (a lane a weight row).
+    /// `N` activation rows against one group of Q4_0 (`Q4`) or Q8_0 blocks: per activation row
+    /// two accumulators of 4 lanes (a lane a weight row).
     #[inline(always)]
-    fn dot<const N: usize>(scales: &[f32], quants: &[u8], x: [Act; N]) -> [[f32; GROUP]; N] {
+    fn dot<const N: usize, const Q4: bool>(
+        scales: &[f32],
+        quants: &[u8],
+        x: [Act; N],
+    ) -> [[f32; GROUP]; N] {
         let blocks = scales.len() / GROUP;
-        let bytes = GROUP * BLOCK;
+        let bytes = GROUP * if Q4 { BLOCK / 2 } else { BLOCK };
         assert!(quants.len() >= blocks * bytes);
-        assert!(
-            x.iter()
-                .all(|x| x.quants.len() >= blocks * BLOCK && x.scales.len() >= blocks)
-        );
+        assert!(x.iter().all(|x| x.quants.len() >= blocks * BLOCK
+            && x.scales.len() >= blocks
+            && x.offsets.len() >= blocks));
+        let mask = u16x8_splat(0x0f);
         let mut acc = [[f32x4_splat(0.0); 2]; N];
         for b in 0..blocks {
+            // Values 4k..4k + 4 of block `b`, twice, in 16-bit lanes.
+            let four = |x: &Act, k: usize| {
+                // SAFETY: each activation row holds `blocks * 32` values (asserted above).
+                i16x8_extend_low_i8x16(unsafe {
+                    v128_load32_splat(x.quants.as_ptr().add(b * BLOCK + 4 * k) as *const u32)
+                })
+            };
             for h in 0..2 {
                 // Rows 4h, 4h + 1 and 4h + 2, 4h + 3 of the half, two i32 lanes a row.
                 let mut sums = [[i32x4_splat(0); 2]; N];
-                for k in 0..BLOCK / 4 {
+                for k in 0..bytes / 32 {
                     let at = b * bytes + k * 32 + h * 16;
+                    // Per pair of rows: values 4k..4k + 4 of each (and Q4_0's 16 + 4k..).
                     // SAFETY: the group holds `blocks * bytes` bytes (asserted above).
-                    let w = unsafe {
-                        [
-                            i16x8_load_extend_i8x8(quants.as_ptr().add(at) as *const i8),
-                            i16x8_load_extend_i8x8(quants.as_ptr().add(at + 8) as *const i8),
-                        ]
-                    };
+                    let w: [[v128; 2]; 2] = std::array::from_fn(|pair| unsafe {
+                        let p = quants.as_ptr().add(at + 8 * pair);
+                        if Q4 {
+                            let v = u16x8_load_extend_u8x8(p);
+                            [v128_and(v, mask), u16x8_shr(v, 4)]
+                        } else {
+                            [i16x8_load_extend_i8x8(p as *const i8), i16x8_splat(0)]
+                        }
+                    });
                     for (sum, x) in sums.iter_mut().zip(&x) {
-                        // Values 4k..4k + 4 of the block, twice, in 16-bit lanes.
-                        // SAFETY: each activation row holds `blocks * 32` values (asserted above).
-                        let xs = i16x8_extend_low_i8x16(unsafe {
-                            v128_load32_splat(x.quants.as_ptr().add(b * BLOCK + 4 * k) as *const u32)
-                        });
-                        sum[0] = i32x4_add(sum[0], i32x4_dot_i16x8(w[0], xs));
-                        sum[1] = i32x4_add(sum[1], i32x4_dot_i16x8(w[1], xs));
+                        let xs = four(x, k);
+                        if Q4 {
+                            let high = four(x, k + 4);
+                            for (sum, w) in sum.iter_mut().zip(&w) {
+                                let products = i32x4_add(
+                                    i32x4_dot_i16x8(w[0], xs),
+                                    i32x4_dot_i16x8(w[1], high),
+                                );
+                                *sum = i32x4_add(*sum, products);
+                            }
+                        } else {
+                            for (sum, w) in sum.iter_mut().zip(&w) {
+                                *sum = i32x4_add(*sum, i32x4_dot_i16x8(w[0], xs));
+                            }
+                        }
                     }
                 }
                 // SAFETY: the group holds `blocks * 8` scales.
@@ -551,6 +590,11 @@ mod simd128 {
                         i32x4_shuffle::<0, 2, 4, 6>(sum[0], sum[1]),
                         i32x4_shuffle::<1, 3, 5, 7>(sum[0], sum[1]),
                     );
+                    let ints = if Q4 {
+                        i32x4_add(ints, i32x4_splat(x.offsets[b]))
+                    } else {
+                        ints
+                    };
                     let scale = f32x4_mul(w_scales, f32x4_splat(x.scales[b]));
                     acc[h] = mul_add(acc[h], f32x4_convert_i32x4(ints), scale);
                 }
@@ -568,10 +612,15 @@ mod simd128 {
     }
 
     /// [`dot`] for the number of rows in `x` (1 or 2).
-    pub fn q8_tile(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+    pub fn tile<const Q4: bool>(
+        scales: &[f32],
+        quants: &[u8],
+        x: &[Act],
+        out: &mut [[f32; GROUP]],
+    ) {
         match *x {
-            [a] => out.copy_from_slice(&dot::<1>(scales, quants, [a])),
-            [a, b] => out.copy_from_slice(&dot::<2>(scales, quants, [a, b])),
+            [a] => out.copy_from_slice(&dot::<1, Q4>(scales, quants, [a])),
+            [a, b] => out.copy_from_slice(&dot::<2, Q4>(scales, quants, [a, b])),
             _ => panic!("a packed tile in wasm holds 1 or 2 activation rows"),
         }
     }
