@@ -44,10 +44,13 @@ pub struct Packed {
 }
 
 impl Packed {
-    /// Regroup the row-major blocks of a `[rows, cols]` matrix.
-    pub fn pack(rows: usize, cols: usize, row_major: &Blocks) -> Packed {
-        let (q4, quants, scales): (bool, &[u8], &[f32]) = match row_major {
-            Blocks::Q8 { quants, scales } => (false, bytemuck::cast_slice(quants), scales),
+    /// Regroup the row-major blocks of a `[rows, cols]` matrix, in their own memory: a group's 8
+    /// rows take the same bytes in both layouts, so each group is copied aside (a few KB) and
+    /// written back regrouped. Packing a copy held two of the largest matrix while loading (native
+    /// peak RSS loading stories15M q8: 141.2 MB against 134.2 unpacked; see README).
+    pub fn pack(rows: usize, cols: usize, row_major: Blocks) -> Packed {
+        let (q4, mut quants, mut scales) = match row_major {
+            Blocks::Q8 { quants, scales } => (false, bytes_of(quants), scales),
             Blocks::Q4 { quants, scales } => (true, quants, scales),
         };
         assert_eq!(cols % BLOCK, 0, "rows of blocks are whole blocks");
@@ -55,27 +58,34 @@ impl Packed {
         let bytes = block_bytes(q4);
         assert!(quants.len() == rows * blocks * bytes && scales.len() == rows * blocks);
         let groups = rows.div_ceil(GROUP);
-        // Padding rows: scale 0, and values 0.
-        let mut packed = Packed {
-            q4,
-            rows,
-            cols,
-            scales: vec![0.0; groups * blocks * GROUP],
-            quants: vec![if q4 { 0x88 } else { 0 }; groups * blocks * GROUP * bytes],
-        };
-        for r in 0..rows {
-            let (g, lane) = (r / GROUP, r % GROUP);
-            for b in 0..blocks {
-                let at = g * blocks + b;
-                packed.scales[at * GROUP + lane] = scales[r * blocks + b];
-                let block = &quants[(r * blocks + b) * bytes..][..bytes];
-                for (k, four) in block.chunks_exact(4).enumerate() {
-                    packed.quants[at * GROUP * bytes + k * 32 + lane * 4..][..4]
-                        .copy_from_slice(four);
+        // Rows that pad the last group: scale 0, and values 0.
+        quants.resize(groups * GROUP * blocks * bytes, if q4 { 0x88 } else { 0 });
+        scales.resize(groups * GROUP * blocks, 0.0);
+        let (group_bytes, group_scales) = (GROUP * blocks * bytes, GROUP * blocks);
+        let (mut rows_bytes, mut rows_scales) =
+            (vec![0u8; group_bytes], vec![0.0f32; group_scales]);
+        for g in 0..groups {
+            let quants = &mut quants[g * group_bytes..][..group_bytes];
+            let scales = &mut scales[g * group_scales..][..group_scales];
+            rows_bytes.copy_from_slice(quants);
+            rows_scales.copy_from_slice(scales);
+            for lane in 0..GROUP {
+                for b in 0..blocks {
+                    scales[b * GROUP + lane] = rows_scales[lane * blocks + b];
+                    let block = &rows_bytes[(lane * blocks + b) * bytes..][..bytes];
+                    for (k, four) in block.chunks_exact(4).enumerate() {
+                        quants[b * GROUP * bytes + k * 32 + lane * 4..][..4].copy_from_slice(four);
+                    }
                 }
             }
         }
-        packed
+        Packed {
+            q4,
+            rows,
+            cols,
+            scales,
+            quants,
+        }
     }
 
     /// The row-major blocks again, as [`Packed::pack`] took them.
@@ -128,6 +138,15 @@ impl Packed {
             &self.quants[g * blocks * bytes..][..blocks * bytes],
         )
     }
+}
+
+/// Q8_0's values as bytes, in the same allocation.
+fn bytes_of(values: Vec<i8>) -> Vec<u8> {
+    let mut values = std::mem::ManuallyDrop::new(values);
+    let (ptr, len, capacity) = (values.as_mut_ptr(), values.len(), values.capacity());
+    // SAFETY: the allocation is handed over whole (the original is never dropped), and i8 and u8
+    // have the same size, alignment and valid values.
+    unsafe { Vec::from_raw_parts(ptr as *mut u8, len, capacity) }
 }
 
 /// Bytes of one row's block: 16 (Q4_0) or 32 (Q8_0).
@@ -650,7 +669,7 @@ mod tests {
         for q4 in [true, false] {
             for rows in [1, 7, 8, 9, 67] {
                 let row_major = blocks(q4, rows, 96);
-                let packed = Packed::pack(rows, 96, &row_major);
+                let packed = Packed::pack(rows, 96, row_major.clone());
                 assert_eq!(packed.blocks(), row_major, "q4 {q4}, {rows} rows");
             }
         }
@@ -666,7 +685,7 @@ mod tests {
         quantize_rows_q8(&x, cols, &mut xq);
         for q4 in [true, false] {
             let row_major = blocks(q4, rows, cols);
-            let packed = Packed::pack(rows, cols, &row_major);
+            let packed = Packed::pack(rows, cols, row_major.clone());
             let mut expected = vec![0.0; t * rows];
             let row_major = HostMatrix::Blocks(row_major);
             crate::kernels::matmul(

@@ -103,13 +103,13 @@ impl HostMatrix {
     }
 
     /// The matrix (`[rows, cols]`) in the layout `isa`'s kernels read fastest: blocks packed
-    /// where [`crate::packed::packs`] says so, anything else as it is. The row-major blocks are
-    /// dropped once packed, so loading holds one extra matrix at most.
+    /// where [`crate::packed::packs`] says so (regrouped in their own memory), anything else as
+    /// it is.
     pub fn packed_for(self, isa: crate::kernels::Isa, rows: usize, cols: usize) -> HostMatrix {
         use crate::packed::{Packed, packs};
         match self {
             HostMatrix::Blocks(blocks) if packs(isa, matches!(blocks, Blocks::Q4 { .. })) => {
-                HostMatrix::Packed(Packed::pack(rows, cols, &blocks))
+                HostMatrix::Packed(Packed::pack(rows, cols, blocks))
             }
             other => other,
         }
