@@ -1,5 +1,6 @@
-//! Q8_0 and Q4_0 weights regrouped 8 rows at a time, for the AVX2 products of decode and
-//! batched decode; in wasm, Q8_0's (module `simd128`) and, with relaxed SIMD, Q4_0's (`relaxed`).
+//! Q8_0 and Q4_0 weights regrouped 8 rows at a time, for the products of decode and batched
+//! decode: AVX2's (module `avx2`), and in wasm relaxed SIMD's byte products for Q4_0 (`relaxed`)
+//! and 16-bit products for Q8_0 and the baseline build's Q4_0 (`simd128`).
 //!
 //! Row by row (`kernels.rs`), every block is loaded (Q4_0 unpacked), its signs moved, and its
 //! products widened to i32, converted and scaled once per activation row: 8 to 9 instructions for
