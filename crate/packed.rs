@@ -295,6 +295,35 @@ fn tile_of(
     scalar_tile(q4, scales, quants, x, out);
 }
 
+/// The blocks of a group (`scales` and `quants` of [`Packed::group`]) and its bytes a block, after
+/// checking that the group and every activation row hold them: the kernels' loads are unchecked.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "wasm32")),
+    allow(dead_code)
+)]
+fn checked_group(q4: bool, scales: &[f32], quants: &[u8], x: &[Act]) -> (usize, usize) {
+    let blocks = scales.len() / GROUP;
+    let bytes = GROUP * block_bytes(q4);
+    assert!(quants.len() >= blocks * bytes);
+    assert!(x.iter().all(|x| x.quants.len() >= blocks * BLOCK
+        && x.scales.len() >= blocks
+        && x.offsets.len() >= blocks));
+    (blocks, bytes)
+}
+
+/// A wasm kernel's two 4-lane accumulators of a group (rows 0..4, rows 4..8) as its 8 results.
+#[cfg(target_arch = "wasm32")]
+fn group_lanes([low, high]: [std::arch::wasm32::v128; 2]) -> [f32; GROUP] {
+    use std::arch::wasm32::v128_store;
+    let mut lanes = [0.0f32; GROUP];
+    // SAFETY: `lanes` holds 8 f32.
+    unsafe {
+        v128_store(lanes.as_mut_ptr() as *mut _, low);
+        v128_store(lanes.as_mut_ptr().add(4) as *mut _, high);
+    }
+    lanes
+}
+
 /// The scalar kernel: the same integers and the same scaling as the AVX2 one, lane by lane.
 fn scalar_tile(q4: bool, scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
     let bytes = block_bytes(q4);
@@ -343,12 +372,7 @@ mod avx2 {
         quants: &[u8],
         x: [Act; N],
     ) -> [[f32; GROUP]; N] {
-        let blocks = scales.len() / GROUP;
-        let bytes = GROUP * if Q4 { BLOCK / 2 } else { BLOCK };
-        assert!(quants.len() >= blocks * bytes);
-        assert!(x.iter().all(|x| x.quants.len() >= blocks * BLOCK
-            && x.scales.len() >= blocks
-            && x.offsets.len() >= blocks));
+        let (blocks, bytes) = super::checked_group(Q4, scales, quants, &x);
         let mask = _mm256_set1_epi8(0x0f);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); N];
@@ -452,12 +476,7 @@ mod relaxed {
     /// accumulators of 4 lanes (a lane a weight row).
     #[inline(always)]
     fn dot<const N: usize>(scales: &[f32], quants: &[u8], x: [Act; N]) -> [[f32; GROUP]; N] {
-        let blocks = scales.len() / GROUP;
-        let bytes = GROUP * BLOCK / 2;
-        assert!(quants.len() >= blocks * bytes);
-        assert!(x.iter().all(|x| x.quants.len() >= blocks * BLOCK
-            && x.scales.len() >= blocks
-            && x.offsets.len() >= blocks));
+        let (blocks, bytes) = super::checked_group(true, scales, quants, &x);
         let mask = u8x16_splat(0x0f);
         let mut acc = [[f32x4_splat(0.0); 2]; N];
         for b in 0..blocks {
@@ -499,15 +518,7 @@ mod relaxed {
                 }
             }
         }
-        acc.map(|[low, high]| {
-            let mut lanes = [0.0f32; GROUP];
-            // SAFETY: `lanes` holds 8 f32.
-            unsafe {
-                v128_store(lanes.as_mut_ptr() as *mut v128, low);
-                v128_store(lanes.as_mut_ptr().add(4) as *mut v128, high);
-            }
-            lanes
-        })
+        acc.map(super::group_lanes)
     }
 
     /// [`dot`] for the number of rows in `x` (1 or 2).
@@ -552,12 +563,7 @@ mod simd128 {
         quants: &[u8],
         x: [Act; N],
     ) -> [[f32; GROUP]; N] {
-        let blocks = scales.len() / GROUP;
-        let bytes = GROUP * if Q4 { BLOCK / 2 } else { BLOCK };
-        assert!(quants.len() >= blocks * bytes);
-        assert!(x.iter().all(|x| x.quants.len() >= blocks * BLOCK
-            && x.scales.len() >= blocks
-            && x.offsets.len() >= blocks));
+        let (blocks, bytes) = super::checked_group(Q4, scales, quants, &x);
         let mask = u16x8_splat(0x0f);
         let mut acc = [[f32x4_splat(0.0); 2]; N];
         for b in 0..blocks {
@@ -620,15 +626,7 @@ mod simd128 {
                 }
             }
         }
-        acc.map(|[low, high]| {
-            let mut lanes = [0.0f32; GROUP];
-            // SAFETY: `lanes` holds 8 f32.
-            unsafe {
-                v128_store(lanes.as_mut_ptr() as *mut v128, low);
-                v128_store(lanes.as_mut_ptr().add(4) as *mut v128, high);
-            }
-            lanes
-        })
+        acc.map(super::group_lanes)
     }
 
     /// [`dot`] for the number of rows in `x` (1 or 2).
