@@ -628,8 +628,6 @@ pub fn attention_scores(
         Isa::Avx2 | Isa::Avx512Vnni => unsafe {
             avx2::attention_scores(query, keys, stride, scale, scores)
         },
-        #[cfg(target_arch = "wasm32")]
-        Isa::Simd128 => simd128::attention_scores(query, keys, stride, scale, scores),
         _ => {
             for (j, s) in scores.iter_mut().enumerate() {
                 *s = dot(isa, query, &keys[j * stride..][..hs]) * scale;
@@ -1217,24 +1215,10 @@ pub(crate) mod simd128 {
     #[inline(always)]
     pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len().min(b.len());
-        let (v, i) = dot_lanes(a, b, n);
-        let mut sum = hsum(v);
-        for i in i..n {
-            sum += a[i] * b[i];
-        }
-        sum
-    }
-
-    /// `dot_f32`'s vector part: 4 lanes of partial sums over `a[..i]` and `b[..i]`, `i` the
-    /// largest multiple of 4 in `n` (the tail `i..n` is the caller's).
-    #[inline(always)]
-    fn dot_lanes(a: &[f32], b: &[f32], n: usize) -> (v128, usize) {
-        assert!(a.len() >= n && b.len() >= n);
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
         let mut acc = [f32x4_splat(0.0); 4];
         let mut i = 0;
-        // SAFETY: every load is within 0..n of both slices (asserted above; unaligned loads are
-        // allowed).
+        // SAFETY: every load is within 0..n of both slices (unaligned loads are allowed).
         unsafe {
             while i + 16 <= n {
                 for (k, acc) in acc.iter_mut().enumerate() {
@@ -1251,53 +1235,13 @@ pub(crate) mod simd128 {
                 i += 4;
             }
         }
-        (
-            f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3])),
-            i,
-        )
-    }
-
-    /// [`super::attention_scores`]: `dot_f32(q, key) * scale` for every position, bit for bit.
-    /// Where the head size is a multiple of 4 (no scalar tail), 4 positions at a time: their
-    /// lanes as `dot_f32` makes them, transposed so that one vector adds up 4 positions' sums in
-    /// `hsum`'s order (`((l0 + l1) + l2) + l3`), instead of 4 lane extractions and 3 scalar adds
-    /// a position.
-    pub fn attention_scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, s: &mut [f32]) {
-        let hs = q.len();
-        let mut j = 0;
-        if hs.is_multiple_of(4) {
-            while j + 4 <= s.len() {
-                let v: [v128; 4] =
-                    std::array::from_fn(|p| dot_lanes(q, &keys[(j + p) * stride..][..hs], hs).0);
-                // Lanes 0 and 1, 2 and 3 of the 4 vectors side by side, then each lane's column.
-                let (t0, t1) = (
-                    i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]),
-                    i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]),
-                );
-                let (t2, t3) = (
-                    i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]),
-                    i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]),
-                );
-                let columns = [
-                    i32x4_shuffle::<0, 1, 4, 5>(t0, t2),
-                    i32x4_shuffle::<2, 3, 6, 7>(t0, t2),
-                    i32x4_shuffle::<0, 1, 4, 5>(t1, t3),
-                    i32x4_shuffle::<2, 3, 6, 7>(t1, t3),
-                ];
-                let sums = f32x4_add(
-                    f32x4_add(f32x4_add(columns[0], columns[1]), columns[2]),
-                    columns[3],
-                );
-                let sums = f32x4_mul(sums, f32x4_splat(scale));
-                let out = &mut s[j..j + 4];
-                // SAFETY: `out` holds 4 f32.
-                unsafe { v128_store(out.as_mut_ptr() as *mut v128, sums) };
-                j += 4;
-            }
+        let v = f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3]));
+        let mut sum = hsum(v);
+        while i < n {
+            sum += a[i] * b[i];
+            i += 1;
         }
-        for (j, s) in s.iter_mut().enumerate().skip(j) {
-            *s = dot_f32(q, &keys[j * stride..][..hs]) * scale;
-        }
+        sum
     }
 
     /// [`super::quantize_rows_q8_with`], 32 values (a block) at a time.

@@ -188,7 +188,7 @@ struct Act<'a> {
 }
 
 /// `out[i * rows + r] = dot(weight row r, activation row i)` for `t` int8 activation rows `xq`,
-/// with AVX2 where `isa` has it (see [`packs`]) and a scalar loop elsewhere.
+/// with `isa`'s kernel (AVX2, or wasm's; see [`packs`]) and a scalar loop elsewhere.
 pub fn matmul(isa: crate::kernels::Isa, w: &Packed, xq: &Q8Rows, t: usize, out: &mut [f32]) {
     let (rows, cols) = (w.rows, w.cols);
     let blocks = cols / BLOCK;

@@ -88,7 +88,7 @@ pub enum HostMatrix {
     F32(Values),
     /// Q8_0 or Q4_0 blocks of 32 with an f32 scale each (see [`Blocks`]).
     Blocks(Blocks),
-    /// Q8_0 or Q4_0 blocks regrouped 8 rows at a time for the AVX2 kernels (`packed.rs`).
+    /// Q8_0 or Q4_0 blocks regrouped 8 rows at a time for the AVX2 and wasm kernels (`packed.rs`).
     Packed(crate::packed::Packed),
 }
 

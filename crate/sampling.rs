@@ -273,13 +273,9 @@ mod tests {
             f32::INFINITY,
             f32::NEG_INFINITY,
         ];
-        let mut seed = 1u64;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
+        // The sampler's own xorshift, as a source of small integers.
+        let mut rng = sampler(1.0, 0.0, 1);
+        let mut next = || (rng.random_f32() * 16_777_216.0) as usize;
         for len in [0, 1, 2, 15, 16, 17, 33, 100, 32000] {
             for _ in 0..50 {
                 // Few distinct values, so ties are common; some specials among them.
