@@ -13,9 +13,9 @@
 //! - Q4_0: 16 bytes per block; byte `j` holds value `j` in its low nibble and value `j + 16` in
 //!   its high nibble (GGUF's order), stored as `value + 8`.
 //!
-//! On AVX2 machines the model's Q8_0 and Q4_0 matrices are regrouped 8 rows at a time when they
-//! load (in wasm, Q8_0 matrices, and Q4_0 ones in the relaxed SIMD build), and `matmul` hands
-//! them to `packed.rs`.
+//! On AVX2 machines and in wasm the model's Q8_0 and Q4_0 matrices are regrouped 8 rows at a time
+//! when they load, and `matmul` hands them to `packed.rs`. SIMD128's block kernels are only
+//! there: a row-major matrix handed to `matmul` in wasm (the tests') is packed for that product.
 
 use crate::quant::BLOCK;
 
@@ -188,22 +188,37 @@ pub fn matmul(
         return crate::packed::matmul(isa, packed, xq, t, out);
     }
     let quantized = !matches!(w, WeightRows::F32(_));
-    let activations = &xq.quants[..if quantized { t * cols } else { 0 }];
+    // SIMD128's block kernels read 8-row groups only (`packed.rs`): the model's matrices are
+    // packed as they load, and a row-major one handed here (the tests' and the kernel check's)
+    // is packed for this product.
+    #[cfg(target_arch = "wasm32")]
+    if isa == Isa::Simd128 && quantized {
+        let blocks = match w {
+            WeightRows::Q8 { quants, scales } => crate::weights::Blocks::Q8 {
+                quants: quants.to_vec(),
+                scales: scales.to_vec(),
+            },
+            WeightRows::Q4 { quants, scales } => crate::weights::Blocks::Q4 {
+                quants: quants.to_vec(),
+                scales: scales.to_vec(),
+            },
+            WeightRows::F32(_) | WeightRows::Packed(_) => unreachable!("handled above"),
+        };
+        let packed = crate::packed::Packed::pack(rows, cols, blocks);
+        return crate::packed::matmul(isa, &packed, xq, t, out);
+    }
     // The activations in the layout the block tiles take, made once here, not once per weight
     // row; `None`: `xq` as it is.
     let prepared: Option<Vec<u8>> = match isa {
-        // The layout of the format's SIMD128 kernel (`simd128::Blocks::prepare`).
-        #[cfg(target_arch = "wasm32")]
-        Isa::Simd128 if quantized => Some(simd128::prepare(
-            matches!(w, WeightRows::Q4 { .. }),
-            activations,
-        )),
         // VNNI multiplies unsigned by signed bytes: the activations move to 1..=255 (x + 128),
         // and each weight block's 128 * sum is taken back once for the whole tile.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni if quantized => {
-            Some(activations.iter().map(|&q| (q as u8) ^ 0x80).collect())
-        }
+        Isa::Avx512Vnni if quantized => Some(
+            xq.quants[..t * cols]
+                .iter()
+                .map(|&q| (q as u8) ^ 0x80)
+                .collect(),
+        ),
         _ => None,
     };
     let m = Matmul {
@@ -241,12 +256,13 @@ pub fn matmul(
         // f32 a tenth slower at 8 users).
         Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::matmul(&m, out) },
         #[cfg(target_arch = "wasm32")]
-        Isa::Simd128 => m.tiled(
+        Isa::Simd128 => m.f32_tiled(
             out,
             // Closures marked to inline, so that each kernel's loops inline into its `grouped`:
-            // handed over as function items, the block kernels stayed behind a call once per
-            // weight row and tile (page, stories15M, 3 rounds: q8 676 -> 707 tok/s at 1 user,
-            // 862 -> 891 at 8; q4 563 -> 592 and 807 -> 810 with the closures).
+            // handed over as function items, the block kernels (since moved to `packed.rs`)
+            // stayed behind a call once per weight row and tile (page, stories15M, 3 rounds: q8
+            // 676 -> 707 tok/s at 1 user, 862 -> 891 at 8; q4 563 -> 592 and 807 -> 810 with the
+            // closures).
             Kernels::new(
                 #[inline(always)]
                 |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
@@ -254,14 +270,6 @@ pub fn matmul(
                 #[inline(always)]
                 |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
                 (2, 4),
-            ),
-            Kernels::new(
-                #[inline(always)]
-                |w: &[WeightBlocks], x: &[BlockRow], o: &mut [f32]| simd128::blocks_rows(w, x, o),
-                (simd128::rows_at_once(matches!(w, WeightRows::Q4 { .. })), 1),
-                #[inline(always)]
-                |w: &[WeightBlocks], x: &[BlockRow], o: &mut [f32]| simd128::blocks_tile(w, x, o),
-                (1, TILE),
             ),
         ),
     }
@@ -329,7 +337,7 @@ pub(crate) struct Matmul<'a> {
     x: &'a [f32],
     xq: &'a Q8Rows,
     /// `xq`'s values as the instruction set's block tiles take them, where that is not `xq`
-    /// itself: widened to i16 (SIMD128, 2 bytes a value) or moved to unsigned bytes (VNNI).
+    /// itself: moved to unsigned bytes (VNNI).
     x_prepared: Option<&'a [u8]>,
     t: usize,
 }
@@ -399,6 +407,30 @@ fn grouped<W: Copy, X: Copy>(
 }
 
 impl<'a> Matmul<'a> {
+    /// The product of f32 weights with an instruction set's f32 kernels (see [`grouped`]).
+    #[inline(always)]
+    fn f32_tiled(
+        &self,
+        out: &mut [f32],
+        f32s: Kernels<
+            impl Fn(&[&'a [f32]], &[&'a [f32]], &mut [f32]),
+            impl Fn(&[&'a [f32]], &[&'a [f32]], &mut [f32]),
+        >,
+    ) {
+        let (rows, cols, t) = (self.rows, self.cols, self.t);
+        let WeightRows::F32(data) = self.w else {
+            panic!("f32 kernels take f32 weights")
+        };
+        assert!(self.x.len() >= t * cols);
+        let x: Vec<&[f32]> = (0..t).map(|i| &self.x[i * cols..][..cols]).collect();
+        let weight_row = |r: usize| &data[r * cols..(r + 1) * cols];
+        if t == 1 {
+            grouped(rows, &x, f32s.one, weight_row, out);
+        } else {
+            grouped(rows, &x, f32s.many, weight_row, out);
+        }
+    }
+
     /// The product with an instruction set's f32 and block kernels (see [`grouped`]).
     /// Measured (this project's 2-core AMD EPYC, synthetic stories15M, 8 users, greedy, 128
     /// tokens, aggregate tok/s before -> after tiles of activation rows, one run each): AVX2 f32
@@ -420,20 +452,10 @@ impl<'a> Matmul<'a> {
     ) {
         let (rows, cols, t) = (self.rows, self.cols, self.t);
         let blocks_per_row = cols / BLOCK;
-        let quantized = !matches!(self.w, WeightRows::F32(_));
-        assert!(!quantized || self.xq.quants.len() >= t * cols);
-        assert!(quantized || self.x.len() >= t * cols);
         match self.w {
-            WeightRows::F32(data) => {
-                let x: Vec<&[f32]> = (0..t).map(|i| &self.x[i * cols..][..cols]).collect();
-                let weight_row = |r: usize| &data[r * cols..(r + 1) * cols];
-                if t == 1 {
-                    grouped(rows, &x, f32s.one, weight_row, out);
-                } else {
-                    grouped(rows, &x, f32s.many, weight_row, out);
-                }
-            }
+            WeightRows::F32(_) => self.f32_tiled(out, f32s),
             _ => {
+                assert!(self.xq.quants.len() >= t * cols);
                 let (wq, scales, q4) = self.w.blocks();
                 // Bytes per block: 32 values of Q8_0, or 32 nibbles of Q4_0.
                 let step = if q4 { BLOCK / 2 } else { BLOCK };
@@ -504,22 +526,16 @@ fn checked_blocks<const Q4: bool>(
     x_bytes: usize,
 ) -> (usize, usize) {
     let step = if Q4 { BLOCK / 2 } else { BLOCK };
-    (checked_rows(w, x, step, x_bytes), step)
-}
-
-/// [`checked_blocks`] for `w_bytes` weight bytes a block: the blocks per row.
-#[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
-fn checked_rows(w: &[WeightBlocks], x: &[BlockRow], w_bytes: usize, x_bytes: usize) -> usize {
     let blocks = w[0].row.scales.len();
     assert!(
         w.iter()
-            .all(|w| w.row.scales.len() == blocks && w.row.quants.len() >= blocks * w_bytes)
+            .all(|w| w.row.scales.len() == blocks && w.row.quants.len() >= blocks * step)
     );
     assert!(
         x.iter()
             .all(|x| x.scales.len() == blocks && x.quants.len() >= blocks * x_bytes)
     );
-    blocks
+    (blocks, step)
 }
 
 /// `n` values for checking kernels: a deterministic spread in -1..1 (xorshift from `seed`), with a
@@ -1184,7 +1200,7 @@ mod avx2 {
 pub(crate) mod simd128 {
     use std::arch::wasm32::*;
 
-    use super::{BLOCK, BlockRow, Q8Rows, WeightBlocks, checked_rows, grid_len};
+    use super::{BLOCK, Q8Rows, grid_len};
 
     #[inline(always)]
     fn hsum(v: v128) -> f32 {
@@ -1369,312 +1385,10 @@ pub(crate) mod simd128 {
         })
     }
 
-    /// How a block kernel reads and multiplies one block of each side: the weight block as
-    /// registers (`W`, unpacked once for every activation row it meets), the activation block
-    /// (`X`), and `acc + scale * (w . x)` with the block's 32 products summed exactly in i32
-    /// lanes. A format sums each (weight row, activation row) pair the same way in every kernel
-    /// and tile, so a row's result does not depend on the rows computed beside it.
-    pub(super) trait Blocks {
-        type W: Copy;
-        type X: Copy;
-        /// Bytes per block: of a weight row, and of an activation row as prepared for `X`.
-        const W_BYTES: usize;
-        const X_BYTES: usize;
-        /// How many weight rows the batch-1 kernel takes at once ([`dot_q_rows`]).
-        const ROWS_AT_ONCE: usize;
-        /// A matrix product's int8 activation rows in `X`'s layout, made once per product.
-        fn prepare(q: &[i8]) -> Vec<u8>;
-        /// # Safety
-        /// `pw` points to `W_BYTES` readable bytes.
-        unsafe fn weights(pw: *const u8) -> Self::W;
-        /// # Safety
-        /// `px` points to `X_BYTES` readable bytes.
-        unsafe fn activations(px: *const u8) -> Self::X;
-        fn step(acc: v128, w: &Self::W, x: &Self::X, scale: f32) -> v128;
-    }
-
-    /// Q8_0 (`Q4 = false`) or Q4_0 weights against activations widened to i16 (64 bytes a
-    /// block), multiplied in 16-bit lanes.
-    pub(super) struct Wide<const Q4: bool>;
-
-    impl<const Q4: bool> Blocks for Wide<Q4> {
-        type W = [v128; 4];
-        type X = [v128; 4];
-        const W_BYTES: usize = if Q4 { BLOCK / 2 } else { BLOCK };
-        const X_BYTES: usize = 2 * BLOCK;
-        /// 4 rows at a time ran out of registers in V8 (see [`dot_q_rows`]).
-        const ROWS_AT_ONCE: usize = 2;
-
-        /// Widened to i16: SIMD128 multiplies 16-bit lanes (`i32x4.dot_i16x8_s`, one instruction
-        /// on x86).
-        fn prepare(q: &[i8]) -> Vec<u8> {
-            let mut wide = vec![0u8; 2 * q.len()];
-            for (pair, &q) in wide.chunks_exact_mut(2).zip(q) {
-                pair.copy_from_slice(&(q as i16).to_ne_bytes());
-            }
-            wide
-        }
-
-        /// The block's 32 values, widened to i16, in value order. Each 8 bytes are loaded and
-        /// widened in one instruction (`v128.load8x8_s` / `_u`, x86's `pmovsxbw` / `pmovzxbw`
-        /// from memory), where a 16-byte load's high half took two more to widen. Q4_0: value
-        /// `j` is byte `j`'s low nibble and value `j + 16` its high one, less 8 each.
-        #[inline(always)]
-        unsafe fn weights(pw: *const u8) -> [v128; 4] {
-            // SAFETY: the caller's.
-            unsafe {
-                if Q4 {
-                    let (a, b) = (
-                        u16x8_load_extend_u8x8(pw),
-                        u16x8_load_extend_u8x8(pw.add(8)),
-                    );
-                    let (eight, low) = (i16x8_splat(8), i16x8_splat(0x0f));
-                    [
-                        i16x8_sub(v128_and(a, low), eight),
-                        i16x8_sub(v128_and(b, low), eight),
-                        i16x8_sub(u16x8_shr(a, 4), eight),
-                        i16x8_sub(u16x8_shr(b, 4), eight),
-                    ]
-                } else {
-                    std::array::from_fn(|k| i16x8_load_extend_i8x8(pw.add(8 * k) as *const i8))
-                }
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn activations(px: *const u8) -> [v128; 4] {
-            // SAFETY: the caller's.
-            unsafe { load_vectors(px) }
-        }
-
-        /// The 32 products summed by `i32x4.dot_i16x8_s` (x86's `pmaddwd`), where the i8
-        /// `extmul` pairs it replaced lower to several instructions each on x86, then scaled
-        /// once ([`mul_add`]). i32 lane `k` holds values `8v + 2k` and `8v + 2k + 1` for `v` in
-        /// 0..4.
-        #[inline(always)]
-        fn step(acc: v128, ws: &[v128; 4], xs: &[v128; 4], scale: f32) -> v128 {
-            let ints = i32x4_add(
-                i32x4_add(i32x4_dot_i16x8(ws[0], xs[0]), i32x4_dot_i16x8(ws[1], xs[1])),
-                i32x4_add(i32x4_dot_i16x8(ws[2], xs[2]), i32x4_dot_i16x8(ws[3], xs[3])),
-            );
-            mul_add(acc, f32x4_splat(scale), f32x4_convert_i32x4(ints))
-        }
-    }
-
-    /// `N` activation rows against one Q8_0 or Q4_0 weight row; a weight block is loaded and
-    /// unpacked once for all `N`. Measured in the page (stories15M, 128 tokens, 4 runs each,
-    /// interleaved): the i16 dot products took q8 from 494.7 to 535.5 tok/s, q4 unchanged.
-    #[inline(always)]
-    fn dot_q_tile<const N: usize, B: Blocks>(w: WeightBlocks, x: [BlockRow; N]) -> [f32; N] {
-        let blocks = checked_rows(&[w], &x, B::W_BYTES, B::X_BYTES);
-        let mut acc = [f32x4_splat(0.0); N];
-        for b in 0..blocks {
-            // SAFETY: the weight row holds `blocks * W_BYTES` bytes and each activation row
-            // `blocks * X_BYTES` (checked by `checked_rows`).
-            let ws = unsafe { B::weights(w.row.quants.as_ptr().add(b * B::W_BYTES)) };
-            for (acc, x) in acc.iter_mut().zip(&x) {
-                // SAFETY: as above.
-                let xs = unsafe { B::activations(x.quants.as_ptr().add(b * B::X_BYTES)) };
-                *acc = B::step(*acc, &ws, &xs, w.row.scales[b] * x.scales[b]);
-            }
-        }
-        acc.map(hsum)
-    }
-
-    /// `M` Q8_0 or Q4_0 weight rows against one activation row (decode at batch 1): each
-    /// activation block is loaded once for all `M`. Measured in the page (stories15M, 128
-    /// tokens, 3 rounds interleaved, one run): 2 rows at a time took q4 from 521.2 to 559.6
-    /// tok/s; 4 rows at a time ran out of registers in V8 and decoded slower than one (484.7).
-    /// Relaxed SIMD's Q4_0 kernel takes 4 ([`Blocks::ROWS_AT_ONCE`]). Which rows go together: see
-    /// [`super::grouped`].
-    #[inline(always)]
-    fn dot_q_rows<const M: usize, B: Blocks>(w: [WeightBlocks; M], x: BlockRow) -> [f32; M] {
-        let blocks = checked_rows(&w, &[x], B::W_BYTES, B::X_BYTES);
-        let mut acc = [f32x4_splat(0.0); M];
-        for b in 0..blocks {
-            // SAFETY: the activation row holds `blocks * X_BYTES` bytes and each weight row
-            // `blocks * W_BYTES` (checked by `checked_rows`).
-            let xs = unsafe { B::activations(x.quants.as_ptr().add(b * B::X_BYTES)) };
-            for (acc, w) in acc.iter_mut().zip(&w) {
-                // SAFETY: as above.
-                let ws = unsafe { B::weights(w.row.quants.as_ptr().add(b * B::W_BYTES)) };
-                *acc = B::step(*acc, &ws, &xs, w.row.scales[b] * x.scales[b]);
-            }
-        }
-        acc.map(hsum)
-    }
-
-    /// Q4_0 with relaxed SIMD (built with `-C target-feature=+relaxed-simd`: the page's second
-    /// wasm, for browsers that run it). `i16x8.relaxed_dot_i8x16_i7x16_s` multiplies 16 signed
-    /// bytes by 16 bytes of 0..=127 and adds neighbours (x86's `pmaddubsw`, one instruction), so
-    /// a Q4_0 block's nibbles (0..=15) are multiplied as they lie in the block, without widening
-    /// them to i16 or taking 8 from each; the 8s come back as one i32 vector per activation block,
-    /// made when the activations are prepared (`-8 *` the sum of the values in each lane).
-    ///
-    /// i32 lane `k` holds values `4k..4k+4` and `16+4k..16+4k+4`, not [`Wide::step`]'s lanes:
-    /// the block sums are the same integers, but the lanes are added in another order, so the
-    /// results differ from the baseline build's by float rounding.
-    ///
-    /// Measured in the page (Chromium 156, synthetic stories15M q4, 128 tokens a user, 4 rounds
-    /// interleaved, aggregate tok/s): 911 at 1 user and 1034 at 8, against 653 and 836 for the
-    /// baseline build. In another run (3 rounds) a relaxed build with fused multiply-adds but
-    /// without this kernel gave 678 and 871 (this kernel 911 and 1028, baseline 648 and 831).
-    /// Shuffling the nibbles into `Wide`'s lanes, which would give results equal to the
-    /// baseline's, cost most of the gain (700 against 784 at 1 user, 895 against 954 at 8, 3
-    /// rounds): V8 builds the shuffle's constant anew at every block.
-    ///
-    /// The model's Q4_0 matrices no longer reach this kernel in that build: they are packed when
-    /// they load, and `packed.rs`'s relaxed kernel took its place (faster again). It still takes
-    /// row-major Q4_0 matrices handed to `matmul`.
-    #[cfg(target_feature = "relaxed-simd")]
-    pub(super) mod relaxed {
-        use std::arch::wasm32::*;
-
-        use super::super::BLOCK;
-        use super::Blocks;
-
-        pub struct Q4Relaxed;
-
-        impl Blocks for Q4Relaxed {
-            type W = [v128; 2];
-            type X = [v128; 3];
-            const W_BYTES: usize = BLOCK / 2;
-            const X_BYTES: usize = BLOCK + 16;
-            /// Fewer registers per row than `Wide` (page, stories15M q4, 1 user, 4 rounds
-            /// interleaved: 969 tok/s with 4 rows, 907 with 3, 902 with 2; 911 against 862 in
-            /// another run).
-            const ROWS_AT_ONCE: usize = 4;
-
-            /// 48 bytes a block: the 32 values, then 4 i32 lanes of `-8 *` the sum of the
-            /// values in that lane.
-            fn prepare(q: &[i8]) -> Vec<u8> {
-                let mut out = Vec::with_capacity(q.len() / BLOCK * Self::X_BYTES);
-                for b in q.chunks_exact(BLOCK) {
-                    out.extend(b.iter().map(|&v| v as u8));
-                    for k in 0..4 {
-                        let sum: i32 = (4 * k..4 * k + 4)
-                            .map(|j| b[j] as i32 + b[j + 16] as i32)
-                            .sum();
-                        out.extend_from_slice(&(-8 * sum).to_ne_bytes());
-                    }
-                }
-                out
-            }
-
-            /// The block's low nibbles (values 0..16) and high ones (16..32): one load, a shift
-            /// and two masks.
-            #[inline(always)]
-            unsafe fn weights(pw: *const u8) -> [v128; 2] {
-                // SAFETY: the caller's.
-                let v = unsafe { v128_load(pw as *const v128) };
-                let low = u8x16_splat(0x0f);
-                [v128_and(v, low), v128_and(u16x8_shr(v, 4), low)]
-            }
-
-            #[inline(always)]
-            unsafe fn activations(px: *const u8) -> [v128; 3] {
-                // SAFETY: the caller's.
-                unsafe { super::load_vectors(px) }
-            }
-
-            /// Two byte dot products (16-bit lanes of 4 products, at most 4 * 15 * 127), their
-            /// neighbours added into i32 lanes, the 8s taken back, then scaled as in `Wide`.
-            #[inline(always)]
-            fn step(acc: v128, ws: &[v128; 2], xs: &[v128; 3], scale: f32) -> v128 {
-                let pairs = i16x8_add(
-                    i16x8_relaxed_dot_i8x16_i7x16(xs[0], ws[0]),
-                    i16x8_relaxed_dot_i8x16_i7x16(xs[1], ws[1]),
-                );
-                let ints = i32x4_add(i32x4_extadd_pairwise_i16x8(pairs), xs[2]);
-                super::mul_add(acc, f32x4_splat(scale), f32x4_convert_i32x4(ints))
-            }
-        }
-    }
-
-    /// Q4_0's kernel in this build: relaxed SIMD's where it is built in, else [`Wide`].
-    #[cfg(target_feature = "relaxed-simd")]
-    type Q4Blocks = relaxed::Q4Relaxed;
-    #[cfg(not(target_feature = "relaxed-simd"))]
-    type Q4Blocks = Wide<true>;
-
-    /// Up to 4 weight rows against one activation row (in the layout of the format's
-    /// [`Blocks`]), results side by side.
-    #[inline(always)]
-    pub fn blocks_rows(w: &[WeightBlocks], x: &[BlockRow], out: &mut [f32]) {
-        let x = x[0];
-        if w[0].q4 {
-            blocks_rows_of::<Q4Blocks>(w, x, out)
-        } else {
-            blocks_rows_of::<Wide<false>>(w, x, out)
-        }
-    }
-
-    /// How many weight rows the format's batch-1 block kernel takes at once.
-    pub fn rows_at_once(q4: bool) -> usize {
-        if q4 {
-            Q4Blocks::ROWS_AT_ONCE
-        } else {
-            Wide::<false>::ROWS_AT_ONCE
-        }
-    }
-
-    /// The int8 activation rows of a product in the format's kernel layout ([`Blocks::prepare`]).
-    pub fn prepare(q4: bool, q: &[i8]) -> Vec<u8> {
-        if q4 {
-            Q4Blocks::prepare(q)
-        } else {
-            Wide::<false>::prepare(q)
-        }
-    }
-
-    /// `K` vectors from `px`, 16 bytes apart: an activation block as the kernels take it.
-    ///
-    /// # Safety
-    /// `px` points to `16 * K` readable bytes.
-    #[inline(always)]
-    unsafe fn load_vectors<const K: usize>(px: *const u8) -> [v128; K] {
-        // SAFETY: the caller's.
-        std::array::from_fn(|k| unsafe { v128_load(px.add(16 * k) as *const v128) })
-    }
-
-    #[inline(always)]
-    fn blocks_rows_of<B: Blocks>(w: &[WeightBlocks], x: BlockRow, out: &mut [f32]) {
-        match *w {
-            [a] => out.copy_from_slice(&dot_q_tile::<1, B>(a, [x])),
-            [a, b] => out.copy_from_slice(&dot_q_rows::<2, B>([a, b], x)),
-            [a, b, c] => out.copy_from_slice(&dot_q_rows::<3, B>([a, b, c], x)),
-            [a, b, c, d] => out.copy_from_slice(&dot_q_rows::<4, B>([a, b, c, d], x)),
-            _ => panic!("a row kernel holds 1 to 4 weight rows"),
-        }
-    }
-
     /// Every row of `w` against every row of `x`, `out[k * x.len() + j]`: up to 4 weight rows
     /// against one activation row, or up to 2 against up to 4 (see [`dot_f32_grid`]).
     #[inline(always)]
     pub fn f32_grid(w: &[&[f32]], x: &[&[f32]], out: &mut [f32]) {
         f32_grid_shapes!(dot_f32_grid, w, x, out)
-    }
-
-    /// Every row of `x` (in the layout of the format's [`Blocks`]) against `w`, in tiles of up
-    /// to 4, the format a constant in each loop (as in the AVX2 version).
-    #[inline(always)]
-    pub fn blocks_tile(w: &[WeightBlocks], x: &[BlockRow], out: &mut [f32]) {
-        let w = w[0];
-        if w.q4 {
-            blocks_tile_of::<Q4Blocks>(w, x, out)
-        } else {
-            blocks_tile_of::<Wide<false>>(w, x, out)
-        }
-    }
-
-    #[inline(always)]
-    fn blocks_tile_of<B: Blocks>(w: WeightBlocks, x: &[BlockRow], out: &mut [f32]) {
-        match *x {
-            [a] => out.copy_from_slice(&dot_q_tile::<1, B>(w, [a])),
-            [a, b] => out.copy_from_slice(&dot_q_tile::<2, B>(w, [a, b])),
-            [a, b, c] => out.copy_from_slice(&dot_q_tile::<3, B>(w, [a, b, c])),
-            [a, b, c, d] => out.copy_from_slice(&dot_q_tile::<4, B>(w, [a, b, c, d])),
-            _ => panic!("a block tile holds 1 to 4 rows"),
-        }
     }
 }

@@ -157,8 +157,9 @@ fn block_bytes(q4: bool) -> usize {
 
 /// Whether the kernels of `isa` read Q4_0 (`q4`) or Q8_0 weights packed: AVX2's both; on AVX-512
 /// VNNI machines Q4_0 (the same AVX2 kernel), while Q8_0 keeps the VNNI kernel measured there;
-/// in wasm Q8_0 (`simd128`) and, in the relaxed SIMD build, Q4_0 (`relaxed`). Elsewhere the
-/// row-major kernels of `kernels.rs` are the ones measured.
+/// in wasm both (`simd128`; Q4_0 in the relaxed SIMD build `relaxed`), and `kernels::matmul`
+/// packs any row-major matrix handed to it there. Elsewhere the row-major kernels of `kernels.rs`
+/// are the ones measured.
 pub fn packs(isa: crate::kernels::Isa, q4: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -459,7 +460,8 @@ mod avx2 {
 ///
 /// Measured in the page (Chromium 156, this project's 2-core AMD EPYC, synthetic stories15M
 /// q4, 128 tokens a user, 5 rounds interleaved, medians of aggregate tok/s): 477 -> 827 at 1
-/// user, 531 -> 1006 at 8 users, against the row-major kernel (`kernels.rs`, `relaxed`).
+/// user, 531 -> 1006 at 8 users, against the row-major kernel it replaced (the same byte
+/// products a row at a time, since removed).
 ///
 /// Q8_0 with byte products the same way (the weights' signs moved onto the activations by
 /// `x ^ m - m`, then `i32x4.relaxed_dot_i8x16_i7x16_add_s` with the magnitudes) was no faster
@@ -542,7 +544,7 @@ mod relaxed {
 ///
 /// Measured in the page (Chromium 156, this project's 2-core AMD EPYC, synthetic stories15M,
 /// 128 tokens a user, 6 rounds interleaved, medians of aggregate tok/s at 1 / 8 users), against
-/// the row-major kernels (`kernels.rs`, `Wide`):
+/// the row-major kernels they replaced (the same 16-bit products a row at a time, since removed):
 /// - q8, relaxed SIMD build: 375 / 515 -> 537 / 664; baseline build: 395 / 520 -> 531 / 664.
 /// - q4, baseline build: 313 / 432 -> 542 / 563.
 /// - q4 in the relaxed SIMD build with this kernel instead of `relaxed`'s: 557 / 525 against
