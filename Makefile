@@ -105,6 +105,9 @@ lint:
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings \
 		-C target-feature=+relaxed-simd
+	RUSTDOCFLAGS="-D warnings" cargo doc --lib --no-deps --document-private-items
+	RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo doc --target wasm32-unknown-unknown \
+		--lib --no-deps --document-private-items
 	node_modules/.bin/tsc -p www
 
 setup: apt-packages wasm-tools npm-packages

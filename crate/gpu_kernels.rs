@@ -502,7 +502,7 @@ fn linear_unit(
 }
 
 /// Column `c` of a unit whose first is `col`, clamped to the last (whose reads are then wasted,
-/// and [`linear_finish`] does not write them).
+/// and [`linear_finish()`] does not write them).
 #[cube]
 fn unit_col(col: usize, c: usize, n: u32, #[comptime] cols: usize) -> usize {
     min(col + c * cols, n as usize - 1)
@@ -552,7 +552,7 @@ fn linear_finish(
 }
 
 /// The value of `x`'s row `first + r`, column `i`; past the last row, the last row's (whose sums
-/// [`linear_finish`] does not write). A clamp, not a branch, in the inner loop.
+/// [`linear_finish()`] does not write). A clamp, not a branch, in the inner loop.
 #[cube]
 fn x_at(x: &Tensor<f32>, first: usize, r: usize, i: usize, m: u32, #[comptime] k: usize) -> f32 {
     x[min(first + r, m as usize - 1) * k + i]
@@ -560,7 +560,7 @@ fn x_at(x: &Tensor<f32>, first: usize, r: usize, i: usize, m: u32, #[comptime] k
 
 /// A cube is `cols` x `span` output columns by `slices` slices of `k`: each unit walks its slice of
 /// its columns' weights (each read once for the whole tile of rows, each value of `x` once for all
-/// `span` columns), and the slices meet in [`linear_finish`]. `w` is `[k, n]`, so the units of a
+/// `span` columns), and the slices meet in [`linear_finish()`]. `w` is `[k, n]`, so the units of a
 /// slice read adjacent words.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
@@ -607,7 +607,7 @@ fn block_column(wi: usize, #[comptime] j: usize, #[comptime] bits: usize) -> usi
     column
 }
 
-/// Value `j` of `word` (see [`block_column`]), without its bias.
+/// Value `j` of `word` (see [`block_column()`]), without its bias.
 #[cube]
 fn block_value(word: u32, #[comptime] j: usize, #[comptime] bits: usize) -> f32 {
     let byte = (word >> (8 * (j % 4)) as u32) & 255u32;
@@ -618,7 +618,7 @@ fn block_value(word: u32, #[comptime] j: usize, #[comptime] bits: usize) -> f32 
     value
 }
 
-/// As [`linear_f32_kernel`], over Q8_0 or Q4_0 blocks (`bits` 8 or 4; see
+/// As [`linear_f32_kernel()`], over Q8_0 or Q4_0 blocks (`bits` 8 or 4; see
 /// [`FusedOps::linear_blocks`]): each unit takes whole words, and scales each word's dot product
 /// by its block's scale.
 #[cube(launch_unchecked)]

@@ -5,7 +5,7 @@
 //! [`tokenizer`], [`quant`], [`model`] (the forward pass, over the operations of `device_ops`
 //! (burn tensors) or `host_ops` (the CPU, with [`kernels`] and [`packed`])), [`sampling`], [`engine`] (prefill and
 //! decode, with events), [`sequence`] and [`scheduler`] (many requests in one batch, step by step), [`meter`] (the figures), [`synth`] (synthetic checkpoints), [`backend`]
-//! (device choice), and, on wasm, [`web`] (the JavaScript API the page's worker uses).
+//! (device choice), and, on wasm, `web` (the JavaScript API the page's worker uses).
 
 pub mod backend;
 #[cfg(not(target_arch = "wasm32"))]

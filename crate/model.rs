@@ -2,7 +2,7 @@
 //! layer RMSNorm, attention with RoPE and a KV cache, a residual, RMSNorm, SwiGLU feed-forward, a
 //! residual; last, the final norm and the classifier.
 //!
-//! The pass is written once, over the operations of [`Ops`]; each backend supplies them:
+//! The pass is written once, over the operations of `Ops`; each backend supplies them:
 //! - `device_ops.rs`: burn tensors (wgpu, natively and in WebGPU) and tokenometer's own kernels,
 //!   f32, Q8_0 or Q4_0.
 //! - `host_ops.rs`: the CPU, on host arrays with the kernels of `kernels.rs`, f32, Q8_0 or Q4_0.

@@ -2,7 +2,7 @@
 //! prompts prefilled), and leave it when they end (EOS, max tokens, a full context, cancel).
 //!
 //! Each [`step`](Scheduler::step) runs every running sequence one token further, and the prompts
-//! of the sequences joining, through ONE forward pass ([`Llama::forward_batch`]): each weight is
+//! of the sequences joining, through ONE forward pass ([`crate::model::Llama::forward_batch`]): each weight is
 //! read once per step for the whole batch, which is why batching raises aggregate tok/s on
 //! memory-bound hardware, while every sequence waits for the whole batch's step, which is why it
 //! lowers each one's own tok/s. A prompt too long for one pass is prefilled alone, in chunks.

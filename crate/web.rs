@@ -61,8 +61,8 @@ pub(crate) fn run_constructors() {
     ONCE.call_once(|| unsafe { __wasm_call_ctors() });
 }
 
-/// Run the static constructors ([`run_constructors`]), then install a panic hook that logs to the
-/// console and records the message for the worker (see [`record_fatal`]): a panic in wasm traps,
+/// Run the static constructors (`run_constructors`), then install a panic hook that logs to the
+/// console and records the message for the worker (see `record_fatal`): a panic in wasm traps,
 /// and the page shows this message instead of "unreachable".
 #[wasm_bindgen(start)]
 pub fn start() {
