@@ -1374,15 +1374,21 @@ pub(crate) mod simd128 {
                 i += 4;
             }
         }
-        std::array::from_fn(|k| {
-            std::array::from_fn(|j| {
+        // Loops rather than `from_fn`: LLVM kept `from_fn` behind a call, with the accumulators
+        // stored to the stack for it and read back. A `perf` profile of the page's worker (8
+        // users, f32) had 6.6% of its samples in that call, gone with the loops; the page's
+        // aggregate tok/s moved within noise (7 rounds, both orders: 506 -> 555, 616 -> 607).
+        let mut sums = [[0.0; N]; M];
+        for k in 0..M {
+            for j in 0..N {
                 let mut sum = hsum(acc[k][j]);
                 for l in i..n {
                     sum += w[k][l] * x[j][l];
                 }
-                sum
-            })
-        })
+                sums[k][j] = sum;
+            }
+        }
+        sums
     }
 
     /// Every row of `w` against every row of `x`, `out[k * x.len() + j]`: up to 4 weight rows
