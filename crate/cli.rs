@@ -868,7 +868,9 @@ async fn bench_concurrency(args: &ModelArgs, load: &Load, json: bool) -> Result<
     let mut reports = Vec::with_capacity(load.levels.len());
     for (i, &users) in load.levels.iter().enumerate() {
         load_level(&engine, load, users, 2, None).await?;
-        let report = load_level(&engine, load, users, load.max_tokens, Some(warm_up_ms)).await?;
+        let mut report =
+            load_level(&engine, load, users, load.max_tokens, Some(warm_up_ms)).await?;
+        report.products_alone = engine.products_alone(report.conditions.max_batch.min(users));
         if !json {
             if i == 0 {
                 let c = &report.conditions;
@@ -886,7 +888,7 @@ async fn bench_concurrency(args: &ModelArgs, load: &Load, json: bool) -> Result<
                 );
                 println!("warm-up (apart): {warm_up_ms:.1} ms; each level after an untimed run");
                 println!(
-                    "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10}",
+                    "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10} {:>13}",
                     "users",
                     "aggr tok/s",
                     "user tok/s p50",
@@ -895,14 +897,15 @@ async fn bench_concurrency(args: &ModelArgs, load: &Load, json: bool) -> Result<
                     "TTFT p99",
                     "ITL p99",
                     "x reading",
-                    "wall ms"
+                    "wall ms",
+                    "ceiling tok/s"
                 );
             }
             let reading = report
                 .per_user_words_per_s_p50
                 .map(|w| w / (report.reading_wpm / 60.0));
             println!(
-                "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10}",
+                "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10} {:>13}",
                 report.users,
                 fmt(report.aggregate_tps, 1),
                 fmt(report.per_user_tps_p50, 1),
@@ -911,13 +914,25 @@ async fn bench_concurrency(args: &ModelArgs, load: &Load, json: bool) -> Result<
                 fmt(report.ttft_ms_p99, 1),
                 fmt(report.itl_ms_p99, 2),
                 fmt(reading, 1),
-                fmt(report.wall_ms, 0)
+                fmt(report.wall_ms, 0),
+                fmt(report.products_alone.map(|p| p.tps), 1)
             );
         }
         reports.push(report);
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&reports).unwrap());
+    } else if reports.iter().any(|r| r.products_alone.is_some()) {
+        println!(
+            "ceiling: a step's matrix products alone (every projection and the classifier, once, \
+             for the batch's rows; nothing else), median of the passes timed after each level:"
+        );
+        for p in reports.iter().filter_map(|r| r.products_alone) {
+            println!(
+                "{:>5} rows: {:.2} ms a step, {:.1} GB/s of weights, {:.2} billion multiply-adds/s ({} passes)",
+                p.rows, p.ms_p50, p.gb_per_s, p.gmac_per_s, p.passes
+            );
+        }
     }
     Ok(())
 }

@@ -36,6 +36,15 @@
 //! - **Inter-token p99**: across every user's gaps together; a step that prefills a joining user's
 //!   prompt shows up here as a long gap for everyone already running.
 //! - **Wall time**: from the first request to the last one's end.
+//!
+//! Beside a level, a ceiling ([`Products`]), measured apart from the run:
+//! - **Products alone**: the matrix products of one decode step of `rows` users (every projection
+//!   and the classifier, once each), timed with nothing else running. `rows` over that time is the
+//!   aggregate tok/s the step would reach if attention, norms, sampling and the rest were free;
+//!   the weight bytes over it are the bandwidth the products reached, and their multiply-adds over
+//!   it the arithmetic rate. At 1 user the products are bound by reading memory; with many users
+//!   each weight read serves them all and arithmetic binds instead. So the ceiling at N users over
+//!   the ceiling at 1 bounds what batching N users can gain on this machine, with this build.
 
 use serde::Serialize;
 
@@ -385,6 +394,9 @@ pub struct LoadReport {
     pub itl_ms_p50: Option<f64>,
     pub itl_ms_p99: Option<f64>,
     pub wall_ms: Option<f64>,
+    /// The ceiling of this level's step (its batch's rows), measured apart by the caller once the
+    /// level has run (`Engine::products_alone`); `None` until then, and on a GPU.
+    pub products_alone: Option<Products>,
 }
 
 /// Collects the events of many sequences (each with its own [`Meter`]) and turns them into a
@@ -421,6 +433,10 @@ impl BatchMeter {
         if let Some(Some((_, meter))) = self.users.get_mut(seq) {
             meter.observe(event);
         }
+    }
+
+    pub fn conditions(&self) -> &LoadConditions {
+        &self.conditions
     }
 
     /// Sequence `seq`'s own meter.
@@ -483,6 +499,7 @@ impl BatchMeter {
             itl_ms_p50: itl_p.map(|p| p.p50),
             itl_ms_p99: itl_p.map(|p| p.p99),
             wall_ms: end.map(|t| t - first_request),
+            products_alone: None,
         }
     }
 }
@@ -555,6 +572,44 @@ pub fn word_ends_utf16(text: &str) -> Vec<usize> {
         ends.push(utf16);
     }
     ends
+}
+
+/// The ceiling of a decode step's products (see the module's definitions): `passes` timings of
+/// the products of `rows` rows alone, their median, and the rates that median gives.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Products {
+    pub rows: usize,
+    pub passes: usize,
+    /// The median pass, in ms.
+    pub ms_p50: f64,
+    /// Weight bytes one pass reads (each matrix once, whatever `rows`).
+    pub weight_bytes: u64,
+    /// Multiply-adds of one pass: `rows` times every matrix's rows times its columns.
+    pub macs: u64,
+    /// `rows` tokens per median pass: the step's tok/s if nothing but the products cost time.
+    pub tps: f64,
+    /// Weight bytes over the median pass, in GB/s.
+    pub gb_per_s: f64,
+    /// Multiply-adds over the median pass, in billions a second.
+    pub gmac_per_s: f64,
+}
+
+impl Products {
+    /// The ceiling from timed passes (`times_ms`, each the whole products of `rows` rows);
+    /// `None` without a positive, finite median.
+    pub fn new(rows: usize, times_ms: &[f64], weight_bytes: u64, macs: u64) -> Option<Self> {
+        let ms = percentiles(times_ms)?.p50;
+        (ms > 0.0 && ms.is_finite()).then(|| Products {
+            rows,
+            passes: times_ms.len(),
+            ms_p50: ms,
+            weight_bytes,
+            macs,
+            tps: rows as f64 / ms * 1e3,
+            gb_per_s: weight_bytes as f64 / ms / 1e6,
+            gmac_per_s: macs as f64 / ms / 1e6,
+        })
+    }
 }
 
 /// A handful of repeated measurements of one figure: how many, the median (nearest rank, as

@@ -14,9 +14,9 @@ use std::ops::Range;
 use burn::prelude::*;
 
 use crate::device_ops::DeviceOps;
-use crate::host_ops::HostOps;
+use crate::host_ops::{HostOps, Rows};
 use crate::kernels::Isa;
-use crate::quant::{Quant, QuantPlan, pad_hidden_to_blocks};
+use crate::quant::{HostLinear, Quant, QuantPlan, pad_hidden_to_blocks};
 use crate::sampling::Logits;
 use crate::weights::{HostWeights, LlamaConfig, Matrix, rope_angles};
 
@@ -311,6 +311,42 @@ impl Llama {
             Body::Device(w) => self.batch(w, segments, device_store),
             Body::Host(w) => self.batch(w, segments, host_store),
         }
+    }
+
+    /// The matrix products of a decode step of `rows` sequences, and nothing else: every
+    /// projection of every layer and the classifier, once each, on `rows` activation rows, as
+    /// [`forward_batch`](Self::forward_batch) runs them (each weight row read once for all rows).
+    /// Returns the weight bytes and the multiply-adds of the pass, for the ceiling
+    /// ([`crate::meter::Products`]) that `bench` and the page's lab report beside a level.
+    ///
+    /// The CPU backend only (`None` on a GPU, where products are queued rather than run, so their
+    /// time is not theirs alone).
+    pub fn products_alone(&self, rows: usize) -> Option<(u64, u64)> {
+        let Body::Host(w) = &self.body else {
+            return None;
+        };
+        let (ops, dim) = (&w.ops, self.config.dim);
+        // Small values of no meaning: f32 products take the same time whatever they hold, and a
+        // quantized product quantizes its rows as a step does (once for the projections that
+        // share them).
+        let x = ops.embed(vec![0.01; rows * dim], rows);
+        let (mut bytes, mut macs) = (0u64, 0u64);
+        let mut product = |x: &Rows, l: &HostLinear| {
+            bytes += l.weights.bytes();
+            macs += (rows * l.rows * l.cols) as u64;
+            std::hint::black_box(ops.matmul(x, l))
+        };
+        for layer in &w.layers {
+            let q = product(&x, &layer.wq);
+            product(&x, &layer.wk);
+            product(&x, &layer.wv);
+            product(&q, &layer.wo);
+            let gate = product(&x, &layer.w1);
+            product(&x, &layer.w3);
+            product(&gate, &layer.w2);
+        }
+        product(&x, &w.classifier);
+        Some((bytes, macs))
     }
 
     fn chunks<O: Ops>(

@@ -229,3 +229,37 @@ fn requests_beyond_the_batch_limit_wait_and_their_wait_is_queue_time() {
     assert!(queued > prefills[&0].0 && queued > 0.0, "{prefills:?}");
     assert!(ttft > prefills[&0].1 && ttft >= queued, "{prefills:?}");
 }
+
+/// stories260K's matrices: per layer wq and wo 64x64, wk and wv 32x64 (4 KV heads of 8), w1 and
+/// w3 172x64, w2 64x172, times 5 layers, and the classifier 512x64.
+const STORIES260K_MACS_PER_ROW: u64 = 5 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 172 * 64) + 512 * 64;
+
+#[test]
+fn a_steps_products_alone_read_every_matrix_once_for_all_rows() {
+    let engine = engine(&Backend::cpu());
+    for rows in [1, 4] {
+        let p = engine.products_alone(rows).expect("measured on the CPU");
+        assert_eq!(p.rows, rows);
+        assert_eq!(p.macs, rows as u64 * STORIES260K_MACS_PER_ROW);
+        // f32: 4 bytes a weight, read once whatever the rows.
+        assert_eq!(p.weight_bytes, 4 * STORIES260K_MACS_PER_ROW);
+        assert!(p.passes >= 5 && p.ms_p50 > 0.0, "{p:?}");
+        assert!((p.tps - rows as f64 / p.ms_p50 * 1e3).abs() < 1e-6, "{p:?}");
+    }
+    // Q8_0 blocks: 34 bytes for 32 weights, fewer bytes for the same multiply-adds.
+    let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
+    let tokenizer = read(stories260k("tok512.bin"));
+    let q8 = Engine::load(files, Some(&tokenizer), Quant::Q8, &Backend::cpu()).unwrap();
+    let p = q8.products_alone(2).unwrap();
+    assert!(p.macs >= 2 * STORIES260K_MACS_PER_ROW, "{p:?}");
+    assert!(p.weight_bytes < 4 * STORIES260K_MACS_PER_ROW / 3, "{p:?}");
+}
+
+#[test]
+fn a_gpu_has_no_products_alone_ceiling() {
+    let gpu = pollster::block_on(Backend::init(BackendChoice::Wgpu)).expect(
+        "the wgpu backend needs a Vulkan driver; on a machine without a GPU install Mesa's \
+         software one: apt-get install -y mesa-vulkan-drivers",
+    );
+    assert!(engine(&gpu).products_alone(2).is_none());
+}

@@ -429,6 +429,15 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
         assert_eq!(level["conditions"]["users"], users);
         assert_eq!(level["conditions"]["arrival"], "burst");
         assert_eq!(level["conditions"]["quant"], "f32");
+        // The ceiling: the step's products alone at this many rows.
+        let products = &level["products_alone"];
+        assert_eq!(products["rows"], users);
+        for key in ["ms_p50", "tps", "gb_per_s", "gmac_per_s"] {
+            assert!(
+                products[key].as_f64().unwrap() > 0.0,
+                "{key} at {users} users"
+            );
+        }
     }
     // The human table, with a Poisson arrival and a batch limit below the users.
     let output = tokenometer(&[
@@ -451,6 +460,9 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
     assert!(stdout.contains("poisson:200 arrival"), "{stdout}");
     assert!(stdout.contains("batch limit 2"), "{stdout}");
     assert!(stdout.contains("aggr tok/s"), "{stdout}");
+    // The ceiling at the batch limit's 2 rows, not the 4 users.
+    assert!(stdout.contains("ceiling tok/s"), "{stdout}");
+    assert!(stdout.contains("    2 rows: "), "{stdout}");
     assert_refused(
         tokenometer(&[
             "bench",

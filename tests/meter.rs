@@ -3,7 +3,7 @@
 
 use tokenometer::engine::{Event, ModelInfo, StopReason};
 use tokenometer::meter::{
-    Conditions, Meter, Spread, aggregate_decode_tps, count_words, percentiles, spread,
+    Conditions, Meter, Products, Spread, aggregate_decode_tps, count_words, percentiles, spread,
     word_ends_utf16,
 };
 use tokenometer::{BackendKind, Quant, Sampling};
@@ -380,4 +380,20 @@ fn a_load_test_says_whether_users_keep_up_with_a_reader() {
     // 240 wpm is 4 words/s; at 1 token a word that is 4 tok/s.
     assert_eq!(r.reading_tps, Some(4.0));
     assert_eq!(r.per_user_below_reading, Some(false));
+}
+
+#[test]
+fn a_ceiling_is_the_median_pass_as_tokens_bytes_and_multiply_adds_a_second() {
+    // 8 rows of a 60 MB model with 15.2M multiply-adds a row: passes of 4, 2 and 3 ms.
+    let p = Products::new(8, &[4.0, 2.0, 3.0], 60_000_000, 121_600_000).unwrap();
+    assert_eq!((p.rows, p.passes, p.ms_p50), (8, 3, 3.0));
+    // 8 tokens in 3 ms; 60 MB in 3 ms; 121.6M multiply-adds in 3 ms.
+    assert!((p.tps - 8.0 / 3.0e-3).abs() < 1e-9, "{p:?}");
+    assert!((p.gb_per_s - 20.0).abs() < 1e-9, "{p:?}");
+    assert!((p.gmac_per_s - 121.6 / 3.0).abs() < 1e-9, "{p:?}");
+    // An even count takes the lower middle, as every percentile here does.
+    assert_eq!(Products::new(1, &[1.0, 5.0], 1, 1).unwrap().ms_p50, 1.0);
+    // No passes, or none that took time: no ceiling, never infinity.
+    assert_eq!(Products::new(1, &[], 1, 1), None);
+    assert_eq!(Products::new(1, &[0.0, 0.0, 0.0], 1, 1), None);
 }

@@ -54,22 +54,34 @@ const TEMPLATE = `
     <div><dt title="Gaps between tokens, every user's together">inter-token p99</dt><dd><span data-testid="lab-itl-p99-ms" data-ref="itlP99">–</span> ms</dd></div>
     <div><dt title="Reading speed as a decode rate, at the tokens per word the users' text showed">a reader</dt><dd><span data-testid="lab-reading-tps" data-ref="readingTps">–</span> tok/s</dd></div>
     <div><dt>completed</dt><dd><span data-testid="lab-completed" data-ref="completed">–</span></dd></div>
+    <div><dt title="The step's matrix products alone, timed in the worker once the level has ended (CPU only): the aggregate tok/s this many users would reach if nothing else took time">ceiling: products alone</dt>
+      <dd><span data-testid="lab-ceiling-tps" data-ref="ceiling">–</span> tok/s</dd></div>
   </dl>
+  <p class="conditions" data-testid="lab-ceiling-rates" data-ref="ceilingRates" hidden></p>
   <div class="lab-lanes" data-ref="lanes"></div>
   <div class="lab-results">
     <figure>
       <canvas data-testid="lab-curve" data-ref="curve" width="760" height="300" role="img"
         aria-label="Aggregate and per-user tok/s, and TTFT p99, by number of users"></canvas>
       <figcaption>by users: <span class="key aggregate">aggregate tok/s</span>, <span class="key per-user">per-user tok/s (median)</span>,
-        <span class="key ttft">TTFT p99 (ms, right axis)</span>; the dashed line is reading speed</figcaption>
+        <span class="key ttft">TTFT p99 (ms, right axis)</span>, <span class="key ceiling">ceiling: the matrix products alone</span>; the dotted line is reading speed</figcaption>
     </figure>
     <table data-testid="lab-levels">
       <caption>Levels run</caption>
-      <thead><tr><th scope="col">users</th><th scope="col">aggregate tok/s</th><th scope="col">per user p50</th><th scope="col">slowest</th><th scope="col">TTFT p99 ms</th><th scope="col">keeps up with a reader</th></tr></thead>
+      <thead><tr><th scope="col">users</th><th scope="col">aggregate tok/s</th><th scope="col">per user p50</th><th scope="col">slowest</th><th scope="col">TTFT p99 ms</th><th scope="col">keeps up with a reader</th><th scope="col" title="The step's matrix products alone, with nothing else (CPU only)">ceiling tok/s</th></tr></thead>
       <tbody data-ref="levels"></tbody>
     </table>
   </div>
 `;
+
+/**
+ * A ceiling's rates in words: what its products reached, in bytes and in arithmetic.
+ * @param {{ rows: number, ms_p50: number, gb_per_s: number, gmac_per_s: number }} p
+ */
+function describeProducts(p) {
+  return `${p.rows} ${p.rows === 1 ? 'row' : 'rows'}: ${p.ms_p50.toFixed(2)} ms a step, ${p.gb_per_s.toFixed(1)} GB/s of weights, ` +
+    `${p.gmac_per_s.toFixed(1)} billion multiply-adds/s`;
+}
 
 export class ConcurrencyLab {
   /**
@@ -239,6 +251,10 @@ export class ConcurrencyLab {
     r.readingTps.textContent = format(report.reading_tps, 1);
     r.completed.textContent = `${report.requests_completed} of ${report.users}`;
     r.conditions.textContent = report.summary;
+    const products = report.products_alone;
+    r.ceiling.textContent = format(products?.tps, 0);
+    r.ceilingRates.textContent = products ? `Ceiling, the step's matrix products alone at ${describeProducts(products)}` : '';
+    r.ceilingRates.hidden = !products;
   }
 
   /** @param {any} report */
@@ -252,6 +268,11 @@ export class ConcurrencyLab {
       cell.textContent = value;
       row.append(cell);
     }
+    const ceiling = document.createElement('td');
+    ceiling.dataset.testid = 'lab-level-ceiling';
+    ceiling.textContent = format(report.products_alone?.tps, 0);
+    if (report.products_alone) ceiling.title = describeProducts(report.products_alone);
+    row.append(ceiling);
     row.title = report.summary;
     this.ref.levels.append(row);
   }
@@ -276,7 +297,8 @@ export class ConcurrencyLab {
       return;
     }
     const maxUsers = Math.max(2, ...levels.map((l) => l.users));
-    const tpsMax = 1.15 * Math.max(...levels.map((l) => Math.max(l.aggregate_tps ?? 0, l.per_user_tps_p50 ?? 0, l.reading_tps ?? 0)));
+    const tpsMax = 1.15 * Math.max(...levels.map((l) => Math.max(l.aggregate_tps ?? 0, l.per_user_tps_p50 ?? 0, l.reading_tps ?? 0,
+      l.products_alone?.tps ?? 0)));
     const ttftMax = 1.15 * Math.max(1, ...levels.map((l) => l.ttft_ms_p99 ?? 0));
     const x = (/** @type {number} */ users) => pad.left + (Math.log2(users) / Math.log2(maxUsers)) * (width - pad.left - pad.right);
     const y = (/** @type {number} */ v, /** @type {number} */ max) => height - pad.bottom - (v / max) * (height - pad.top - pad.bottom);
@@ -295,10 +317,13 @@ export class ConcurrencyLab {
       { pick: (/** @type {any} */ l) => l.aggregate_tps, max: tpsMax, color: '#f5a524', dash: [] },
       { pick: (/** @type {any} */ l) => l.per_user_tps_p50, max: tpsMax, color: '#4e9af1', dash: [] },
       { pick: (/** @type {any} */ l) => l.ttft_ms_p99, max: ttftMax, color: '#d35ec6', dash: [8, 6] },
+      { pick: (/** @type {any} */ l) => l.products_alone?.tps, max: tpsMax, color: style.getPropertyValue('--muted').trim() || '#a9b3bd', dash: [14, 6] },
     ];
     const sorted = [...levels].sort((a, b) => a.users - b.users);
     ctx.lineWidth = 3;
     for (const s of series) {
+      // The ceiling is measured on the CPU only: no line where a level has none.
+      if (sorted.some((l) => s.pick(l) == null)) continue;
       ctx.strokeStyle = s.color;
       ctx.fillStyle = s.color;
       ctx.setLineDash(s.dash);

@@ -122,14 +122,23 @@ if (mode === 'run') {
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
 const fmt = (x, d = 1) => (x == null ? '-' : x.toFixed(d));
 console.log(`\n${results.userAgent}\n${results.out[0].report.conditions.model} on ${results.out[0].report.conditions.adapter}, greedy, ${maxTokens} tokens a user, burst arrival, batch limit = users; median of ${rounds} rounds, levels interleaved\n`);
-console.log('| build | quant | users | aggregate tok/s | per-user tok/s p50 | TTFT p99 ms | ITL p99 ms | aggregate / 1 user |');
-console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
+console.log('| build | quant | users | aggregate tok/s | per-user tok/s p50 | TTFT p99 ms | ITL p99 ms | aggregate / 1 user | ceiling tok/s | products GB/s | products GMAC/s | ceiling / 1 user |');
+console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+// The ceiling: the level's matrix products alone, timed in the worker once the level had ended
+// (the report's `products_alone`; none on WebGPU).
 for (const quant of quants) {
   for (const { name } of builds) {
-    const at = (users, key) => median(results.out.filter((r) => r.build === name && r.quant === quant && r.users === users).map((r) => r.report[key]));
+    const at = (users, pick) => {
+      const values = results.out.filter((r) => r.build === name && r.quant === quant && r.users === users).map((r) => pick(r.report));
+      return values.some((v) => v == null) ? null : median(values);
+    };
+    const key = (k) => (r) => r[k];
+    const products = (k) => (r) => r.products_alone?.[k];
     for (const users of levels) {
-      const aggregate = at(users, 'aggregate_tps');
-      console.log(`| ${name} | ${quant} | ${users} | ${fmt(aggregate)} | ${fmt(at(users, 'per_user_tps_p50'))} | ${fmt(at(users, 'ttft_ms_p99'))} | ${fmt(at(users, 'itl_ms_p99'), 2)} | ${fmt(aggregate / at(levels[0], 'aggregate_tps'), 2)}x |`);
+      const aggregate = at(users, key('aggregate_tps'));
+      const ceiling = at(users, products('tps'));
+      const first = at(levels[0], products('tps'));
+      console.log(`| ${name} | ${quant} | ${users} | ${fmt(aggregate)} | ${fmt(at(users, key('per_user_tps_p50')))} | ${fmt(at(users, key('ttft_ms_p99')))} | ${fmt(at(users, key('itl_ms_p99')), 2)} | ${fmt(aggregate / at(levels[0], key('aggregate_tps')), 2)}x | ${fmt(ceiling)} | ${fmt(at(users, products('gb_per_s')))} | ${fmt(at(users, products('gmac_per_s')), 2)} | ${ceiling == null || first == null ? '-' : `${fmt(ceiling / first, 2)}x`} |`);
     }
   }
 }

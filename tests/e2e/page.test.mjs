@@ -351,6 +351,10 @@ test('the lab batches users on WebGPU too', async () => {
   assert.match(await text(page, 'lab-conditions'), /on wgpu \[google swiftshader.*\], 2 users/);
   assert.equal(await text(page, 'lab-completed'), '2 of 2');
   assert.equal(await page.getByTestId('lab-lane').first().locator('.lane-text').textContent(), ', there was a little girl');
+  // The ceiling is timed on the CPU only: on a GPU the products would be queued, not run.
+  assert.equal(await text(page, 'lab-ceiling-tps'), '–');
+  assert.equal(await page.getByTestId('lab-ceiling-rates').isHidden(), true);
+  assert.equal(await page.getByTestId('lab-level-ceiling').textContent(), '–');
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -591,6 +595,12 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   const perUser = await number('lab-per-user-tps');
   await number('lab-ttft-p99-ms');
   assert.ok(aggregate >= perUser, `aggregate ${aggregate} >= per user ${perUser}`);
+  // The ceiling: the step's matrix products alone at 4 rows, timed in the worker after the level.
+  // They are part of every step, so the whole step's aggregate stays below them.
+  const ceiling = await number('lab-ceiling-tps');
+  assert.ok(ceiling > aggregate, `ceiling ${ceiling} > aggregate ${aggregate}`);
+  assert.match(await text(page, 'lab-ceiling-rates'),
+    /^Ceiling, the step's matrix products alone at 4 rows: [\d.]+ ms a step, [\d.]+ GB\/s of weights, [\d.]+ billion multiply-adds\/s$/);
   assert.equal(await text(page, 'lab-completed'), '4 of 4');
   const conditions = await text(page, 'lab-conditions');
   for (const part of ['stories260K', 'f32', 'cpu', '4 users', 'batch limit 4', 'burst arrival', 'up to 60 tokens']) {
@@ -612,6 +622,8 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   for (const row of rows.filter((r) => Number(r[0]) >= 4)) {
     assert.ok(Number(row[1]) >= Number(row[2]), `aggregate >= per user at ${row[0]} users: ${row}`);
   }
+  // Every level has its ceiling, above its aggregate.
+  for (const row of rows) assert.ok(Number(row[6]) > Number(row[1]), `ceiling > aggregate at ${row[0]} users: ${row}`);
   // The single run's controls come back after the lab, and every level is a row of the results.
   assert.equal(await page.getByTestId('run').isEnabled(), true);
   assert.equal(await page.getByTestId('result-row').count(), 6);
