@@ -527,8 +527,10 @@ struct LabState {
     meter: BatchMeter,
     users: usize,
     /// The step's ceiling at the lab's batch size, measured once every user has ended
-    /// ([`Engine::products_alone`]); `None` before then and on a GPU.
+    /// ([`Engine::products_alone`]); `None` before then, on a GPU, and after a cancel.
     products_alone: Option<crate::meter::Products>,
+    /// Whether `cancel_all` ended the lab: then Stop ends it at once, with no ceiling to time.
+    cancelled: bool,
 }
 
 /// One user's figures so far, for its lane.
@@ -596,6 +598,7 @@ impl Session {
                 meter,
                 users: options.users,
                 products_alone: None,
+                cancelled: false,
             }))),
         })
     }
@@ -634,7 +637,7 @@ impl Lab {
                 }
             }
             let done = lab.scheduler.is_idle();
-            if done && lab.products_alone.is_none() {
+            if done && lab.products_alone.is_none() && !lab.cancelled {
                 // About 0.2 s of the products alone, after the last user's end: the level's own
                 // figures are already fixed.
                 let rows = lab.meter.conditions().max_batch.min(lab.users);
@@ -667,6 +670,7 @@ impl Lab {
         let lab = state
             .as_mut()
             .ok_or_else(|| js_error("the lab is being pumped; cancel between pumps"))?;
+        lab.cancelled = true;
         let mut events = Vec::new();
         for seq in 0..lab.users {
             if let Some(done) = lab.scheduler.cancel(seq) {

@@ -284,6 +284,16 @@ async fn the_lab_batches_users_pump_by_pump_and_cancels_between_pumps() {
     assert_eq!(get(&report, "output_tokens").as_f64(), Some(120.0));
     let aggregate = get(&report, "aggregate_tps").as_f64().unwrap();
     assert!(aggregate >= get(&report, "per_user_tps_p50").as_f64().unwrap());
+    // Once every user has ended, the step's ceiling at its 3 rows, timed in wasm: above the
+    // aggregate, since the products are only part of a step.
+    let products = get(&report, "products_alone");
+    assert_eq!(get(&products, "rows").as_f64(), Some(3.0));
+    assert!(get(&products, "passes").as_f64().unwrap() >= 5.0);
+    assert!(get(&products, "tps").as_f64().unwrap() > aggregate);
+    assert_eq!(
+        get(&get(&lab.report().unwrap(), "products_alone"), "rows").as_f64(),
+        Some(3.0)
+    );
 
     // Cancel between pumps: every user ends as cancelled, and the lab is done.
     let options = js_sys::JSON::parse(r#"{"users": 2, "max_tokens": 400}"#).unwrap();
@@ -303,6 +313,8 @@ async fn the_lab_batches_users_pump_by_pump_and_cancels_between_pumps() {
         get(&lab.report().unwrap(), "requests_completed").as_f64(),
         Some(0.0)
     );
+    // Stop ends the lab at once: no ceiling is timed after a cancel.
+    assert!(get(&lab.report().unwrap(), "products_alone").is_null());
 
     // A bad setting is a sentence.
     let bad = js_sys::JSON::parse(r#"{"users": 3, "arrival": "sometimes"}"#).unwrap();
