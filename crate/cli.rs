@@ -870,7 +870,7 @@ async fn bench_concurrency(args: &ModelArgs, load: &Load, json: bool) -> Result<
         load_level(&engine, load, users, 2, None).await?;
         let mut report =
             load_level(&engine, load, users, load.max_tokens, Some(warm_up_ms)).await?;
-        report.products_alone = engine.products_alone(report.conditions.max_batch.min(users));
+        report.products_alone = engine.products_alone(report.conditions.batch_rows());
         if !json {
             if i == 0 {
                 let c = &report.conditions;

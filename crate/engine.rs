@@ -101,11 +101,6 @@ pub enum Event {
 
 /// The most decode steps a warm-up runs...
 pub const WARM_UP_STEPS: usize = 4096;
-
-/// [`Engine::products_alone`] times at least this many passes...
-pub const PRODUCTS_PASSES: usize = 5;
-/// ...and goes on until this long has passed.
-pub const PRODUCTS_MS: f64 = 200.0;
 /// ...and about the longest it decodes (it always runs one step). In a browser long enough for
 /// the hot code to be optimized (see [`Engine::warm_up`]); natively code is compiled ahead of time,
 /// and one step compiles the GPU's shaders.
@@ -114,6 +109,13 @@ pub const WARM_UP_MS: f64 = if cfg!(target_arch = "wasm32") {
 } else {
     0.0
 };
+
+/// [`Engine::products_alone`] times at least this many passes...
+pub const PRODUCTS_PASSES: usize = 5;
+/// ...and goes on until this long has passed...
+pub const PRODUCTS_MS: f64 = 200.0;
+/// ...but times no more passes than this.
+pub const PRODUCTS_MAX_PASSES: usize = 64;
 
 /// How many tokens a run generates unless told otherwise (the CLI's and the wasm API's default too).
 pub const DEFAULT_MAX_TOKENS: usize = 256;
@@ -248,18 +250,21 @@ impl Engine {
 
     /// The ceiling of a decode step of `rows` users: its matrix products alone
     /// ([`Llama::products_alone`]), one untimed pass, then timed passes until there are at least
-    /// [`PRODUCTS_PASSES`] and [`PRODUCTS_MS`] have gone by (at most 64). `None` on a GPU.
-    /// The first pass, untimed, also counts the bytes and multiply-adds.
+    /// [`PRODUCTS_PASSES`] and [`PRODUCTS_MS`] have gone by (at most [`PRODUCTS_MAX_PASSES`]).
+    /// `None` on a GPU. The first pass, untimed, also counts the bytes and multiply-adds.
     pub fn products_alone(&self, rows: usize) -> Option<crate::meter::Products> {
-        let (bytes, macs) = self.model.products_alone(rows.max(1))?;
+        let rows = rows.max(1);
+        let (bytes, macs) = self.model.products_alone(rows)?;
         let start = Instant::now();
         let mut times = Vec::new();
-        while times.len() < 64 && (times.len() < PRODUCTS_PASSES || ms_since(start) < PRODUCTS_MS) {
+        while times.len() < PRODUCTS_MAX_PASSES
+            && (times.len() < PRODUCTS_PASSES || ms_since(start) < PRODUCTS_MS)
+        {
             let pass = Instant::now();
-            self.model.products_alone(rows.max(1));
+            self.model.products_alone(rows);
             times.push(ms_since(pass));
         }
-        crate::meter::Products::new(rows.max(1), &times, bytes, macs)
+        crate::meter::Products::new(rows, &times, bytes, macs)
     }
 
     /// Tokenize the prompt and check that it fits, as a separate step for callers that want to fail

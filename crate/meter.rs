@@ -342,6 +342,11 @@ pub struct LoadConditions {
 }
 
 impl LoadConditions {
+    /// The rows of a full step: every user, up to the batch limit.
+    pub fn batch_rows(&self) -> usize {
+        self.max_batch.min(self.users)
+    }
+
     /// One line for the top of a table or beside the figures.
     pub fn summary(&self) -> String {
         format!(
@@ -394,7 +399,7 @@ pub struct LoadReport {
     pub itl_ms_p50: Option<f64>,
     pub itl_ms_p99: Option<f64>,
     pub wall_ms: Option<f64>,
-    /// The ceiling of this level's step (its batch's rows), measured apart by the caller once the
+    /// The ceiling of this level's step (its [`LoadConditions::batch_rows`]), measured apart by the caller once the
     /// level has run (`Engine::products_alone`); `None` until then, and on a GPU.
     pub products_alone: Option<Products>,
 }

@@ -640,8 +640,7 @@ impl Lab {
             if done && lab.products_alone.is_none() && !lab.cancelled {
                 // About 0.2 s of the products alone, after the last user's end: the level's own
                 // figures are already fixed.
-                let rows = lab.meter.conditions().max_batch.min(lab.users);
-                lab.products_alone = engine.products_alone(rows);
+                lab.products_alone = engine.products_alone(lab.meter.conditions().batch_rows());
             }
             #[derive(Serialize)]
             struct Pumped<'a> {

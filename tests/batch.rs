@@ -21,9 +21,20 @@ const PROMPTS: [&str; 3] = [
 ];
 
 fn engine(backend: &Backend) -> Engine {
+    engine_in(backend, Quant::F32)
+}
+
+fn engine_in(backend: &Backend, quant: Quant) -> Engine {
     let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
     let tokenizer = read(stories260k("tok512.bin"));
-    Engine::load(files, Some(&tokenizer), Quant::F32, backend).expect("loads")
+    Engine::load(files, Some(&tokenizer), quant, backend).expect("loads")
+}
+
+fn gpu() -> Backend {
+    pollster::block_on(Backend::init(BackendChoice::Wgpu)).expect(
+        "the wgpu backend needs a Vulkan driver; on a machine without a GPU install Mesa's \
+         software one: apt-get install -y mesa-vulkan-drivers",
+    )
 }
 
 fn options(max_tokens: usize) -> GenerateOptions {
@@ -134,11 +145,7 @@ fn a_batch_of_three_prompts_gives_each_its_batch_1_tokens_on_cpu() {
 
 #[test]
 fn a_batch_of_three_prompts_gives_each_its_batch_1_tokens_on_wgpu() {
-    let gpu = pollster::block_on(Backend::init(BackendChoice::Wgpu)).expect(
-        "the wgpu backend needs a Vulkan driver; on a machine without a GPU install Mesa's \
-         software one: apt-get install -y mesa-vulkan-drivers",
-    );
-    check_batch_equals_solo(&gpu);
+    check_batch_equals_solo(&gpu());
 }
 
 #[test]
@@ -247,19 +254,14 @@ fn a_steps_products_alone_read_every_matrix_once_for_all_rows() {
         assert!((p.tps - rows as f64 / p.ms_p50 * 1e3).abs() < 1e-6, "{p:?}");
     }
     // Q8_0 blocks: 34 bytes for 32 weights, fewer bytes for the same multiply-adds.
-    let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
-    let tokenizer = read(stories260k("tok512.bin"));
-    let q8 = Engine::load(files, Some(&tokenizer), Quant::Q8, &Backend::cpu()).unwrap();
-    let p = q8.products_alone(2).unwrap();
+    let p = engine_in(&Backend::cpu(), Quant::Q8)
+        .products_alone(2)
+        .unwrap();
     assert!(p.macs >= 2 * STORIES260K_MACS_PER_ROW, "{p:?}");
     assert!(p.weight_bytes < 4 * STORIES260K_MACS_PER_ROW / 3, "{p:?}");
 }
 
 #[test]
 fn a_gpu_has_no_products_alone_ceiling() {
-    let gpu = pollster::block_on(Backend::init(BackendChoice::Wgpu)).expect(
-        "the wgpu backend needs a Vulkan driver; on a machine without a GPU install Mesa's \
-         software one: apt-get install -y mesa-vulkan-drivers",
-    );
-    assert!(engine(&gpu).products_alone(2).is_none());
+    assert!(engine(&gpu()).products_alone(2).is_none());
 }
