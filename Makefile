@@ -42,7 +42,7 @@ E2E_SMOLLM2 := target/e2e/smollm2-135m-2layers-q8_0.gguf
 test-e2e: $(E2E_SMOLLM2)
 	MODELS=$(MODELS) node --test tests/e2e/
 
-$(E2E_SMOLLM2): crate/synth.rs crate/loading/gguf_writer.rs examples/smollm2_vocab.rs tests/common/shared_vocab.rs
+$(E2E_SMOLLM2): crate/loading/synth.rs crate/loading/gguf_writer.rs examples/smollm2_vocab.rs tests/common/shared_vocab.rs
 	mkdir -p target/e2e
 	cargo run --quiet --example smollm2_vocab -- $(MODELS)/gguf-vocab/ggml-vocab-starcoder.gguf target/e2e/smollm2-vocab.gguf
 	cargo run --quiet -- synth --shape smollm2-135M --layers 2 --q8 --vocab target/e2e/smollm2-vocab.gguf --out $@

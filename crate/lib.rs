@@ -1,41 +1,41 @@
-//! tokenometer: a small Llama-family model on burn (WebGPU, Vulkan or CPU), and honest measurements
-//! of what "tokens per second" means.
+//! tokenometer: a small Llama-family model on burn (WebGPU, Vulkan) or its own CPU kernels, and
+//! honest measurements of what "tokens per second" means.
 //!
-//! Modules, one job each: [`weights`] (shapes and host arrays), [`loading`] (file formats),
-//! [`tokenizer`], [`quant`], [`model`] (the forward pass, over the operations of `device_ops`
-//! (burn tensors) or `host_ops` (the CPU, with [`kernels`] and [`packed`])), [`sampling`], [`engine`] (prefill and
-//! decode, with events), [`sequence`] and [`scheduler`] (many requests in one batch, step by step), [`meter`] (the figures), [`synth`] (synthetic checkpoints), [`backend`]
-//! (device choice), and, on wasm, `web` (the JavaScript API the page's worker uses).
+//! # Layers
+//!
+//! The crate is a stack of layers; a module uses only the layers below its own (its own
+//! layer's siblings neither). This list is the rule, and `tests/layers.rs` reads every file's
+//! imports and checks them against it. From the bottom:
+//!
+//! 1. `error`: the one error type.
+//! 2. `formats`: GGUF block types, one file each, with a scalar reference.
+//! 3. `model`: config, host weights, precision, the `Ops` trait and the one forward pass.
+//! 4. `cpu` | `gpu`: the backends' operations and kernels (per instruction set, per format).
+//! 5. `backend` | `loading`: the model on a chosen device; model files and tokenizers.
+//! 6. `decode`: the engine, sampling, sequences and the scheduler.
+//! 7. `meter`: the figures, computed once from events.
+//! 8. `api`: the command line, the wasm API, and the drivers they share.
+//!
+//! `docs/architecture.md` draws it, with how one token travels through them.
 
+// LAYERS: error; formats; model; cpu gpu; backend loading; decode; meter; api
+
+pub mod api;
 pub mod backend;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod cli;
-mod device_ops;
-pub mod engine;
+pub mod cpu;
+pub mod decode;
 pub mod error;
-mod gpu_kernels;
-mod host_ops;
-pub mod kernels;
+pub mod formats;
+pub mod gpu;
 pub mod loading;
 pub mod meter;
 pub mod model;
-pub mod packed;
-pub mod quant;
-pub mod sampling;
-pub mod scheduler;
-pub mod sequence;
-pub mod synth;
-pub mod tokenizer;
-pub mod weights;
 
 pub use backend::{Backend, BackendChoice, BackendKind};
-pub use engine::{Engine, Event, Flow, GenerateOptions, ModelInfo, StopReason};
+pub use decode::{
+    Engine, Event, Flow, GenerateOptions, ModelInfo, Request, Sampling, Scheduler, SeqEvent,
+    StopReason,
+};
 pub use error::{Error, Result};
 pub use loading::ModelFiles;
-pub use quant::Quant;
-pub use sampling::Sampling;
-pub use scheduler::{Request, Scheduler};
-pub use sequence::SeqEvent;
-
-#[cfg(target_arch = "wasm32")]
-pub mod web;
+pub use model::Quant;

@@ -15,7 +15,7 @@ use std::process::Command;
 
 use common::*;
 use tokenometer::loading::llama2c;
-use tokenometer::weights::LlamaConfig;
+use tokenometer::model::LlamaConfig;
 
 /// The address-space cap every case runs under, in KiB: 3 GiB. A run that needs more is a bug
 /// (no case needs more than a few hundred MB), and an allocation past it fails as it would in a
@@ -93,7 +93,7 @@ fn config(
 
 /// A complete llama2.c checkpoint of `config` with seeded random weights.
 fn checkpoint(config: &LlamaConfig) -> Vec<u8> {
-    let weights = tokenometer::synth::weights(config, 7);
+    let weights = tokenometer::loading::synth::weights(config, 7);
     let mut bytes = Vec::new();
     llama2c::write(&weights, &mut bytes).unwrap();
     bytes

@@ -172,7 +172,7 @@ fn q4_runs_on_the_cpu_backend() {
 #[test]
 fn cpu_kernels_choose_the_instruction_set() {
     let mut texts = Vec::new();
-    for isa in tokenometer::kernels::Isa::available() {
+    for isa in tokenometer::cpu::Isa::available() {
         let key = isa.key();
         let output = generate(
             &model(),

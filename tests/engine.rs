@@ -140,7 +140,7 @@ fn scalar_and_vector_cpu_kernels_both_meet_the_bars() {
     let (_, sequence) = reference_ids();
     let ids = &sequence[..sequence.len() - 1];
     let mut f32_logits = Vec::new();
-    for isa in tokenometer::kernels::Isa::available() {
+    for isa in tokenometer::cpu::Isa::available() {
         let cpu = Backend::cpu_with(isa);
         let run = |quant| {
             let engine = engine(&cpu, quant);
@@ -381,7 +381,7 @@ fn the_kv_cache_grows_with_use() {
     let mut ids = prompt.clone();
     for pos in 0..130 {
         let logits = model.forward(&ids[pos..pos + 1], &mut cache, false);
-        let mut greedy = tokenometer::sampling::Sampler::new(Default::default());
+        let mut greedy = tokenometer::decode::sampling::Sampler::new(Default::default());
         let id = pollster::block_on(greedy.sample(logits)).unwrap();
         if pos + 1 >= prompt.len() {
             next.push(id);
@@ -419,7 +419,7 @@ fn auto_does_not_pick_a_software_gpu() {
         let summary =
             tokenometer::meter::Conditions::new(&engine.info, Default::default(), 1, None)
                 .summary();
-        let isa = tokenometer::kernels::Isa::detect().name();
+        let isa = tokenometer::cpu::Isa::detect().name();
         assert!(
             summary.contains(&format!(
                 "on cpu [CPU ({isa})] (auto: CPU, the only GPU adapter ("

@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
+use tokenometer::cpu::HostMatrix;
 use tokenometer::loading::gguf::{self, Gguf, TensorType};
-use tokenometer::quant::HostMatrix;
 use tokenometer::{Backend, Engine, GenerateOptions, ModelFiles, Quant};
 
 fn gguf_engine(file: &str, quant: Quant) -> Engine {
@@ -90,10 +90,11 @@ fn q8_0_and_q4_0_blocks_survive_the_round_trip() {
         let header = Gguf::parse(&bytes).unwrap();
         let info = &header.tensors["blk.0.attn_q.weight"];
         assert_eq!(info.kind, kind);
-        let values = gguf::dequantize(kind, &bytes[info.start..info.end]);
-        let again = match kind {
-            TensorType::Q8_0 => HostMatrix::q8(&values),
-            _ => HostMatrix::q4(&values),
+        let values = kind.dequantize(&bytes[info.start..info.end]);
+        let again = if kind == TensorType::Q8_0 {
+            HostMatrix::q8(&values)
+        } else {
+            HostMatrix::q4(&values)
         };
         assert_eq!(again.dequantize(), values, "{file}");
     }
@@ -104,21 +105,24 @@ fn q8_0_and_q4_0_blocks_survive_the_round_trip() {
 #[test]
 fn q8_0_blocks_are_used_as_they_are() {
     let bytes = read(stories260k("stories260K-q8_0.gguf"));
-    let file = std::sync::Arc::new(tokenometer::weights::FileBytes::from(bytes.as_slice()));
+    let file = std::sync::Arc::new(tokenometer::model::FileBytes::from(bytes.as_slice()));
     let header = Gguf::parse(&bytes).unwrap();
     let weights = gguf::load(&file, &header).unwrap();
     let info = &header.tensors["blk.0.attn_q.weight"];
     let raw = &bytes[info.start..info.end];
-    let mut plan = tokenometer::quant::QuantPlan::new(Quant::Q8);
-    let linear = plan.apply_host("wq", weights.layers[0].wq.clone());
-    let HostMatrix::Blocks(tokenometer::weights::Blocks::Q8 { quants, scales }) = linear.weights
+    let mut plan = tokenometer::model::QuantPlan::new(Quant::Q8);
+    let stored = plan.apply("wq", weights.layers[0].wq.clone());
+    let tokenometer::model::Stored::Blocks(tokenometer::formats::Blocks {
+        format: tokenometer::formats::Format::Q8_0,
+        quants,
+        scales,
+    }) = stored
     else {
         panic!("not kept as Q8_0 blocks");
     };
     assert_eq!(scales.len(), raw.len() / 34);
     for (b, block) in raw.chunks_exact(34).enumerate() {
-        let quants: &[u8] = bytemuck::cast_slice(&quants[b * 32..(b + 1) * 32]);
-        assert_eq!(quants, &block[2..], "block {b}");
+        assert_eq!(&quants[b * 32..(b + 1) * 32], &block[2..], "block {b}");
         assert_eq!(
             scales[b],
             half::f16::from_le_bytes([block[0], block[1]]).to_f32()
@@ -147,7 +151,7 @@ fn k_quants_dequantize_like_llama_cpp() {
             .iter()
             .map(|v| v.as_f64().unwrap() as f32)
             .collect();
-        let got = gguf::dequantize(kind, &raw);
+        let got = kind.dequantize(&raw);
         assert_eq!(got.len(), expected.len(), "{name}");
         for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
             assert!(
@@ -320,8 +324,8 @@ fn broken_and_foreign_ggufs_are_named() {
 /// --q8` writes.
 fn smollm2_shaped_gguf() -> Vec<u8> {
     use tokenometer::loading::gguf_writer;
-    let config = tokenometer::synth::Shape::SmolLm2_135M.config();
-    let weights = tokenometer::synth::weights(&config, 7);
+    let config = tokenometer::loading::synth::Shape::SmolLm2_135M.config();
+    let weights = tokenometer::loading::synth::weights(&config, 7);
     let mut metadata = gguf_writer::llama_metadata("SmolLM2-135M", &config, true);
     metadata.extend(shared_vocab::smollm2_like(byte_level_vocab("starcoder")));
     let mut bytes = Vec::new();
@@ -411,7 +415,7 @@ fn a_smollm2_shaped_gguf_chats_end_to_end() {
 /// shape is what speed depends on, so it must be the real one.
 #[test]
 fn synth_shapes_of_chat_models_have_their_published_sizes() {
-    use tokenometer::synth::Shape;
+    use tokenometer::loading::synth::Shape;
     for (shape, parameters, kv_heads) in [
         ("smollm2-135M", 134_515_008, 3),
         ("smollm2-360M", 361_821_120, 5),

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use common::*;
 use safetensors::{Dtype, tensor::TensorView};
 use tokenometer::loading::{hf, llama2c};
-use tokenometer::weights::Matrix;
+use tokenometer::model::Matrix;
 use tokenometer::{Backend, Engine, GenerateOptions, ModelFiles, Quant};
 
 /// stories260K as HF files, in `dtype` (F32 or BF16).

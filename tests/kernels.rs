@@ -2,11 +2,12 @@
 //! scalar one always), f32, Q8_0 and Q4_0 weights, one activation row (decode) and several
 //! (prefill), widths with and without a tail. Natively (AVX2) and in headless Chromium (SIMD128).
 
-use tokenometer::kernels::{self, Isa, Q8Rows};
+use tokenometer::cpu::{self as kernels, Isa, Q8Rows};
 
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-use tokenometer::quant::HostMatrix;
+use tokenometer::cpu::HostMatrix;
+use tokenometer::formats::{Blocks, Format, Q4_0, Q8_0, RunFormat};
 
 /// The kernels' check values (a deterministic spread in -1..1 with a few large ones).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -319,5 +320,151 @@ fn activations_quantize_to_the_same_bits_on_every_instruction_set() {
         assert_eq!(got.quants, scalar.quants, "{isa:?}");
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&got.scales), bits(&scalar.scales), "{isa:?}");
+    }
+}
+
+/// Random blocks of `format` (any payload the format can hold, scales of either sign), row-major.
+fn random_blocks(format: Format, rows: usize, cols: usize, seed: u64) -> Blocks {
+    let mut s = seed.max(1);
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let blocks = rows * cols / 32;
+    let quants = (0..blocks * format.payload())
+        .map(|_| match format {
+            // Q8_0 holds -127..=127: llama.cpp never writes -128, and the kernels rely on it.
+            Format::Q8_0 => ((next() % 255) as i32 - 127) as i8 as u8,
+            Format::Q4_0 => next() as u8,
+        })
+        .collect();
+    let scales = (0..blocks)
+        .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    Blocks {
+        format,
+        quants,
+        scales,
+    }
+}
+
+/// The product by the format's reference alone (`formats/`): each block's integer dot product
+/// of stored codes, scaled, summed block by block.
+fn format_reference<F: RunFormat>(w: &Blocks, rows: usize, cols: usize, xq: &Q8Rows) -> Vec<f32> {
+    let per_row = cols / 32;
+    let t = xq.scales.len() / per_row;
+    let mut out = vec![0.0; t * rows];
+    for i in 0..t {
+        for r in 0..rows {
+            let mut sum = 0.0f32;
+            for b in 0..per_row {
+                let block = r * per_row + b;
+                let payload = &w.quants[block * F::PAYLOAD..][..F::PAYLOAD];
+                let x = &xq.quants[(i * per_row + b) * 32..][..32];
+                sum +=
+                    w.scales[block] * xq.scales[i * per_row + b] * F::dot_block(payload, x) as f32;
+            }
+            out[i * rows + r] = sum;
+        }
+    }
+    out
+}
+
+/// Every instruction set's block kernels, row-major and packed, against the formats' scalar
+/// reference on random blocks, for every format the kernels run.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn every_block_kernel_matches_the_format_reference() {
+    for format in [Format::Q8_0, Format::Q4_0] {
+        for (rows, cols, t) in [(1, 32, 1), (7, 64, 3), (67, 288, 5), (16, 96, 8)] {
+            let w = random_blocks(format, rows, cols, 17 + rows as u64);
+            let x = values(t * cols, 23);
+            let mut xq = Q8Rows::default();
+            kernels::quantize_rows_q8(&x, cols, &mut xq);
+            let expected = match format {
+                Format::Q8_0 => format_reference::<Q8_0>(&w, rows, cols, &xq),
+                Format::Q4_0 => format_reference::<Q4_0>(&w, rows, cols, &xq),
+            };
+            let top = expected.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+            for isa in Isa::available() {
+                for m in [
+                    HostMatrix::Blocks(w.clone()),
+                    HostMatrix::Blocks(w.clone()).packed_for(isa, rows, cols),
+                ] {
+                    let mut got = vec![f32::NAN; t * rows];
+                    kernels::matmul(isa, m.rows(), rows, cols, &x, &xq, t, &mut got);
+                    for (a, b) in got.iter().zip(&expected) {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * top,
+                            "{isa:?} {format:?} {rows}x{cols} packed {}: {a} vs {b}",
+                            matches!(m, HostMatrix::Packed(_))
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn packing_keeps_every_block() {
+    for format in [Format::Q4_0, Format::Q8_0] {
+        for rows in [1, 7, 8, 9, 67] {
+            let row_major = Blocks::quantize(format, &values(rows * 96, 11));
+            let packed = tokenometer::cpu::packed::Packed::pack(rows, 96, row_major.clone());
+            assert_eq!(packed.blocks(), row_major, "{format:?}, {rows} rows");
+        }
+    }
+}
+
+/// Every instruction set's packed kernel against the row-major scalar kernel, and each
+/// activation row of a batch against the row alone.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn packed_products_match_the_row_major_ones() {
+    let (rows, cols, t) = (67, 288, 6);
+    let x = values(t * cols, 5);
+    let mut xq = Q8Rows::default();
+    kernels::quantize_rows_q8(&x, cols, &mut xq);
+    for format in [Format::Q4_0, Format::Q8_0] {
+        let row_major = Blocks::quantize(format, &values(rows * cols, 11));
+        let packed = tokenometer::cpu::packed::Packed::pack(rows, cols, row_major.clone());
+        let mut expected = vec![0.0; t * rows];
+        let row_major = HostMatrix::Blocks(row_major);
+        kernels::matmul(
+            Isa::Scalar,
+            row_major.rows(),
+            rows,
+            cols,
+            &x,
+            &xq,
+            t,
+            &mut expected,
+        );
+        let top = expected.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for isa in Isa::available() {
+            let mut got = vec![f32::NAN; t * rows];
+            tokenometer::cpu::packed::matmul(isa, &packed, &xq, t, &mut got);
+            for (a, b) in got.iter().zip(&expected) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * top,
+                    "{isa:?} {format:?}: {a} vs {b}"
+                );
+            }
+            for i in 0..t {
+                let mut one = Q8Rows::default();
+                kernels::quantize_rows_q8(&x[i * cols..(i + 1) * cols], cols, &mut one);
+                let mut alone = vec![f32::NAN; rows];
+                tokenometer::cpu::packed::matmul(isa, &packed, &one, 1, &mut alone);
+                assert_eq!(
+                    alone,
+                    got[i * rows..(i + 1) * rows],
+                    "{isa:?} {format:?} row {i}"
+                );
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The meter's formulas on hand-computed cases, driven by a fake clock (the events' own times).
 #![cfg(not(target_arch = "wasm32"))]
 
-use tokenometer::engine::{Event, ModelInfo, StopReason};
+use tokenometer::decode::{Event, ModelInfo, StopReason};
 use tokenometer::meter::{
     Conditions, Meter, Products, Spread, aggregate_decode_tps, count_words, percentiles, spread,
     word_ends_utf16,

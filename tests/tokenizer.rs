@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use tokenometer::tokenizer::{TextStream, Tokenizer};
+use tokenometer::loading::tokenizer::{TextStream, Tokenizer};
 
 fn llama2_json() -> Tokenizer {
     Tokenizer::from_bytes(&read(llama2_tokenizer("tokenizer.json"))).unwrap()

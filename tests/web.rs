@@ -2,7 +2,7 @@
 //! the CPU backend (tokenometer's kernels, SIMD128) and WebGPU (Chromium's software adapter here).
 #![cfg(target_arch = "wasm32")]
 
-use tokenometer::web::{Session, load_session};
+use tokenometer::api::web::{Session, load_session};
 use tokenometer::{
     Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, StopReason,
 };
@@ -170,7 +170,7 @@ async fn the_js_api_streams_events_with_reports_pump_by_pump() {
     // In a browser the warm-up runs long enough for the hot code to be optimized.
     let warm_up_ms = get(&conditions, "warm_up_ms").as_f64().unwrap();
     assert!(
-        warm_up_ms >= tokenometer::engine::WARM_UP_MS,
+        warm_up_ms >= tokenometer::decode::engine::WARM_UP_MS,
         "{warm_up_ms}"
     );
 }
@@ -222,7 +222,7 @@ async fn a_truncated_model_is_an_error_not_a_panic() {
         .unwrap();
     assert!(message.contains("bad model file"), "{message}");
     assert_eq!(
-        tokenometer::web::recorded_fatal(),
+        tokenometer::api::web::recorded_fatal(),
         (None, None),
         "an error is not a crash"
     );

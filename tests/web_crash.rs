@@ -12,8 +12,8 @@ wasm_bindgen_test_configure!(run_in_browser);
 /// left its message where the worker reads it, so the page can show the cause.
 #[wasm_bindgen_test]
 fn a_panic_leaves_its_message_for_the_worker() {
-    tokenometer::web::start();
-    assert_eq!(tokenometer::web::recorded_fatal(), (None, None));
+    tokenometer::api::web::start();
+    assert_eq!(tokenometer::api::web::recorded_fatal(), (None, None));
     let boom = Closure::<dyn Fn()>::new(|| panic!("the test's own panic"));
     let function: &js_sys::Function = boom.as_ref().unchecked_ref();
     let trapped = function.call0(&JsValue::NULL).expect_err("a panic traps");
@@ -21,7 +21,7 @@ fn a_panic_leaves_its_message_for_the_worker() {
         trapped.is_instance_of::<js_sys::WebAssembly::RuntimeError>(),
         "{trapped:?}"
     );
-    let (kind, message) = tokenometer::web::recorded_fatal();
+    let (kind, message) = tokenometer::api::web::recorded_fatal();
     assert_eq!(kind.as_deref(), Some("panic"));
     let message = message.unwrap();
     assert!(

@@ -3,8 +3,8 @@
 // replay, the concurrency lab, the results table), wired to engines in workers. It never computes
 // a figure itself: the meter's report (computed in Rust, in the worker) arrives with every event.
 import { EngineClient } from './engine-client.js';
-import { SIMD_BUILDS, chooseSimdBuild, relaxedSimd, simdBuild } from './simd.js';
-import { BACKEND_ALIASES } from './protocol.js';
+import { SIMD_BUILDS, SIMD_CHOICES, chooseSimdBuild, relaxedSimd, simdBuild } from './simd.js';
+import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, fillSelect } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { ResultsTable, rowFromReport, rowFromLoadReport } from './results.js';
 import { LanesPanel, LANE_MODES, parseLanes, laneToString } from './lanes.js';
@@ -68,7 +68,7 @@ engine.onRestart = () => { state.warmUpMs = null; };
 
 // ---- the form's defaults, from the engine -------------------------------------------------
 
-// The engine serves the defaults (crate/web.rs `defaults()`); fields a preset filled keep its value.
+// The engine serves the defaults (crate/api/web/options.rs `defaults()`); fields a preset filled keep its value.
 engine.defaults.then((d) => {
   fillDefault(el.max, d.run.max_tokens);
   fillDefault(el.temperature, d.run.temperature);
@@ -497,6 +497,9 @@ function nameOf(/** @type {string} */ path) {
 // ---- start-up -----------------------------------------------------------------------------
 
 for (const m of MODELS) el.model.add(new Option(m.label, m.id));
+fillSelect(el.backend, BACKEND_CHOICES);
+fillSelect(el.quant, QUANT_CHOICES);
+fillSelect(el.simd, SIMD_CHOICES);
 el.model.addEventListener('change', showSourceFields);
 el.model.addEventListener('change', offerPrompt);
 el.chat.addEventListener('change', () => { el.chat.dataset.touched = '1'; });

@@ -157,7 +157,7 @@ export class EngineClient {
    * Generate from `prompt` with the loaded model; `onEvents` hears every pump's events with the
    * meter's report and the output's word ends. Resolves to the final report (also when stopped).
    * @param {string} prompt
-   * @param {object} options  crate/web.rs `RunOptions`
+   * @param {object} options  crate/api/web/options.rs `RunOptions`
    * @param {{ signal?: AbortSignal, onEvents?: (message: import('./protocol.js').Events) => void }} [hooks]
    * @returns {Promise<any>}
    */
@@ -170,7 +170,7 @@ export class EngineClient {
 
   /**
    * Run a concurrency lab with the loaded model. Resolves to its final load report.
-   * @param {object} options  crate/web.rs `LabOptions`
+   * @param {object} options  crate/api/web/options.rs `LabOptions`
    * @param {{ signal?: AbortSignal, onEvents?: (message: import('./protocol.js').LabEvents) => void }} [hooks]
    * @returns {Promise<any>}
    */

@@ -107,7 +107,7 @@ export class ConcurrencyLab {
   }
 
   /**
-   * The engine's defaults for a lab (crate/web.rs `defaults()`), for the fields not yet set.
+   * The engine's defaults for a lab (crate/api/web/options.rs `defaults()`), for the fields not yet set.
    * @param {{ users: number, max_tokens: number, arrival: string }} defaults
    */
   setDefaults(defaults) {

@@ -4,7 +4,7 @@
 // the run, one line per pair compares them: decode tok/s and TTFT as ratios of the engine's own
 // reports, and whether their first 40 tokens are the same.
 import { EngineClient } from './engine-client.js';
-import { BACKENDS, QUANTS, BACKEND_ALIASES } from './protocol.js';
+import { BACKENDS, QUANTS, BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { rowFromReport } from './results.js';
 import { refs } from './dom.js';
@@ -160,8 +160,8 @@ export class LanesPanel {
       };
       row.append(
         select('Model', 'model', [['', 'the model chosen above'], ...this.host.models.map((m) => /** @type {[string, string]} */ ([m.id, m.label]))]),
-        select('Backend', 'backend', BACKENDS.map((b) => /** @type {[string, string]} */ ([b, b === 'wgpu' ? 'WebGPU' : b]))),
-        select('Quantization', 'quant', QUANTS.map((q) => /** @type {[string, string]} */ ([q, q]))),
+        select('Backend', 'backend', BACKEND_CHOICES),
+        select('Quantization', 'quant', QUANT_CHOICES),
       );
       const remove = document.createElement('button');
       remove.type = 'button';

@@ -24,7 +24,7 @@
 
 /**
  * The engine's defaults for a run and for a concurrency lab (served by `defaults()` in
- * crate/web.rs; the page's form takes its initial values from here).
+ * crate/api/web/options.rs; the page's form takes its initial values from here).
  * @typedef {object} Defaults
  * @property {{ max_tokens: number, temperature: number, top_p: number, seed: number, reading_wpm: number, chat: boolean }} run
  * @property {{ users: number, arrival: string, max_batch: number | null, max_tokens: number, reading_wpm: number }} lab
@@ -33,8 +33,8 @@
 /**
  * Requests, page to worker.
  * @typedef {{ type: 'load', id: number } & LoadSpec} LoadRequest
- * @typedef {{ type: 'run', id: number, prompt: string, options: object }} RunRequest  options: crate/web.rs `RunOptions`
- * @typedef {{ type: 'lab', id: number, options: object }} LabRequest  options: crate/web.rs `LabOptions`
+ * @typedef {{ type: 'run', id: number, prompt: string, options: object }} RunRequest  options: crate/api/web/options.rs `RunOptions`
+ * @typedef {{ type: 'lab', id: number, options: object }} LabRequest  options: crate/api/web/options.rs `LabOptions`
  * @typedef {{ type: 'spread', id: number, values: number[] }} SpreadRequest  the meter's median/min/max of repeated figures
  * @typedef {{ type: 'cancel', id: number }} CancelRequest  `id`: the run or lab to stop
  * @typedef {LoadRequest | RunRequest | LabRequest | SpreadRequest | CancelRequest} Request
@@ -58,10 +58,31 @@
  * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | ErrorReply | Fatal} Reply
  */
 
-/** The choices a run's configuration takes, and other names people use for them. */
-export const BACKENDS = ['auto', 'wgpu', 'cpu'];
-export const QUANTS = ['f32', 'q8', 'q4'];
+/**
+ * The choices a run's configuration takes, each `[value, label]`: defined here once, and every
+ * select that offers them (the form's, each lane's) is filled from these lists.
+ * @type {[string, string][]}
+ */
+export const BACKEND_CHOICES = [
+  ['auto', 'auto (a hardware GPU if granted, else CPU)'],
+  ['wgpu', 'WebGPU'],
+  ['cpu', 'CPU (wasm)'],
+];
+/** @type {[string, string][]} */
+export const QUANT_CHOICES = [['f32', 'f32'], ['q8', 'q8'], ['q4', 'q4']];
+export const BACKENDS = BACKEND_CHOICES.map(([value]) => value);
+export const QUANTS = QUANT_CHOICES.map(([value]) => value);
+/** Other names people use for a backend. */
 export const BACKEND_ALIASES = { webgpu: 'wgpu', gpu: 'wgpu', wasm: 'cpu' };
+
+/**
+ * Fill a select with `[value, label]` choices.
+ * @param {HTMLSelectElement} select
+ * @param {[string, string][]} choices
+ */
+export function fillSelect(select, choices) {
+  for (const [value, label] of choices) select.add(new Option(label, value));
+}
 
 let lastId = 0;
 /** A request id unique within this page (every worker's requests share the count). */

@@ -32,7 +32,7 @@ function browserName() {
 }
 
 /**
- * A row from one run's report (crate/meter.rs `Report`).
+ * A row from one run's report (crate/meter/mod.rs `Report`).
  * @param {any} report
  * @param {string} source  which part of the page ran it ("run", "lane 2", "repeat 3 of 5")
  */
@@ -49,7 +49,7 @@ export function rowFromReport(report, source) {
 }
 
 /**
- * A row from one level of the concurrency lab (crate/meter.rs `LoadReport`): the batch is the
+ * A row from one level of the concurrency lab (crate/meter/mod.rs `LoadReport`): the batch is the
  * users, TTFT is the users' median, decode tok/s the median user's, ITL p99 across all users.
  * @param {any} report
  */

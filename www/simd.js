@@ -19,8 +19,16 @@ const RELAXED_PROBE = new Uint8Array([
 /** Whether this browser runs relaxed SIMD. */
 export const relaxedSimd = () => WebAssembly.validate(RELAXED_PROBE);
 
+/**
+ * The builds, `[simd= name, label]`: the form's "CPU engine" select is filled from this list.
+ * @type {[string, string][]}
+ */
+export const SIMD_CHOICES = [
+  ['relaxed', 'relaxed SIMD (where supported)'],
+  ['baseline', 'baseline SIMD128'],
+];
 /** The builds, as `simd=` names them. */
-export const SIMD_BUILDS = ['relaxed', 'baseline'];
+export const SIMD_BUILDS = SIMD_CHOICES.map(([value]) => value);
 
 let chosen = new URLSearchParams(globalThis.location?.search).get('simd') === 'baseline' ? 'baseline' : 'relaxed';
 

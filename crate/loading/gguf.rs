@@ -15,14 +15,13 @@
 
 use std::collections::HashMap;
 
-use half::{bf16, f16};
-
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
-use crate::weights::{
-    Blocks, FieldNames, FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values,
-};
+use crate::formats::Blocks;
+pub use crate::formats::TensorType;
+use crate::model::config::FieldNames;
+use crate::model::{FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Quant, Values};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 /// Limits no real file comes near; past them a header is corrupt.
@@ -88,74 +87,6 @@ impl Value {
         match self {
             Value::Array(a) => Some(a),
             _ => None,
-        }
-    }
-}
-
-/// The element types we load, with their block sizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TensorType {
-    F32,
-    F16,
-    BF16,
-    Q8_0,
-    Q4_0,
-    Q4K,
-    Q6K,
-}
-
-impl TensorType {
-    fn from_id(id: u32) -> Result<TensorType> {
-        Ok(match id {
-            0 => TensorType::F32,
-            1 => TensorType::F16,
-            2 => TensorType::Q4_0,
-            8 => TensorType::Q8_0,
-            12 => TensorType::Q4K,
-            14 => TensorType::Q6K,
-            30 => TensorType::BF16,
-            other => {
-                let name = match other {
-                    3 => "Q4_1",
-                    6 => "Q5_0",
-                    7 => "Q5_1",
-                    9 => "Q8_1",
-                    10 => "Q2_K",
-                    11 => "Q3_K",
-                    13 => "Q5_K",
-                    15 => "Q8_K",
-                    16..=23 | 29 => "an IQ type",
-                    _ => "an unknown type",
-                };
-                return Err(Error::BadModel(format!(
-                    "GGUF tensor type {other} ({name}) is not supported: this engine loads F32, \
-                     F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K; convert the file (llama-quantize) to one of them"
-                )));
-            }
-        })
-    }
-
-    /// Values per block and bytes per block.
-    fn block(self) -> (u64, u64) {
-        match self {
-            TensorType::F32 => (1, 4),
-            TensorType::F16 | TensorType::BF16 => (1, 2),
-            TensorType::Q8_0 => (32, 34),
-            TensorType::Q4_0 => (32, 18),
-            TensorType::Q4K => (256, 144),
-            TensorType::Q6K => (256, 210),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            TensorType::F32 => "F32",
-            TensorType::F16 => "F16",
-            TensorType::BF16 => "BF16",
-            TensorType::Q8_0 => "Q8_0",
-            TensorType::Q4_0 => "Q4_0",
-            TensorType::Q4K => "Q4_K",
-            TensorType::Q6K => "Q6_K",
         }
     }
 }
@@ -493,32 +424,14 @@ impl Gguf {
             )));
         }
         let raw = &file.bytes()[info.start..info.end];
-        // Q8_0 and Q4_0 blocks are an f16 scale then the payload; kept as they are, scale widened.
-        let split = |block_bytes: usize| -> (Vec<f32>, Vec<u8>) {
-            let blocks = raw.chunks_exact(block_bytes);
-            let scales = blocks
-                .clone()
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect();
-            (
-                scales,
-                blocks.flat_map(|b| b[2..].iter().copied()).collect(),
-            )
-        };
-        Ok(match info.kind {
-            TensorType::F32 => {
+        // F32 is used where it lies; a format the kernels run as stored keeps its blocks (scales
+        // widened); anything else is widened by its format's reference.
+        Ok(match info.kind.runs_as() {
+            _ if info.kind == TensorType::F32 => {
                 Matrix::new(rows, cols, Values::in_file(file, info.start, rows * cols))
             }
-            TensorType::Q8_0 => {
-                let (scales, payload) = split(34);
-                let quants = payload.into_iter().map(|q| q as i8).collect();
-                Matrix::quantized(rows, cols, Blocks::Q8 { quants, scales })
-            }
-            TensorType::Q4_0 => {
-                let (scales, quants) = split(18);
-                Matrix::quantized(rows, cols, Blocks::Q4 { quants, scales })
-            }
-            kind => Matrix::new(rows, cols, dequantize(kind, raw)),
+            Some(format) => Matrix::quantized(rows, cols, Blocks::from_gguf(format, raw)),
+            None => Matrix::new(rows, cols, info.kind.dequantize(raw)),
         })
     }
 
@@ -576,13 +489,13 @@ pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
             .types()
             .into_iter()
             .filter(|(kind, _)| *kind != TensorType::F32)
-            .map(|(kind, n)| match kind {
-                TensorType::Q8_0 | TensorType::Q4_0 => format!(
+            .map(|(kind, n)| match kind.runs_as() {
+                Some(format) => format!(
                     "{n} GGUF {} tensors: used as they are where the CPU runs {}, widened otherwise",
                     kind.name(),
-                    if kind == TensorType::Q8_0 { "q8" } else { "q4" }
+                    Quant::with_format(format)
                 ),
-                _ => format!(
+                None => format!(
                     "{n} GGUF {} tensors: widened to f32 at load, then stored as the chosen precision",
                     kind.name()
                 ),
@@ -590,96 +503,4 @@ pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
             .collect(),
         config,
     })
-}
-
-/// A tensor's data as f32, block by block (its byte length is checked by [`Gguf::parse`]).
-pub fn dequantize(kind: TensorType, raw: &[u8]) -> Vec<f32> {
-    let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
-    match kind {
-        TensorType::F32 => raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect(),
-        TensorType::F16 => raw.chunks_exact(2).map(half).collect(),
-        TensorType::BF16 => raw
-            .chunks_exact(2)
-            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        TensorType::Q8_0 => raw
-            .chunks_exact(34)
-            .flat_map(|b| {
-                let d = half(b);
-                b[2..].iter().map(move |&q| q as i8 as f32 * d)
-            })
-            .collect(),
-        TensorType::Q4_0 => raw
-            .chunks_exact(18)
-            .flat_map(|b| {
-                let d = half(b);
-                let qs = &b[2..];
-                let lo = qs.iter().map(move |&q| ((q & 0x0f) as f32 - 8.0) * d);
-                let hi = qs.iter().map(move |&q| ((q >> 4) as f32 - 8.0) * d);
-                lo.chain(hi)
-            })
-            .collect(),
-        TensorType::Q4K => {
-            let mut out = Vec::with_capacity(raw.len() / 144 * 256);
-            for b in raw.chunks_exact(144) {
-                let (d, dmin) = (half(&b[0..2]), half(&b[2..4]));
-                let scales = &b[4..16];
-                let qs = &b[16..144];
-                for j in 0..4 {
-                    let (sc1, m1) = scale_min_k4(2 * j, scales);
-                    let (sc2, m2) = scale_min_k4(2 * j + 1, scales);
-                    let q = &qs[32 * j..32 * (j + 1)];
-                    out.extend(
-                        q.iter()
-                            .map(|&v| d * sc1 as f32 * (v & 0x0f) as f32 - dmin * m1 as f32),
-                    );
-                    out.extend(
-                        q.iter()
-                            .map(|&v| d * sc2 as f32 * (v >> 4) as f32 - dmin * m2 as f32),
-                    );
-                }
-            }
-            out
-        }
-        TensorType::Q6K => {
-            let mut out = Vec::with_capacity(raw.len() / 210 * 256);
-            for b in raw.chunks_exact(210) {
-                let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
-                let d = half(&b[208..210]);
-                for half_block in 0..2 {
-                    let (ql, qh) = (&ql[64 * half_block..], &qh[32 * half_block..]);
-                    let sc = &sc[8 * half_block..];
-                    let mut y = [0.0f32; 128];
-                    for l in 0..32 {
-                        let is = l / 16;
-                        let q = |low: u8, shift: u8| {
-                            (low as i32 | ((((qh[l] >> shift) & 3) as i32) << 4)) - 32
-                        };
-                        let scale = |k: usize| d * (sc[is + k] as i8) as f32;
-                        y[l] = scale(0) * q(ql[l] & 0x0f, 0) as f32;
-                        y[l + 32] = scale(2) * q(ql[l + 32] & 0x0f, 2) as f32;
-                        y[l + 64] = scale(4) * q(ql[l] >> 4, 4) as f32;
-                        y[l + 96] = scale(6) * q(ql[l + 32] >> 4, 6) as f32;
-                    }
-                    out.extend_from_slice(&y);
-                }
-            }
-            out
-        }
-    }
-}
-
-/// Q4_K's 6-bit scale and min of sub-block `j` (of 8), packed into 12 bytes.
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        (
-            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
-    }
 }

@@ -10,10 +10,9 @@ use std::io::{self, Write};
 
 use half::f16;
 
-use crate::kernels::{Q8Rows, quantize_rows_q8};
+use crate::formats::{BLOCK, Blocks, Format};
 use crate::loading::gguf::Value;
-use crate::quant::BLOCK;
-use crate::weights::{HostWeights, LlamaConfig, Matrix};
+use crate::model::{HostWeights, LlamaConfig, Matrix};
 
 const ALIGNMENT: u64 = 32;
 /// GGUF's type ids for the tensors written here, and `general.file_type`'s for the whole file.
@@ -155,14 +154,13 @@ pub fn write(
 }
 
 /// Q8_0 blocks of `values` (a whole number of blocks of 32), in GGUF's layout: each block's f16
-/// scale, then its 32 values.
+/// scale, then its 32 values (the format's reference quantizer).
 fn q8_0(values: &[f32]) -> Vec<u8> {
-    let mut blocks = Q8Rows::default();
-    quantize_rows_q8(values, BLOCK, &mut blocks);
+    let blocks = Blocks::quantize(Format::Q8_0, values);
     let mut out = Vec::with_capacity(values.len() / BLOCK * 34);
     for (quants, scale) in blocks.quants.chunks_exact(BLOCK).zip(&blocks.scales) {
         out.extend(f16::from_f32(*scale).to_le_bytes());
-        out.extend(quants.iter().map(|&q| q as u8));
+        out.extend_from_slice(quants);
     }
     out
 }

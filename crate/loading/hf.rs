@@ -8,7 +8,8 @@ use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::weights::{FieldNames, HostWeights, LayerWeights, LlamaConfig, Matrix};
+use crate::model::config::FieldNames;
+use crate::model::{HostWeights, LayerWeights, LlamaConfig, Matrix};
 
 /// `config.json`'s names for the fields, so that its errors quote them.
 const HF_FIELDS: FieldNames = FieldNames {

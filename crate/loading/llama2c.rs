@@ -6,9 +6,8 @@
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
-use crate::weights::{
-    FileBytes, HostWeights, LLAMA2C_FIELDS, LayerWeights, LlamaConfig, Matrix, Values,
-};
+use crate::model::config::LLAMA2C_FIELDS;
+use crate::model::{FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values};
 
 pub const HEADER_BYTES: usize = 7 * 4;
 /// `ak42`: the magic of llama2.c's newer export versions, which `run.c` itself does not read.

@@ -4,14 +4,16 @@ pub mod gguf;
 pub mod gguf_writer;
 pub mod hf;
 pub mod llama2c;
+pub mod synth;
+pub mod tokenizer;
 
 #[cfg(not(target_arch = "wasm32"))]
 use crate::error::Error;
 use crate::error::Result;
-use crate::tokenizer::Tokenizer;
+use crate::loading::tokenizer::Tokenizer;
 use std::sync::Arc;
 
-use crate::weights::{FileBytes, HostWeights};
+use crate::model::{FileBytes, HostWeights};
 
 /// The bytes of a model in one of the supported formats.
 pub struct ModelFiles {

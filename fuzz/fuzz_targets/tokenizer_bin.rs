@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokenometer_fuzz::tokenizer::Tokenizer;
+use tokenometer_fuzz::loading::tokenizer::Tokenizer;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(tokenizer) = Tokenizer::from_llama2c(data) {

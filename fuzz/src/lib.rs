@@ -1,13 +1,28 @@
 //! The parsers under test, compiled from the engine's own source files: they need nothing of burn,
 //! and including them by path keeps a fuzz build to about a minute instead of compiling burn and
-//! wgpu with coverage instrumentation.
+//! wgpu with coverage instrumentation. The layers they stand on (`error`, `formats`, and the
+//! host-side files of `model`) come along the same way.
 #![allow(dead_code)]
 
 #[path = "../../crate/error.rs"]
 pub mod error;
+#[path = "../../crate/formats/mod.rs"]
+pub mod formats;
 #[path = "../../crate/loading/mod.rs"]
 pub mod loading;
-#[path = "../../crate/tokenizer.rs"]
-pub mod tokenizer;
-#[path = "../../crate/weights.rs"]
-pub mod weights;
+
+/// `crate/model/` without the forward pass and its logits (which use burn).
+pub mod model {
+    #[path = "../../../crate/model/config.rs"]
+    pub mod config;
+    #[path = "../../../crate/model/quant.rs"]
+    pub mod quant;
+    #[path = "../../../crate/model/weights.rs"]
+    pub mod weights;
+
+    pub use config::LlamaConfig;
+    pub use quant::{Quant, QuantPlan, Stored};
+    pub use weights::{FileBytes, HostWeights, LayerWeights, Matrix, Values};
+}
+
+pub use loading::tokenizer;

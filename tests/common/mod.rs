@@ -98,7 +98,7 @@ pub fn tiny_synthetic_engine_on(
     seq_len: usize,
     backend: &tokenometer::Backend,
 ) -> tokenometer::Engine {
-    let mut config = tokenometer::synth::Shape::Stories15M.config();
+    let mut config = tokenometer::loading::synth::Shape::Stories15M.config();
     (
         config.dim,
         config.hidden_dim,
@@ -108,8 +108,11 @@ pub fn tiny_synthetic_engine_on(
     ) = (64, 128, 2, 4, 2);
     (config.vocab_size, config.seq_len) = (512, seq_len);
     let mut bytes = Vec::new();
-    tokenometer::loading::llama2c::write(&tokenometer::synth::weights(&config, 1), &mut bytes)
-        .unwrap();
+    tokenometer::loading::llama2c::write(
+        &tokenometer::loading::synth::weights(&config, 1),
+        &mut bytes,
+    )
+    .unwrap();
     let files = tokenometer::ModelFiles::llama2c("tiny", bytes);
     tokenometer::Engine::load(
         files,

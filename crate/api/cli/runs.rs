@@ -1,0 +1,405 @@
+//! The runs behind `generate` and `bench`: each a driver from `api/drive.rs`, its events written
+//! as the user asked, and the meter's figures as tables for a person or as JSON.
+
+use std::io::Write;
+
+use crate::api::drive::{Level, LoadLevel, MeteredRun};
+use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions};
+use crate::error::Error;
+use crate::meter::{DEFAULT_READING_WPM, LoadReport, Report, human_bytes, human_count};
+
+/// Where a run's events go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Output {
+    /// The prompt and the text as it streams.
+    Text,
+    /// One JSON object per event; the done line carries the report.
+    Json,
+    /// Nothing (benchmark runs).
+    Quiet,
+}
+
+/// Run one generation through the meter, writing its events as `output` says.
+pub(super) async fn generate(
+    engine: &Engine,
+    prompt: &str,
+    options: &GenerateOptions,
+    reading_wpm: f64,
+    warm_up_ms: Option<f64>,
+    output: Output,
+) -> Result<Report, Error> {
+    let mut run = MeteredRun::start(engine, prompt, *options, reading_wpm, warm_up_ms)?;
+    let mut out = std::io::stdout().lock();
+    if output == Output::Text {
+        let _ = write!(out, "{prompt}");
+    }
+    let mut done = None;
+    let report = run
+        .run_to_end(engine, &mut |event| {
+            match (event, output) {
+                // The done line waits for the report it carries.
+                (Event::Done { .. }, _) => done = Some(event.clone()),
+                (_, Output::Json) => {
+                    let _ = writeln!(out, "{}", serde_json::to_string(event).unwrap());
+                }
+                (Event::Token { text, .. }, Output::Text) => {
+                    let _ = write!(out, "{text}");
+                    let _ = out.flush();
+                }
+                _ => {}
+            }
+            Flow::Continue
+        })
+        .await?;
+    let Some(done) = done else {
+        unreachable!("a run always ends with a done event")
+    };
+    match output {
+        Output::Json => {
+            let mut line = serde_json::to_value(&done).unwrap();
+            line["report"] = serde_json::to_value(&report).unwrap();
+            let _ = writeln!(out, "{line}");
+        }
+        Output::Text => {
+            let _ = writeln!(out);
+        }
+        Output::Quiet => {}
+    }
+    Ok(report)
+}
+
+fn fmt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+}
+
+/// The compact human table that ends `generate`.
+pub(super) fn table(r: &Report) -> String {
+    let c = &r.conditions;
+    let p = r.inter_token_ms;
+    let mut lines = vec![
+        format!("conditions: {}", c.summary()),
+        format!(
+            "stop: {}",
+            c.stop_reason.map_or("-", |r| r.name()).replace('_', " ")
+        ),
+        format!("warm-up (apart): {} ms", fmt(c.warm_up_ms, 1)),
+        format!(
+            "TTFT {} ms = queue {} + tokenize {} + prefill {} (prefill {} tok/s)",
+            fmt(r.ttft_ms, 1),
+            fmt(r.queued_ms, 2),
+            fmt(r.tokenize_ms, 2),
+            fmt(r.prefill_ms, 1),
+            fmt(r.prefill_tps, 1)
+        ),
+        format!(
+            "decode {} tok/s over {} ms; inter-token p50 {} p90 {} p99 {} max {} ms",
+            fmt(r.decode_tps, 1),
+            fmt(r.decode_ms, 1),
+            fmt(p.map(|p| p.p50), 2),
+            fmt(p.map(|p| p.p90), 2),
+            fmt(p.map(|p| p.p99), 2),
+            fmt(p.map(|p| p.max), 2)
+        ),
+        format!(
+            "words {} ({} tok/word), {} words/s = {} x reading speed ({} wpm; a reader needs {:.1} s)",
+            r.words,
+            fmt(r.tokens_per_word, 2),
+            fmt(r.words_per_s, 1),
+            fmt(r.reading_speed_x, 1),
+            r.reading_wpm,
+            r.reading_time_s
+        ),
+        format!(
+            "total {} ms (predicted TTFT + tokens / decode tok/s: {} ms)",
+            fmt(r.total_ms, 1),
+            fmt(r.predicted_total_ms, 1)
+        ),
+        format!(
+            "effective bandwidth {} GB/s ({} of weights per token)",
+            fmt(r.effective_gb_per_s, 3),
+            human_bytes(c.model.bytes_per_token)
+        ),
+    ];
+    if c.batch_size > 1 {
+        lines.push(format!(
+            "aggregate {} tok/s, per request {} tok/s",
+            fmt(r.aggregate_tps, 1),
+            fmt(r.per_request_tps, 1)
+        ));
+    }
+    lines.join("\n")
+}
+
+pub(super) async fn bench(
+    engine: &Engine,
+    runs: usize,
+    prompt: &str,
+    max_tokens: usize,
+    json: bool,
+) -> Result<(), Error> {
+    let warm_up_ms = engine.warm_up().await?;
+    let options = GenerateOptions {
+        max_tokens,
+        ..Default::default()
+    };
+    let mut reports = Vec::with_capacity(runs + 1);
+    for _ in 0..=runs {
+        let quiet = Output::Quiet;
+        reports.push(generate(engine, prompt, &options, DEFAULT_READING_WPM, None, quiet).await?);
+    }
+    // The first run is not counted: it compiles every kernel shape the timed runs meet.
+    reports.remove(0);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports).unwrap());
+        return Ok(());
+    }
+    let first = &reports[0].conditions;
+    println!("conditions: {}", first.summary());
+    println!(
+        "runs: {runs} after a warm-up ({warm_up_ms:.1} ms, reported apart) and one untimed run"
+    );
+    println!(
+        "{:<16} {:>12} {:>12} {:>12}",
+        "figure", "median", "min", "max"
+    );
+    type Pick = fn(&Report) -> Option<f64>;
+    let rows: [(&str, Pick); 6] = [
+        ("TTFT ms", |r| r.ttft_ms),
+        ("prefill tok/s", |r| r.prefill_tps),
+        ("decode tok/s", |r| r.decode_tps),
+        ("words/s", |r| r.words_per_s),
+        ("GB/s", |r| r.effective_gb_per_s),
+        ("total ms", |r| r.total_ms),
+    ];
+    for (name, pick) in rows {
+        let mut values: Vec<f64> = reports.iter().filter_map(pick).collect();
+        values.sort_by(f64::total_cmp);
+        if values.is_empty() {
+            println!("{name:<16} {:>12} {:>12} {:>12}", "-", "-", "-");
+            continue;
+        }
+        let median = if values.len() % 2 == 1 {
+            values[values.len() / 2]
+        } else {
+            (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
+        };
+        println!(
+            "{name:<16} {median:>12.2} {:>12.2} {:>12.2}",
+            values[0],
+            values[values.len() - 1]
+        );
+    }
+    Ok(())
+}
+
+/// Run every prompt as its own sequence in one batch, writing events as `output` says.
+pub(super) async fn generate_batch(
+    engine: &Engine,
+    prompts: &[String],
+    options: &GenerateOptions,
+    reading_wpm: f64,
+    warm_up_ms: Option<f64>,
+    output: Output,
+) -> Result<LoadReport, Error> {
+    let users = prompts.len();
+    let mut level = LoadLevel::start(
+        engine,
+        &Level {
+            users,
+            arrival: Arrival::Burst,
+            max_batch: users,
+            prompts: prompts.to_vec(),
+            options: *options,
+            reading_wpm,
+            warm_up_ms,
+        },
+    )?;
+    let mut out = std::io::stdout().lock();
+    let mut texts = vec![String::new(); users];
+    let report = level
+        .run_to_end(engine, &mut |e, level| match (&e.event, output) {
+            (Event::Done { .. }, Output::Json) => {
+                let mut line = serde_json::to_value(e).unwrap();
+                let report = level.user(e.seq).map(|m| m.final_report());
+                line["report"] = serde_json::to_value(report).unwrap();
+                let _ = writeln!(out, "{line}");
+            }
+            (_, Output::Json) => {
+                let _ = writeln!(out, "{}", serde_json::to_string(e).unwrap());
+            }
+            (Event::Token { text, .. }, _) => texts[e.seq].push_str(text),
+            (
+                Event::Done {
+                    reason,
+                    trailing_text,
+                    ..
+                },
+                Output::Text,
+            ) => {
+                let _ = writeln!(
+                    out,
+                    "--- sequence {} ({}) ---\n{}{}{}\n",
+                    e.seq,
+                    reason.name().replace('_', " "),
+                    prompts[e.seq],
+                    texts[e.seq],
+                    trailing_text
+                );
+            }
+            _ => {}
+        })
+        .await?;
+    if output == Output::Json {
+        let line = serde_json::json!({"event": "batch_done", "report": report});
+        let _ = writeln!(out, "{line}");
+    }
+    Ok(report)
+}
+
+/// A batch's or load level's figures, as lines for a person.
+pub(super) fn load_table(r: &LoadReport) -> String {
+    [
+        format!("conditions: {}", r.summary),
+        format!(
+            "{} users, {} completed, {} prompt + {} output tokens in {} ms",
+            r.users,
+            r.requests_completed,
+            r.prompt_tokens,
+            r.output_tokens,
+            fmt(r.wall_ms, 1)
+        ),
+        format!(
+            "aggregate {} tok/s; per user {} tok/s p50, {} min; {} words/s p50 ({} wpm is {:.1} words/s)",
+            fmt(r.aggregate_tps, 1),
+            fmt(r.per_user_tps_p50, 1),
+            fmt(r.per_user_tps_min, 1),
+            fmt(r.per_user_words_per_s_p50, 1),
+            r.reading_wpm,
+            r.reading_wpm / 60.0
+        ),
+        format!(
+            "TTFT p50 {} ms, p99 {} ms; inter-token p50 {} ms, p99 {} ms",
+            fmt(r.ttft_ms_p50, 1),
+            fmt(r.ttft_ms_p99, 1),
+            fmt(r.itl_ms_p50, 2),
+            fmt(r.itl_ms_p99, 2)
+        ),
+    ]
+    .join("\n")
+}
+
+/// A load test's settings.
+pub(super) struct Load {
+    pub levels: Vec<usize>,
+    pub arrival: Arrival,
+    pub max_batch: Option<usize>,
+    pub prompts: Vec<String>,
+    pub max_tokens: usize,
+}
+
+/// One load test level: `users` users, greedy, arriving as `load.arrival` says.
+async fn load_level(
+    engine: &Engine,
+    load: &Load,
+    users: usize,
+    max_tokens: usize,
+    warm_up_ms: Option<f64>,
+) -> Result<LoadLevel, Error> {
+    let mut level = LoadLevel::start(
+        engine,
+        &Level {
+            users,
+            arrival: load.arrival,
+            max_batch: load.max_batch.unwrap_or(users),
+            prompts: load.prompts.clone(),
+            options: GenerateOptions {
+                max_tokens,
+                ..Default::default()
+            },
+            reading_wpm: DEFAULT_READING_WPM,
+            warm_up_ms,
+        },
+    )?;
+    level.run_to_end(engine, &mut |_, _| {}).await?;
+    Ok(level)
+}
+
+/// `bench --concurrency`: one row per level, each after an untimed short run of the same batch
+/// sizes (on wgpu, every new shape compiles its kernels the first time).
+pub(super) async fn bench_concurrency(
+    engine: &Engine,
+    load: &Load,
+    json: bool,
+) -> Result<(), Error> {
+    let warm_up_ms = engine.warm_up().await?;
+    let mut reports = Vec::with_capacity(load.levels.len());
+    for (i, &users) in load.levels.iter().enumerate() {
+        load_level(engine, load, users, 2, None).await?;
+        let mut level = load_level(engine, load, users, load.max_tokens, Some(warm_up_ms)).await?;
+        level.measure_ceiling(engine);
+        let report = level.report();
+        if !json {
+            if i == 0 {
+                let c = &report.conditions;
+                println!(
+                    "conditions: {} ({} params, {}) on {} [{}], {} arrival, up to {} tokens a user, greedy, batch limit {}",
+                    c.model.name,
+                    human_count(c.model.parameters as f64),
+                    c.model.quant,
+                    c.model.backend,
+                    c.model.adapter,
+                    c.arrival,
+                    c.max_tokens,
+                    load.max_batch
+                        .map_or_else(|| "= users".to_string(), |n| n.to_string())
+                );
+                println!("warm-up (apart): {warm_up_ms:.1} ms; each level after an untimed run");
+                println!(
+                    "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10} {:>13}",
+                    "users",
+                    "aggr tok/s",
+                    "user tok/s p50",
+                    "user min",
+                    "TTFT p50",
+                    "TTFT p99",
+                    "ITL p99",
+                    "x reading",
+                    "wall ms",
+                    "ceiling tok/s"
+                );
+            }
+            let reading = report
+                .per_user_words_per_s_p50
+                .map(|w| w / (report.reading_wpm / 60.0));
+            println!(
+                "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10} {:>13}",
+                report.users,
+                fmt(report.aggregate_tps, 1),
+                fmt(report.per_user_tps_p50, 1),
+                fmt(report.per_user_tps_min, 1),
+                fmt(report.ttft_ms_p50, 1),
+                fmt(report.ttft_ms_p99, 1),
+                fmt(report.itl_ms_p99, 2),
+                fmt(reading, 1),
+                fmt(report.wall_ms, 0),
+                fmt(report.products_alone.map(|p| p.tps), 1)
+            );
+        }
+        reports.push(report);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports).unwrap());
+    } else if reports.iter().any(|r| r.products_alone.is_some()) {
+        println!(
+            "ceiling: a step's matrix products alone (every projection and the classifier, once, \
+             for the batch's rows; nothing else), median of the passes timed after each level:"
+        );
+        for p in reports.iter().filter_map(|r| r.products_alone) {
+            println!(
+                "{:>5} rows: {:.2} ms a step, {:.1} GB/s of weights, {:.2} billion multiply-adds/s ({} passes)",
+                p.rows, p.ms_p50, p.gb_per_s, p.gmac_per_s, p.passes
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! The two drivers every front end shares: a metered run ([`MeteredRun`]: one request, stepped
+//! to its end, its meter fed every event) and a load-test level ([`LoadLevel`]: many users'
+//! requests arriving into one batch, the batch meter fed, and the level's ceiling measured once
+//! every user has ended). The CLI runs them to the end; the wasm API pumps them a slice of time
+//! at a time so that the worker hears a cancel between pumps. Neither computes a figure: the
+//! meter does.
+
+use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions, Request, Scheduler, SeqEvent};
+use crate::error::{Error, Result};
+use crate::meter::{BatchMeter, Conditions, LoadConditions, LoadReport, Meter, Products, Report};
+
+/// One request, metered from its start to its end.
+pub struct MeteredRun {
+    scheduler: Scheduler,
+    meter: Meter,
+    seq: usize,
+    /// The wait before the engine (`options.queued_ms`), which every event time includes.
+    queued_ms: f64,
+}
+
+impl MeteredRun {
+    /// Submit `prompt`; the conditions name the engine's model, the sampling, batch 1 and the
+    /// warm-up that came before (reported apart). A bad prompt or setting is an error here.
+    pub fn start(
+        engine: &Engine,
+        prompt: &str,
+        options: GenerateOptions,
+        reading_wpm: f64,
+        warm_up_ms: Option<f64>,
+    ) -> Result<MeteredRun> {
+        let mut scheduler = Scheduler::new(1);
+        let request = Request {
+            prompt: prompt.to_string(),
+            options,
+        };
+        let seq = scheduler.submit(engine, &request, None)?;
+        let conditions = Conditions::new(&engine.info, options.sampling, 1, warm_up_ms)
+            .raw_prompt(!options.chat);
+        Ok(MeteredRun {
+            scheduler,
+            meter: Meter::new(conditions, reading_wpm),
+            seq,
+            queued_ms: options.queued_ms,
+        })
+    }
+
+    /// One step (the prefill, or one decode token); its events, each already metered.
+    pub async fn step(&mut self, engine: &Engine) -> Result<Vec<Event>> {
+        let events = self.scheduler.step(engine).await?;
+        let events: Vec<Event> = events.into_iter().map(|e| e.event).collect();
+        for event in &events {
+            self.meter.observe(event);
+        }
+        Ok(events)
+    }
+
+    /// Whether the run has ended (its done event has been metered).
+    pub fn is_done(&self) -> bool {
+        self.scheduler.is_idle()
+    }
+
+    /// End the run now; its done event (metered), or `None` when it had ended.
+    pub fn cancel(&mut self) -> Option<Event> {
+        let done = self.scheduler.cancel(self.seq)?;
+        self.meter.observe(&done.event);
+        Some(done.event)
+    }
+
+    /// Milliseconds since the request, as the events count them.
+    pub fn now_ms(&self) -> f64 {
+        self.queued_ms + self.scheduler.now_ms()
+    }
+
+    /// The meter's report: the final one once the run is done, otherwise as of now.
+    pub fn report(&self) -> Report {
+        if self.is_done() {
+            self.meter.final_report()
+        } else {
+            self.meter.report(self.now_ms())
+        }
+    }
+
+    /// The text generated so far.
+    pub fn text(&self) -> &str {
+        self.meter.text()
+    }
+
+    /// Step to the end, handing every event to `on_event`; `Flow::Stop` cancels the run. Returns
+    /// the final report.
+    pub async fn run_to_end(
+        &mut self,
+        engine: &Engine,
+        on_event: &mut dyn FnMut(&Event) -> Flow,
+    ) -> Result<Report> {
+        'steps: while !self.is_done() {
+            for event in self.step(engine).await? {
+                if on_event(&event) == Flow::Stop && !matches!(event, Event::Done { .. }) {
+                    if let Some(done) = self.cancel() {
+                        on_event(&done);
+                    }
+                    break 'steps;
+                }
+            }
+        }
+        Ok(self.meter.final_report())
+    }
+}
+
+/// What a load-test level simulates.
+#[derive(Debug, Clone)]
+pub struct Level {
+    pub users: usize,
+    /// How the users' requests arrive.
+    pub arrival: Arrival,
+    /// The most sequences one step decodes (the rest wait).
+    pub max_batch: usize,
+    /// Given to the users in turn.
+    pub prompts: Vec<String>,
+    pub options: GenerateOptions,
+    pub reading_wpm: f64,
+    /// The warm-up before the level, reported apart.
+    pub warm_up_ms: Option<f64>,
+}
+
+/// What a step of a level gave.
+pub enum LevelStep {
+    /// Its events, each already metered.
+    Events(Vec<SeqEvent>),
+    /// Nothing could run: no user is running and the next arrives in this many milliseconds.
+    Wait(f64),
+}
+
+/// One load-test level: every user's request submitted at the start, to arrive as the level's
+/// arrival says, stepped in one scheduler and metered per user and as a whole.
+pub struct LoadLevel {
+    scheduler: Scheduler,
+    meter: BatchMeter,
+    users: usize,
+    /// The step's ceiling at the level's batch size, measured once every user has ended
+    /// ([`LoadLevel::measure_ceiling`]); `None` before then, on a GPU, and after a cancel.
+    products_alone: Option<Products>,
+    /// Whether [`LoadLevel::cancel_all`] ended the level: then it ends at once, with no ceiling
+    /// to time.
+    cancelled: bool,
+}
+
+impl LoadLevel {
+    /// Submit every user's request. A prompt that does not fit is an error naming it.
+    pub fn start(engine: &Engine, level: &Level) -> Result<LoadLevel> {
+        let users = level.users;
+        let conditions = LoadConditions {
+            model: engine.info.clone(),
+            users,
+            max_batch: level.max_batch,
+            arrival: level.arrival.to_string(),
+            max_tokens: level.options.max_tokens,
+            sampling: level.options.sampling,
+            warm_up_ms: level.warm_up_ms,
+        };
+        let mut meter = BatchMeter::new(conditions, level.reading_wpm);
+        let mut scheduler = Scheduler::new(level.max_batch);
+        for (i, at) in level.arrival.times(users).into_iter().enumerate() {
+            let prompt = &level.prompts[i % level.prompts.len()];
+            let request = Request {
+                prompt: prompt.clone(),
+                options: level.options,
+            };
+            let seq = scheduler
+                .submit(engine, &request, Some(at))
+                .map_err(|e| Error::BadPrompt(format!("prompt {} ({prompt:?}): {e}", i + 1)))?;
+            meter.arrive(seq, at);
+        }
+        Ok(LoadLevel {
+            scheduler,
+            meter,
+            users,
+            products_alone: None,
+            cancelled: false,
+        })
+    }
+
+    /// One scheduler step, or how long until the next user arrives when nothing can run.
+    pub async fn step(&mut self, engine: &Engine) -> Result<LevelStep> {
+        let events = self.scheduler.step(engine).await?;
+        if events.is_empty() && self.scheduler.running() == 0 {
+            if let Some(at) = self.scheduler.next_arrival_ms() {
+                return Ok(LevelStep::Wait((at - self.scheduler.now_ms()).max(0.0)));
+            }
+        }
+        for e in &events {
+            self.meter.observe(e.seq, &e.event);
+        }
+        Ok(LevelStep::Events(events))
+    }
+
+    /// Whether every user has ended.
+    pub fn is_done(&self) -> bool {
+        self.scheduler.is_idle()
+    }
+
+    /// Milliseconds on the level's clock.
+    pub fn now_ms(&self) -> f64 {
+        self.scheduler.now_ms()
+    }
+
+    /// Once every user has ended (and the level was not cancelled), time the step's matrix
+    /// products alone at the level's batch size: about 0.2 s, after the level's own figures are
+    /// fixed. Nothing on a GPU.
+    pub fn measure_ceiling(&mut self, engine: &Engine) {
+        if self.is_done() && self.products_alone.is_none() && !self.cancelled {
+            self.products_alone = engine
+                .products_alone(self.meter.conditions().batch_rows())
+                .and_then(|passes| Products::from_passes(&passes));
+        }
+    }
+
+    /// End every user's request now; their done events (metered).
+    pub fn cancel_all(&mut self) -> Vec<SeqEvent> {
+        self.cancelled = true;
+        let mut events = Vec::new();
+        for seq in 0..self.users {
+            if let Some(done) = self.scheduler.cancel(seq) {
+                self.meter.observe(seq, &done.event);
+                events.push(done);
+            }
+        }
+        events
+    }
+
+    /// The level's report so far, with its ceiling once measured.
+    pub fn report(&self) -> LoadReport {
+        LoadReport {
+            products_alone: self.products_alone,
+            ..self.meter.report()
+        }
+    }
+
+    /// User `seq`'s meter, once the user has arrived.
+    pub fn user(&self, seq: usize) -> Option<&Meter> {
+        self.meter.user(seq)
+    }
+
+    /// How many users the level simulates.
+    pub fn users(&self) -> usize {
+        self.users
+    }
+
+    /// Step to the end, handing every event to `on_event` and sleeping while no user has
+    /// arrived yet. Returns the report (without a ceiling: see
+    /// [`measure_ceiling`](Self::measure_ceiling)).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub async fn run_to_end(
+        &mut self,
+        engine: &Engine,
+        on_event: &mut dyn FnMut(&SeqEvent, &LoadLevel),
+    ) -> Result<LoadReport> {
+        while !self.is_done() {
+            match self.step(engine).await? {
+                LevelStep::Wait(ms) => {
+                    std::thread::sleep(std::time::Duration::from_secs_f64(ms / 1e3))
+                }
+                LevelStep::Events(events) => {
+                    for e in &events {
+                        on_event(e, self);
+                    }
+                }
+            }
+        }
+        Ok(self.report())
+    }
+}

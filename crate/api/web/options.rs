@@ -1,0 +1,87 @@
+//! The settings a run and a concurrency lab take, as the page sends them, and their defaults.
+
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+
+use crate::api::web::js::to_js;
+use crate::decode::{DEFAULT_MAX_TOKENS, GenerateOptions, Sampling};
+use crate::meter::DEFAULT_READING_WPM;
+
+/// Options for one run, as the page sends them.
+#[derive(Deserialize, Serialize)]
+#[serde(default)]
+pub(crate) struct RunOptions {
+    pub(crate) max_tokens: usize,
+    pub(crate) temperature: f32,
+    pub(crate) top_p: f32,
+    pub(crate) seed: u64,
+    /// `performance.timeOrigin + performance.now()` when the user asked, on the page.
+    #[serde(skip_serializing)]
+    pub(crate) requested_at: Option<f64>,
+    pub(crate) reading_wpm: f64,
+    /// Wrap the prompt in the model's chat template, when it has one.
+    pub(crate) chat: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        let sampling = Sampling::default();
+        Self {
+            max_tokens: DEFAULT_MAX_TOKENS,
+            temperature: sampling.temperature,
+            top_p: sampling.top_p,
+            seed: sampling.seed,
+            requested_at: None,
+            reading_wpm: DEFAULT_READING_WPM,
+            chat: GenerateOptions::default().chat,
+        }
+    }
+}
+
+/// The settings a run and a lab take when the page does not say: the one place the page's form
+/// gets its defaults from (`{ run: { max_tokens, temperature, top_p, seed, reading_wpm, chat }, lab:
+/// { users, arrival, max_batch, max_tokens, reading_wpm } }`).
+#[wasm_bindgen]
+pub fn defaults() -> JsValue {
+    #[derive(Serialize)]
+    struct Defaults {
+        run: RunOptions,
+        lab: LabOptions,
+    }
+    to_js(&Defaults {
+        run: RunOptions::default(),
+        lab: LabOptions::default(),
+    })
+}
+
+/// A concurrency lab's settings, as the page sends them.
+#[derive(Deserialize, Serialize)]
+#[serde(default)]
+pub(crate) struct LabOptions {
+    pub(crate) users: usize,
+    /// `burst` or `poisson:RATE`.
+    pub(crate) arrival: String,
+    /// The most sequences one step decodes; `None`: as many as there are users.
+    pub(crate) max_batch: Option<usize>,
+    pub(crate) max_tokens: usize,
+    /// Given to the users in turn; `None`: the engine's built-in list of varied prompts.
+    #[serde(skip_serializing)]
+    pub(crate) prompts: Option<Vec<String>>,
+    pub(crate) reading_wpm: f64,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        Self {
+            users: 4,
+            arrival: "burst".into(),
+            max_batch: None,
+            max_tokens: 128,
+            prompts: None,
+            reading_wpm: DEFAULT_READING_WPM,
+        }
+    }
+}
+
+/// The most users the page's lab simulates.
+pub const MAX_LAB_USERS: usize = 64;

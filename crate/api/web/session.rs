@@ -1,0 +1,201 @@
+//! A loaded model ([`Session`]) and one metered run on it ([`Run`]), pumped by the worker.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use crate::api::drive::MeteredRun;
+use crate::api::web::js::{engine_error, js_error, now_epoch_ms, to_js};
+use crate::api::web::options::RunOptions;
+use crate::backend::{Backend, BackendChoice};
+use crate::decode::{Engine, Event, GenerateOptions, ModelInfo, Sampling};
+use crate::loading::ModelFiles;
+use crate::model::{FileBytes, Quant};
+
+/// A loaded model on its backend.
+#[wasm_bindgen]
+pub struct Session {
+    pub(super) engine: Rc<Engine>,
+    details: String,
+    pub(super) warm_up_ms: Rc<Cell<Option<f64>>>,
+}
+
+/// Load a model. `model` is a GGUF or a llama2.c `.bin`, or `model.safetensors` when `hf_config`
+/// (the bytes of `config.json`) is given. `tokenizer` may be left out for a GGUF that carries one.
+/// `backend` is `auto`, `wgpu` or `cpu`; `quant` is `f32`, `q8` or `q4`.
+#[wasm_bindgen(js_name = loadSession)]
+pub async fn load_session(
+    name: String,
+    model: js_sys::Uint8Array,
+    tokenizer: Option<Vec<u8>>,
+    backend: String,
+    quant: String,
+    hf_config: Option<Vec<u8>>,
+) -> Result<Session, JsError> {
+    let choice: BackendChoice = backend.parse().map_err(js_error)?;
+    let quant: Quant = quant.parse().map_err(js_error)?;
+    let backend = Backend::init(choice).await.map_err(js_error)?;
+    // One copy into wasm memory, 4-byte aligned, whose f32 weights the engine then uses in place.
+    let mut bytes = FileBytes::zeroed(model.length() as usize);
+    model.copy_to(bytes.bytes_mut());
+    drop(model);
+    let model = bytes;
+    let files = match hf_config {
+        Some(config) => ModelFiles::hugging_face(name, config, model),
+        None => ModelFiles::single(name, model),
+    };
+    let engine = Engine::load(files, tokenizer.as_deref(), quant, &backend).map_err(js_error)?;
+    Ok(Session {
+        engine: Rc::new(engine),
+        details: backend.details,
+        warm_up_ms: Rc::new(Cell::new(None)),
+    })
+}
+
+#[wasm_bindgen]
+impl Session {
+    /// What was loaded: name, parameters, quantization, bytes, backend, adapter and its details.
+    pub fn info(&self) -> JsValue {
+        #[derive(Serialize)]
+        struct Info<'a> {
+            #[serde(flatten)]
+            model: &'a ModelInfo,
+            adapter_details: &'a str,
+        }
+        to_js(&Info {
+            model: &self.engine.info,
+            adapter_details: &self.details,
+        })
+    }
+
+    /// Compile shaders and run one step so that later runs measure steady state; resolves to ms.
+    #[wasm_bindgen(js_name = warmUp)]
+    pub fn warm_up(&self) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        let warm = self.warm_up_ms.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let ms = engine.warm_up().await.map_err(engine_error)?;
+            warm.set(Some(ms));
+            Ok(JsValue::from_f64(ms))
+        })
+    }
+
+    /// Start generating from `prompt` (see `RunOptions`); then call `pump` on the returned run
+    /// until it reports `done`, and `cancel` between pumps to stop it. A bad prompt or setting is
+    /// an error here.
+    pub fn start(&self, prompt: String, options: JsValue) -> Result<Run, JsError> {
+        let options: RunOptions = if options.is_undefined() || options.is_null() {
+            RunOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options).map_err(js_error)?
+        };
+        let sampling = Sampling {
+            temperature: options.temperature,
+            top_p: options.top_p,
+            seed: options.seed,
+        };
+        let queued_ms = options
+            .requested_at
+            .map_or(0.0, |at| (now_epoch_ms() - at).max(0.0));
+        let generate = GenerateOptions {
+            max_tokens: options.max_tokens,
+            sampling,
+            queued_ms,
+            chat: options.chat,
+        };
+        let run = MeteredRun::start(
+            &self.engine,
+            &prompt,
+            generate,
+            options.reading_wpm,
+            self.warm_up_ms.get(),
+        )
+        .map_err(js_error)?;
+        Ok(Run {
+            engine: self.engine.clone(),
+            state: Rc::new(RefCell::new(Some(run))),
+        })
+    }
+}
+
+/// One generation in progress, advanced by `pump`.
+#[wasm_bindgen]
+pub struct Run {
+    engine: Rc<Engine>,
+    /// Taken out while a pump runs, so that a second pump or a cancel meanwhile is refused.
+    state: Rc<RefCell<Option<MeteredRun>>>,
+}
+
+#[wasm_bindgen]
+impl Run {
+    /// Run decode steps for about `budget_ms` (at least one; the prefill's step and the first
+    /// token's return at once, so that TTFT shows without delay), then resolve to `{ events,
+    /// report, done }`: the events in order, the meter's report as of now, and whether the run
+    /// has ended. A pump's events reach JavaScript together: every crossing from wasm into
+    /// JavaScript costs a fraction of a millisecond in a worker, and crossing per token would slow
+    /// the very decode being measured.
+    pub fn pump(&self, budget_ms: f64) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        let state = self.state.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let busy = || JsValue::from(js_error("the run is already being pumped"));
+            let mut run = state.borrow_mut().take().ok_or_else(busy)?;
+            let start = run.now_ms();
+            let mut events = Vec::new();
+            while !run.is_done() {
+                let step = match run.step(&engine).await {
+                    Ok(step) => step,
+                    Err(e) => {
+                        *state.borrow_mut() = Some(run);
+                        return Err(engine_error(e));
+                    }
+                };
+                let first = step.iter().any(|e| matches!(e, Event::Prefill { .. }));
+                events.extend(step);
+                if first || run.now_ms() - start >= budget_ms {
+                    break;
+                }
+            }
+            #[derive(Serialize)]
+            struct Pumped<'a> {
+                events: &'a [Event],
+                report: crate::meter::Report,
+                /// Where each word of the output so far ends (UTF-16 offsets), for the page's
+                /// reading cursor: the meter's word rule, so the page needs none of its own.
+                word_ends: Vec<usize>,
+                done: bool,
+            }
+            let pumped = to_js(&Pumped {
+                events: &events,
+                report: run.report(),
+                word_ends: crate::meter::word_ends_utf16(run.text()),
+                done: run.is_done(),
+            });
+            *state.borrow_mut() = Some(run);
+            Ok(pumped)
+        })
+    }
+
+    /// Stop the run now (between pumps); returns its done event, or `null` when it had ended.
+    pub fn cancel(&self) -> Result<JsValue, JsError> {
+        let mut state = self.state.borrow_mut();
+        let run = state
+            .as_mut()
+            .ok_or_else(|| js_error("the run is being pumped; cancel between pumps"))?;
+        Ok(match run.cancel() {
+            Some(done) => to_js(&done),
+            None => JsValue::NULL,
+        })
+    }
+
+    /// The meter's report as of now (the final one once the run is done).
+    pub fn report(&self) -> Result<JsValue, JsError> {
+        let state = self.state.borrow();
+        let run = state
+            .as_ref()
+            .ok_or_else(|| js_error("the run is being pumped"))?;
+        Ok(to_js(&run.report()))
+    }
+}

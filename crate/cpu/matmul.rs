@@ -1,0 +1,156 @@
+//! Matrix products on the CPU: f32 rows, and Q8_0 / Q4_0 weight blocks against int8-quantized
+//! activations, each instruction set's kernels (`scalar.rs`, `avx2.rs`, `simd128.rs`; packed
+//! groups of 8 rows in `packed/`) run over tiles of weight rows and activation rows here.
+//!
+//! Quantized dot products follow the idea of llama.cpp's `ggml_vec_dot_q8_0_q8_0`: both sides are
+//! blocks of 32 integers with one scale, so a block's products are summed exactly in integers and
+//! scaled once. Weight blocks hold values in -127..=127 (Q8_0) or 0..=15 meaning -8..=7 (Q4_0), so
+//! the 16-bit pair sums of AVX2's `maddubs` cannot saturate. Each format's kernels are compiled
+//! for its [`RunFormat`] type; a matrix's [`Format`] picks them once a product.
+//!
+//! Layouts (row-major, one row per output unit; `formats/` defines each block):
+//! - Q8_0: `quants[r * cols + i]` as i8, `scales[r * cols / 32 + b]`.
+//! - Q4_0: 16 bytes per block; byte `j` holds value `j` in its low nibble and value `j + 16` in
+//!   its high nibble (GGUF's order), stored as `value + 8`.
+//!
+//! On AVX2 machines and in wasm the model's Q8_0 and Q4_0 matrices are regrouped 8 rows at a time
+//! when they load, and `matmul` hands them to `packed/`. SIMD128's block kernels are only there:
+//! a row-major matrix handed to `matmul` in wasm (the tests') is packed for that product.
+
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::avx2;
+use crate::cpu::isa::Isa;
+use crate::cpu::packed::{self, Packed};
+use crate::cpu::scalar;
+#[cfg(target_arch = "wasm32")]
+use crate::cpu::simd128;
+use crate::cpu::tile::{BlockRow, Kernels, Matmul, Q8Rows, TILE, row_by_row};
+#[cfg(target_arch = "wasm32")]
+use crate::formats::Blocks;
+use crate::formats::{Format, with_format};
+
+/// The stored weights of a matrix, borrowed for one product.
+#[derive(Clone, Copy)]
+pub enum WeightRows<'a> {
+    F32(&'a [f32]),
+    /// Row-major blocks of one format (see [`Blocks`](crate::formats::Blocks)).
+    Blocks {
+        format: Format,
+        quants: &'a [u8],
+        scales: &'a [f32],
+    },
+    /// Q8_0 or Q4_0 in groups of 8 interleaved rows (`packed/`).
+    Packed(&'a Packed),
+}
+
+/// `out[i * rows + r] = dot(weight row r, x row i)` for a `[rows, cols]` weight and `t` rows of
+/// `x` (f32 for f32 weights; int8 blocks in `xq` for quantized ones). Each weight row is read
+/// from memory once for all `t` activation rows.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    isa: Isa,
+    w: WeightRows,
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    xq: &Q8Rows,
+    t: usize,
+    out: &mut [f32],
+) {
+    debug_assert_eq!(out.len(), t * rows);
+    if let WeightRows::Packed(packed) = w {
+        assert_eq!((packed.rows(), packed.cols()), (rows, cols));
+        return packed::matmul(isa, packed, xq, t, out);
+    }
+    let m = Matmul {
+        rows,
+        cols,
+        x,
+        xq,
+        t,
+    };
+    let (format, blocks) = match w {
+        WeightRows::Blocks {
+            format,
+            quants,
+            scales,
+        } => (format, BlockRow { quants, scales }),
+        WeightRows::Packed(_) => unreachable!("packed, above"),
+        WeightRows::F32(data) => {
+            return match isa {
+                Isa::Scalar => m.f32_tiled(
+                    data,
+                    out,
+                    Kernels::new(
+                        row_by_row(scalar::f32_tile),
+                        (1, 1),
+                        row_by_row(scalar::f32_tile),
+                        (1, TILE),
+                    ),
+                ),
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: both are only produced after detecting AVX2 and FMA. f32 weights take
+                // the AVX2 loops on a VNNI machine too (compiled with AVX-512 enabled, they
+                // decoded stories15M f32 a tenth slower at 8 users).
+                Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::matmul_f32(&m, data, out) },
+                #[cfg(target_arch = "wasm32")]
+                Isa::Simd128 => m.f32_tiled(
+                    data,
+                    out,
+                    // Closures marked to inline, so that each kernel's loops inline into its
+                    // `grouped`: handed over as function items, the block kernels (since moved to
+                    // `packed/`) stayed behind a call once per weight row and tile (page,
+                    // stories15M, 3 rounds: q8 676 -> 707 tok/s at 1 user, 862 -> 891 at 8; q4
+                    // 563 -> 592 and 807 -> 810 with the closures).
+                    Kernels::new(
+                        #[inline(always)]
+                        |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
+                        (4, 1),
+                        #[inline(always)]
+                        |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
+                        (2, 4),
+                    ),
+                ),
+            };
+        }
+    };
+    // SIMD128's block kernels read 8-row groups only (`packed/`): the model's matrices are
+    // packed as they load, and a row-major one handed here (the tests' and the kernel check's)
+    // is packed for this product.
+    #[cfg(target_arch = "wasm32")]
+    if isa == Isa::Simd128 {
+        let blocks = Blocks {
+            format,
+            quants: blocks.quants.to_vec(),
+            scales: blocks.scales.to_vec(),
+        };
+        return packed::matmul(isa, &Packed::pack(rows, cols, blocks), xq, t, out);
+    }
+    with_format!(format, F => match isa {
+        Isa::Scalar => m.blocks_tiled::<F>(
+            blocks,
+            out,
+            &[],
+            Kernels::new(
+                row_by_row(scalar::blocks_tile::<F>),
+                (1, 1),
+                row_by_row(scalar::blocks_tile::<F>),
+                (1, TILE),
+            ),
+        ),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512Vnni` is only produced after detecting AVX2, FMA, AVX512-VNNI and
+        // AVX512-VL. VNNI multiplies unsigned by signed bytes: the activations move to 1..=255
+        // (x + 128), made once here, not once per weight row, and each weight block's 128 * sum
+        // is taken back once for the whole tile.
+        Isa::Avx512Vnni => unsafe {
+            let prepared: Vec<u8> = xq.quants[..t * cols].iter().map(|&q| (q as u8) ^ 0x80).collect();
+            avx2::matmul_vnni::<F>(&m, blocks, &prepared, out)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only produced after detecting AVX2 and FMA.
+        Isa::Avx2 => unsafe { avx2::matmul_blocks::<F>(&m, blocks, out) },
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 => unreachable!("packed above"),
+    })
+}

@@ -1,0 +1,291 @@
+//! The forward pass's operations on the CPU: host arrays and the kernels of `cpu/`.
+//!
+//! Each operation is one loop over plain `Vec<f32>` rows: RMSNorm, RoPE, SwiGLU and the residual
+//! are fused loops, the projections stream each weight row once for every activation row (f32, or
+//! Q8_0 / Q4_0 blocks against int8 activations), and attention of a query walks its head's cache
+//! rows directly. burn's CPU backend paid an allocation and a dispatch for every tensor op, which
+//! a 288-wide decode step cannot hide: in the page's worker it decoded stories15M f32 at 180-190
+//! tok/s where llama.cpp in wasm (wllama) reached 213-233, and this code 247-295 (one run, rounds
+//! interleaved, this project's 2-core AMD EPYC).
+
+use std::cell::OnceCell;
+use std::ops::Range;
+
+use crate::cpu::attention;
+use crate::cpu::isa::Isa;
+use crate::cpu::matmul;
+use crate::cpu::matrix::{HostLinear, HostMatrix};
+use crate::cpu::quantize::quantize_rows_q8_with;
+use crate::cpu::tile::Q8Rows;
+use crate::model::ops::{Heads, Ops, Span};
+use crate::model::{Logits, Matrix, QuantPlan};
+
+pub struct HostOps {
+    isa: Isa,
+    heads: Heads,
+}
+
+impl HostOps {
+    pub fn new(isa: Isa, heads: Heads) -> Self {
+        Self { isa, heads }
+    }
+}
+
+/// `t` rows of `width` values, row-major, and their int8 blocks once a quantized projection has
+/// read them: q, k and v read the same normed rows, as do the feed-forward's gate and up, and
+/// each quantized them again (quantizing took a tenth of a q8 decode step in the page's worker,
+/// in a V8 profile, before it was vectorized and done once).
+#[derive(Clone)]
+pub struct Rows {
+    t: usize,
+    width: usize,
+    data: Vec<f32>,
+    quantized: OnceCell<Q8Rows>,
+}
+
+impl Rows {
+    fn new(t: usize, width: usize, data: Vec<f32>) -> Self {
+        Rows {
+            t,
+            width,
+            data,
+            quantized: OnceCell::new(),
+        }
+    }
+
+    fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.width..(i + 1) * self.width]
+    }
+
+    /// The values, to change in place: their int8 blocks, if made, no longer hold.
+    fn values_mut(&mut self) -> &mut [f32] {
+        self.quantized.take();
+        &mut self.data
+    }
+
+    /// The rows as int8 blocks, made on first use.
+    fn quantized(&self, isa: Isa) -> &Q8Rows {
+        self.quantized.get_or_init(|| {
+            let mut q = Q8Rows::default();
+            quantize_rows_q8_with(isa, &self.data, self.width, &mut q);
+            q
+        })
+    }
+}
+
+/// The pass's spans, and RoPE's cos and sin `[t, head_size / 2]` for their positions.
+pub struct HostPass {
+    spans: Vec<Span>,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+/// Per layer, keys and values `[capacity, n_kv_heads * head_size]` (position-major, as llama2.c).
+pub struct HostCache {
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+}
+
+impl Ops for HostOps {
+    type Act = Rows;
+    type Vector = Vec<f32>;
+    type Linear = HostLinear;
+    type Pass = HostPass;
+    type Cache = HostCache;
+
+    fn vector(&self, v: &[f32]) -> Vec<f32> {
+        v.to_vec()
+    }
+
+    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> HostLinear {
+        let (rows, cols) = (m.rows, m.cols);
+        let weights = HostMatrix::from(plan.apply(name, m)).packed_for(self.isa, rows, cols);
+        HostLinear {
+            rows,
+            cols,
+            weights,
+        }
+    }
+
+    fn new_cache(&self, layers: usize) -> HostCache {
+        HostCache {
+            keys: vec![Vec::new(); layers],
+            values: vec![Vec::new(); layers],
+        }
+    }
+
+    fn grow(&self, cache: &mut HostCache, capacity: usize, filled: usize) {
+        let kv_dim = self.heads.n_kv_heads * self.heads.head_size;
+        for rows in cache.keys.iter_mut().chain(cache.values.iter_mut()) {
+            rows.truncate(filled * kv_dim);
+            rows.reserve_exact(capacity * kv_dim - rows.len());
+            rows.resize(capacity * kv_dim, 0.0);
+        }
+    }
+
+    fn embed(&self, rows: Vec<f32>, t: usize) -> Rows {
+        Rows::new(t, rows.len() / t, rows)
+    }
+
+    fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> HostPass {
+        HostPass {
+            spans: spans.to_vec(),
+            cos,
+            sin,
+        }
+    }
+
+    fn rms_norm(&self, x: &Rows, weight: &Vec<f32>, eps: f32) -> Rows {
+        let mut data = Vec::with_capacity(x.data.len());
+        for i in 0..x.t {
+            let row = x.row(i);
+            let mean_square = attention::dot(self.isa, row, row) / x.width as f32;
+            let inv_rms = 1.0 / (mean_square + eps).sqrt();
+            data.extend(row.iter().zip(weight).map(|(v, w)| v * inv_rms * w));
+        }
+        Rows::new(x.t, x.width, data)
+    }
+
+    fn matmul(&self, x: &Rows, w: &HostLinear) -> Rows {
+        assert_eq!(x.width, w.cols, "a projection's input width");
+        let none = Q8Rows::default();
+        let quantized = if matches!(w.weights, HostMatrix::F32(_)) {
+            &none
+        } else {
+            x.quantized(self.isa)
+        };
+        let mut data = vec![0.0; x.t * w.rows];
+        matmul::matmul(
+            self.isa,
+            w.weights.rows(),
+            w.rows,
+            w.cols,
+            &x.data,
+            quantized,
+            x.t,
+            &mut data,
+        );
+        Rows::new(x.t, w.rows, data)
+    }
+
+    fn rope(&self, mut x: Rows, pass: &HostPass) -> Rows {
+        let half = self.heads.head_size / 2;
+        let width = x.width;
+        for (i, row) in x.values_mut().chunks_exact_mut(width).enumerate() {
+            let (cos, sin) = (
+                &pass.cos[i * half..(i + 1) * half],
+                &pass.sin[i * half..(i + 1) * half],
+            );
+            for head in row.chunks_exact_mut(2 * half) {
+                for (p, pair) in head.chunks_exact_mut(2).enumerate() {
+                    let (even, odd) = (pair[0], pair[1]);
+                    pair[0] = even * cos[p] - odd * sin[p];
+                    pair[1] = even * sin[p] + odd * cos[p];
+                }
+            }
+        }
+        x
+    }
+
+    fn attention(
+        &self,
+        q: Rows,
+        k: Rows,
+        v: Rows,
+        caches: &mut [&mut HostCache],
+        layer: usize,
+        pass: &HostPass,
+    ) -> Rows {
+        let Heads {
+            n_heads,
+            n_kv_heads,
+            head_size: hs,
+        } = self.heads;
+        let kv_dim = n_kv_heads * hs;
+        let rep = n_heads / n_kv_heads;
+        let scale = 1.0 / (hs as f32).sqrt();
+        let mut out = vec![0.0; q.t * n_heads * hs];
+        let mut scores = Vec::new();
+        let mut row = 0;
+        for (span, cache) in pass.spans.iter().zip(caches.iter_mut()) {
+            let (start, t) = (span.start, span.len);
+            let (keys, values) = (&mut cache.keys[layer], &mut cache.values[layer]);
+            let new = row * kv_dim..(row + t) * kv_dim;
+            keys[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&k.data[new.clone()]);
+            values[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&v.data[new]);
+            scores.resize(start + t, 0.0f32);
+            for i in 0..t {
+                let seen = start + i + 1;
+                for h in 0..n_heads {
+                    let query = &q.row(row + i)[h * hs..(h + 1) * hs];
+                    let kv = (h / rep) * hs;
+                    let scores = &mut scores[..seen];
+                    attention::attention_scores(
+                        self.isa,
+                        query,
+                        &keys[kv..],
+                        kv_dim,
+                        scale,
+                        scores,
+                    );
+                    softmax(scores);
+                    let at = ((row + i) * n_heads + h) * hs;
+                    let o = &mut out[at..at + hs];
+                    attention::weighted_sum(self.isa, scores, &values[kv..], kv_dim, o);
+                }
+            }
+            row += t;
+        }
+        Rows::new(q.t, n_heads * hs, out)
+    }
+
+    fn add(&self, mut x: Rows, y: Rows) -> Rows {
+        for (a, b) in x.values_mut().iter_mut().zip(&y.data) {
+            *a += b;
+        }
+        x
+    }
+
+    fn swiglu(&self, mut gate: Rows, up: Rows) -> Rows {
+        for (g, u) in gate.values_mut().iter_mut().zip(&up.data) {
+            *g = *g / (1.0 + (-*g).exp()) * u;
+        }
+        gate
+    }
+
+    fn rows(&self, x: Rows, rows: Range<usize>) -> Rows {
+        Rows::new(
+            rows.len(),
+            x.width,
+            x.data[rows.start * x.width..rows.end * x.width].to_vec(),
+        )
+    }
+
+    fn cat(&self, parts: Vec<Rows>) -> Rows {
+        let width = parts.first().map_or(0, |p| p.width);
+        let t = parts.iter().map(|p| p.t).sum();
+        let data = parts.into_iter().flat_map(|p| p.data).collect();
+        Rows::new(t, width, data)
+    }
+
+    fn logits(&self, x: Rows) -> Logits {
+        Logits::Host {
+            vocab: x.width,
+            data: x.data,
+        }
+    }
+}
+
+/// Softmax in place, shifted by the maximum.
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}

@@ -1,0 +1,154 @@
+//! The packed kernels for AVX2: one generic loop over a group's blocks, and each format's share of
+//! it ([`PackedAvx2`]): how a chunk of 32 bytes (4 of each of 8 rows) becomes products with the
+//! broadcast activations, and how a block's sums become 8 i32 lanes.
+
+use std::arch::x86_64::*;
+
+use crate::cpu::packed::group::{Act, GROUP, checked_group};
+use crate::formats::{BLOCK, Q4_0, Q8_0, RunFormat};
+
+/// A format's share of the AVX2 packed kernel.
+pub(crate) trait PackedAvx2: RunFormat {
+    /// A chunk's 32 bytes (4 of each of 8 rows) in the forms [`products`](Self::products) takes.
+    ///
+    /// # Safety
+    /// A machine with AVX2.
+    unsafe fn chunk(v: __m256i) -> [__m256i; 2];
+
+    /// `sum` plus chunk `k`'s products with activation row `x` of block `b`.
+    ///
+    /// # Safety
+    /// A machine with AVX2; `x` holds block `b` whole.
+    unsafe fn products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i;
+
+    /// A block's sums as 8 i32 lanes (a lane a row), the codes' bias taken back (`offset`).
+    ///
+    /// # Safety
+    /// A machine with AVX2.
+    unsafe fn finish(sum: __m256i, offset: i32) -> __m256i;
+}
+
+/// Four activation bytes, `4 k..4 k + 4` of block `b`, in every lane.
+///
+/// # Safety
+/// `x` holds block `b` whole.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn four(x: &Act, b: usize, k: usize) -> __m256i {
+    // SAFETY: the caller's.
+    _mm256_set1_epi32(unsafe {
+        (x.quants.as_ptr().add(b * BLOCK + 4 * k) as *const i32).read_unaligned()
+    })
+}
+
+/// Q4_0: the nibbles (0..=15) are `maddubs`' unsigned operand as they are; a block's pair sums add
+/// up in 16 bits (at most 8 * 2 * 15 * 128 = 30720) and are widened once, then corrected by
+/// `-8 * sum(x)`.
+impl PackedAvx2 for Q4_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
+        let mask = _mm256_set1_epi8(0x0f);
+        [
+            _mm256_and_si256(v, mask),
+            _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
+        ]
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i {
+        // SAFETY: the caller's.
+        let (low, high) = unsafe { (four(x, b, k), four(x, b, k + 4)) };
+        let sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[0], low));
+        _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[1], high))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn finish(sum: __m256i, offset: i32) -> __m256i {
+        _mm256_add_epi32(
+            _mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
+            _mm256_set1_epi32(offset),
+        )
+    }
+}
+
+/// Q8_0: the weights' signs move onto the broadcast activations (`sign`), and each `maddubs` (up
+/// to 2 * 127 * 127 a pair) is widened at once.
+impl PackedAvx2 for Q8_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
+        [_mm256_sign_epi8(v, v), v]
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i {
+        // SAFETY: the caller's.
+        let signed = _mm256_sign_epi8(unsafe { four(x, b, k) }, w[1]);
+        let pairs = _mm256_maddubs_epi16(w[0], signed);
+        _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn finish(sum: __m256i, _offset: i32) -> __m256i {
+        sum
+    }
+}
+
+/// `N` activation rows against one group of `F` blocks, one 8-lane accumulator (a lane a weight
+/// row) for each.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn dot<const N: usize, F: PackedAvx2>(
+    scales: &[f32],
+    quants: &[u8],
+    x: [Act; N],
+) -> [[f32; GROUP]; N] {
+    let (blocks, bytes) = checked_group::<F>(scales, quants, &x);
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..blocks {
+        let mut ints = [_mm256_setzero_si256(); N];
+        for k in 0..bytes / 32 {
+            // SAFETY: the group holds `blocks * bytes` bytes and each activation row `blocks * 32`
+            // values (asserted above).
+            unsafe {
+                let v =
+                    _mm256_loadu_si256(quants.as_ptr().add(b * bytes + k * 32) as *const __m256i);
+                let w = F::chunk(v);
+                for (sum, x) in ints.iter_mut().zip(&x) {
+                    *sum = F::products(w, x, b, k, *sum);
+                }
+            }
+        }
+        // SAFETY: the group holds `blocks * 8` scales.
+        let w_scales = unsafe { _mm256_loadu_ps(scales.as_ptr().add(b * GROUP)) };
+        for ((acc, sum), x) in acc.iter_mut().zip(&ints).zip(&x) {
+            // SAFETY: AVX2, as this function.
+            let ints = unsafe { F::finish(*sum, x.offsets[b]) };
+            let scale = _mm256_mul_ps(w_scales, _mm256_set1_ps(x.scales[b]));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ints), scale, *acc);
+        }
+    }
+    acc.map(|a| {
+        let mut lanes = [0.0f32; GROUP];
+        // SAFETY: `lanes` holds 8 f32.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
+        lanes
+    })
+}
+
+/// [`dot`] for the number of rows in `x` (1 to 4).
+#[target_feature(enable = "avx2,fma")]
+pub fn tile<F: PackedAvx2>(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+    match *x {
+        [a] => out.copy_from_slice(&dot::<1, F>(scales, quants, [a])),
+        [a, b] => out.copy_from_slice(&dot::<2, F>(scales, quants, [a, b])),
+        [a, b, c] => out.copy_from_slice(&dot::<3, F>(scales, quants, [a, b, c])),
+        [a, b, c, d] => out.copy_from_slice(&dot::<4, F>(scales, quants, [a, b, c, d])),
+        _ => panic!("a packed tile holds 1 to 4 activation rows"),
+    }
+}

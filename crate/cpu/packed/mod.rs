@@ -1,0 +1,300 @@
+//! Q8_0 and Q4_0 weights regrouped 8 rows at a time, for the products of decode and batched
+//! decode: AVX2's (`avx2.rs`), and in wasm relaxed SIMD's byte products for Q4_0 and
+//! 16-bit products for Q8_0 and the baseline build's Q4_0 (`wasm.rs`).
+//!
+//! Row by row (`cpu/matmul.rs`), every block is loaded (Q4_0 unpacked), its signs moved, and its
+//! products widened to i32, converted and scaled once per activation row: 8 to 9 instructions for
+//! 32 products. Here the 8 rows of a group lie interleaved 4 bytes at a time (the layout of
+//! llama.cpp's repacked `q4_0_8x8` CPU kernels; this code is our own), so that one 256-bit
+//! register holds 4 values of each of 8 rows, four activation bytes broadcast to every lane, and
+//! one `maddubs` makes 8 rows' products at once. A block is converted and scaled once for all 8
+//! rows.
+//! - Q4_0: the nibbles (0..=15) are `maddubs`' unsigned operand as they are. A block's 8 pair sums
+//!   of a lane add up in 16 bits (at most 8 * 2 * 15 * 128 = 30720, so they cannot overflow), are
+//!   widened once and corrected by `-8 * sum(x)` (the nibbles stand 8 above their values): about
+//!   3 instructions for 32 products.
+//! - Q8_0: the weights' signs move onto the broadcast activations (`sign`), and each `maddubs`
+//!   (up to 2 * 127 * 127 a pair) is widened at once: about 5 instructions for 32 products.
+//!
+//! Layout of a `[rows, cols]` matrix, `groups = rows / 8` rounded up, `blocks = cols / 32`, and
+//! `bytes` = 32 (Q8_0) or 16 (Q4_0) a block of one row:
+//! - `scales[(g * blocks + b) * 8 + r]`: row `8 g + r`'s scale of block `b` (0 for the rows that
+//!   pad the last group);
+//! - `quants[(g * blocks + b) * 8 * bytes + k * 32 + r * 4 + j]`: byte `4 k + j` of that block
+//!   (Q8_0: value `4 k + j`; Q4_0, in GGUF's order: values `4 k + j` in the low nibble and
+//!   `16 + 4 k + j` in the high one).
+//!
+//! Every (weight row, activation row) pair is summed block by block in one order whatever the
+//! batch, so batched decode equals batch 1.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod group;
+#[cfg(target_arch = "wasm32")]
+mod wasm;
+
+pub use group::GROUP;
+
+use crate::cpu::isa::Isa;
+use crate::cpu::packed::group::Act;
+use crate::cpu::tile::Q8Rows;
+use crate::formats::{BLOCK, Blocks, Format, RunFormat, with_format};
+
+/// A Q8_0 or Q4_0 matrix in groups of 8 interleaved rows (see the module's documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packed {
+    format: Format,
+    rows: usize,
+    cols: usize,
+    scales: Vec<f32>,
+    quants: Vec<u8>,
+}
+
+impl Packed {
+    /// Regroup the row-major blocks of a `[rows, cols]` matrix, in their own memory: a group's 8
+    /// rows take the same bytes in both layouts, so each group is copied aside (a few KB) and
+    /// written back regrouped. Packing a copy held two of the largest matrix while loading (native
+    /// peak RSS loading stories15M q8: 141.2 MB against 134.2 unpacked; see README).
+    pub fn pack(rows: usize, cols: usize, row_major: Blocks) -> Packed {
+        let Blocks {
+            format,
+            mut quants,
+            mut scales,
+        } = row_major;
+        assert_eq!(cols % BLOCK, 0, "rows of blocks are whole blocks");
+        let blocks = cols / BLOCK;
+        let bytes = format.payload();
+        assert!(quants.len() == rows * blocks * bytes && scales.len() == rows * blocks);
+        let groups = rows.div_ceil(GROUP);
+        // Rows that pad the last group: scale 0, and values 0.
+        quants.resize(groups * GROUP * blocks * bytes, format.zero_byte());
+        scales.resize(groups * GROUP * blocks, 0.0);
+        let (group_bytes, group_scales) = (GROUP * blocks * bytes, GROUP * blocks);
+        let (mut rows_bytes, mut rows_scales) =
+            (vec![0u8; group_bytes], vec![0.0f32; group_scales]);
+        for g in 0..groups {
+            let quants = &mut quants[g * group_bytes..][..group_bytes];
+            let scales = &mut scales[g * group_scales..][..group_scales];
+            rows_bytes.copy_from_slice(quants);
+            rows_scales.copy_from_slice(scales);
+            for lane in 0..GROUP {
+                for b in 0..blocks {
+                    scales[b * GROUP + lane] = rows_scales[lane * blocks + b];
+                    let block = &rows_bytes[(lane * blocks + b) * bytes..][..bytes];
+                    for (k, four) in block.chunks_exact(4).enumerate() {
+                        quants[b * GROUP * bytes + k * 32 + lane * 4..][..4].copy_from_slice(four);
+                    }
+                }
+            }
+        }
+        Packed {
+            format,
+            rows,
+            cols,
+            scales,
+            quants,
+        }
+    }
+
+    /// The row-major blocks again, as [`Packed::pack`] took them.
+    pub fn blocks(&self) -> Blocks {
+        let blocks = self.cols / BLOCK;
+        let bytes = self.format.payload();
+        let mut quants = Vec::with_capacity(self.rows * blocks * bytes);
+        let mut scales = Vec::with_capacity(self.rows * blocks);
+        for r in 0..self.rows {
+            let (g, lane) = (r / GROUP, r % GROUP);
+            for b in 0..blocks {
+                let at = g * blocks + b;
+                scales.push(self.scales[at * GROUP + lane]);
+                for k in 0..bytes / 4 {
+                    quants.extend_from_slice(
+                        &self.quants[at * GROUP * bytes + k * 32 + lane * 4..][..4],
+                    );
+                }
+            }
+        }
+        Blocks {
+            format: self.format,
+            quants,
+            scales,
+        }
+    }
+
+    /// The format of its blocks.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes the matrix takes, padding rows included.
+    pub fn bytes(&self) -> u64 {
+        (self.quants.len() + 4 * self.scales.len()) as u64
+    }
+
+    /// Group `g`'s scales and bytes.
+    fn group(&self, g: usize) -> (&[f32], &[u8]) {
+        let blocks = self.cols / BLOCK;
+        let bytes = GROUP * self.format.payload();
+        (
+            &self.scales[g * blocks * GROUP..][..blocks * GROUP],
+            &self.quants[g * blocks * bytes..][..blocks * bytes],
+        )
+    }
+}
+
+/// Whether the kernels of `isa` read weights of `format` packed: AVX2's both; on AVX-512
+/// VNNI machines Q4_0 (the same AVX2 kernel), while Q8_0 keeps the VNNI kernel measured there;
+/// in wasm both (`wasm.rs`), and `cpu::matmul` packs any row-major matrix handed to it
+/// there. Elsewhere the row-major kernels of `cpu/` are the ones measured.
+pub fn packs(isa: Isa, format: Format) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        isa == Isa::Avx2 || (format == Format::Q4_0 && isa == Isa::Avx512Vnni)
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = format;
+        isa == Isa::Simd128
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
+    {
+        let _ = (isa, format);
+        false
+    }
+}
+
+/// `out[i * rows + r] = dot(weight row r, activation row i)` for `t` int8 activation rows `xq`,
+/// with `isa`'s kernel (AVX2, or wasm's; see [`packs`]) and a scalar loop elsewhere.
+pub fn matmul(isa: Isa, w: &Packed, xq: &Q8Rows, t: usize, out: &mut [f32]) {
+    with_format!(w.format, F => matmul_of::<F>(isa, w, xq, t, out))
+}
+
+/// [`matmul`] with the kernels compiled for `F`, the format of `w`'s blocks.
+fn matmul_of<F: PackedFormat>(isa: Isa, w: &Packed, xq: &Q8Rows, t: usize, out: &mut [f32]) {
+    let (rows, cols) = (w.rows, w.cols);
+    let blocks = cols / BLOCK;
+    assert!(xq.quants.len() >= t * cols && xq.scales.len() >= t * blocks);
+    assert_eq!(out.len(), t * rows);
+    // What each block's integer sum starts from: `-BIAS * sum(x)`, the codes' bias taken back.
+    let offsets: Vec<i32> = if F::BIAS != 0 {
+        xq.quants[..t * cols]
+            .chunks_exact(BLOCK)
+            .map(|block| -F::BIAS * block.iter().map(|&v| v as i32).sum::<i32>())
+            .collect()
+    } else {
+        vec![0; t * blocks]
+    };
+    let acts: Vec<Act> = (0..t)
+        .map(|i| Act {
+            quants: &xq.quants[i * cols..][..cols],
+            scales: &xq.scales[i * blocks..][..blocks],
+            offsets: &offsets[i * blocks..][..blocks],
+        })
+        .collect();
+    let mut results = [[0.0f32; GROUP]; TILE];
+    let tile = tile_rows::<F>(isa);
+    for g in 0..rows.div_ceil(GROUP) {
+        let (scales, quants) = w.group(g);
+        let lanes = (rows - g * GROUP).min(GROUP);
+        for (i, acts) in acts.chunks(tile).enumerate() {
+            let results = &mut results[..acts.len()];
+            tile_of::<F>(isa, scales, quants, acts, results);
+            for (j, lane_results) in results.iter().enumerate() {
+                let at = (i * tile + j) * rows + g * GROUP;
+                if lanes == GROUP {
+                    // A copy of constant length, made in registers (a call to `memcpy` for
+                    // each group took 2% of a q4 step at 8 users).
+                    out[at..at + GROUP].copy_from_slice(lane_results);
+                } else {
+                    out[at..at + lanes].copy_from_slice(&lane_results[..lanes]);
+                }
+            }
+        }
+    }
+}
+
+/// The most activation rows one kernel call takes.
+const TILE: usize = 4;
+
+/// A format's packed kernels on every instruction set: one implementation a format, in the
+/// instruction set's file (`avx2.rs`, `wasm.rs`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) trait PackedFormat: avx2::PackedAvx2 {}
+#[cfg(target_arch = "x86_64")]
+impl<F: avx2::PackedAvx2> PackedFormat for F {}
+#[cfg(target_arch = "wasm32")]
+pub(crate) use wasm::PackedWasm as PackedFormat;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
+pub(crate) trait PackedFormat: RunFormat {}
+#[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
+impl<F: RunFormat> PackedFormat for F {}
+
+/// How many activation rows `isa`'s kernel takes at once: 4 with AVX2's 16 registers of 256
+/// bits; in wasm as the format's kernel there says (`wasm.rs`).
+fn tile_rows<F: PackedFormat>(isa: Isa) -> usize {
+    #[cfg(target_arch = "wasm32")]
+    if isa == Isa::Simd128 {
+        return F::TILE_ROWS;
+    }
+    let _ = isa;
+    TILE
+}
+
+/// One group of 8 weight rows against up to [`TILE`] activation rows.
+fn tile_of<F: PackedFormat>(
+    isa: Isa,
+    scales: &[f32],
+    quants: &[u8],
+    x: &[Act],
+    out: &mut [[f32; GROUP]],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) {
+        // SAFETY: both are only produced after detecting AVX2 and FMA.
+        unsafe { avx2::tile::<F>(scales, quants, x, out) };
+        return;
+    }
+    #[cfg(target_arch = "wasm32")]
+    if isa == Isa::Simd128 {
+        F::tile(scales, quants, x, out);
+        return;
+    }
+    let _ = isa;
+    scalar_tile::<F>(scales, quants, x, out);
+}
+
+/// The scalar kernel: the format's reference products, with the same integers and the same
+/// scaling as the AVX2 one, lane by lane.
+fn scalar_tile<F: RunFormat>(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+    let bytes = F::PAYLOAD;
+    for (x, out) in x.iter().zip(out.iter_mut()) {
+        let mut acc = [0.0f32; GROUP];
+        for (b, (block_scales, block)) in scales
+            .chunks_exact(GROUP)
+            .zip(quants.chunks_exact(GROUP * bytes))
+            .enumerate()
+        {
+            let xb = &x.quants[b * BLOCK..][..BLOCK];
+            for (lane, acc) in acc.iter_mut().enumerate() {
+                let mut sum = x.offsets[b];
+                for k in 0..bytes / 4 {
+                    for j in 0..4 {
+                        let byte = block[k * 32 + lane * 4 + j];
+                        sum += F::byte_products(byte, 4 * k + j, xb);
+                    }
+                }
+                let scale = block_scales[lane] * x.scales[b];
+                *acc = (sum as f32).mul_add(scale, *acc);
+            }
+        }
+        *out = acc;
+    }
+}

@@ -1,0 +1,218 @@
+//! Generation: a loaded model plus tokenizer, run as prefill (the whole prompt in one batched pass)
+//! then decode (one token at a time through the KV cache), emitting timestamped events. Many
+//! requests at once go through `scheduler.rs`; `generate` is its batch-1 case.
+//!
+//! The API is async because a browser can only read GPU results back asynchronously; natively the
+//! futures are simply blocked on.
+
+use web_time::Instant;
+
+use crate::backend::{Backend, Llama};
+use crate::decode::events::ModelInfo;
+use crate::decode::sampling::{Sampler, Sampling};
+use crate::error::{Error, Result};
+use crate::loading::ModelFiles;
+use crate::loading::tokenizer::{BOS, Tokenizer};
+use crate::model::Quant;
+
+/// The most decode steps a warm-up runs...
+pub const WARM_UP_STEPS: usize = 4096;
+/// ...and about the longest it decodes (it always runs one step). In a browser long enough for
+/// the hot code to be optimized (see [`Engine::warm_up`]); natively code is compiled ahead of time,
+/// and one step compiles the GPU's shaders.
+pub const WARM_UP_MS: f64 = if cfg!(target_arch = "wasm32") {
+    300.0
+} else {
+    0.0
+};
+
+/// [`Engine::products_alone`] times at least this many passes...
+pub const PRODUCTS_PASSES: usize = 5;
+/// ...and goes on until this long has passed...
+pub const PRODUCTS_MS: f64 = 200.0;
+/// ...but times no more passes than this.
+pub const PRODUCTS_MAX_PASSES: usize = 64;
+
+/// The timed passes of a decode step's matrix products alone ([`Engine::products_alone`]), from
+/// which the meter makes the ceiling of a load level.
+#[derive(Debug, Clone)]
+pub struct ProductPasses {
+    pub rows: usize,
+    pub times_ms: Vec<f64>,
+    /// Weight bytes and multiply-adds of one pass.
+    pub bytes: u64,
+    pub macs: u64,
+}
+
+/// A loaded model with its tokenizer and what was loaded.
+pub struct Engine {
+    pub model: Llama,
+    pub tokenizer: Tokenizer,
+    pub info: ModelInfo,
+}
+
+impl Engine {
+    /// Build an engine from model files on a ready backend. The tokenizer comes from
+    /// `tokenizer_bytes` (tokenizer.json or llama2.c tokenizer.bin) or, when that is `None`, from
+    /// inside the model file (GGUF).
+    pub fn load(
+        files: ModelFiles,
+        tokenizer_bytes: Option<&[u8]>,
+        quant: Quant,
+        backend: &Backend,
+    ) -> Result<Engine> {
+        let tokenizer = match tokenizer_bytes {
+            Some(bytes) => Tokenizer::from_bytes(bytes)?,
+            None => files.embedded_tokenizer()?.ok_or_else(|| {
+                Error::BadTokenizer(format!(
+                    "{} carries no tokenizer; give its tokenizer file (tokenizer.json or \
+                     tokenizer.bin)",
+                    files.name
+                ))
+            })?,
+        };
+        let weights = files.load()?;
+        let config = weights.config.clone();
+        // Every id the tokenizer can produce (and BOS and EOS, which the model's vocabulary of at
+        // least 3 holds) must be a row of the embedding.
+        if tokenizer.vocab_size() != config.vocab_size {
+            return Err(Error::BadTokenizer(format!(
+                "the tokenizer's ids run 0..{} but the model's vocabulary is 0..{}: they do not \
+                 belong together",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            )));
+        }
+        let model = Llama::new(weights, quant, backend.device.as_ref(), backend.isa);
+        let embedding_bytes = model.embedding_bytes();
+        let info = ModelInfo {
+            name: files.name,
+            parameters: config.parameter_count(),
+            quant,
+            weight_bytes: model.quant.device_bytes + embedding_bytes,
+            bytes_per_token: model.quant.device_bytes + embedding_bytes / config.vocab_size as u64,
+            backend: backend.kind,
+            adapter: backend.adapter.clone(),
+            backend_note: backend.auto_note.clone(),
+            context_length: config.seq_len,
+            vocab_size: config.vocab_size,
+            quant_exceptions: model.quant.exceptions.clone(),
+            chat_template: tokenizer
+                .specials
+                .chat
+                .as_ref()
+                .map(|c| c.name().to_string()),
+        };
+        Ok(Engine {
+            model,
+            tokenizer,
+            info,
+        })
+    }
+
+    /// Run a tiny prefill and decode steps so that shaders compile (and kernels autotune), and, in
+    /// a browser, so that the engine's hot code is optimized, before anything is measured: up to
+    /// [`WARM_UP_STEPS`] steps or [`WARM_UP_MS`], whichever comes first. Chromium first runs wasm
+    /// from a quick baseline compile and swaps in optimized code for hot functions as they run.
+    /// With a prefill and one step of warm-up, the first run after loading stories260K in the page
+    /// (CPU, f32, 256 tokens) decoded at 2185 tok/s with an inter-token p99 of 7.1 ms and the
+    /// second at 4119 and 3.6 ms; with 300 ms of warm-up the first ran at 4404 and 4.7 ms (medians
+    /// of 3 page loads, interleaved, this project's 2-core machine). Returns how long the warm-up
+    /// took, which is reported on its own.
+    pub async fn warm_up(&self) -> Result<f64> {
+        let start = Instant::now();
+        let mut cache = self.model.new_cache();
+        let mut sampler = Sampler::new(Sampling::default());
+        let context = self.model.config.seq_len;
+        let prompt = [BOS, BOS, BOS];
+        let n = prompt.len().min(context - 1);
+        let mut next = sampler
+            .sample(self.model.forward(&prompt[..n], &mut cache, false))
+            .await?;
+        for step in 0..WARM_UP_STEPS {
+            if step > 0 && ms_since(start) > WARM_UP_MS {
+                break;
+            }
+            if cache.len() >= context {
+                cache.truncate(0);
+            }
+            next = sampler
+                .sample(self.model.forward(&[next], &mut cache, false))
+                .await?;
+        }
+        Ok(ms_since(start))
+    }
+
+    /// The ceiling of a decode step of `rows` users: its matrix products alone
+    /// ([`Llama::products_alone`]), one untimed pass, then timed passes until there are at least
+    /// [`PRODUCTS_PASSES`] and [`PRODUCTS_MS`] have gone by (at most [`PRODUCTS_MAX_PASSES`]).
+    /// `None` on a GPU. The first pass, untimed, also counts the bytes and multiply-adds.
+    pub fn products_alone(&self, rows: usize) -> Option<ProductPasses> {
+        let rows = rows.max(1);
+        let (bytes, macs) = self.model.products_alone(rows)?;
+        let start = Instant::now();
+        let mut times_ms = Vec::new();
+        while times_ms.len() < PRODUCTS_MAX_PASSES
+            && (times_ms.len() < PRODUCTS_PASSES || ms_since(start) < PRODUCTS_MS)
+        {
+            let pass = Instant::now();
+            self.model.products_alone(rows);
+            times_ms.push(ms_since(pass));
+        }
+        Some(ProductPasses {
+            rows,
+            times_ms,
+            bytes,
+            macs,
+        })
+    }
+
+    /// Tokenize the prompt and check that it fits, as a separate step for callers that want to fail
+    /// early.
+    /// With `chat`, a chat model's prompt is first wrapped as a user's turn ([`Engine::prompt_text`]).
+    pub fn encode_prompt(&self, prompt: &str, chat: bool) -> Result<Vec<u32>> {
+        if prompt.trim().is_empty() {
+            return Err(Error::BadPrompt("the prompt is empty".into()));
+        }
+        let ids = self.tokenizer.encode(&self.prompt_text(prompt, chat))?;
+        let vocab = self.model.config.vocab_size;
+        if let Some(id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::BadTokenizer(format!(
+                "the tokenizer produced id {id}, outside the model's vocabulary of {vocab}"
+            )));
+        }
+        let context = self.model.config.seq_len;
+        if ids.len() >= context {
+            return Err(Error::BadPrompt(format!(
+                "the prompt is {} tokens but the context holds {context}, leaving no room to generate",
+                ids.len()
+            )));
+        }
+        Ok(ids)
+    }
+
+    /// The text the model is given for `prompt`: with `chat` and a model whose file names a chat
+    /// template, the prompt as a user's turn followed by the start of the assistant's; otherwise
+    /// the prompt as it is.
+    pub fn prompt_text(&self, prompt: &str, chat: bool) -> String {
+        match &self.tokenizer.specials.chat {
+            Some(template) if chat => template.wrap(prompt),
+            _ => prompt.to_string(),
+        }
+    }
+
+    /// Teacher-forced next-token predictions along `ids` (one batched pass): entry `i` is the argmax
+    /// after seeing `ids[..=i]`. Used to compare quantized models with f32.
+    pub async fn predictions(&self, ids: &[u32]) -> Result<Vec<u32>> {
+        let mut cache = self.model.new_cache();
+        let n = ids.len().min(self.model.config.seq_len);
+        self.model
+            .forward(&ids[..n], &mut cache, true)
+            .argmax()
+            .await
+    }
+}
+
+pub(crate) fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}

@@ -1,0 +1,123 @@
+//! What a run says as it goes: what was loaded ([`ModelInfo`]), what to generate
+//! ([`GenerateOptions`]), the timestamped [`Event`]s and why a run stopped ([`StopReason`]). The
+//! meter reads these; nothing here runs a model.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::BackendKind;
+use crate::decode::sampling::Sampling;
+use crate::model::Quant;
+
+/// What was loaded, for the conditions that travel with every figure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelInfo {
+    #[serde(rename = "model")]
+    pub name: String,
+    pub parameters: u64,
+    pub quant: Quant,
+    /// Bytes of all weights as loaded (device weights plus the host embedding table).
+    pub weight_bytes: u64,
+    /// Weight bytes one decode step reads: every device weight once, plus one embedding row.
+    pub bytes_per_token: u64,
+    pub backend: BackendKind,
+    pub adapter: String,
+    /// How `auto` chose the backend, when it did not take the GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_note: Option<String>,
+    pub context_length: usize,
+    pub vocab_size: usize,
+    /// Matrices whose width did not allow blocks of 32 (quantized per tensor or kept f32).
+    pub quant_exceptions: Vec<String>,
+    /// The chat template a prompt is wrapped in (`ChatML`), if the model's file names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chat_template: Option<String>,
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model produced an end-of-text token: EOS, or a chat model's end of turn.
+    Eos,
+    /// The model produced beginning-of-sequence, which llama2.c treats as the end of a story.
+    Bos,
+    MaxTokens,
+    ContextFull,
+    Cancelled,
+}
+
+impl StopReason {
+    /// The reason as it appears in JSON and reports (`max_tokens`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::Eos => "eos",
+            StopReason::Bos => "bos",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::ContextFull => "context_full",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The engine's events; times are milliseconds since the request was made (queue time included).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The prompt has been tokenized and run in one forward pass; the first token is sampled.
+    Prefill {
+        prompt_tokens: usize,
+        queued_ms: f64,
+        tokenize_ms: f64,
+        prefill_ms: f64,
+        t_ms: f64,
+    },
+    /// One generated token (`text` may be empty while a multi-byte character is incomplete).
+    Token {
+        pos: usize,
+        id: u32,
+        text: String,
+        t_ms: f64,
+    },
+    /// The end, always with a reason. `trailing_text` holds bytes that never completed a
+    /// character (as U+FFFD), normally empty.
+    Done {
+        reason: StopReason,
+        prompt_tokens: usize,
+        output_tokens: usize,
+        t_ms: f64,
+        trailing_text: String,
+    },
+}
+
+/// How many tokens a run generates unless told otherwise (the CLI's and the wasm API's default too).
+pub const DEFAULT_MAX_TOKENS: usize = 256;
+
+/// What to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    /// Time the request waited before reaching the engine (the page measures it across the worker).
+    pub queued_ms: f64,
+    /// Wrap the prompt as a user's turn in the model's chat template, when it has one (a model
+    /// without one takes the prompt as it is either way).
+    pub chat: bool,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self {
+            max_tokens: DEFAULT_MAX_TOKENS,
+            sampling: Sampling::default(),
+            queued_ms: 0.0,
+            chat: true,
+        }
+    }
+}
+
+/// Whether a listener wants generation to go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
+}

@@ -1,0 +1,15 @@
+//! Generation: a model and its tokenizer ([`engine`]), requests stepped one token at a time in
+//! one batch ([`scheduler`], [`sequence`]), how each next token is picked ([`sampling`]), and
+//! what a run says as it goes ([`events`]). Below: `backend/` and `loading/`; above: `meter/`.
+
+pub mod engine;
+pub mod events;
+pub mod sampling;
+pub mod scheduler;
+pub mod sequence;
+
+pub use engine::{Engine, ProductPasses};
+pub use events::{DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo, StopReason};
+pub use sampling::Sampling;
+pub use scheduler::{Arrival, DEFAULT_PROMPTS, Request, Scheduler};
+pub use sequence::SeqEvent;

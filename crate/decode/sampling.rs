@@ -1,0 +1,194 @@
+//! Picking the next token: greedy (argmax on the device, one id read back), or temperature with
+//! optional top-p (nucleus) sampling on the host, driven by llama2.c's xorshift RNG so that a seed
+//! gives the same text on every platform.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::model::logits::{Logits, argmax};
+
+/// How to sample; temperature 0 means greedy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_p: 0.9,
+            seed: 42,
+        }
+    }
+}
+
+impl Sampling {
+    pub fn validate(&self) -> Result<()> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(Error::Unsupported(format!(
+                "temperature {} must be >= 0",
+                self.temperature
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.top_p) {
+            return Err(Error::Unsupported(format!(
+                "top-p {} must be within 0..=1",
+                self.top_p
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A sampler with its RNG state.
+pub struct Sampler {
+    settings: Sampling,
+    rng_state: u64,
+}
+
+impl Sampler {
+    pub fn new(settings: Sampling) -> Self {
+        // xorshift has a fixed point at 0.
+        Self {
+            settings,
+            rng_state: settings.seed.max(1),
+        }
+    }
+
+    /// Choose the next id from logits `[1, vocab]`, reading back as little as the method needs.
+    pub async fn sample(&mut self, logits: Logits) -> Result<u32> {
+        if self.settings.temperature == 0.0 {
+            return Ok(logits.argmax().await?.first().copied().unwrap_or(0));
+        }
+        let logits = logits.into_vec().await?;
+        Ok(self.sample_host(&logits))
+    }
+
+    /// One pick per row of `logits` `[samplers.len(), vocab]`, row `i` by `samplers[i]`, with one
+    /// read-back for the whole batch: only the ids when every sampler is greedy.
+    pub async fn sample_rows(samplers: &mut [&mut Sampler], logits: Logits) -> Result<Vec<u32>> {
+        if samplers.iter().all(|s| s.settings.temperature == 0.0) {
+            return logits.argmax().await;
+        }
+        let data = logits.into_vec().await?;
+        let vocab = data.len() / samplers.len().max(1);
+        Ok(samplers
+            .iter_mut()
+            .zip(data.chunks_exact(vocab))
+            .map(|(sampler, row)| {
+                if sampler.settings.temperature == 0.0 {
+                    argmax(row)
+                } else {
+                    sampler.sample_host(row)
+                }
+            })
+            .collect())
+    }
+
+    /// Temperature and top-p on host logits (pure, so tests can drive it).
+    pub fn sample_host(&mut self, logits: &[f32]) -> u32 {
+        let probs = softmax(logits, self.settings.temperature);
+        let coin = self.random_f32();
+        let top_p = self.settings.top_p;
+        if top_p <= 0.0 || top_p >= 1.0 {
+            return sample_from(&probs.iter().copied().enumerate().collect::<Vec<_>>(), coin);
+        }
+        // Nucleus: the smallest set of most likely tokens whose mass exceeds top_p.
+        let mut ranked: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut mass = 0.0;
+        let mut keep = ranked.len();
+        for (i, &(_, p)) in ranked.iter().enumerate() {
+            mass += p;
+            if mass > top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        sample_from(&ranked[..keep], coin)
+    }
+
+    /// llama2.c's `random_u32` (xorshift*) and `random_f32`.
+    fn random_f32(&mut self) -> f32 {
+        let s = &mut self.rng_state;
+        *s ^= *s >> 12;
+        *s ^= *s << 25;
+        *s ^= *s >> 27;
+        let r = (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32;
+        (r >> 8) as f32 / 16_777_216.0
+    }
+}
+
+fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = logits
+        .iter()
+        .map(|&l| ((l - max) / temperature).exp())
+        .collect();
+    let sum: f32 = exps.iter().sum();
+    exps.into_iter().map(|e| e / sum).collect()
+}
+
+/// Walk the (id, probability) list until the cumulative mass passes `coin` times the total.
+fn sample_from(candidates: &[(usize, f32)], coin: f32) -> u32 {
+    let total: f32 = candidates.iter().map(|c| c.1).sum();
+    let target = coin * total;
+    let mut mass = 0.0;
+    for &(id, p) in candidates {
+        mass += p;
+        if target < mass {
+            return id as u32;
+        }
+    }
+    candidates.last().map_or(0, |c| c.0 as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampler(temperature: f32, top_p: f32, seed: u64) -> Sampler {
+        Sampler::new(Sampling {
+            temperature,
+            top_p,
+            seed,
+        })
+    }
+
+    #[test]
+    fn same_seed_same_choices_other_seed_other_choices() {
+        let logits: Vec<f32> = (0..50).map(|i| (i % 7) as f32 * 0.3).collect();
+        let run = |seed| {
+            let mut s = sampler(1.0, 0.0, seed);
+            (0..40).map(|_| s.sample_host(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+    }
+
+    #[test]
+    fn top_p_never_picks_outside_the_nucleus() {
+        // Token 3 holds ~88% of the mass; with top_p 0.5 it is the whole nucleus.
+        let logits = [0.0, 0.0, 0.0, 4.0, 0.0];
+        let mut s = sampler(1.0, 0.5, 1);
+        assert!((0..200).all(|_| s.sample_host(&logits) == 3));
+    }
+
+    #[test]
+    fn low_temperature_concentrates_on_the_top_logit() {
+        let logits = [1.0, 2.0, 1.5];
+        let mut s = sampler(0.01, 0.0, 3);
+        assert!((0..100).all(|_| s.sample_host(&logits) == 1));
+    }
+
+    #[test]
+    fn sampling_follows_the_distribution() {
+        let logits = [0.0, (3.0f32).ln()]; // probabilities 1/4 and 3/4
+        let mut s = sampler(1.0, 0.0, 11);
+        let ones = (0..4000).filter(|_| s.sample_host(&logits) == 1).count();
+        assert!((2800..3200).contains(&ones), "{ones} of 4000");
+    }
+}

@@ -1,0 +1,355 @@
+//! Continuous batching: requests wait in a queue, join the running batch when there is room (their
+//! prompts prefilled), and leave it when they end (EOS, max tokens, a full context, cancel).
+//!
+//! Each [`step`](Scheduler::step) runs every running sequence one token further, and the prompts
+//! of the sequences joining, through ONE forward pass ([`crate::backend::Llama::forward_batch`]): each weight is
+//! read once per step for the whole batch, which is why batching raises aggregate tok/s on
+//! memory-bound hardware, while every sequence waits for the whole batch's step, which is why it
+//! lowers each one's own tok/s. A prompt too long for one pass is prefilled alone, in chunks.
+//!
+//! A single `generate` is the batch-1 case of this same code. The caller drives the steps (the CLI
+//! in a loop, the page's worker a few at a time between messages), so cancel is an ordinary call
+//! between steps.
+
+use web_time::Instant;
+
+use crate::backend::Segment;
+use crate::decode::engine::Engine;
+use crate::decode::events::{Event, Flow, GenerateOptions, StopReason};
+use crate::decode::sampling::Sampler;
+use crate::decode::sequence::{SeqEvent, Sequence};
+use crate::error::{Error, Result};
+
+/// How a load test's users send their requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arrival {
+    /// All at once.
+    Burst,
+    /// A Poisson process of `rate` requests a second (exponential gaps, from a fixed seed, so two
+    /// runs see the same pattern).
+    Poisson { rate: f64 },
+}
+
+impl Arrival {
+    /// When each of `n` requests is made, in ms from the first.
+    pub fn times(self, n: usize) -> Vec<f64> {
+        match self {
+            Arrival::Burst => vec![0.0; n],
+            Arrival::Poisson { rate } => {
+                let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+                let mut t = 0.0;
+                (0..n)
+                    .map(|i| {
+                        if i > 0 {
+                            // xorshift64*, then an exponential gap by inversion.
+                            state ^= state >> 12;
+                            state ^= state << 25;
+                            state ^= state >> 27;
+                            let u = ((state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64
+                                + 0.5)
+                                / (1u64 << 53) as f64;
+                            t += -u.ln() / rate * 1e3;
+                        }
+                        t
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Arrival {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Arrival::Burst => write!(f, "burst"),
+            Arrival::Poisson { rate } => write!(f, "poisson:{rate}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Arrival {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            Error::Unsupported(format!(
+                "arrival {s:?}: use burst (all users at once) or poisson:RATE (RATE requests a \
+                 second on average, e.g. poisson:4)"
+            ))
+        };
+        match s.split_once(':') {
+            None if s == "burst" => Ok(Arrival::Burst),
+            Some(("poisson", rate)) => {
+                let rate: f64 = rate.parse().map_err(|_| bad())?;
+                if rate.is_finite() && rate > 0.0 {
+                    Ok(Arrival::Poisson { rate })
+                } else {
+                    Err(bad())
+                }
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Prompts for users who were given none: varied openings, so that users in a load test do not
+/// all share one prompt length and one story.
+pub const DEFAULT_PROMPTS: [&str; 16] = [
+    "Once upon a time",
+    "Lily and Ben went to the park with their dog",
+    "The little red car",
+    "One day, a big bear found a shiny stone in the river",
+    "Tom wanted to fly",
+    "In a small house by the sea lived an old cat named Max",
+    "The sun was hot and the children",
+    "Sara had a new doll. She loved it very much, but one day",
+    "A bird sat on the tree",
+    "Mom said, \"Do not touch the cake!\" But Tim",
+    "The frog jumped",
+    "Once there was a girl who liked to paint. Every morning she",
+    "The boat was small",
+    "Ben and his friend found a box under the bed",
+    "It was a rainy day",
+    "The king had a big castle with many rooms, and in one room",
+];
+
+/// What to generate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub prompt: String,
+    pub options: GenerateOptions,
+}
+
+/// A submitted request that has not joined the batch yet.
+struct Waiting {
+    seq: Sequence,
+    /// When it may join: its arrival, or when its tokenization ended if that was later.
+    ready_ms: f64,
+}
+
+pub struct Scheduler {
+    clock: Instant,
+    max_batch: usize,
+    next_id: usize,
+    /// In order of `ready_ms`.
+    waiting: Vec<Waiting>,
+    running: Vec<Sequence>,
+}
+
+impl Scheduler {
+    /// A scheduler running at most `max_batch` sequences in a step (at least 1). Its clock starts
+    /// now.
+    pub fn new(max_batch: usize) -> Self {
+        Self {
+            clock: Instant::now(),
+            max_batch: max_batch.max(1),
+            next_id: 0,
+            waiting: Vec::new(),
+            running: Vec::new(),
+        }
+    }
+
+    /// Milliseconds since the scheduler was made.
+    pub fn now_ms(&self) -> f64 {
+        self.clock.elapsed().as_secs_f64() * 1e3
+    }
+
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Queue `request`, made at `arrival_ms` on this scheduler's clock (`None`: now; a later time
+    /// simulates a user arriving then). The prompt is tokenized and checked now, so a bad one is an
+    /// error here and not in the middle of other users' steps. Returns the sequence's id.
+    pub fn submit(
+        &mut self,
+        engine: &Engine,
+        request: &Request,
+        arrival_ms: Option<f64>,
+    ) -> Result<usize> {
+        let options = request.options;
+        options.sampling.validate()?;
+        if options.max_tokens == 0 {
+            return Err(Error::Unsupported(
+                "max tokens 0 would generate nothing; ask for at least 1".into(),
+            ));
+        }
+        let start = self.now_ms();
+        let made_ms = arrival_ms.unwrap_or(start);
+        let prompt_ids = engine.encode_prompt(&request.prompt, options.chat)?;
+        let tokenized = self.now_ms();
+        // Tokenizing before the request is made (a simulated later arrival) is not its time.
+        let tokenize_ms = (tokenized - start.max(made_ms)).max(0.0);
+        let id = self.next_id;
+        self.next_id += 1;
+        let seq = Sequence::new(
+            id,
+            options,
+            made_ms,
+            prompt_ids,
+            tokenize_ms,
+            engine.model.new_cache(),
+        );
+        let ready_ms = made_ms.max(tokenized);
+        let at = self.waiting.partition_point(|w| w.ready_ms <= ready_ms);
+        self.waiting.insert(at, Waiting { seq, ready_ms });
+        Ok(id)
+    }
+
+    /// End sequence `id` now, running or waiting; returns its done event (`None` when it has
+    /// already ended or never existed).
+    pub fn cancel(&mut self, id: usize) -> Option<SeqEvent> {
+        let now = self.now_ms();
+        if let Some(i) = self.running.iter().position(|s| s.id == id) {
+            return Some(self.running.remove(i).done(StopReason::Cancelled, now));
+        }
+        let i = self.waiting.iter().position(|w| w.seq.id == id)?;
+        Some(self.waiting.remove(i).seq.done(StopReason::Cancelled, now))
+    }
+
+    /// Sequences in the batch.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Sequences submitted that have not joined the batch.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Nothing running and nothing waiting.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// When the next waiting request may join, on the scheduler's clock: a caller with nothing
+    /// running waits until then before its next step.
+    pub fn next_arrival_ms(&self) -> Option<f64> {
+        self.waiting.first().map(|w| w.ready_ms)
+    }
+
+    /// Advance: admit the requests that have arrived while there is room, then run one pass over
+    /// every running sequence (one token each) and the joining prompts. Returns the step's events
+    /// (empty when nothing could run yet: see [`next_arrival_ms`](Self::next_arrival_ms)).
+    pub async fn step(&mut self, engine: &Engine) -> Result<Vec<SeqEvent>> {
+        let model = &engine.model;
+        let context = model.config.seq_len;
+        let tokenizer = &engine.tokenizer;
+        let now = self.now_ms();
+        let mut joining = Vec::new();
+        while self.running.len() + joining.len() < self.max_batch
+            && self.waiting.first().is_some_and(|w| w.ready_ms <= now)
+        {
+            joining.push(self.waiting.remove(0));
+        }
+        let mut out = Vec::new();
+
+        // A prompt too long for one pass is prefilled alone, chunk by chunk.
+        let (long, mut short): (Vec<Waiting>, Vec<Waiting>) = joining.into_iter().partition(|w| {
+            let n = w.seq.prompt_ids.len();
+            n > model.prefill_chunk(n)
+        });
+        for Waiting { mut seq, ready_ms } in long {
+            let start = self.now_ms();
+            let logits = model.forward(&seq.prompt_ids, &mut seq.cache, false);
+            let id = seq.sampler.sample(logits).await?;
+            let now = self.now_ms();
+            prefilled(&seq, ready_ms, start, now, &mut out);
+            if !seq.accept(tokenizer, id, now, context, &mut out) {
+                self.running.push(seq);
+            }
+        }
+        if self.running.is_empty() && short.is_empty() {
+            return Ok(out);
+        }
+
+        // One pass: a token for each running sequence, then each joining prompt.
+        let decoding = self.running.len();
+        let start = self.now_ms();
+        let logits = {
+            let mut segments: Vec<Segment> = self
+                .running
+                .iter_mut()
+                .map(|s| Segment {
+                    tokens: std::slice::from_ref(&s.input),
+                    cache: &mut s.cache,
+                })
+                .chain(short.iter_mut().map(|w| Segment {
+                    tokens: &w.seq.prompt_ids,
+                    cache: &mut w.seq.cache,
+                }))
+                .collect();
+            model.forward_batch(&mut segments)
+        };
+        let mut samplers: Vec<&mut Sampler> = self
+            .running
+            .iter_mut()
+            .map(|s| &mut s.sampler)
+            .chain(short.iter_mut().map(|w| &mut w.seq.sampler))
+            .collect();
+        let ids = Sampler::sample_rows(&mut samplers, logits).await?;
+        let now = self.now_ms();
+
+        let mut running = Vec::with_capacity(self.max_batch);
+        for (mut seq, &id) in self.running.drain(..).zip(&ids[..decoding]) {
+            if !seq.accept(tokenizer, id, now, context, &mut out) {
+                running.push(seq);
+            }
+        }
+        for (Waiting { mut seq, ready_ms }, &id) in short.into_iter().zip(&ids[decoding..]) {
+            prefilled(&seq, ready_ms, start, now, &mut out);
+            if !seq.accept(tokenizer, id, now, context, &mut out) {
+                running.push(seq);
+            }
+        }
+        self.running = running;
+        Ok(out)
+    }
+}
+
+impl Engine {
+    /// Generate from `prompt`, calling `on_event` for each event; `on_event` returning
+    /// [`Flow::Stop`] cancels the run (reported as `Cancelled`). This is the batch-1 case of the
+    /// [`Scheduler`]: one request, stepped until it ends.
+    pub async fn generate(
+        &self,
+        prompt: &str,
+        options: &GenerateOptions,
+        on_event: &mut dyn FnMut(&Event) -> Flow,
+    ) -> Result<StopReason> {
+        let mut scheduler = Scheduler::new(1);
+        let request = Request {
+            prompt: prompt.to_string(),
+            options: *options,
+        };
+        let seq = scheduler.submit(self, &request, None)?;
+        loop {
+            for SeqEvent { event, .. } in scheduler.step(self).await? {
+                let flow = on_event(&event);
+                if let Event::Done { reason, .. } = event {
+                    return Ok(reason);
+                }
+                if flow == Flow::Stop {
+                    let done = scheduler.cancel(seq).expect("a running sequence");
+                    on_event(&done.event);
+                    return Ok(StopReason::Cancelled);
+                }
+            }
+        }
+    }
+}
+
+/// The prefill event of `seq`, whose pass ran from `start` to `now`; it was ready to join at
+/// `ready_ms`, so the wait between is queue time.
+fn prefilled(seq: &Sequence, ready_ms: f64, start: f64, now: f64, out: &mut Vec<SeqEvent>) {
+    seq.emit(
+        out,
+        Event::Prefill {
+            prompt_tokens: seq.prompt_ids.len(),
+            queued_ms: seq.options.queued_ms + (start - ready_ms).max(0.0),
+            tokenize_ms: seq.tokenize_ms,
+            prefill_ms: now - start,
+            t_ms: seq.t_ms(now),
+        },
+    );
+}

@@ -1,0 +1,130 @@
+//! One request being generated: its prompt, its KV cache, its sampler, its text stream and its
+//! stop rules. A [`Scheduler`](crate::decode::scheduler::Scheduler) advances sequences a step at a time;
+//! each step hands a sequence the id the model picked for it, and the sequence turns that into
+//! its own events.
+
+use serde::Serialize;
+
+use crate::backend::KvCache;
+use crate::decode::events::{Event, GenerateOptions, StopReason};
+use crate::decode::sampling::Sampler;
+use crate::loading::tokenizer::{TextStream, Tokenizer};
+
+/// An event of one sequence, named by its id (ids count from 0 in the order requests were
+/// submitted to a scheduler).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeqEvent {
+    pub seq: usize,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// A request's state while it is generated.
+pub struct Sequence {
+    pub id: usize,
+    pub options: GenerateOptions,
+    /// When the request was made, in ms on the scheduler's clock. Event times are measured from
+    /// here, plus the time it waited before reaching the scheduler (`options.queued_ms`).
+    pub made_ms: f64,
+    pub prompt_ids: Vec<u32>,
+    pub tokenize_ms: f64,
+    pub cache: KvCache,
+    pub sampler: Sampler,
+    text: TextStream,
+    /// The token the next step feeds: the prompt's last, then each picked one.
+    pub input: u32,
+    pub generated: usize,
+}
+
+impl Sequence {
+    pub fn new(
+        id: usize,
+        options: GenerateOptions,
+        made_ms: f64,
+        prompt_ids: Vec<u32>,
+        tokenize_ms: f64,
+        cache: KvCache,
+    ) -> Self {
+        Self {
+            id,
+            sampler: Sampler::new(options.sampling),
+            options,
+            made_ms,
+            input: *prompt_ids.last().expect("a prompt has at least one token"),
+            prompt_ids,
+            tokenize_ms,
+            cache,
+            text: TextStream::default(),
+            generated: 0,
+        }
+    }
+
+    /// Milliseconds since the request was made, at `now_ms` on the scheduler's clock.
+    pub fn t_ms(&self, now_ms: f64) -> f64 {
+        self.options.queued_ms + (now_ms - self.made_ms)
+    }
+
+    /// Take the id the model picked at `now_ms`: a token event, then a done event when this
+    /// was the sequence's last. Returns whether it ended.
+    pub fn accept(
+        &mut self,
+        tokenizer: &Tokenizer,
+        id: u32,
+        now_ms: f64,
+        context: usize,
+        out: &mut Vec<SeqEvent>,
+    ) -> bool {
+        let reason = match id {
+            id if tokenizer.is_stop(id) && Some(id) == tokenizer.specials.bos => {
+                Some(StopReason::Bos)
+            }
+            id if tokenizer.is_stop(id) => Some(StopReason::Eos),
+            _ => {
+                self.generated += 1;
+                let piece = self.text.push(tokenizer, Some(self.input), id);
+                self.emit(
+                    out,
+                    Event::Token {
+                        pos: self.cache.len(),
+                        id,
+                        text: piece,
+                        t_ms: self.t_ms(now_ms),
+                    },
+                );
+                self.input = id;
+                if self.generated >= self.options.max_tokens {
+                    Some(StopReason::MaxTokens)
+                } else if self.cache.len() >= context {
+                    Some(StopReason::ContextFull)
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(reason) = reason {
+            out.push(self.done(reason, now_ms));
+        }
+        reason.is_some()
+    }
+
+    /// The sequence's done event, ending it for `reason` at `now_ms`.
+    pub fn done(&mut self, reason: StopReason, now_ms: f64) -> SeqEvent {
+        SeqEvent {
+            seq: self.id,
+            event: Event::Done {
+                reason,
+                prompt_tokens: self.prompt_ids.len(),
+                output_tokens: self.generated,
+                t_ms: self.t_ms(now_ms),
+                trailing_text: self.text.finish(),
+            },
+        }
+    }
+
+    pub fn emit(&self, out: &mut Vec<SeqEvent>, event: Event) {
+        out.push(SeqEvent {
+            seq: self.id,
+            event,
+        });
+    }
+}

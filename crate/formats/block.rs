@@ -1,0 +1,69 @@
+//! The two traits every GGUF type implements ([`BlockFormat`], and [`RunFormat`] for the types the
+//! kernels run as stored) and the names of the runnable formats ([`Format`]). `format.rs`, above
+//! the types' files, ties each name to its type.
+
+/// Values in one block of the formats the kernels run ([`RunFormat`]s).
+pub const BLOCK: usize = 32;
+
+/// One GGUF tensor type: its place in the file and its reference dequantization.
+pub trait BlockFormat {
+    /// GGUF's name for the type ("Q8_0").
+    const NAME: &'static str;
+    /// GGUF's type id (`ggml_type`).
+    const ID: u32;
+    /// Values in one block.
+    const BLOCK_VALUES: usize;
+    /// Bytes one block takes in a GGUF file.
+    const BLOCK_BYTES: usize;
+    /// The [`Format`] the kernels run this type as, when they run it as it is stored.
+    const RUNS_AS: Option<Format> = None;
+
+    /// The reference: one stored block (`BLOCK_BYTES`) as its `BLOCK_VALUES` values.
+    fn dequantize_block(block: &[u8], out: &mut [f32]);
+}
+
+/// A type the kernels multiply from as stored: blocks of [`BLOCK`] values, each kept as its
+/// payload (`PAYLOAD` bytes) and its scale widened to f32. A stored code is the value plus
+/// `BIAS`, so the kernels multiply codes and take `BIAS * sum(x)` back once a block.
+pub trait RunFormat: BlockFormat + 'static {
+    /// Which one, for the matrices that hold blocks of several formats.
+    const FORMAT: Format;
+    /// Bytes of one block's values.
+    const PAYLOAD: usize;
+    /// What each stored code exceeds its value by.
+    const BIAS: i32;
+    /// The payload byte of a block of zeros (a group's padding rows).
+    const ZERO_BYTE: u8;
+
+    /// The reference quantizer: `values` (one block) as payload bytes; returns the scale.
+    fn quantize_block(values: &[f32], payload: &mut [u8]) -> f32;
+
+    /// The stored code of value `i` (0..32) of a block's payload: the value plus `BIAS`.
+    fn code(payload: &[u8], i: usize) -> i32;
+
+    /// The stored codes of payload byte `p` times the activations they meet in `x` (one block of
+    /// int8 values), summed: the integer part of a dot product, before the bias.
+    fn byte_products(byte: u8, p: usize, x: &[i8]) -> i32;
+
+    /// The reference dot product of one block's payload with 32 int8 activations, in exact
+    /// integers (scaled by the caller).
+    fn dot_block(payload: &[u8], x: &[i8]) -> i32 {
+        let codes: i32 = (0..Self::PAYLOAD)
+            .map(|p| Self::byte_products(payload[p], p, x))
+            .sum();
+        codes - Self::BIAS * x[..BLOCK].iter().map(|&v| v as i32).sum::<i32>()
+    }
+
+    /// A GGUF block (an f16 scale, then the payload) as its scale and payload.
+    fn split_block(block: &[u8]) -> (f32, &[u8]) {
+        let scale = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
+        (scale, &block[2..2 + Self::PAYLOAD])
+    }
+}
+
+/// The block formats the kernels run as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    Q8_0,
+    Q4_0,
+}

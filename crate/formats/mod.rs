@@ -1,0 +1,241 @@
+//! GGUF's tensor types, one file each: how a block lies in a file, and a scalar reference that
+//! widens it to f32. This is the bottom layer (docs/architecture.md): it knows nothing of models,
+//! machines or kernels, and every kernel above is tested against it.
+//!
+//! Two traits, as llama.cpp's type-traits table and candle's `GgmlType` have it:
+//! - [`BlockFormat`]: every GGUF type: its id, name, values and bytes per block, and the reference
+//!   dequantization of one block. [`TYPES`] holds one row per type.
+//! - [`RunFormat`]: the types the kernels multiply from as they are stored ([`Format`]): each
+//!   block kept as its payload and an f32 scale (browsers without `shader-f16` cannot read f16),
+//!   with a reference quantizer and a reference integer dot product against int8 activations.
+//!
+//! Adding a GGUF type is one new file implementing [`BlockFormat`] and one row in [`TYPES`];
+//! a type the kernels run as stored also implements [`RunFormat`] and gets a [`Format`] variant
+//! (and an arm in [`with_format!`]), and then kernels per instruction set beside the others in
+//! `cpu/`.
+
+mod bf16;
+pub mod block;
+mod blocks;
+mod f16;
+mod f32;
+mod format;
+pub mod q4_0;
+mod q4_k;
+mod q6_k;
+pub mod q8_0;
+
+pub use crate::with_format;
+pub use bf16::Bf16;
+pub use block::{BLOCK, BlockFormat, Format, RunFormat};
+pub use blocks::Blocks;
+pub use f16::F16;
+pub use f32::F32;
+pub use q4_0::Q4_0;
+pub use q4_k::Q4K;
+pub use q6_k::Q6K;
+pub use q8_0::Q8_0;
+
+/// One row of the type table.
+#[derive(Debug)]
+pub struct TypeTraits {
+    pub id: u32,
+    pub name: &'static str,
+    pub block_values: usize,
+    pub block_bytes: usize,
+    pub runs_as: Option<Format>,
+    dequantize_block: fn(&[u8], &mut [f32]),
+}
+
+const fn row<T: BlockFormat>() -> TypeTraits {
+    TypeTraits {
+        id: T::ID,
+        name: T::NAME,
+        block_values: T::BLOCK_VALUES,
+        block_bytes: T::BLOCK_BYTES,
+        runs_as: T::RUNS_AS,
+        dequantize_block: T::dequantize_block,
+    }
+}
+
+/// Every GGUF type this engine reads, one row each.
+pub static TYPES: [TypeTraits; 7] = [
+    row::<F32>(),
+    row::<F16>(),
+    row::<Bf16>(),
+    row::<Q8_0>(),
+    row::<Q4_0>(),
+    row::<Q4K>(),
+    row::<Q6K>(),
+];
+
+/// GGUF types known by name but not read here, for the error that names them.
+const NOT_READ: [(u32, &str); 8] = [
+    (3, "Q4_1"),
+    (6, "Q5_0"),
+    (7, "Q5_1"),
+    (9, "Q8_1"),
+    (10, "Q2_K"),
+    (11, "Q3_K"),
+    (13, "Q5_K"),
+    (15, "Q8_K"),
+];
+
+/// A GGUF tensor type this engine reads: a handle on its row of [`TYPES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    id: u32,
+}
+
+impl TensorType {
+    pub const F32: TensorType = TensorType::of::<F32>();
+    pub const F16: TensorType = TensorType::of::<F16>();
+    pub const BF16: TensorType = TensorType::of::<Bf16>();
+    pub const Q8_0: TensorType = TensorType::of::<Q8_0>();
+    pub const Q4_0: TensorType = TensorType::of::<Q4_0>();
+    pub const Q4K: TensorType = TensorType::of::<Q4K>();
+    pub const Q6K: TensorType = TensorType::of::<Q6K>();
+
+    const fn of<T: BlockFormat>() -> TensorType {
+        TensorType { id: T::ID }
+    }
+
+    /// The type with GGUF id `id`, or a sentence naming it and what is read instead.
+    pub fn from_id(id: u32) -> Result<TensorType, String> {
+        if TYPES.iter().any(|t| t.id == id) {
+            return Ok(TensorType { id });
+        }
+        let name = match NOT_READ.iter().find(|(known, _)| *known == id) {
+            Some((_, name)) => name,
+            None if (16..=23).contains(&id) || id == 29 => "an IQ type",
+            None => "an unknown type",
+        };
+        let read: Vec<&str> = TYPES.iter().map(|t| t.name).collect();
+        Err(format!(
+            "GGUF tensor type {id} ({name}) is not supported: this engine loads {}; convert the \
+             file (llama-quantize) to one of them",
+            read.join(", ")
+        ))
+    }
+
+    /// Its row of the table.
+    pub fn traits(self) -> &'static TypeTraits {
+        TYPES
+            .iter()
+            .find(|t| t.id == self.id)
+            .expect("a TensorType is made from a row of TYPES")
+    }
+
+    pub fn id(self) -> u32 {
+        self.id
+    }
+
+    pub fn name(self) -> &'static str {
+        self.traits().name
+    }
+
+    /// Values per block and bytes per block.
+    pub fn block(self) -> (u64, u64) {
+        let t = self.traits();
+        (t.block_values as u64, t.block_bytes as u64)
+    }
+
+    /// The [`Format`] the kernels run this type as, when they run it as it is stored.
+    pub fn runs_as(self) -> Option<Format> {
+        self.traits().runs_as
+    }
+
+    /// A tensor's bytes (whole blocks: checked when the file is parsed) as f32, block by block.
+    pub fn dequantize(self, raw: &[u8]) -> Vec<f32> {
+        let t = self.traits();
+        let mut out = vec![0.0; raw.len() / t.block_bytes * t.block_values];
+        for (block, values) in raw
+            .chunks_exact(t.block_bytes)
+            .zip(out.chunks_exact_mut(t.block_values))
+        {
+            (t.dequantize_block)(block, values);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_one_row_per_id_and_names_what_it_does_not_read() {
+        for (i, a) in TYPES.iter().enumerate() {
+            assert!(TYPES[i + 1..].iter().all(|b| b.id != a.id), "{}", a.name);
+            assert_eq!(TensorType::from_id(a.id).unwrap().name(), a.name);
+        }
+        let e = TensorType::from_id(3).unwrap_err();
+        assert!(
+            e.starts_with("GGUF tensor type 3 (Q4_1) is not supported"),
+            "{e}"
+        );
+        assert!(TensorType::from_id(20).unwrap_err().contains("an IQ type"));
+        assert!(
+            TensorType::from_id(999)
+                .unwrap_err()
+                .contains("an unknown type")
+        );
+    }
+
+    /// The reference quantizer, dequantizer and dot product of each run format agree: a block
+    /// quantized and widened again is within a step of the values (half a step, but for Q4_0's
+    /// largest positive values, which clamp at +7 when the extreme is negative), and the integer dot
+    /// product equals the widened values' products summed.
+    fn reference_agrees<F: RunFormat>() {
+        let mut state = 0x9e37_79b9u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        for _ in 0..200 {
+            let values: Vec<f32> = (0..BLOCK)
+                .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+                .collect();
+            let mut payload = vec![0u8; F::PAYLOAD];
+            let scale = F::quantize_block(&values, &mut payload);
+            let mut gguf = half::f16::from_f32(scale).to_le_bytes().to_vec();
+            gguf.extend_from_slice(&payload);
+            let (stored_scale, stored) = F::split_block(&gguf);
+            assert_eq!(stored, &payload[..]);
+            assert_eq!(stored_scale, half::f16::from_f32(scale).to_f32());
+            let mut widened = vec![0.0; BLOCK];
+            F::dequantize_block(&gguf, &mut widened);
+            let step = stored_scale.abs();
+            for (v, w) in values.iter().zip(&widened) {
+                assert!(
+                    (v - w).abs() <= step * 1.01 + 1e-3,
+                    "{}: {v} vs {w}",
+                    F::NAME
+                );
+            }
+            let x: Vec<i8> = (0..BLOCK).map(|_| next() as i8).collect();
+            let codes: Vec<f32> = widened.iter().map(|w| w / stored_scale).collect();
+            let expected: f32 = codes.iter().zip(&x).map(|(c, &x)| c * x as f32).sum();
+            let got = F::dot_block(&payload, &x);
+            if stored_scale != 0.0 {
+                assert!(
+                    (got as f32 - expected).abs() < 0.5,
+                    "{}: {got} vs {expected}",
+                    F::NAME
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn q8_0_reference_agrees() {
+        reference_agrees::<Q8_0>();
+    }
+
+    #[test]
+    fn q4_0_reference_agrees() {
+        reference_agrees::<Q4_0>();
+    }
+}

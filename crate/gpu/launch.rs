@@ -1,0 +1,398 @@
+//! The wgpu backend's own kernels, in CubeCL (burn's kernel language): RMSNorm, RoPE, SwiGLU and
+//! attention, each one dispatch where burn's tensor operations take 3 to 12, and every projection
+//! (`linear_*`: f32, and Q8_0 / Q4_0 blocks read as they are stored).
+//!
+//! Why: on a GPU every dispatch costs several microseconds of encoding, validation and idle time
+//! whatever its size, and for the small models the page offers that, not arithmetic, bounds a
+//! decode step. Counted in the page's worker on stories260K (5 layers, SwiftShader), wrapping
+//! `GPUComputePassEncoder.dispatchWorkgroups`: 65 dispatches a layer per decode token with burn's
+//! operations (RMSNorm 7, RoPE 10 for each of q and k, attention 14, SwiGLU 5, ...).
+//!
+//! The projections are ours, not burn's `matmul`, for two reasons. Size: burn's matmul on wgpu is
+//! cubek's, dozens of tiled variants chosen at run time, and leaving it out of the page's wasm took
+//! it from 2,816 to 2,398 kB gzipped (measured with `make pkg`). And bytes: the quantized ones read
+//! the same Q8_0 / Q4_0 blocks as the CPU kernels (one format for both backends), 8.5 or 4.5 bits
+//! a weight, dequantized in registers.
+//!
+//! The kernels reach burn's tensors through a backend extension ([`FusedOps`]), implemented for
+//! burn's CubeCL backend; `gpu/ops.rs` calls the wrappers at the bottom; the kernels themselves are
+//! in `kernels.rs`. They compute what `cpu/ops.rs` computes on the CPU, in the same order where it matters (RMSNorm, the softmax's
+//! maximum), and reductions use shared memory, not subgroup operations, which not every WebGPU
+//! adapter has.
+
+use burn::backend::tensor::{FloatTensor, IntTensor};
+use burn::backend::{Dispatch, backend_extension};
+use burn::tensor::{DType, Shape, Tensor as BurnTensor};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+use crate::gpu::kernels::*;
+
+/// Units (threads) per cube (workgroup) of the row kernels; the reductions assume a power of two.
+const UNITS: u32 = 64;
+/// Attention scores held in shared memory at once (8 KiB of WebGPU's guaranteed 16 KiB); longer
+/// contexts go in chunks of this many keys, with the softmax rescaled between chunks.
+const KEY_CHUNK: usize = 2048;
+
+/// The fused operations, on any backend's primitives; implemented for burn's CubeCL backend.
+#[backend_extension(Cube)]
+pub trait FusedOps: burn::backend::Backend {
+    /// `x * weight / sqrt(mean(x^2) + eps)` for each row of `x` `[t, dim]`.
+    fn fused_rms_norm(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self>;
+
+    /// Rotate adjacent pairs of every head of `x` `[t, heads * head_size]` by each row's angles,
+    /// `cos` and `sin` `[t, head_size / 2]`.
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        head_size: usize,
+    ) -> FloatTensor<Self>;
+
+    /// `x` `[m, k]` times an f32 `w` `[k, n]`: `[m, n]`.
+    fn linear_f32(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// `x` `[m, k]` times `[k, n]` in blocks of 32 along `k` with one scale each, `scales`
+    /// `[k / 32, n]`, and `bits` 8 or 4 a value in `quants` `[k * bits / 32, n]` (u32 words):
+    /// - Q8_0: 4 values a word, each `value + 128`, lowest byte first;
+    /// - Q4_0: a block's 16 bytes in 4 words, byte `j` holding value `j` (low nibble) and `j + 16`
+    ///   (high), each `value + 8`.
+    fn linear_blocks(
+        x: FloatTensor<Self>,
+        quants: IntTensor<Self>,
+        scales: FloatTensor<Self>,
+        n: usize,
+        bits: usize,
+    ) -> FloatTensor<Self>;
+
+    /// `silu(gate) * up`, element by element.
+    fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// Causal attention of `q` `[t, n_heads * head_size]` (rows at positions `start..start + t`)
+    /// over the cache's `keys` and `values` `[n_kv_heads, capacity, head_size]`, filled up to
+    /// `start + t`. Returns `[t, n_heads * head_size]`.
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        start: usize,
+        n_heads: usize,
+    ) -> FloatTensor<Self>;
+}
+
+/// An uninitialized f32 tensor like `like`, of `shape`.
+fn empty_f32(like: &CubeTensor, shape: Shape) -> CubeTensor {
+    empty_device_dtype(like.client.clone(), like.device.clone(), shape, DType::F32)
+}
+
+/// Cubes of [`UNITS`] units for `n` elements, one unit each (spread over a second dimension when
+/// there are more than a dimension takes, 65,535 on WebGPU).
+fn elementwise(like: &CubeTensor, n: usize) -> CubeCount {
+    cubecl::calculate_cube_count_elemwise(&like.client, n, CubeDim::new_1d(UNITS))
+}
+
+/// At least `rows` cubes, one per row, spread over two dimensions like [`elementwise`]. There may
+/// be more: the kernels run the spare cubes on their last row and let them write nothing, so that
+/// every unit of a cube reaches the same barriers.
+fn row_cubes(like: &CubeTensor, rows: usize) -> CubeCount {
+    elementwise(like, rows * UNITS as usize)
+}
+
+/// Rows of `x` one unit of a projection takes: 1 in decode (one row per sequence, often one), 8
+/// in prefill, where each weight read then serves 8 tokens.
+const PREFILL_TILE: usize = 8;
+/// Output columns one unit of a projection takes in prefill, so that each value of `x` it reads
+/// serves 4 columns (1 in decode, where that would leave a GPU 4 times fewer threads).
+const PREFILL_SPAN: usize = 4;
+/// A projection's cube: `LINEAR_COLS` output columns by `LINEAR_SLICES` slices of the inner
+/// dimension, 64 units, the slices summed through shared memory (one barrier). Measured on
+/// SwiftShader (the page, stories260K, decode tok/s): 16 x 1 60, 16 x 4 49, burn's matmul 38. One
+/// slice suits a software renderer, which runs a cube's units in turn, but leaves a real GPU one
+/// thread per output column (288 for stories15M), so 4.
+const LINEAR_COLS: usize = 16;
+const LINEAR_SLICES: usize = 4;
+
+/// A projection's sizes: `k` inputs, `tile` rows of `x` and `span` columns per unit.
+struct LinearShape {
+    k: usize,
+    tile: usize,
+    span: usize,
+}
+
+/// The output `[m, n]` of a projection of `x`, its cubes and sizes.
+fn linear_out(x: &CubeTensor, n: usize) -> (CubeTensor, CubeCount, LinearShape) {
+    let [m, k] = [x.meta.shape()[0], x.meta.shape()[1]];
+    let (tile, span) = if m == 1 {
+        (1, 1)
+    } else {
+        (PREFILL_TILE, PREFILL_SPAN)
+    };
+    let out = empty_f32(x, Shape::new([m, n]));
+    let cubes = row_cubes(x, n.div_ceil(LINEAR_COLS * span) * m.div_ceil(tile));
+    let shape = LinearShape { k, tile, span };
+    (out, cubes, shape)
+}
+
+/// A projection's cube dimensions.
+fn linear_dim() -> CubeDim {
+    CubeDim::new_2d(LINEAR_COLS as u32, LINEAR_SLICES as u32)
+}
+
+impl FusedOps for CubeBackend {
+    fn fused_rms_norm(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self> {
+        let (x, weight) = (into_contiguous(x), into_contiguous(weight));
+        let [t, dim] = [x.meta.shape()[0], x.meta.shape()[1]];
+        let out = empty_f32(&x, Shape::new([t, dim]));
+        rms_norm_kernel::launch(
+            &x.client.clone(),
+            row_cubes(&x, t),
+            CubeDim::new_1d(UNITS),
+            x.into_tensor_arg(),
+            weight.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            t as u32,
+            eps,
+            dim as f32,
+            dim,
+            UNITS as usize,
+        );
+        out
+    }
+
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        head_size: usize,
+    ) -> FloatTensor<Self> {
+        let (x, cos, sin) = (
+            into_contiguous(x),
+            into_contiguous(cos),
+            into_contiguous(sin),
+        );
+        let [t, width] = [x.meta.shape()[0], x.meta.shape()[1]];
+        let out = empty_f32(&x, Shape::new([t, width]));
+        let pairs = t * width / 2;
+        rope_kernel::launch(
+            &x.client.clone(),
+            elementwise(&x, pairs),
+            CubeDim::new_1d(UNITS),
+            x.into_tensor_arg(),
+            cos.into_tensor_arg(),
+            sin.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            pairs as u32,
+            width,
+            head_size / 2,
+        );
+        out
+    }
+
+    fn linear_f32(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        let n = w.meta.shape()[1];
+        let (x, w) = (into_contiguous(x), into_contiguous(w));
+        let (out, cubes, shape) = linear_out(&x, n);
+        // SAFETY: every index is in bounds: columns and rows are clamped to the last valid one
+        // (`linear_unit`, `x_at`), the inner loop stops at `k`, and only valid units write.
+        unsafe {
+            linear_f32_kernel::launch_unchecked(
+                &x.client.clone(),
+                cubes,
+                linear_dim(),
+                x.into_tensor_arg(),
+                w.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                shape.k,
+                shape.tile,
+                LINEAR_COLS,
+                LINEAR_SLICES,
+                shape.span,
+            );
+        }
+        out
+    }
+
+    fn linear_blocks(
+        x: FloatTensor<Self>,
+        quants: IntTensor<Self>,
+        scales: FloatTensor<Self>,
+        n: usize,
+        bits: usize,
+    ) -> FloatTensor<Self> {
+        let x = into_contiguous(x);
+        let (out, cubes, shape) = linear_out(&x, n);
+        // SAFETY: every index is in bounds: columns and rows are clamped to the last valid one
+        // (`linear_unit`, `x_at`), the inner loop stops at `k`, and only valid units write.
+        unsafe {
+            linear_blocks_kernel::launch_unchecked(
+                &x.client.clone(),
+                cubes,
+                linear_dim(),
+                x.into_tensor_arg(),
+                quants.into_tensor_arg(),
+                scales.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                shape.k,
+                shape.tile,
+                LINEAR_COLS,
+                LINEAR_SLICES,
+                shape.span,
+                bits,
+            );
+        }
+        out
+    }
+
+    fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (gate, up) = (into_contiguous(gate), into_contiguous(up));
+        let shape = gate.meta.shape().clone();
+        let n = shape.num_elements();
+        let out = empty_f32(&gate, shape);
+        swiglu_kernel::launch(
+            &gate.client.clone(),
+            elementwise(&gate, n),
+            CubeDim::new_1d(UNITS),
+            gate.into_tensor_arg(),
+            up.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            n as u32,
+        );
+        out
+    }
+
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        start: usize,
+        n_heads: usize,
+    ) -> FloatTensor<Self> {
+        let (q, keys, values) = (
+            into_contiguous(q),
+            into_contiguous(keys),
+            into_contiguous(values),
+        );
+        let [t, width] = [q.meta.shape()[0], q.meta.shape()[1]];
+        let [n_kv, capacity, head_size] = [
+            keys.meta.shape()[0],
+            keys.meta.shape()[1],
+            keys.meta.shape()[2],
+        ];
+        let out = empty_f32(&q, Shape::new([t, width]));
+        attention_kernel::launch(
+            &q.client.clone(),
+            row_cubes(&q, t * n_heads),
+            CubeDim::new_1d(UNITS),
+            q.into_tensor_arg(),
+            keys.into_tensor_arg(),
+            values.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            (t * n_heads) as u32,
+            start as u32,
+            capacity as u32,
+            1.0 / (head_size as f32).sqrt(),
+            n_heads,
+            n_heads / n_kv,
+            head_size,
+            KEY_CHUNK,
+            UNITS as usize,
+        );
+        out
+    }
+}
+
+/// [`FusedOps::fused_rms_norm`] on tensors.
+pub(crate) fn rms_norm(x: BurnTensor<2>, weight: BurnTensor<1>, eps: f32) -> BurnTensor<2> {
+    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_rms_norm(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        eps,
+    ))
+}
+
+/// [`FusedOps::fused_rope`] on tensors.
+pub(crate) fn rope(
+    x: BurnTensor<2>,
+    cos: BurnTensor<2>,
+    sin: BurnTensor<2>,
+    head_size: usize,
+) -> BurnTensor<2> {
+    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_rope(
+        x.into_dispatch(),
+        cos.into_dispatch(),
+        sin.into_dispatch(),
+        head_size,
+    ))
+}
+
+/// [`FusedOps::fused_swiglu`] on tensors.
+pub(crate) fn swiglu(gate: BurnTensor<2>, up: BurnTensor<2>) -> BurnTensor<2> {
+    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_swiglu(
+        gate.into_dispatch(),
+        up.into_dispatch(),
+    ))
+}
+
+/// [`FusedOps::fused_attention`] on tensors.
+pub(crate) fn attention(
+    q: BurnTensor<2>,
+    keys: BurnTensor<3>,
+    values: BurnTensor<3>,
+    start: usize,
+    n_heads: usize,
+) -> BurnTensor<2> {
+    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_attention(
+        q.into_dispatch(),
+        keys.into_dispatch(),
+        values.into_dispatch(),
+        start,
+        n_heads,
+    ))
+}
+
+/// A projection's weights on the device, in the form its kernel reads (see [`FusedOps::linear_f32`]
+/// and [`FusedOps::linear_blocks`]). A model holds a few per layer and never moves them in a loop,
+/// so the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum DeviceLinear {
+    /// `[k, n]`.
+    F32(BurnTensor<2>),
+    /// Q8_0 (`bits` 8) or Q4_0 (`bits` 4) blocks.
+    Blocks {
+        quants: BurnTensor<1, burn::tensor::Int>,
+        scales: BurnTensor<1>,
+        n: usize,
+        bits: usize,
+    },
+}
+
+/// `x` `[m, k]` through the projection `w`: `[m, n]`.
+pub(crate) fn linear(x: BurnTensor<2>, w: &DeviceLinear) -> BurnTensor<2> {
+    let x = x.into_dispatch();
+    BurnTensor::from_dispatch(match w {
+        DeviceLinear::F32(w) => <Dispatch as FusedOps>::linear_f32(x, w.clone().into_dispatch()),
+        DeviceLinear::Blocks {
+            quants,
+            scales,
+            n,
+            bits,
+        } => <Dispatch as FusedOps>::linear_blocks(
+            x,
+            quants.clone().into_dispatch(),
+            scales.clone().into_dispatch(),
+            *n,
+            *bits,
+        ),
+    })
+}

@@ -1,0 +1,254 @@
+//! The forward pass's operations on burn tensors, for the wgpu backend (native Vulkan/Metal and
+//! browser WebGPU). Projections hold f32 or the Q8_0 / Q4_0 blocks the CPU kernels read
+//! (`model/quant.rs` makes them, for both backends), transposed to column-major on upload (`[in, out]`, or words and
+//! scales by column) so that neighbouring GPU units read neighbouring words. The projections,
+//! RMSNorm, RoPE, attention and SwiGLU are tokenometer's own kernels (`gpu/kernels.rs`), one
+//! dispatch each.
+
+use std::ops::Range;
+
+use burn::prelude::*;
+use burn::tensor::DType;
+
+use crate::formats::{Blocks, Format};
+use crate::gpu::launch::{self as gpu_kernels, DeviceLinear};
+use crate::model::ops::{Heads, Ops, Span};
+use crate::model::{Logits, Matrix, QuantPlan, Stored};
+
+pub struct DeviceOps {
+    heads: Heads,
+    device: Device,
+}
+
+impl DeviceOps {
+    pub fn new(heads: Heads, device: Device) -> Self {
+        Self { heads, device }
+    }
+
+    /// The `n` rows' bytes as little-endian u32 words, each XORed with `flip`, transposed to
+    /// `[words a row, n]` so that the kernel's units, one per row, read adjacent words.
+    fn words(&self, bytes: &[u8], n: usize, flip: u32) -> Tensor<1, Int> {
+        let words: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) ^ flip)
+            .collect();
+        let len = words.len();
+        Tensor::from_data(
+            TensorData::new(transpose(&words, n), [len]),
+            (&self.device, DType::U32),
+        )
+    }
+
+    /// The `n` rows' block scales, transposed to `[blocks a row, n]`.
+    fn scales(&self, scales: &[f32], n: usize) -> Tensor<1> {
+        self.vector(&transpose(scales, n))
+    }
+}
+
+/// RoPE's angles `[t, head_size / 2]` for every row, and the spans.
+pub struct DevicePass {
+    spans: Vec<Span>,
+    cos: Tensor<2>,
+    sin: Tensor<2>,
+}
+
+/// Per layer, keys and values `[n_kv_heads, capacity, head_size]`.
+pub struct DeviceCache {
+    keys: Vec<Tensor<3>>,
+    values: Vec<Tensor<3>>,
+}
+
+/// `rows` rows of equal length, as columns: `[rows, len] -> [len, rows]`.
+fn transpose<T: Copy + Default>(values: &[T], rows: usize) -> Vec<T> {
+    let len = values.len() / rows;
+    let mut out = vec![T::default(); values.len()];
+    for (r, row) in values.chunks_exact(len).enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            out[c * rows + r] = v;
+        }
+    }
+    out
+}
+
+impl Ops for DeviceOps {
+    type Act = Tensor<2>;
+    type Vector = Tensor<1>;
+    type Linear = DeviceLinear;
+    type Pass = DevicePass;
+    type Cache = DeviceCache;
+
+    fn vector(&self, v: &[f32]) -> Tensor<1> {
+        Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), &self.device)
+    }
+
+    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
+        let (n, cols) = (m.rows, m.cols);
+        let Blocks {
+            format,
+            quants,
+            scales,
+        } = match plan.apply(name, m) {
+            Stored::F32(values) => {
+                return DeviceLinear::F32(Tensor::from_data(
+                    TensorData::new(transpose(&values, n), [cols, n]),
+                    &self.device,
+                ));
+            }
+            Stored::Blocks(blocks) => blocks,
+        };
+        let (bits, flip) = match format {
+            // Each i8 biased to 0..=255 (its top bit flipped), so that the kernel reads a byte
+            // without sign extension.
+            Format::Q8_0 => (8, 0x8080_8080),
+            Format::Q4_0 => (4, 0),
+        };
+        DeviceLinear::Blocks {
+            quants: self.words(&quants, n, flip),
+            scales: self.scales(&scales, n),
+            n,
+            bits,
+        }
+    }
+
+    fn new_cache(&self, layers: usize) -> DeviceCache {
+        let empty = || Tensor::<3>::empty([0, 0, 0], &self.device);
+        DeviceCache {
+            keys: (0..layers).map(|_| empty()).collect(),
+            values: (0..layers).map(|_| empty()).collect(),
+        }
+    }
+
+    fn grow(&self, cache: &mut DeviceCache, capacity: usize, filled: usize) {
+        let Heads {
+            n_kv_heads: n_kv,
+            head_size: hs,
+            ..
+        } = self.heads;
+        let kept = [0..n_kv, 0..filled, 0..hs];
+        for tensors in [&mut cache.keys, &mut cache.values] {
+            for t in tensors.iter_mut() {
+                let old = std::mem::replace(t, Tensor::empty([0, 0, 0], &self.device));
+                let grown = Tensor::zeros([n_kv, capacity, hs], &self.device);
+                *t = if filled == 0 {
+                    grown
+                } else {
+                    grown.slice_assign(kept.clone(), old.slice(kept.clone()))
+                };
+            }
+        }
+    }
+
+    fn embed(&self, rows: Vec<f32>, t: usize) -> Tensor<2> {
+        let dim = rows.len() / t;
+        Tensor::from_data(TensorData::new(rows, [t, dim]), &self.device)
+    }
+
+    fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> DevicePass {
+        let half = self.heads.head_size / 2;
+        let t = cos.len() / half;
+        let angles =
+            |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [t, half]), &self.device);
+        DevicePass {
+            spans: spans.to_vec(),
+            cos: angles(cos),
+            sin: angles(sin),
+        }
+    }
+
+    fn rms_norm(&self, x: &Tensor<2>, weight: &Tensor<1>, eps: f32) -> Tensor<2> {
+        gpu_kernels::rms_norm(x.clone(), weight.clone(), eps)
+    }
+
+    fn matmul(&self, x: &Tensor<2>, w: &DeviceLinear) -> Tensor<2> {
+        gpu_kernels::linear(x.clone(), w)
+    }
+
+    fn rope(&self, x: Tensor<2>, pass: &DevicePass) -> Tensor<2> {
+        gpu_kernels::rope(x, pass.cos.clone(), pass.sin.clone(), self.heads.head_size)
+    }
+
+    fn attention(
+        &self,
+        q: Tensor<2>,
+        k: Tensor<2>,
+        v: Tensor<2>,
+        caches: &mut [&mut DeviceCache],
+        layer: usize,
+        pass: &DevicePass,
+    ) -> Tensor<2> {
+        if let [span] = &pass.spans[..] {
+            return self.attend(q, k, v, caches[0], layer, *span);
+        }
+        // Several sequences: each attends over its own cache, on its own rows.
+        let mut row = 0;
+        let mut out = Vec::with_capacity(pass.spans.len());
+        for (span, cache) in pass.spans.iter().zip(caches.iter_mut()) {
+            let rows = |x: &Tensor<2>| {
+                let [_, width] = x.dims();
+                x.clone().slice([row..row + span.len, 0..width])
+            };
+            out.push(self.attend(rows(&q), rows(&k), rows(&v), cache, layer, *span));
+            row += span.len;
+        }
+        Tensor::cat(out, 0)
+    }
+
+    fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+        x + y
+    }
+
+    fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
+        gpu_kernels::swiglu(gate, up)
+    }
+
+    fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
+        let [_, width] = x.dims();
+        x.slice([rows, 0..width])
+    }
+
+    fn cat(&self, parts: Vec<Tensor<2>>) -> Tensor<2> {
+        Tensor::cat(parts, 0)
+    }
+
+    fn logits(&self, x: Tensor<2>) -> Logits {
+        Logits::Device(Box::new(x))
+    }
+}
+
+impl DeviceOps {
+    /// One sequence's attention: store its keys and values at the span's positions, then attend
+    /// over positions `0..` the span's end (causally: each row up to its own position).
+    fn attend(
+        &self,
+        q: Tensor<2>,
+        k: Tensor<2>,
+        v: Tensor<2>,
+        cache: &mut DeviceCache,
+        layer: usize,
+        span: Span,
+    ) -> Tensor<2> {
+        let Heads {
+            n_heads,
+            n_kv_heads: n_kv,
+            head_size: hs,
+        } = self.heads;
+        let (t, start) = (span.len, span.start);
+        let k = k.reshape([t, n_kv, hs]).swap_dims(0, 1);
+        let v = v.reshape([t, n_kv, hs]).swap_dims(0, 1);
+
+        // Store: take each cache tensor out so that it has one owner and slice_assign writes in
+        // place.
+        let at = [0..n_kv, start..start + t, 0..hs];
+        for (stored, new) in [(&mut cache.keys[layer], k), (&mut cache.values[layer], v)] {
+            let all = std::mem::replace(stored, Tensor::empty([0, 0, 0], &self.device));
+            *stored = all.slice_assign(at.clone(), new);
+        }
+        gpu_kernels::attention(
+            q,
+            cache.keys[layer].clone(),
+            cache.values[layer].clone(),
+            start,
+            n_heads,
+        )
+    }
+}

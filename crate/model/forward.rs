@@ -1,0 +1,275 @@
+//! The Llama-2 transformer, read top to bottom like llama2.c's `forward()`: embedding, then per
+//! layer RMSNorm, attention with RoPE and a KV cache, a residual, RMSNorm, SwiGLU feed-forward, a
+//! residual; last, the final norm and the classifier.
+//!
+//! The pass is written once, over the operations of [`Ops`]; each backend supplies them:
+//! - `gpu/ops.rs`: burn tensors (wgpu, natively and in WebGPU) and tokenometer's own kernels,
+//!   f32, Q8_0 or Q4_0.
+//! - `cpu/ops.rs`: the CPU, on host arrays with the kernels of `cpu/`, f32, Q8_0 or Q4_0.
+//!
+//! `backend/llama.rs` holds a model on the backend it was loaded on and calls this pass. The token
+//! embedding stays on the host for both: a step reads one row of it, not the whole table.
+
+use crate::model::config::{LlamaConfig, rope_angles};
+use crate::model::logits::Logits;
+use crate::model::ops::{Ops, Span};
+use crate::model::quant::QuantPlan;
+use crate::model::weights::{LayerWeights, Matrix};
+
+/// A transformer block's weights in a backend's form.
+pub struct Layer<O: Ops> {
+    pub rms_att: O::Vector,
+    pub wq: O::Linear,
+    pub wk: O::Linear,
+    pub wv: O::Linear,
+    pub wo: O::Linear,
+    pub rms_ffn: O::Vector,
+    pub w1: O::Linear,
+    pub w2: O::Linear,
+    pub w3: O::Linear,
+}
+
+/// The weights a backend runs, with its operations.
+pub struct Weights<O: Ops> {
+    pub ops: O,
+    pub layers: Vec<Layer<O>>,
+    pub rms_final: O::Vector,
+    /// `[vocab, dim]`.
+    pub classifier: O::Linear,
+}
+
+/// How far a cache is filled and how far it can grow.
+pub struct Positions {
+    /// Positions filled.
+    pub len: usize,
+    /// Positions each layer can hold now.
+    pub capacity: usize,
+    /// The context length: the most the cache may grow to.
+    pub limit: usize,
+}
+
+/// The smallest capacity a cache allocates, so that short runs grow it once or twice at most.
+const MIN_CACHE_POSITIONS: usize = 64;
+
+impl Positions {
+    /// The capacity needed to hold positions up to `end`, when that means growing.
+    fn growth(&self, end: usize) -> Option<usize> {
+        (end > self.capacity).then(|| {
+            end.max(2 * self.capacity)
+                .max(MIN_CACHE_POSITIONS)
+                .min(self.limit)
+        })
+    }
+}
+
+/// The most bytes one prefill chunk's largest intermediate (attention scores, or the feed-forward
+/// activations) may take; longer prompts are run in several chunks. 64 MiB keeps a 512-token prompt
+/// of the models the page offers in one chunk, and a 100,000-token prompt on a model claiming a
+/// 2^20-token context from building a multi-gigabyte `t x t` mask.
+const PREFILL_CHUNK_BYTES: u64 = 64 << 20;
+
+/// What the pass needs whatever the backend: the shape, the token embedding `[vocab, dim]` (often
+/// lying in the file's bytes, or in the file's Q8_0/Q4_0 blocks: a step widens only the rows it
+/// reads; SmolLM2-135M's table is 113 MB as f32, 30 MB as Q8_0), and RoPE's frequency per pair
+/// (the angles are computed per pass for its positions).
+pub struct Transformer {
+    pub config: LlamaConfig,
+    pub embedding: Matrix,
+    rope_freqs: Vec<f32>,
+}
+
+impl Transformer {
+    pub fn new(config: LlamaConfig, embedding: Matrix) -> Self {
+        Self {
+            rope_freqs: config.rope_frequencies(),
+            config,
+            embedding,
+        }
+    }
+
+    /// How many positions one pass may run when the longest sequence ends at `end`: the largest
+    /// intermediates per position are a row of attention scores per head over every key, and the
+    /// feed-forward's three hidden-width rows. (In u64: n_heads * end can pass 2^32, wasm's usize.)
+    pub fn prefill_chunk(&self, end: usize) -> usize {
+        let c = &self.config;
+        let per_position =
+            4 * (c.n_heads as u64 * end as u64).max(3 * c.hidden_dim as u64 + 4 * c.dim as u64);
+        (PREFILL_CHUNK_BYTES / per_position).max(1) as usize
+    }
+
+    /// `tokens` of one sequence at positions `positions.len..`, `chunk` at a time; logits for the
+    /// last position, or for every position when `all_logits`.
+    pub fn chunks<O: Ops>(
+        &self,
+        w: &Weights<O>,
+        tokens: &[u32],
+        positions: &mut Positions,
+        store: &mut O::Cache,
+        all_logits: bool,
+        chunk: usize,
+    ) -> Logits {
+        let mut hidden = Vec::new();
+        for piece in tokens.chunks(chunk.max(1)) {
+            let x = self.pass(w, &[piece], vec![&mut *positions], vec![&mut *store]);
+            let t = piece.len();
+            hidden.push(if all_logits {
+                x
+            } else {
+                w.ops.rows(x, t - 1..t)
+            });
+        }
+        let x = if all_logits {
+            w.ops.cat(hidden)
+        } else {
+            hidden.pop().expect("forward needs at least one token")
+        };
+        self.classify(w, x)
+    }
+
+    /// Several sequences in one pass, each `(tokens, positions, cache)`; logits for each one's
+    /// last position.
+    pub fn batch<O: Ops>(
+        &self,
+        w: &Weights<O>,
+        tokens: &[&[u32]],
+        positions: Vec<&mut Positions>,
+        stores: Vec<&mut O::Cache>,
+    ) -> Logits {
+        let x = self.pass(w, tokens, positions, stores);
+        // Each segment's last row; a decode step's rows are all last rows already.
+        let x = if tokens.iter().all(|t| t.len() == 1) {
+            x
+        } else {
+            let mut end = 0;
+            let last = tokens.iter().map(|t| {
+                end += t.len();
+                w.ops.rows(x.clone(), end - 1..end)
+            });
+            w.ops.cat(last.collect())
+        };
+        self.classify(w, x)
+    }
+
+    /// Grow each cache for its tokens, run the layers over all of them, and advance the caches.
+    /// Returns the hidden states `[T, dim]` before the final norm.
+    fn pass<O: Ops>(
+        &self,
+        w: &Weights<O>,
+        tokens: &[&[u32]],
+        mut positions: Vec<&mut Positions>,
+        mut stores: Vec<&mut O::Cache>,
+    ) -> O::Act {
+        let mut spans = Vec::with_capacity(tokens.len());
+        for ((t, p), s) in tokens.iter().zip(&mut positions).zip(&mut stores) {
+            let end = p.len + t.len();
+            if let Some(capacity) = p.growth(end) {
+                w.ops.grow(s, capacity, p.len);
+                p.capacity = capacity;
+            }
+            spans.push(Span {
+                start: p.len,
+                len: t.len(),
+            });
+        }
+        let x = self.transformer(w, &tokens.concat(), &spans, &mut stores);
+        for (p, span) in positions.into_iter().zip(&spans) {
+            p.len = span.start + span.len;
+        }
+        x
+    }
+
+    /// The final norm and the classifier.
+    fn classify<O: Ops>(&self, w: &Weights<O>, x: O::Act) -> Logits {
+        let x = w.ops.rms_norm(&x, &w.rms_final, self.config.norm_eps);
+        w.ops.logits(w.ops.matmul(&x, &w.classifier))
+    }
+
+    /// Every layer for `tokens` (the spans' rows, one after another) in one batched pass, storing
+    /// their keys and values in each span's cache (which holds room for them). Returns the hidden
+    /// states `[T, dim]` before the final norm.
+    fn transformer<O: Ops>(
+        &self,
+        w: &Weights<O>,
+        tokens: &[u32],
+        spans: &[Span],
+        caches: &mut [&mut O::Cache],
+    ) -> O::Act {
+        let (c, ops) = (&self.config, &w.ops);
+        let (t, dim) = (tokens.len(), c.dim);
+        assert!(t > 0, "a pass needs at least one token");
+
+        // Token embedding: copy the rows on the host.
+        let mut rows = Vec::with_capacity(t * dim);
+        for &id in tokens {
+            self.embedding.extend_row(id as usize, &mut rows);
+        }
+        let mut x = ops.embed(rows, t);
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for span in spans {
+            let end = span.start + span.len;
+            assert!(
+                end <= c.seq_len,
+                "positions {}..{end} outside the context",
+                span.start
+            );
+            let (c, s) = rope_angles(&self.rope_freqs, span.start, end);
+            cos.extend(c);
+            sin.extend(s);
+        }
+        let pass = ops.pass(spans, cos, sin);
+
+        for (l, layer) in w.layers.iter().enumerate() {
+            // Attention: project, rotate, store in the caches, attend over each sequence's past.
+            let h = ops.rms_norm(&x, &layer.rms_att, c.norm_eps);
+            let q = ops.rope(ops.matmul(&h, &layer.wq), &pass);
+            let k = ops.rope(ops.matmul(&h, &layer.wk), &pass);
+            let v = ops.matmul(&h, &layer.wv);
+            let attention = ops.attention(q, k, v, caches, l, &pass);
+            x = ops.add(x, ops.matmul(&attention, &layer.wo));
+
+            // Feed-forward: w2(silu(w1 x) * w3 x).
+            let h = ops.rms_norm(&x, &layer.rms_ffn, c.norm_eps);
+            let hidden = ops.swiglu(ops.matmul(&h, &layer.w1), ops.matmul(&h, &layer.w3));
+            x = ops.add(x, ops.matmul(&hidden, &layer.w2));
+        }
+        x
+    }
+}
+
+impl<O: Ops> Weights<O> {
+    /// Convert every matrix (consuming its f32 copy as it goes) into `ops`' form.
+    pub fn new(
+        ops: O,
+        layers: Vec<LayerWeights>,
+        rms_final: &[f32],
+        classifier: Matrix,
+        plan: &mut QuantPlan,
+        dim: usize,
+    ) -> Self {
+        let mut out = Vec::with_capacity(layers.len());
+        for (i, l) in layers.into_iter().enumerate() {
+            let name = |w: &str| format!("layers.{i}.{w}");
+            let mut linear = |w: &str, m: Matrix| ops.linear(&name(w), m, plan);
+            out.push(Layer {
+                wq: linear("wq", l.wq),
+                wk: linear("wk", l.wk),
+                wv: linear("wv", l.wv),
+                wo: linear("wo", l.wo),
+                w1: linear("w1", l.w1),
+                w2: linear("w2", l.w2),
+                w3: linear("w3", l.w3),
+                rms_att: ops.vector(&l.rms_att),
+                rms_ffn: ops.vector(&l.rms_ffn),
+            });
+            plan.add_f32(2 * dim);
+        }
+        let classifier = ops.linear("classifier", classifier, plan);
+        plan.add_f32(dim);
+        Self {
+            rms_final: ops.vector(rms_final),
+            layers: out,
+            classifier,
+            ops,
+        }
+    }
+}

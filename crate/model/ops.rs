@@ -1,0 +1,73 @@
+//! What the forward pass asks of a backend: the [`Ops`] trait, and the shapes its operations
+//! take. `cpu/` and `gpu/` implement it.
+
+use std::ops::Range;
+
+use crate::model::logits::Logits;
+use crate::model::quant::QuantPlan;
+use crate::model::weights::Matrix;
+
+/// The shape of attention, which every backend's operations need.
+#[derive(Debug, Clone, Copy)]
+pub struct Heads {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_size: usize,
+}
+
+/// One sequence's rows in a pass: positions `start..start + len` of its own KV cache. A prefill is
+/// one span of the whole prompt; a batched decode step is one span of one row per sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub start: usize,
+    pub len: usize,
+}
+
+/// What the forward pass asks of a backend. `Act` is a batch of activations `[t, width]`: the
+/// rows of every span of the pass, one after another.
+pub trait Ops {
+    type Act: Clone;
+    /// A norm's weight.
+    type Vector;
+    /// A projection `y = W x` with `W` of `[out, in]`, in whatever form the backend stores.
+    type Linear;
+    /// What one pass needs beyond the weights: RoPE's angles for its positions, a causal mask.
+    type Pass;
+    /// Every layer's keys and values.
+    type Cache;
+
+    fn vector(&self, v: &[f32]) -> Self::Vector;
+    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> Self::Linear;
+    fn new_cache(&self, layers: usize) -> Self::Cache;
+    /// Make the cache hold `capacity` positions, keeping the first `filled`.
+    fn grow(&self, cache: &mut Self::Cache, capacity: usize, filled: usize);
+
+    /// `t` embedding rows `[t, dim]` as activations.
+    fn embed(&self, rows: Vec<f32>, t: usize) -> Self::Act;
+    /// Prepare the spans' positions (cos and sin are `[t, head_size / 2]`, every span's rows).
+    fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> Self::Pass;
+    fn rms_norm(&self, x: &Self::Act, weight: &Self::Vector, eps: f32) -> Self::Act;
+    fn matmul(&self, x: &Self::Act, w: &Self::Linear) -> Self::Act;
+    /// Rotate adjacent pairs (2i, 2i+1) of each head of `x` `[t, heads * head_size]` by the
+    /// position's angle, as llama2.c does.
+    fn rope(&self, x: Self::Act, pass: &Self::Pass) -> Self::Act;
+    /// Store each span's `k` and `v` in `layer` of its own cache (`caches[i]` for span `i`), then
+    /// attend: each query row over its sequence's keys `0..=` its position, query heads grouped
+    /// onto KV heads. Returns `[t, dim]`.
+    fn attention(
+        &self,
+        q: Self::Act,
+        k: Self::Act,
+        v: Self::Act,
+        caches: &mut [&mut Self::Cache],
+        layer: usize,
+        pass: &Self::Pass,
+    ) -> Self::Act;
+    fn add(&self, x: Self::Act, y: Self::Act) -> Self::Act;
+    /// `silu(gate) * up`.
+    fn swiglu(&self, gate: Self::Act, up: Self::Act) -> Self::Act;
+    fn rows(&self, x: Self::Act, rows: Range<usize>) -> Self::Act;
+    fn cat(&self, parts: Vec<Self::Act>) -> Self::Act;
+    /// The activations as logits, for sampling.
+    fn logits(&self, x: Self::Act) -> Logits;
+}

@@ -1,0 +1,260 @@
+//! The model's weights as plain host arrays, before they go to a device.
+//!
+//! Every loader (llama2.c `.bin`, GGUF, Hugging Face safetensors, synthetic) produces a
+//! [`HostWeights`] in llama2.c's layout: matrices row-major `[out, in]`, and RoPE on adjacent
+//! pairs (2i, 2i+1).
+
+use std::sync::Arc;
+
+use crate::formats::Blocks;
+use crate::model::config::LlamaConfig;
+
+/// A model file's bytes, held 4-byte aligned so that its f32 arrays can be used where they lie
+/// instead of being copied: loading then holds the file once, not the file and a parsed copy.
+pub struct FileBytes {
+    words: Vec<u32>,
+    len: usize,
+}
+
+impl FileBytes {
+    /// Room for `len` bytes, zeroed, to be filled through [`bytes_mut`](Self::bytes_mut).
+    pub fn zeroed(len: usize) -> FileBytes {
+        FileBytes {
+            words: vec![0; len.div_ceil(4)],
+            len,
+        }
+    }
+
+    /// Read a whole file straight into aligned memory.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read(path: &std::path::Path) -> std::io::Result<FileBytes> {
+        use std::io::Read;
+        let mut file = std::fs::File::open(path)?;
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| std::io::Error::other("file too large"))?;
+        let mut out = FileBytes::zeroed(len);
+        file.read_exact(out.bytes_mut())?;
+        Ok(out)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+}
+
+impl From<&[u8]> for FileBytes {
+    fn from(bytes: &[u8]) -> FileBytes {
+        let mut out = FileBytes::zeroed(bytes.len());
+        out.bytes_mut().copy_from_slice(bytes);
+        out
+    }
+}
+
+impl From<Vec<u8>> for FileBytes {
+    fn from(bytes: Vec<u8>) -> FileBytes {
+        FileBytes::from(bytes.as_slice())
+    }
+}
+
+impl std::fmt::Debug for FileBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FileBytes({} bytes)", self.len)
+    }
+}
+
+/// f32 values: owned, or `len` little-endian f32 lying in a model file at byte `start`.
+#[derive(Debug, Clone)]
+pub enum Values {
+    Owned(Vec<f32>),
+    File {
+        file: Arc<FileBytes>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl Values {
+    /// `len` f32 at byte `start` of `file`: used in place where they are 4-byte aligned (and the
+    /// machine is little-endian, as x86 and wasm are), copied otherwise. The caller has checked
+    /// that the range lies in the file.
+    pub fn in_file(file: &Arc<FileBytes>, start: usize, len: usize) -> Values {
+        if start.is_multiple_of(4) && cfg!(target_endian = "little") {
+            Values::File {
+                file: file.clone(),
+                start,
+                len,
+            }
+        } else {
+            Values::Owned(
+                file.bytes()[start..start + 4 * len]
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                    .collect(),
+            )
+        }
+    }
+
+    /// The values as an owned vector (a copy when they lie in the file).
+    pub fn into_vec(self) -> Vec<f32> {
+        match self {
+            Values::Owned(v) => v,
+            file => file.to_vec(),
+        }
+    }
+
+    /// Mutable access, copying out of the file first.
+    pub fn make_mut(&mut self) -> &mut Vec<f32> {
+        if let Values::File { .. } = self {
+            *self = Values::Owned(self.to_vec());
+        }
+        match self {
+            Values::Owned(v) => v,
+            Values::File { .. } => unreachable!(),
+        }
+    }
+}
+
+impl Default for Values {
+    fn default() -> Values {
+        Values::Owned(Vec::new())
+    }
+}
+
+impl std::ops::Deref for Values {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match self {
+            Values::Owned(v) => v,
+            Values::File { file, start, len } => {
+                &bytemuck::cast_slice(&file.words)[start / 4..start / 4 + len]
+            }
+        }
+    }
+}
+
+impl From<Vec<f32>> for Values {
+    fn from(v: Vec<f32>) -> Values {
+        Values::Owned(v)
+    }
+}
+
+impl PartialEq for Values {
+    fn eq(&self, other: &Values) -> bool {
+        **self == **other
+    }
+}
+
+/// A row-major matrix `[rows, cols]` = `[out, in]`: f32 values, or (`blocks`) the quantized
+/// blocks a file stores, in which case `data` is empty and [`values`](Self::values) widens them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Values,
+    pub blocks: Option<Blocks>,
+}
+
+impl Matrix {
+    pub fn new(rows: usize, cols: usize, data: impl Into<Values>) -> Self {
+        let data = data.into();
+        assert_eq!(
+            rows * cols,
+            data.len(),
+            "matrix data does not fit its shape"
+        );
+        Self {
+            rows,
+            cols,
+            data,
+            blocks: None,
+        }
+    }
+
+    /// A matrix kept in a file's quantized blocks.
+    pub fn quantized(rows: usize, cols: usize, blocks: Blocks) -> Self {
+        Self {
+            rows,
+            cols,
+            data: Values::default(),
+            blocks: Some(blocks),
+        }
+    }
+
+    /// The values as f32 (widened from the blocks, when the matrix is kept in blocks).
+    pub fn values(&self) -> std::borrow::Cow<'_, [f32]> {
+        match &self.blocks {
+            Some(blocks) => std::borrow::Cow::Owned(blocks.dequantize()),
+            None => std::borrow::Cow::Borrowed(&self.data),
+        }
+    }
+
+    /// Append row `r`'s values as f32 to `out` (widening just that row's blocks).
+    pub fn extend_row(&self, r: usize, out: &mut Vec<f32>) {
+        match &self.blocks {
+            Some(blocks) => {
+                let per_row = self.cols / 32;
+                blocks.dequantize_into(r * per_row..(r + 1) * per_row, out);
+            }
+            None => out.extend_from_slice(&self.data[r * self.cols..(r + 1) * self.cols]),
+        }
+    }
+
+    /// Bytes the matrix takes as held: its blocks, or 4 per f32 value.
+    pub fn bytes(&self) -> u64 {
+        match &self.blocks {
+            Some(blocks) => blocks.bytes(),
+            None => 4 * self.data.len() as u64,
+        }
+    }
+
+    /// The values as f32, consuming the matrix.
+    pub fn into_values(self) -> Values {
+        match self.blocks {
+            Some(blocks) => Values::Owned(blocks.dequantize()),
+            None => self.data,
+        }
+    }
+
+    /// Mutable f32 values (widening the blocks, or copying out of the file, first).
+    pub fn make_mut(&mut self) -> &mut Vec<f32> {
+        if let Some(blocks) = self.blocks.take() {
+            self.data = Values::Owned(blocks.dequantize());
+        }
+        self.data.make_mut()
+    }
+}
+
+/// One transformer block's weights.
+#[derive(Debug, Clone)]
+pub struct LayerWeights {
+    pub rms_att: Vec<f32>,
+    pub wq: Matrix,
+    pub wk: Matrix,
+    pub wv: Matrix,
+    pub wo: Matrix,
+    pub rms_ffn: Vec<f32>,
+    /// Gate projection (`gate_proj` in Hugging Face naming).
+    pub w1: Matrix,
+    /// Down projection.
+    pub w2: Matrix,
+    /// Up projection.
+    pub w3: Matrix,
+}
+
+/// A whole model's weights on the host.
+#[derive(Debug, Clone)]
+pub struct HostWeights {
+    pub config: LlamaConfig,
+    pub token_embedding: Matrix,
+    pub layers: Vec<LayerWeights>,
+    pub rms_final: Vec<f32>,
+    /// A separate classifier `[vocab, dim]`, or `None` when it is the embedding.
+    pub classifier: Option<Matrix>,
+    /// What loading changed about the file's tensors (a GGUF's Q4_K widened to f32, say), for the
+    /// conditions; empty when the file was f32 or f16/bf16.
+    pub conversions: Vec<String>,
+}
