@@ -39,6 +39,39 @@ enum Store {
     Host(<HostOps as Ops>::Cache),
 }
 
+impl Store {
+    fn device(&mut self) -> &mut <DeviceOps as Ops>::Cache {
+        match self {
+            Store::Device(cache) => cache,
+            Store::Host(_) => panic!("a KV cache from a model on another backend"),
+        }
+    }
+
+    fn host(&mut self) -> &mut <HostOps as Ops>::Cache {
+        match self {
+            Store::Host(cache) => cache,
+            Store::Device(_) => panic!("a KV cache from a model on another backend"),
+        }
+    }
+}
+
+/// Each segment's positions and its cache in one backend's form (`store` picks it).
+fn caches<'s, C>(
+    segments: &'s mut [Segment],
+    store: fn(&mut Store) -> &mut C,
+) -> (Vec<&'s mut Positions>, Vec<&'s mut C>) {
+    segments
+        .iter_mut()
+        .map(|s| {
+            let KvCache {
+                positions,
+                store: st,
+            } = &mut *s.cache;
+            (positions, store(st))
+        })
+        .unzip()
+}
+
 impl KvCache {
     /// Positions filled.
     pub fn len(&self) -> usize {
@@ -186,29 +219,11 @@ impl Llama {
         let tokens: Vec<&[u32]> = segments.iter().map(|s| s.tokens).collect();
         match &self.body {
             Body::Device(w) => {
-                let (positions, stores) = segments
-                    .iter_mut()
-                    .map(|s| match &mut *s.cache {
-                        KvCache {
-                            positions,
-                            store: Store::Device(store),
-                        } => (positions, store),
-                        _ => panic!("a KV cache from a model on another backend"),
-                    })
-                    .unzip();
+                let (positions, stores) = caches(segments, Store::device);
                 self.model.batch(w, &tokens, positions, stores)
             }
             Body::Host(w) => {
-                let (positions, stores) = segments
-                    .iter_mut()
-                    .map(|s| match &mut *s.cache {
-                        KvCache {
-                            positions,
-                            store: Store::Host(store),
-                        } => (positions, store),
-                        _ => panic!("a KV cache from a model on another backend"),
-                    })
-                    .unzip();
+                let (positions, stores) = caches(segments, Store::host);
                 self.model.batch(w, &tokens, positions, stores)
             }
         }
