@@ -374,19 +374,13 @@ pub fn matmul_f32(m: &Matmul, data: &[f32], out: &mut [f32]) {
 }
 
 block_matmul!(
-    /// The whole product of blocks for AVX2: block tiles of up to 4 activation rows
-    /// (`prepared` is empty: the tiles read the activations as they are).
-    matmul_blocks_with,
+    /// The whole product of blocks for AVX2: block tiles of up to 4 activation rows (`prepared`
+    /// is empty: the tiles read the activations as they are).
+    matmul_blocks,
     blocks_tile,
     dot_q_tile,
     "avx2,fma"
 );
-
-/// [`matmul_blocks_with`] the activations as they are.
-#[target_feature(enable = "avx2,fma")]
-pub fn matmul_blocks<F: Avx2Block>(m: &Matmul, w: BlockRow, out: &mut [f32]) {
-    matmul_blocks_with::<F>(m, w, &[], out)
-}
 
 /// `N` activation rows, as unsigned bytes `x + 128`, against one Q8_0 or Q4_0 weight row,
 /// with AVX-512 VNNI's `vpdpbusd`: each i32 lane gets the sum of 4 adjacent byte products

@@ -58,10 +58,6 @@ pub fn matmul(
     out: &mut [f32],
 ) {
     debug_assert_eq!(out.len(), t * rows);
-    if let WeightRows::Packed(packed) = w {
-        assert_eq!((packed.rows(), packed.cols()), (rows, cols));
-        return packed::matmul(isa, packed, xq, t, out);
-    }
     let m = Matmul {
         rows,
         cols,
@@ -69,51 +65,62 @@ pub fn matmul(
         xq,
         t,
     };
-    let (format, blocks) = match w {
+    match w {
+        WeightRows::Packed(packed) => {
+            assert_eq!((packed.rows(), packed.cols()), (rows, cols));
+            packed::matmul(isa, packed, xq, t, out)
+        }
+        WeightRows::F32(data) => f32_product(isa, &m, data, out),
         WeightRows::Blocks {
             format,
             quants,
             scales,
-        } => (format, BlockRow { quants, scales }),
-        WeightRows::Packed(_) => unreachable!("packed, above"),
-        WeightRows::F32(data) => {
-            return match isa {
-                Isa::Scalar => m.f32_tiled(
-                    data,
-                    out,
-                    Kernels::new(
-                        row_by_row(scalar::f32_tile),
-                        (1, 1),
-                        row_by_row(scalar::f32_tile),
-                        (1, TILE),
-                    ),
-                ),
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: both are only produced after detecting AVX2 and FMA. f32 weights take
-                // the AVX2 loops on a VNNI machine too (compiled with AVX-512 enabled, they
-                // decoded stories15M f32 a tenth slower at 8 users).
-                Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::matmul_f32(&m, data, out) },
-                #[cfg(target_arch = "wasm32")]
-                Isa::Simd128 => m.f32_tiled(
-                    data,
-                    out,
-                    // Closures marked to inline, so that each kernel's loops inline into its
-                    // `grouped`: handed over as function items, the block kernels (since moved to
-                    // `packed/`) stayed behind a call once per weight row and tile (page,
-                    // stories15M, 3 rounds: q8 676 -> 707 tok/s at 1 user, 862 -> 891 at 8; q4
-                    // 563 -> 592 and 807 -> 810 with the closures).
-                    Kernels::new(
-                        #[inline(always)]
-                        |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
-                        (4, 1),
-                        #[inline(always)]
-                        |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
-                        (2, 4),
-                    ),
-                ),
-            };
-        }
-    };
+        } => blocks_product(isa, &m, format, BlockRow { quants, scales }, out),
+    }
+}
+
+/// The product of f32 weights `data` with `isa`'s f32 kernels.
+fn f32_product(isa: Isa, m: &Matmul, data: &[f32], out: &mut [f32]) {
+    match isa {
+        Isa::Scalar => m.f32_tiled(
+            data,
+            out,
+            Kernels::new(
+                row_by_row(scalar::f32_tile),
+                (1, 1),
+                row_by_row(scalar::f32_tile),
+                (1, TILE),
+            ),
+        ),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both are only produced after detecting AVX2 and FMA. f32 weights take
+        // the AVX2 loops on a VNNI machine too (compiled with AVX-512 enabled, they
+        // decoded stories15M f32 a tenth slower at 8 users).
+        Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::matmul_f32(m, data, out) },
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 => m.f32_tiled(
+            data,
+            out,
+            // Closures marked to inline, so that each kernel's loops inline into its
+            // `grouped`: handed over as function items, the block kernels (since moved to
+            // `packed/`) stayed behind a call once per weight row and tile (page,
+            // stories15M, 3 rounds: q8 676 -> 707 tok/s at 1 user, 862 -> 891 at 8; q4
+            // 563 -> 592 and 807 -> 810 with the closures).
+            Kernels::new(
+                #[inline(always)]
+                |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
+                (4, 1),
+                #[inline(always)]
+                |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| simd128::f32_grid(w, x, o),
+                (2, 4),
+            ),
+        ),
+    }
+}
+
+/// The product of `blocks` (the whole row-major matrix) of `format` with `isa`'s block kernels,
+/// compiled for the format's type.
+fn blocks_product(isa: Isa, m: &Matmul, format: Format, blocks: BlockRow, out: &mut [f32]) {
     // SIMD128's block kernels read 8-row groups only (`packed/`): the model's matrices are
     // packed as they load, and a row-major one handed here (the tests' and the kernel check's)
     // is packed for this product.
@@ -124,7 +131,7 @@ pub fn matmul(
             quants: blocks.quants.to_vec(),
             scales: blocks.scales.to_vec(),
         };
-        return packed::matmul(isa, &Packed::pack(rows, cols, blocks), xq, t, out);
+        return packed::matmul(isa, &Packed::pack(m.rows, m.cols, blocks), m.xq, m.t, out);
     }
     with_format!(format, F => match isa {
         Isa::Scalar => m.blocks_tiled::<F>(
@@ -144,12 +151,12 @@ pub fn matmul(
         // (x + 128), made once here, not once per weight row, and each weight block's 128 * sum
         // is taken back once for the whole tile.
         Isa::Avx512Vnni => unsafe {
-            let prepared: Vec<u8> = xq.quants[..t * cols].iter().map(|&q| (q as u8) ^ 0x80).collect();
-            avx2::matmul_vnni::<F>(&m, blocks, &prepared, out)
+            let prepared: Vec<u8> = m.xq.quants[..m.t * m.cols].iter().map(|&q| (q as u8) ^ 0x80).collect();
+            avx2::matmul_vnni::<F>(m, blocks, &prepared, out)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: only produced after detecting AVX2 and FMA.
-        Isa::Avx2 => unsafe { avx2::matmul_blocks::<F>(&m, blocks, out) },
+        Isa::Avx2 => unsafe { avx2::matmul_blocks::<F>(m, blocks, &[], out) },
         #[cfg(target_arch = "wasm32")]
         Isa::Simd128 => unreachable!("packed above"),
     })

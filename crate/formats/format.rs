@@ -1,7 +1,7 @@
 //! Each runnable [`Format`] tied to its type: [`with_format!`], the one place where a format
 //! chosen at run time becomes the type that kernels are compiled for, and what a format is.
 
-use crate::formats::block::{BlockFormat, Format, RunFormat};
+use crate::formats::block::{Format, RunFormat};
 
 /// `$body` with `$F` the [`RunFormat`] type of `$format` (a [`Format`]): the one place where a
 /// format chosen at run time becomes a type that kernels are compiled for.
@@ -22,11 +22,6 @@ macro_rules! with_format {
 }
 
 impl Format {
-    /// GGUF's name ("Q4_0").
-    pub fn name(self) -> &'static str {
-        with_format!(self, F => F::NAME)
-    }
-
     /// Bytes of one block's values.
     pub fn payload(self) -> usize {
         with_format!(self, F => F::PAYLOAD)

@@ -126,10 +126,6 @@ impl TensorType {
             .expect("a TensorType is made from a row of TYPES")
     }
 
-    pub fn id(self) -> u32 {
-        self.id
-    }
-
     pub fn name(self) -> &'static str {
         self.traits().name
     }

@@ -426,10 +426,14 @@ impl Gguf {
         let raw = &file.bytes()[info.start..info.end];
         // F32 is used where it lies; a format the kernels run as stored keeps its blocks (scales
         // widened); anything else is widened by its format's reference.
+        if info.kind == TensorType::F32 {
+            return Ok(Matrix::new(
+                rows,
+                cols,
+                Values::in_file(file, info.start, rows * cols),
+            ));
+        }
         Ok(match info.kind.runs_as() {
-            _ if info.kind == TensorType::F32 => {
-                Matrix::new(rows, cols, Values::in_file(file, info.start, rows * cols))
-            }
             Some(format) => Matrix::quantized(rows, cols, Blocks::from_gguf(format, raw)),
             None => Matrix::new(rows, cols, info.kind.dequantize(raw)),
         })

@@ -121,11 +121,6 @@ impl Packed {
         }
     }
 
-    /// The format of its blocks.
-    pub fn format(&self) -> Format {
-        self.format
-    }
-
     pub fn rows(&self) -> usize {
         self.rows
     }
