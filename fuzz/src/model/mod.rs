@@ -1,0 +1,12 @@
+//! `crate/model/` without the forward pass and its logits (which use burn), by path.
+
+#[path = "../../../crate/model/config.rs"]
+pub mod config;
+#[path = "../../../crate/model/quant.rs"]
+pub mod quant;
+#[path = "../../../crate/model/weights.rs"]
+pub mod weights;
+
+pub use config::LlamaConfig;
+pub use quant::{Quant, QuantPlan, Stored};
+pub use weights::{FileBytes, HostWeights, LayerWeights, Matrix, Values};
