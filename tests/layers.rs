@@ -142,11 +142,10 @@ fn ident_before(chars: &[char], i: usize) -> bool {
 }
 
 fn is_char_literal(chars: &[char], i: usize) -> bool {
-    match (chars.get(i + 1), chars.get(i + 2)) {
-        (Some('\\'), _) => true,
-        (Some(_), Some('\'')) => true,
-        _ => false,
-    }
+    matches!(
+        (chars.get(i + 1), chars.get(i + 2)),
+        (Some('\\'), _) | (Some(_), Some('\''))
+    )
 }
 
 /// The modules a file's code names: `crate::`, `super::` and `self::` paths (resolved against
@@ -204,10 +203,10 @@ fn imports(module: &Module, code: &str, modules: &BTreeSet<Module>) -> BTreeSet<
         // `mod name {` opens an inline module.
         if word == "mod" {
             let rest = code[end..].trim_start();
-            if let Some((name, after)) = word_at(code.len() - rest.len()) {
-                if code[after..].trim_start().starts_with('{') {
-                    inline.push((name, depth));
-                }
+            if let Some((name, after)) = word_at(code.len() - rest.len())
+                && code[after..].trim_start().starts_with('{')
+            {
+                inline.push((name, depth));
             }
             i = end;
             continue;
@@ -270,10 +269,11 @@ fn imports(module: &Module, code: &str, modules: &BTreeSet<Module>) -> BTreeSet<
                 }
                 _ => None,
             };
-            if let Some(target) = absolute.and_then(|a| resolve(&a)) {
-                if &target != module && !target.is_empty() {
-                    out.insert(target);
-                }
+            if let Some(target) = absolute.and_then(|a| resolve(&a))
+                && &target != module
+                && !target.is_empty()
+            {
+                out.insert(target);
             }
         }
         i = j.max(end);

@@ -182,10 +182,11 @@ impl LoadLevel {
     /// One scheduler step, or how long until the next user arrives when nothing can run.
     pub async fn step(&mut self, engine: &Engine) -> Result<LevelStep> {
         let events = self.scheduler.step(engine).await?;
-        if events.is_empty() && self.scheduler.running() == 0 {
-            if let Some(at) = self.scheduler.next_arrival_ms() {
-                return Ok(LevelStep::Wait((at - self.scheduler.now_ms()).max(0.0)));
-            }
+        if events.is_empty()
+            && self.scheduler.running() == 0
+            && let Some(at) = self.scheduler.next_arrival_ms()
+        {
+            return Ok(LevelStep::Wait((at - self.scheduler.now_ms()).max(0.0)));
         }
         for e in &events {
             self.meter.observe(e.seq, &e.event);

@@ -126,7 +126,7 @@ impl QuantPlan {
                 let m = Matrix { blocks, ..m };
                 match format {
                     None => Stored::F32(m.into_values()),
-                    Some(_) if cols % BLOCK != 0 => {
+                    Some(_) if !cols.is_multiple_of(BLOCK) => {
                         self.exceptions.push(format!(
                             "{name}: width {cols} is not a multiple of {BLOCK}, kept in f32"
                         ));
