@@ -1,4 +1,4 @@
-//! The top layer: what people and pages call. The native command line ([`cli`]), the
+//! The top layer: what people and pages call. The native command line (`cli`, native only), the
 //! JavaScript API the page's worker uses (`web`, wasm only), and the drivers both share for a
 //! metered run and a load-test level ([`drive`]).
 

@@ -6,7 +6,7 @@
 //! blocks of 32 integers with one scale, so a block's products are summed exactly in integers and
 //! scaled once. Weight blocks hold values in -127..=127 (Q8_0) or 0..=15 meaning -8..=7 (Q4_0), so
 //! the 16-bit pair sums of AVX2's `maddubs` cannot saturate. Each format's kernels are compiled
-//! for its [`RunFormat`] type; a matrix's [`Format`] picks them once a product.
+//! for its `RunFormat` type; a matrix's [`Format`] picks them once a product.
 //!
 //! Layouts (row-major, one row per output unit; `formats/` defines each block):
 //! - Q8_0: `quants[r * cols + i]` as i8, `scales[r * cols / 32 + b]`.
@@ -33,7 +33,7 @@ use crate::formats::{Format, with_format};
 #[derive(Clone, Copy)]
 pub enum WeightRows<'a> {
     F32(&'a [f32]),
-    /// Row-major blocks of one format (see [`Blocks`](crate::formats::Blocks)).
+    /// Row-major blocks of one format (see [`crate::formats::Blocks`]).
     Blocks {
         format: Format,
         quants: &'a [u8],

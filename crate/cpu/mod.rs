@@ -4,7 +4,7 @@
 //! operations over them ([`HostOps`]). burn is not involved here.
 //!
 //! One job a file: [`isa`] (which instruction set), [`quantize`] (activations to int8 blocks),
-//! [`matmul`] (products over tiles of rows), [`packed`] (blocks regrouped 8 rows at a time and
+//! [`matmul`](mod@matmul) (products over tiles of rows), [`packed`] (blocks regrouped 8 rows at a time and
 //! their kernels), [`attention`] (scores, weighted sums, the f32 dot product), [`check`] (the
 //! self-check the page runs), [`matrix`] (weights as the kernels read them), [`ops`]; and the
 //! instruction sets' bodies: `scalar.rs`, `avx2.rs`, `simd128.rs`. Each block format's kernels

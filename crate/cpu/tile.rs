@@ -1,7 +1,7 @@
 //! The shapes every matrix-product kernel shares, below the instruction sets' files: int8
 //! activation rows ([`Q8Rows`]), rows of blocks ([`BlockRow`]), a product's operands
-//! ([`Matmul`]), and the loop that runs a kernel over tiles of weight rows and activation rows
-//! ([`grouped`]). `matmul.rs` picks the kernels; `scalar.rs`, `avx2.rs` and `simd128.rs` are
+//! (`Matmul`), and the loop that runs a kernel over tiles of weight rows and activation rows
+//! (`grouped`). `matmul.rs` picks the kernels; `scalar.rs`, `avx2.rs` and `simd128.rs` are
 //! them.
 
 use crate::formats::{BLOCK, RunFormat};

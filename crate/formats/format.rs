@@ -1,4 +1,4 @@
-//! Each runnable [`Format`] tied to its type: [`with_format!`], the one place where a format
+//! Each runnable [`Format`] tied to its type: [`with_format!`](crate::with_format), the one place where a format
 //! chosen at run time becomes the type that kernels are compiled for, and what a format is.
 
 use crate::formats::block::{Format, RunFormat};

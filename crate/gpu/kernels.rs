@@ -324,7 +324,7 @@ pub(crate) fn block_value(word: u32, #[comptime] j: usize, #[comptime] bits: usi
 }
 
 /// As [`linear_f32_kernel()`], over Q8_0 or Q4_0 blocks (`bits` 8 or 4; see
-/// [`FusedOps::linear_blocks`]): each unit takes whole words, and scales each word's dot product
+/// [`FusedOps::linear_blocks`](crate::gpu::launch::FusedOps::linear_blocks)): each unit takes whole words, and scales each word's dot product
 /// by its block's scale.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]

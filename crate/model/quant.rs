@@ -101,7 +101,7 @@ impl QuantPlan {
 pub enum Stored {
     /// Often lying in the model file's bytes, used in place.
     F32(Values),
-    /// Blocks of a [`Format`](crate::formats::Format), one scale each.
+    /// Blocks of a [`crate::formats::Format`], one scale each.
     Blocks(Blocks),
 }
 
