@@ -14,15 +14,15 @@ wasm_bindgen_test_configure!(run_in_browser);
 
 const MODEL: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/models/stories260K/stories260K.bin"
+    "/models/stories260K/stories260K.bin"
 ));
 const TOKENIZER: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/models/stories260K/tok512.bin"
+    "/models/stories260K/tok512.bin"
 ));
 const REFERENCE: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/models/stories260K/reference-greedy-ids.txt"
+    "/models/stories260K/reference-greedy-ids.txt"
 ));
 
 /// The 252 ids run.c generated after the 5 prompt ids.

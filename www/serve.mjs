@@ -1,7 +1,7 @@
 // Static server for the page: www/ at /, pkg/ at /pkg/, the models folder at /models/.
 // It sends the headers a wasm app wants: application/wasm, and COOP/COEP so that the page is
 // cross-origin isolated (precise timers).
-// Usage: node www/serve.mjs  (PORT=8080, HOST=127.0.0.1, MODELS=../shared/models)
+// Usage: node www/serve.mjs  (PORT=8080, HOST=127.0.0.1, MODELS=models)
 // As a module: staticServer(mounts) serves other folders too (tests/bench/browser.mjs does).
 import { createServer } from 'node:http';
 import { createReadStream, promises as fs } from 'node:fs';
@@ -16,7 +16,7 @@ export function pageMounts(extra = []) {
   return [
     ...extra,
     ['/pkg/', resolve(root, 'pkg')],
-    ['/models/', resolve(root, process.env.MODELS || '../shared/models')],
+    ['/models/', resolve(root, process.env.MODELS || 'models')],
     ['/', resolve(root, 'www')],
   ];
 }

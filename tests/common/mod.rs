@@ -1,33 +1,31 @@
-//! Paths to the shared models beside the checkout, and the reference data parsed from them.
+//! Paths to the small models shipped in `models/`, and the reference data parsed from them.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
-pub mod shared_vocab;
+pub mod vocab_copies;
 
-/// `../shared` beside the checkout (override with `TOKENOMETER_SHARED`).
-pub fn shared() -> PathBuf {
-    std::env::var_os("TOKENOMETER_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+/// `models/` in the checkout: what the project ships (README.md there).
+pub fn models() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models")
 }
 
 pub fn stories260k(file: &str) -> PathBuf {
-    shared().join("models/stories260K").join(file)
+    models().join("stories260K").join(file)
 }
 
 pub fn llama2_tokenizer(file: &str) -> PathBuf {
-    shared().join("models/llama2-tokenizer").join(file)
+    models().join("llama2-tokenizer").join(file)
 }
 
 pub fn gguf_vocab(file: &str) -> PathBuf {
-    shared().join("models/gguf-vocab").join(file)
+    models().join("gguf-vocab").join(file)
 }
 
 /// The metadata of llama.cpp's byte-level vocabulary `ggml-vocab-{name}.gguf` (`gpt-2`,
-/// `starcoder`), read past the damage our copies carry ([`shared_vocab`]).
+/// `starcoder`), read past the damage our copies carry ([`vocab_copies`]).
 pub fn byte_level_vocab(name: &str) -> tokenometer::loading::gguf::Gguf {
-    shared_vocab::read(&read(gguf_vocab(&format!("ggml-vocab-{name}.gguf"))))
+    vocab_copies::read(&read(gguf_vocab(&format!("ggml-vocab-{name}.gguf"))))
 }
 
 pub fn read(path: PathBuf) -> Vec<u8> {

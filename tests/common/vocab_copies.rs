@@ -1,4 +1,4 @@
-//! llama.cpp's byte-level BPE vocabulary GGUFs (`../shared/models/gguf-vocab/`) as we have them.
+//! llama.cpp's byte-level BPE vocabulary GGUFs (`models/gguf-vocab/`) as we have them.
 //!
 //! Those two files arrived with every byte that was not valid UTF-8 replaced by U+FFFD (the bytes
 //! EF BF BD): the text (every token, every merge, every key) is intact, but a number holding a
@@ -204,7 +204,7 @@ impl Reader<'_> {
     }
 }
 
-/// The metadata of a vocabulary GGUF in `../shared/models/gguf-vocab/` (see the module doc).
+/// The metadata of a vocabulary GGUF in `models/gguf-vocab/` (see the module doc).
 pub fn read(bytes: &[u8]) -> Gguf {
     assert_eq!(&bytes[..4], b"GGUF");
     let mut r = Reader {
