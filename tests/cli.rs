@@ -143,7 +143,10 @@ fn a_gguf_needs_no_tokenizer_file() {
         stdout.starts_with("Once upon a time, there was a little girl"),
         "{stdout}"
     );
-    assert!(stderr.contains("GGUF Q8_0 tensors"), "{stderr}");
+    assert!(
+        stderr.contains("GGUF tensors at q8: 32 Q8_0 (used as they are), 16 F32"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -215,7 +218,7 @@ fn bad_options() {
     );
     assert_refused(
         generate(&model(), &tok512(), "Hi", &["--quant", "q3"]),
-        "choose f32, q8 or q4",
+        "choose stored, f32, q8 or q4",
     );
 }
 
@@ -275,7 +278,8 @@ fn json_report_is_consistent_with_its_events() {
     assert_eq!(report["conditions"]["output_tokens"], 40);
     assert_eq!(report["conditions"]["prompt_tokens"], 5);
     assert_eq!(report["conditions"]["model"], "stories260K");
-    assert_eq!(report["conditions"]["quant"], "f32");
+    // A llama2.c file as stored: f32, the default.
+    assert_eq!(report["conditions"]["quant"], "stored");
     assert_eq!(report["conditions"]["backend"], "cpu");
     assert_eq!(report["conditions"]["stop_reason"], "max_tokens");
     assert!(report["conditions"]["warm_up_ms"].as_f64().unwrap() > 0.0);
@@ -338,7 +342,7 @@ fn synth_writes_a_loadable_checkpoint_and_bench_prints_a_table() {
         String::from_utf8_lossy(&output.stderr)
     );
     for row in [
-        "conditions: s15 (15.2M params, f32",
+        "conditions: s15 (15.2M params, stored",
         "TTFT ms",
         "prefill tok/s",
         "decode tok/s",
@@ -428,7 +432,7 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
         }
         assert_eq!(level["conditions"]["users"], users);
         assert_eq!(level["conditions"]["arrival"], "burst");
-        assert_eq!(level["conditions"]["quant"], "f32");
+        assert_eq!(level["conditions"]["quant"], "stored");
         // The ceiling: the step's products alone at this many rows.
         let products = &level["products_alone"];
         assert_eq!(products["rows"], users);
@@ -486,9 +490,9 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
 fn synth_writes_a_smollm2_shaped_gguf_that_chats() {
     let mut vocab = Vec::new();
     tokenometer::loading::gguf_writer::write(
-        &shared_vocab::smollm2_like(byte_level_vocab("starcoder")),
+        &vocab_copies::smollm2_like(byte_level_vocab("starcoder")),
         &[],
-        false,
+        None,
         &mut vocab,
     )
     .unwrap();
@@ -515,7 +519,7 @@ fn synth_writes_a_smollm2_shaped_gguf_that_chats() {
     let gpt2_vocab = {
         let mut bytes = Vec::new();
         let gpt2: Vec<_> = byte_level_vocab("gpt-2").metadata.into_iter().collect();
-        tokenometer::loading::gguf_writer::write(&gpt2, &[], false, &mut bytes).unwrap();
+        tokenometer::loading::gguf_writer::write(&gpt2, &[], None, &mut bytes).unwrap();
         scratch("gpt2-vocab.gguf", &bytes)
     };
     assert_refused(

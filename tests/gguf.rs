@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use tokenometer::cpu::HostMatrix;
+use tokenometer::formats::Format;
 use tokenometer::loading::gguf::{self, Gguf, TensorType};
 use tokenometer::{Backend, Engine, GenerateOptions, ModelFiles, Quant};
 
@@ -116,10 +117,12 @@ fn q8_0_blocks_are_used_as_they_are() {
         format: tokenometer::formats::Format::Q8_0,
         quants,
         scales,
+        offsets,
     }) = stored
     else {
         panic!("not kept as Q8_0 blocks");
     };
+    assert!(offsets.is_empty());
     assert_eq!(scales.len(), raw.len() / 34);
     for (b, block) in raw.chunks_exact(34).enumerate() {
         assert_eq!(&quants[b * 32..(b + 1) * 32], &block[2..], "block {b}");
@@ -130,16 +133,26 @@ fn q8_0_blocks_are_used_as_they_are() {
     }
 }
 
-/// Q4_K and Q6_K against llama.cpp's reference dequantization (gguf-py's `dequantize`), on
-/// blocks of random bytes: `tests/fixtures/kquants.json`, written by `tests/fixtures/kquants.py`.
+/// Every type's reference dequantization against llama.cpp's (gguf-py's `dequantize`, a port of
+/// ggml's) on random and real blocks (`tests/fixtures/blocks.json`, written by
+/// `tests/fixtures/blocks.py` from the fetched SmolLM2 and Gemma 3 files); and each type the kernels
+/// run as stored, in the blocks they run ([`TensorType::run_blocks`]), widened again to the same
+/// values (up to f32 rounding: `(q - 8) d + (m + 8 d)` for `q d + m`).
 #[test]
-fn k_quants_dequantize_like_llama_cpp() {
+fn every_type_dequantizes_like_llama_cpp() {
     let fixture: serde_json::Value = serde_json::from_slice(&read(
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kquants.json"),
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blocks.json"),
     ))
     .unwrap();
-    for (name, kind) in [("q4_k", TensorType::Q4K), ("q6_k", TensorType::Q6K)] {
-        let case = &fixture[name];
+    let mut seen = std::collections::BTreeSet::new();
+    for case in fixture.as_array().unwrap() {
+        let name = case["type"].as_str().unwrap();
+        let what = format!("{name} ({})", case["source"].as_str().unwrap());
+        let row = tokenometer::formats::TYPES
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("{what}: no such type"));
+        let kind = TensorType::from_id(row.id).unwrap();
         let hex = case["hex"].as_str().unwrap();
         let raw: Vec<u8> = (0..hex.len())
             .step_by(2)
@@ -152,14 +165,32 @@ fn k_quants_dequantize_like_llama_cpp() {
             .map(|v| v.as_f64().unwrap() as f32)
             .collect();
         let got = kind.dequantize(&raw);
-        assert_eq!(got.len(), expected.len(), "{name}");
+        assert_eq!(got.len(), expected.len(), "{what}");
+        let scale = expected.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
             assert!(
                 (a - b).abs() <= 1e-6 * b.abs().max(1.0),
-                "{name}[{i}]: {a} vs {b}"
+                "{what}[{i}]: {a} vs {b}"
             );
         }
+        if let Some(blocks) = kind.run_blocks(&raw) {
+            assert_eq!(Some(blocks.format), kind.runs_as());
+            for (i, (a, b)) in blocks.dequantize().iter().zip(&expected).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-6 * scale.max(1e-3),
+                    "{what} run as {:?}[{i}]: {a} vs {b}",
+                    blocks.format
+                );
+            }
+        }
+        seen.insert(name);
     }
+    let all: std::collections::BTreeSet<&str> = tokenometer::formats::TYPES
+        .iter()
+        .map(|t| t.name)
+        .filter(|&n| n != "F32")
+        .collect();
+    assert_eq!(seen, all, "the fixture covers every type but F32");
 }
 
 /// A GGUF of our own making: `metadata` then `tensors` (name, dims, type id, data).
@@ -269,9 +300,17 @@ fn broken_and_foreign_ggufs_are_named() {
     cases.push((
         write_gguf(
             &llama,
-            &[("token_embd.weight", vec![256, 8], 13, vec![0; 176 * 8])],
+            &[("token_embd.weight", vec![256, 8], 20, vec![0; 136 * 8])],
         ),
-        "type 13 (Q5_K) is not supported",
+        "type 20 (IQ4_NL) is not supported",
+    ));
+    // A Q4_K tensor one super-block short of its shape: one line naming it, never a panic.
+    cases.push((
+        write_gguf(
+            &llama,
+            &[("token_embd.weight", vec![256, 8], 12, vec![0; 144 * 7])],
+        ),
+        "GGUF tensor token_embd.weight (Q4_K x [256, 8])",
     ));
     cases.push((
         write_gguf(
@@ -320,16 +359,16 @@ fn broken_and_foreign_ggufs_are_named() {
 
 /// A GGUF of SmolLM2-135M's shape (9 heads of 64 sharing 3 KV heads, rope theta 100000, tied
 /// embeddings) with seeded random weights in Q8_0 and a SmolLM2-like vocabulary
-/// ([`shared_vocab::smollm2_like`]): what `tokenometer synth --shape smollm2-135M --vocab ...
+/// ([`vocab_copies::smollm2_like`]): what `tokenometer synth --shape smollm2-135M --vocab ...
 /// --q8` writes.
 fn smollm2_shaped_gguf() -> Vec<u8> {
     use tokenometer::loading::gguf_writer;
     let config = tokenometer::loading::synth::Shape::SmolLm2_135M.config();
     let weights = tokenometer::loading::synth::weights(&config, 7);
-    let mut metadata = gguf_writer::llama_metadata("SmolLM2-135M", &config, true);
-    metadata.extend(shared_vocab::smollm2_like(byte_level_vocab("starcoder")));
+    let mut metadata = gguf_writer::llama_metadata("SmolLM2-135M", &config, Some(Format::Q8_0));
+    metadata.extend(vocab_copies::smollm2_like(byte_level_vocab("starcoder")));
     let mut bytes = Vec::new();
-    gguf_writer::write_model(&weights, &metadata, true, &mut bytes).unwrap();
+    gguf_writer::write_model(&weights, &metadata, Some(Format::Q8_0), &mut bytes).unwrap();
     bytes
 }
 

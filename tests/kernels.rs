@@ -347,47 +347,90 @@ fn random_blocks(format: Format, rows: usize, cols: usize, seed: u64) -> Blocks 
         format,
         quants,
         scales,
+        offsets: Vec::new(),
     }
+}
+
+/// [`random_blocks`] with an offset a block (as Q4_1, Q5_1, Q4_K and Q5_K run).
+fn random_blocks_with_offsets(format: Format, rows: usize, cols: usize, seed: u64) -> Blocks {
+    let mut blocks = random_blocks(format, rows, cols, seed);
+    blocks.offsets = (0..blocks.len())
+        .map(|b| ((b * 7919 + seed as usize) % 2001) as f32 / 4000.0 - 0.25)
+        .collect();
+    blocks
 }
 
 /// The product by the format's reference alone (`formats/`): each block's integer dot product
 /// of stored codes, scaled, summed block by block.
-fn format_reference<F: RunFormat>(w: &Blocks, rows: usize, cols: usize, xq: &Q8Rows) -> Vec<f32> {
+fn format_reference<F: RunFormat>(
+    w: &Blocks,
+    rows: usize,
+    cols: usize,
+    xq: &Q8Rows,
+) -> (Vec<f32>, Vec<f32>) {
     let per_row = cols / 32;
     let t = xq.scales.len() / per_row;
     let mut out = vec![0.0; t * rows];
+    let mut magnitude = vec![0.0; t * rows];
     for i in 0..t {
         for r in 0..rows {
-            let mut sum = 0.0f32;
+            let (mut sum, mut size) = (0.0f32, 0.0f32);
             for b in 0..per_row {
                 let block = r * per_row + b;
                 let payload = &w.quants[block * F::PAYLOAD..][..F::PAYLOAD];
                 let x = &xq.quants[(i * per_row + b) * 32..][..32];
-                sum +=
-                    w.scales[block] * xq.scales[i * per_row + b] * F::dot_block(payload, x) as f32;
+                let xs = xq.scales[i * per_row + b];
+                sum += w.scales[block] * xs * F::dot_block(payload, x) as f32;
+                let products: i32 = (0..32)
+                    .map(|k| ((F::code(payload, k) - F::BIAS) * x[k] as i32).abs())
+                    .sum();
+                size += (w.scales[block] * xs).abs() * products as f32;
+                if let Some(offset) = w.offsets.get(block) {
+                    // The block's values sum to xs * sum(codes), kept rounded to f16 (cpu::matmul).
+                    let codes: i32 = x.iter().map(|&c| c as i32).sum();
+                    let part = offset * half::f16::from_f32(xs * codes as f32).to_f32();
+                    sum += part;
+                    size += part.abs();
+                }
             }
             out[i * rows + r] = sum;
+            magnitude[i * rows + r] = size;
         }
     }
-    out
+    (out, magnitude)
 }
 
 /// Every instruction set's block kernels, row-major and packed, against the formats' scalar
-/// reference on random blocks, for every format the kernels run.
+/// reference on random blocks, for every format the kernels run, with and without offsets. The
+/// vector kernels scale each lane's partial sum before adding the lanes, so where the products
+/// cancel the results differ by a few roundings of the products' size, not of the result's.
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 fn every_block_kernel_matches_the_format_reference() {
     for format in [Format::Q8_0, Format::Q4_0] {
-        for (rows, cols, t) in [(1, 32, 1), (7, 64, 3), (67, 288, 5), (16, 96, 8)] {
-            let w = random_blocks(format, rows, cols, 17 + rows as u64);
+        for (k, (rows, cols, t)) in [
+            (1, 32, 1),
+            (7, 64, 3),
+            (67, 288, 5),
+            (16, 96, 8),
+            (9, 576, 1),
+            (13, 1536, 2),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let w = if k % 2 == 1 {
+                random_blocks_with_offsets(format, rows, cols, 17 + rows as u64)
+            } else {
+                random_blocks(format, rows, cols, 17 + rows as u64)
+            };
             let x = values(t * cols, 23);
             let mut xq = Q8Rows::default();
             kernels::quantize_rows_q8(&x, cols, &mut xq);
-            let expected = match format {
+            let (expected, magnitude) = match format {
                 Format::Q8_0 => format_reference::<Q8_0>(&w, rows, cols, &xq),
                 Format::Q4_0 => format_reference::<Q4_0>(&w, rows, cols, &xq),
             };
-            let top = expected.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
             for isa in Isa::available() {
                 for m in [
                     HostMatrix::Blocks(w.clone()),
@@ -395,10 +438,11 @@ fn every_block_kernel_matches_the_format_reference() {
                 ] {
                     let mut got = vec![f32::NAN; t * rows];
                     kernels::matmul(isa, m.rows(), rows, cols, &x, &xq, t, &mut got);
-                    for (a, b) in got.iter().zip(&expected) {
+                    for ((a, b), size) in got.iter().zip(&expected).zip(&magnitude) {
                         assert!(
-                            (a - b).abs() <= 1e-5 * top,
-                            "{isa:?} {format:?} {rows}x{cols} packed {}: {a} vs {b}",
+                            (a - b).abs() <= 1e-6 * size + 1e-6,
+                            "{isa:?} {format:?} {rows}x{cols} offsets {} packed {}: {a} vs {b}",
+                            !w.offsets.is_empty(),
                             matches!(m, HostMatrix::Packed(_))
                         );
                     }

@@ -104,7 +104,8 @@ impl Llama {
     /// on a wgpu `device`, or, with no device, host arrays for the CPU kernels in `isa`.
     pub fn new(mut weights: HostWeights, quant: Quant, device: Option<&Device>, isa: Isa) -> Self {
         let hidden = weights.config.hidden_dim;
-        if quant != Quant::F32 {
+        // As stored, a matrix is in blocks only where its width is whole blocks already.
+        if quant.format().is_some() {
             pad_hidden_to_blocks(&mut weights);
         }
         let config = weights.config.clone();
@@ -120,7 +121,7 @@ impl Llama {
                 config.hidden_dim
             ));
         }
-        plan.exceptions.extend(weights.conversions.iter().cloned());
+        plan.note_tensor_types(&weights.tensor_types);
         let HostWeights {
             token_embedding,
             layers,

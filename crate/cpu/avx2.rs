@@ -137,7 +137,7 @@ pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
         let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
         let scale = amax / 127.0;
         let inv = _mm256_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
-        out.scales.push(scale);
+        out.scales.push(crate::cpu::tile::activation_scale(scale));
         // Round half away from zero: add 0.5 with r's sign, then truncate (as the scalar one).
         let ints = v.map(|v| {
             let r = _mm256_mul_ps(v, inv);

@@ -27,17 +27,18 @@ use crate::cpu::simd128;
 use crate::cpu::tile::{BlockRow, Kernels, Matmul, Q8Rows, TILE, row_by_row};
 #[cfg(target_arch = "wasm32")]
 use crate::formats::Blocks;
-use crate::formats::{Format, with_format};
+use crate::formats::{BLOCK, Format, with_format};
 
 /// The stored weights of a matrix, borrowed for one product.
 #[derive(Clone, Copy)]
 pub enum WeightRows<'a> {
     F32(&'a [f32]),
-    /// Row-major blocks of one format (see [`crate::formats::Blocks`]).
+    /// Row-major blocks of one format (see [`crate::formats::Blocks`]; `offsets` empty: all 0).
     Blocks {
         format: Format,
         quants: &'a [u8],
         scales: &'a [f32],
+        offsets: &'a [f32],
     },
     /// Q8_0 or Q4_0 in groups of 8 interleaved rows (`packed/`).
     Packed(&'a Packed),
@@ -65,17 +66,60 @@ pub fn matmul(
         xq,
         t,
     };
-    match w {
+    let offsets = match w {
         WeightRows::Packed(packed) => {
             assert_eq!((packed.rows(), packed.cols()), (rows, cols));
-            packed::matmul(isa, packed, xq, t, out)
+            packed::matmul(isa, packed, xq, t, out);
+            packed.offsets()
         }
-        WeightRows::F32(data) => f32_product(isa, &m, data, out),
+        WeightRows::F32(data) => {
+            f32_product(isa, &m, data, out);
+            &[]
+        }
         WeightRows::Blocks {
             format,
             quants,
             scales,
-        } => blocks_product(isa, &m, format, BlockRow { quants, scales }, out),
+            offsets,
+        } => {
+            blocks_product(isa, &m, format, BlockRow { quants, scales }, out);
+            offsets
+        }
+    };
+    if !offsets.is_empty() {
+        add_offsets(isa, offsets, &m, out);
+    }
+}
+
+/// The offsets' part of a product with blocks that have them (Q4_1, Q5_1, Q4_K, Q5_K as they are
+/// stored): a block's `offset * sum(x)`, summed along the row. The activations' block sums are
+/// taken from their int8 blocks (`scale * sum(codes)`, rounded to f16), as llama.cpp's Q8_1
+/// activation blocks carry them.
+/// It is an f32 product of `[rows, cols / 32]` offsets with `[t, cols / 32]` sums: a 32nd of the
+/// main product's multiply-adds, on the f32 kernels.
+fn add_offsets(isa: Isa, offsets: &[f32], m: &Matmul, out: &mut [f32]) {
+    let blocks = m.cols / BLOCK;
+    debug_assert_eq!(offsets.len(), m.rows * blocks);
+    let sums: Vec<f32> =
+        m.xq.quants
+            .chunks_exact(BLOCK)
+            .zip(&m.xq.scales)
+            .map(|(codes, &scale)| {
+                let sum = codes.iter().map(|&c| c as i32).sum::<i32>() as f32;
+                half::f16::from_f32(scale * sum).to_f32()
+            })
+            .collect();
+    let sums_by = Matmul {
+        rows: m.rows,
+        cols: blocks,
+        x: &sums,
+        xq: m.xq,
+        t: m.t,
+    };
+    let mut part = vec![0.0; out.len()];
+    f32_product(isa, &sums_by, offsets, &mut part);
+    for (out, part) in out.iter_mut().zip(part) {
+        *out += part;
     }
 }
 
@@ -130,6 +174,7 @@ fn blocks_product(isa: Isa, m: &Matmul, format: Format, blocks: BlockRow, out: &
             format,
             quants: blocks.quants.to_vec(),
             scales: blocks.scales.to_vec(),
+            offsets: Vec::new(),
         };
         return packed::matmul(isa, &Packed::pack(m.rows, m.cols, blocks), m.xq, m.t, out);
     }

@@ -47,6 +47,7 @@ impl HostMatrix {
                 format: b.format,
                 quants: &b.quants,
                 scales: &b.scales,
+                offsets: &b.offsets,
             },
             HostMatrix::Packed(packed) => WeightRows::Packed(packed),
         }

@@ -1,11 +1,13 @@
-//! Activations quantized to int8 blocks of 32 (one f32 scale each), the other operand of every
-//! quantized product: scalar, and vectorized per instruction set with the same bits.
+//! Activations quantized to int8 blocks of 32 (one scale each, rounded to f16 as llama.cpp keeps
+//! it: `tile::activation_scale`), the other operand of every quantized product: scalar, and
+//! vectorized per instruction set with the same bits.
 
 use crate::cpu::isa::Isa;
-use crate::cpu::tile::Q8Rows;
+use crate::cpu::tile::{Q8Rows, activation_scale};
 use crate::formats::{BLOCK, Q8_0, RunFormat};
 
-/// Quantize `rows` (each `cols` wide, a multiple of 32) to int8 blocks: scale = max |x| / 127.
+/// Quantize `rows` (each `cols` wide, a multiple of 32) to int8 blocks: scale = max |x| / 127
+/// (kept rounded to f16).
 pub fn quantize_rows_q8(x: &[f32], cols: usize, out: &mut Q8Rows) {
     quantize_rows_q8_with(Isa::detect(), x, cols, out)
 }
@@ -35,6 +37,7 @@ fn quantize_q8_scalar(x: &[f32], out: &mut Q8Rows) {
         let at = out.quants.len();
         out.quants.resize(at + BLOCK, 0);
         let payload: &mut [u8] = bytemuck::cast_slice_mut(&mut out.quants[at..]);
-        out.scales.push(Q8_0::quantize_block(block, payload));
+        out.scales
+            .push(activation_scale(Q8_0::quantize_block(block, payload)));
     }
 }

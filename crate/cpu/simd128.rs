@@ -81,7 +81,7 @@ pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
             .max(f32x4_extract_lane::<2>(m).max(f32x4_extract_lane::<3>(m)));
         let scale = amax / 127.0;
         let inv = f32x4_splat(if scale > 0.0 { 1.0 / scale } else { 0.0 });
-        out.scales.push(scale);
+        out.scales.push(crate::cpu::tile::activation_scale(scale));
         // Round half away from zero: add 0.5 with r's sign, then truncate (as the scalar one).
         let ints = v.map(|v| {
             let r = f32x4_mul(v, inv);

@@ -13,6 +13,16 @@ pub struct Q8Rows {
     pub scales: Vec<f32>,
 }
 
+/// An activation block's scale as [`Q8Rows`] keeps it: `max |x| / 127` rounded to f16, as
+/// llama.cpp's Q8_0 and Q8_1 activation blocks store theirs (the codes themselves are rounded with
+/// the unrounded scale, there and here). With it the CPU's quantized products are llama.cpp's up to
+/// the order of the sums: the same greedy tokens on SmolLM2's Q4_1 file where f32 scales gave a
+/// different answer at the 6th token (tests/real_models.rs).
+#[inline(always)]
+pub(crate) fn activation_scale(amax_over_127: f32) -> f32 {
+    half::f16::from_f32(amax_over_127).to_f32()
+}
+
 /// A kernel of several weight rows made of one that takes a single weight row (against several
 /// activation rows), called once per weight row.
 #[inline(always)]

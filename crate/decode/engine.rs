@@ -213,6 +213,20 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Teacher-forced logits along `ids` (one batched pass): `[ids.len(), vocab]`, row `i` after
+    /// seeing `ids[..=i]`. Used to compare with another engine's choices and see by how much
+    /// they differ where they do.
+    pub async fn logits_along(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        let mut cache = self.model.new_cache();
+        let n = ids.len().min(self.model.config.seq_len);
+        self.model
+            .forward(&ids[..n], &mut cache, true)
+            .into_vec()
+            .await
+    }
+}
+
 pub(crate) fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }

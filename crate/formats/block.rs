@@ -15,11 +15,27 @@ pub trait BlockFormat {
     const BLOCK_VALUES: usize;
     /// Bytes one block takes in a GGUF file.
     const BLOCK_BYTES: usize;
-    /// The [`Format`] the kernels run this type as, when they run it as it is stored.
-    const RUNS_AS: Option<Format> = None;
 
     /// The reference: one stored block (`BLOCK_BYTES`) as its `BLOCK_VALUES` values.
     fn dequantize_block(block: &[u8], out: &mut [f32]);
+}
+
+/// A type the kernels run as stored, exactly, in the blocks of a [`RunFormat`] (`AS`): each stored
+/// block as blocks of 32 values, each a payload of `AS`, an f32 scale and an f32 offset, so that
+/// value `i` is `(code_i - AS::BIAS) * scale + offset`. Q8_0 and Q4_0 are their own (offset 0);
+/// Q4_1 and Q4_K run as Q4_0 with offsets, Q5_0 as Q8_0, Q5_1 and Q5_K as Q8_0 with offsets. The
+/// kernels multiply the codes as they do `AS`'s, and add `offset * sum(x)` once a block.
+pub trait RunsAs: BlockFormat {
+    /// The format whose kernels run this type.
+    const AS: Format;
+
+    /// One stored block as `BLOCK_VALUES / 32` calls of `push(payload, scale, offset)`.
+    fn run_block(block: &[u8], push: &mut dyn FnMut(&[u8], f32, f32));
+}
+
+/// A GGUF block's f16 at byte `at`, widened.
+pub fn f16_at(block: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([block[at], block[at + 1]]).to_f32()
 }
 
 /// A type the kernels multiply from as stored: blocks of [`BLOCK`] values, each kept as its
@@ -66,4 +82,14 @@ pub trait RunFormat: BlockFormat + 'static {
 pub enum Format {
     Q8_0,
     Q4_0,
+}
+
+impl Format {
+    /// GGUF's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Q8_0 => "Q8_0",
+            Format::Q4_0 => "Q4_0",
+        }
+    }
 }

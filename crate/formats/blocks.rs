@@ -1,32 +1,57 @@
-//! A matrix's blocks as the kernels read them: every block's payload one after another, and its
-//! scale widened to f32, in one [`Format`].
+//! A matrix's blocks as the kernels read them: every block's payload one after another, its
+//! scale widened to f32, and an offset where the stored type has minimums ([`crate::formats::RunsAs`]),
+//! in one [`Format`].
 
 use crate::formats::block::{BLOCK, Format, RunFormat};
 use crate::with_format;
 
-/// Row-major blocks of one [`Format`]: `quants[b * payload..]` holds block `b`'s payload and
-/// `scales[b]` its scale (a row of `cols` values is `cols / 32` blocks).
+/// Row-major blocks of one [`Format`]: `quants[b * payload..]` holds block `b`'s payload,
+/// `scales[b]` its scale and `offsets[b]` its offset (a row of `cols` values is `cols / 32` blocks):
+/// value `i` of block `b` is `(code_i - BIAS) * scales[b] + offsets[b]`. `offsets` is empty where
+/// every offset is 0 (the formats' own blocks).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blocks {
     pub format: Format,
     pub quants: Vec<u8>,
     pub scales: Vec<f32>,
+    pub offsets: Vec<f32>,
 }
 
 impl Blocks {
+    /// No blocks yet, with room for `blocks` of them.
+    pub fn with_capacity(format: Format, blocks: usize) -> Blocks {
+        Blocks {
+            format,
+            quants: Vec::with_capacity(blocks * format.payload()),
+            scales: Vec::with_capacity(blocks),
+            offsets: Vec::with_capacity(blocks),
+        }
+    }
+
+    /// Append one block (fill with `push`, then [`finish`](Self::finish)).
+    pub fn push(&mut self, payload: &[u8], scale: f32, offset: f32) {
+        debug_assert_eq!(payload.len(), self.format.payload());
+        self.quants.extend_from_slice(payload);
+        self.scales.push(scale);
+        self.offsets.push(offset);
+    }
+
+    /// The blocks [`push`](Self::push) filled, their offsets dropped where all are 0.
+    pub fn finish(mut self) -> Blocks {
+        if self.offsets.iter().all(|&o| o == 0.0) {
+            self.offsets = Vec::new();
+        }
+        self
+    }
+
     /// `data` (a whole number of blocks) quantized by `format`'s reference quantizer.
     pub fn quantize(format: Format, data: &[f32]) -> Blocks {
         with_format!(format, F => quantize::<F>(data))
     }
 
-    /// A GGUF tensor's bytes of `format` blocks (an f16 scale, then the payload, each).
-    pub fn from_gguf(format: Format, raw: &[u8]) -> Blocks {
-        with_format!(format, F => from_gguf::<F>(raw))
-    }
-
-    /// Bytes the blocks take (payloads and f32 scales).
+    /// Bytes the blocks take (payloads, f32 scales and offsets).
     pub fn bytes(&self) -> u64 {
-        (self.quants.len() + 4 * self.scales.len()) as u64
+        (self.quants.len() + 4 * self.scales.len() + 4 * self.offsets.len()) as u64
     }
 
     /// How many blocks.
@@ -62,29 +87,15 @@ fn quantize<F: RunFormat>(data: &[f32]) -> Blocks {
         format: F::FORMAT,
         quants,
         scales,
-    }
-}
-
-fn from_gguf<F: RunFormat>(raw: &[u8]) -> Blocks {
-    let blocks = raw.chunks_exact(F::BLOCK_BYTES);
-    let mut quants = Vec::with_capacity(blocks.len() * F::PAYLOAD);
-    let mut scales = Vec::with_capacity(blocks.len());
-    for block in blocks {
-        let (scale, payload) = F::split_block(block);
-        scales.push(scale);
-        quants.extend_from_slice(payload);
-    }
-    Blocks {
-        format: F::FORMAT,
-        quants,
-        scales,
+        offsets: Vec::new(),
     }
 }
 
 fn dequantize_into<F: RunFormat>(b: &Blocks, range: std::ops::Range<usize>, out: &mut Vec<f32>) {
     let payloads =
         b.quants[range.start * F::PAYLOAD..range.end * F::PAYLOAD].chunks_exact(F::PAYLOAD);
-    for (payload, &scale) in payloads.zip(&b.scales[range]) {
-        out.extend((0..BLOCK).map(|i| (F::code(payload, i) - F::BIAS) as f32 * scale));
+    for (k, (payload, &scale)) in payloads.zip(&b.scales[range.clone()]).enumerate() {
+        let offset = b.offsets.get(range.start + k).copied().unwrap_or(0.0);
+        out.extend((0..BLOCK).map(|i| (F::code(payload, i) - F::BIAS) as f32 * scale + offset));
     }
 }

@@ -20,19 +20,31 @@ mod blocks;
 mod f16;
 mod f32;
 mod format;
+mod q2_k;
+mod q3_k;
 pub mod q4_0;
+mod q4_1;
 mod q4_k;
+mod q5_0;
+mod q5_1;
+mod q5_k;
 mod q6_k;
 pub mod q8_0;
 
 pub use crate::with_format;
 pub use bf16::Bf16;
-pub use block::{BLOCK, BlockFormat, Format, RunFormat};
+pub use block::{BLOCK, BlockFormat, Format, RunFormat, RunsAs};
 pub use blocks::Blocks;
 pub use f16::F16;
 pub use f32::F32;
+pub use q2_k::Q2K;
+pub use q3_k::Q3K;
 pub use q4_0::Q4_0;
+pub use q4_1::Q4_1;
 pub use q4_k::Q4K;
+pub use q5_0::Q5_0;
+pub use q5_1::Q5_1;
+pub use q5_k::Q5K;
 pub use q6_k::Q6K;
 pub use q8_0::Q8_0;
 
@@ -43,9 +55,20 @@ pub struct TypeTraits {
     pub name: &'static str,
     pub block_values: usize,
     pub block_bytes: usize,
-    pub runs_as: Option<Format>,
+    /// How the kernels run the type as stored ([`RunsAs`]); `None`: it is widened at load.
+    pub runs: Option<Runs>,
     dequantize_block: fn(&[u8], &mut [f32]),
 }
+
+/// A row's [`RunsAs`]: the format whose kernels run the type, and its block splitter.
+#[derive(Debug, Clone, Copy)]
+pub struct Runs {
+    pub format: Format,
+    run_block: RunBlock,
+}
+
+/// [`RunsAs::run_block`]: one stored block as calls of `push(payload, scale, offset)`.
+type RunBlock = fn(&[u8], &mut dyn FnMut(&[u8], f32, f32));
 
 const fn row<T: BlockFormat>() -> TypeTraits {
     TypeTraits {
@@ -53,32 +76,54 @@ const fn row<T: BlockFormat>() -> TypeTraits {
         name: T::NAME,
         block_values: T::BLOCK_VALUES,
         block_bytes: T::BLOCK_BYTES,
-        runs_as: T::RUNS_AS,
+        runs: None,
         dequantize_block: T::dequantize_block,
     }
 }
 
+const fn running<T: RunsAs>() -> TypeTraits {
+    TypeTraits {
+        runs: Some(Runs {
+            format: T::AS,
+            run_block: T::run_block,
+        }),
+        ..row::<T>()
+    }
+}
+
 /// Every GGUF type this engine reads, one row each.
-pub static TYPES: [TypeTraits; 7] = [
+pub static TYPES: [TypeTraits; 13] = [
     row::<F32>(),
     row::<F16>(),
     row::<Bf16>(),
-    row::<Q8_0>(),
-    row::<Q4_0>(),
-    row::<Q4K>(),
+    running::<Q8_0>(),
+    running::<Q4_0>(),
+    running::<Q4_1>(),
+    running::<Q5_0>(),
+    running::<Q5_1>(),
+    row::<Q2K>(),
+    row::<Q3K>(),
+    running::<Q4K>(),
+    running::<Q5K>(),
     row::<Q6K>(),
 ];
 
 /// GGUF types known by name but not read here, for the error that names them.
-const NOT_READ: [(u32, &str); 8] = [
-    (3, "Q4_1"),
-    (6, "Q5_0"),
-    (7, "Q5_1"),
-    (9, "Q8_1"),
-    (10, "Q2_K"),
-    (11, "Q3_K"),
-    (13, "Q5_K"),
-    (15, "Q8_K"),
+const NOT_READ: [(u32, &str); 2] = [(9, "Q8_1"), (15, "Q8_K")];
+
+/// llama.cpp's IQ (codebook) and TQ (ternary) types, named in the error that refuses them.
+const IQ: [(u32, &str); 11] = [
+    (16, "IQ2_XXS"),
+    (17, "IQ2_XS"),
+    (18, "IQ3_XXS"),
+    (19, "IQ1_S"),
+    (20, "IQ4_NL"),
+    (21, "IQ3_S"),
+    (22, "IQ2_S"),
+    (23, "IQ4_XS"),
+    (29, "IQ1_M"),
+    (34, "TQ1_0"),
+    (35, "TQ2_0"),
 ];
 
 /// A GGUF tensor type this engine reads: a handle on its row of [`TYPES`].
@@ -93,7 +138,13 @@ impl TensorType {
     pub const BF16: TensorType = TensorType::of::<Bf16>();
     pub const Q8_0: TensorType = TensorType::of::<Q8_0>();
     pub const Q4_0: TensorType = TensorType::of::<Q4_0>();
+    pub const Q4_1: TensorType = TensorType::of::<Q4_1>();
+    pub const Q5_0: TensorType = TensorType::of::<Q5_0>();
+    pub const Q5_1: TensorType = TensorType::of::<Q5_1>();
+    pub const Q2K: TensorType = TensorType::of::<Q2K>();
+    pub const Q3K: TensorType = TensorType::of::<Q3K>();
     pub const Q4K: TensorType = TensorType::of::<Q4K>();
+    pub const Q5K: TensorType = TensorType::of::<Q5K>();
     pub const Q6K: TensorType = TensorType::of::<Q6K>();
 
     const fn of<T: BlockFormat>() -> TensorType {
@@ -107,8 +158,10 @@ impl TensorType {
         }
         let name = match NOT_READ.iter().find(|(known, _)| *known == id) {
             Some((_, name)) => name,
-            None if (16..=23).contains(&id) || id == 29 => "an IQ type",
-            None => "an unknown type",
+            None => IQ
+                .iter()
+                .find(|(known, _)| *known == id)
+                .map_or("an unknown type", |(_, name)| name),
         };
         let read: Vec<&str> = TYPES.iter().map(|t| t.name).collect();
         Err(format!(
@@ -138,7 +191,22 @@ impl TensorType {
 
     /// The [`Format`] the kernels run this type as, when they run it as it is stored.
     pub fn runs_as(self) -> Option<Format> {
-        self.traits().runs_as
+        self.traits().runs.map(|r| r.format)
+    }
+
+    /// A tensor's bytes as the blocks of the format that runs them ([`RunsAs`]), or `None` for a
+    /// type that is widened.
+    pub fn run_blocks(self, raw: &[u8]) -> Option<Blocks> {
+        let t = self.traits();
+        let runs = t.runs?;
+        let blocks = raw.len() / t.block_bytes * t.block_values / BLOCK;
+        let mut out = Blocks::with_capacity(runs.format, blocks);
+        for block in raw.chunks_exact(t.block_bytes) {
+            (runs.run_block)(block, &mut |payload, scale, offset| {
+                out.push(payload, scale, offset)
+            });
+        }
+        Some(out.finish())
     }
 
     /// A tensor's bytes (whole blocks: checked when the file is parsed) as f32, block by block.
@@ -165,12 +233,12 @@ mod tests {
             assert!(TYPES[i + 1..].iter().all(|b| b.id != a.id), "{}", a.name);
             assert_eq!(TensorType::from_id(a.id).unwrap().name(), a.name);
         }
-        let e = TensorType::from_id(3).unwrap_err();
+        let e = TensorType::from_id(15).unwrap_err();
         assert!(
-            e.starts_with("GGUF tensor type 3 (Q4_1) is not supported"),
+            e.starts_with("GGUF tensor type 15 (Q8_K) is not supported"),
             "{e}"
         );
-        assert!(TensorType::from_id(20).unwrap_err().contains("an IQ type"));
+        assert!(TensorType::from_id(20).unwrap_err().contains("(IQ4_NL)"));
         assert!(
             TensorType::from_id(999)
                 .unwrap_err()

@@ -2,7 +2,7 @@
 //! `j` in its low nibble and value `j + 16` in its high nibble, each stored as `value + 8`, so
 //! value `i` is `(nibble - 8) * d`.
 
-use crate::formats::block::{BLOCK, BlockFormat, Format, RunFormat};
+use crate::formats::block::{BLOCK, BlockFormat, Format, RunFormat, RunsAs};
 
 pub struct Q4_0;
 
@@ -11,7 +11,6 @@ impl BlockFormat for Q4_0 {
     const ID: u32 = 2;
     const BLOCK_VALUES: usize = BLOCK;
     const BLOCK_BYTES: usize = 18;
-    const RUNS_AS: Option<Format> = Some(Format::Q4_0);
 
     fn dequantize_block(block: &[u8], out: &mut [f32]) {
         let (d, q) = Self::split_block(block);
@@ -19,6 +18,15 @@ impl BlockFormat for Q4_0 {
             out[j] = ((byte & 0x0f) as f32 - 8.0) * d;
             out[j + BLOCK / 2] = ((byte >> 4) as f32 - 8.0) * d;
         }
+    }
+}
+
+impl RunsAs for Q4_0 {
+    const AS: Format = Format::Q4_0;
+
+    fn run_block(block: &[u8], push: &mut dyn FnMut(&[u8], f32, f32)) {
+        let (scale, payload) = Self::split_block(block);
+        push(payload, scale, 0.0);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Q8_0 (GGUF type 8): blocks of 32 values, an f16 scale `d` then 32 signed bytes `q`; value `i`
 //! is `q[i] * d`.
 
-use crate::formats::block::{BLOCK, BlockFormat, Format, RunFormat};
+use crate::formats::block::{BLOCK, BlockFormat, Format, RunFormat, RunsAs};
 
 pub struct Q8_0;
 
@@ -10,13 +10,21 @@ impl BlockFormat for Q8_0 {
     const ID: u32 = 8;
     const BLOCK_VALUES: usize = BLOCK;
     const BLOCK_BYTES: usize = 34;
-    const RUNS_AS: Option<Format> = Some(Format::Q8_0);
 
     fn dequantize_block(block: &[u8], out: &mut [f32]) {
         let (d, q) = Self::split_block(block);
         for (out, &q) in out.iter_mut().zip(q) {
             *out = q as i8 as f32 * d;
         }
+    }
+}
+
+impl RunsAs for Q8_0 {
+    const AS: Format = Format::Q8_0;
+
+    fn run_block(block: &[u8], push: &mut dyn FnMut(&[u8], f32, f32)) {
+        let (scale, payload) = Self::split_block(block);
+        push(payload, scale, 0.0);
     }
 }
 

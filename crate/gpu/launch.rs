@@ -368,31 +368,56 @@ pub(crate) fn attention(
 pub enum DeviceLinear {
     /// `[k, n]`.
     F32(BurnTensor<2>),
-    /// Q8_0 (`bits` 8) or Q4_0 (`bits` 4) blocks.
+    /// Q8_0 (`bits` 8) or Q4_0 (`bits` 4) blocks, and the blocks' offsets `[k / 32, n]` where
+    /// the stored type has them (Q4_1, Q5_1, Q4_K, Q5_K).
     Blocks {
         quants: BurnTensor<1, burn::tensor::Int>,
         scales: BurnTensor<1>,
+        offsets: Option<BurnTensor<2>>,
         n: usize,
         bits: usize,
     },
 }
 
-/// `x` `[m, k]` through the projection `w`: `[m, n]`.
+/// `x` `[m, k]` through the projection `w`: `[m, n]`. Blocks with offsets add each block's
+/// `offset * sum(x)`: the sums of `x` by blocks of 32 (`[m, k / 32]`) through the offsets as an f32
+/// projection.
 pub(crate) fn linear(x: BurnTensor<2>, w: &DeviceLinear) -> BurnTensor<2> {
-    let x = x.into_dispatch();
-    BurnTensor::from_dispatch(match w {
-        DeviceLinear::F32(w) => <Dispatch as FusedOps>::linear_f32(x, w.clone().into_dispatch()),
+    match w {
+        DeviceLinear::F32(w) => BurnTensor::from_dispatch(<Dispatch as FusedOps>::linear_f32(
+            x.into_dispatch(),
+            w.clone().into_dispatch(),
+        )),
         DeviceLinear::Blocks {
             quants,
             scales,
+            offsets,
             n,
             bits,
-        } => <Dispatch as FusedOps>::linear_blocks(
-            x,
-            quants.clone().into_dispatch(),
-            scales.clone().into_dispatch(),
-            *n,
-            *bits,
-        ),
-    })
+        } => {
+            let [m, k] = x.dims();
+            let sums = offsets.as_ref().map(|_| {
+                x.clone()
+                    .reshape([m, k / 32, 32])
+                    .sum_dim(2)
+                    .reshape([m, k / 32])
+            });
+            let y = BurnTensor::from_dispatch(<Dispatch as FusedOps>::linear_blocks(
+                x.into_dispatch(),
+                quants.clone().into_dispatch(),
+                scales.clone().into_dispatch(),
+                *n,
+                *bits,
+            ));
+            match (sums, offsets) {
+                (Some(sums), Some(offsets)) => {
+                    y + BurnTensor::from_dispatch(<Dispatch as FusedOps>::linear_f32(
+                        sums.into_dispatch(),
+                        offsets.clone().into_dispatch(),
+                    ))
+                }
+                _ => y,
+            }
+        }
+    }
 }

@@ -87,6 +87,7 @@ impl Ops for DeviceOps {
             format,
             quants,
             scales,
+            offsets,
         } = match plan.apply(name, m) {
             Stored::F32(values) => {
                 return DeviceLinear::F32(Tensor::from_data(
@@ -102,9 +103,17 @@ impl Ops for DeviceOps {
             Format::Q8_0 => (8, 0x8080_8080),
             Format::Q4_0 => (4, 0),
         };
+        // Offsets `[blocks a row, n]`, the `k` of an f32 projection of the activations' block sums.
+        let offsets = (!offsets.is_empty()).then(|| {
+            Tensor::from_data(
+                TensorData::new(transpose(&offsets, n), [offsets.len() / n, n]),
+                &self.device,
+            )
+        });
         DeviceLinear::Blocks {
             quants: self.words(&quants, n, flip),
             scales: self.scales(&scales, n),
+            offsets,
             n,
             bits,
         }

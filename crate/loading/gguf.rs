@@ -2,26 +2,26 @@
 //! descriptions, then the tensors' data, aligned.
 //!
 //! We read the `llama` architecture: its shape from the metadata (`llama.embedding_length`, ...),
-//! tensors F32, F16, BF16, Q8_0 and Q4_0, and Q4_K / Q6_K (the layers of "Q4_K_M" files), and the
+//! tensors of every non-IQ type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K), and the
 //! tokenizer inside (`tokenizer.ggml.*`). llama.cpp's `llama` architecture rotates adjacent pairs,
 //! as llama2.c does, so q/k rows are used as stored. Every count, length and offset is checked
 //! against the file's length before anything is allocated: a header can claim anything.
 //!
-//! Q8_0 and Q4_0 tensors are kept in their blocks (scales widened to f32), which the CPU uses as
-//! they are when the chosen precision is theirs; anywhere else they are widened (and requantizing
-//! one to its own type would give back its very blocks: each block's extreme value is exactly
-//! `127 d` for Q8_0 and `-8 d` for Q4_0). F32 tensors are used where they lie in the file; F16,
-//! BF16 and the K-quants are widened to f32 at load.
+//! Tensors of the types the kernels run (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K) are kept in
+//! blocks of 32 as those kernels read them (`formats::RunsAs`: scales widened to f32, an offset a
+//! block for the types with minimums), exactly; the precision `stored` runs them so, and the
+//! others re-encode them (a Q8_0 or Q4_0 tensor re-encoded to its own type would give back its
+//! very blocks, so it is used as it is). F32 tensors are used where they lie in the file; F16,
+//! BF16, Q2_K, Q3_K and Q6_K are widened to f32 at load.
 
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
-use crate::formats::Blocks;
 pub use crate::formats::TensorType;
 use crate::model::config::FieldNames;
-use crate::model::{FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Quant, Values};
+use crate::model::{FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 /// Limits no real file comes near; past them a header is corrupt.
@@ -433,8 +433,8 @@ impl Gguf {
                 Values::in_file(file, info.start, rows * cols),
             ));
         }
-        Ok(match info.kind.runs_as() {
-            Some(format) => Matrix::quantized(rows, cols, Blocks::from_gguf(format, raw)),
+        Ok(match info.kind.run_blocks(raw) {
+            Some(blocks) => Matrix::quantized(rows, cols, blocks),
             None => Matrix::new(rows, cols, info.kind.dequantize(raw)),
         })
     }
@@ -453,7 +453,8 @@ impl Gguf {
 }
 
 /// Load a `llama` GGUF's weights from `file`, whose header `gguf` is: F32 tensors used where they
-/// lie, Q8_0 and Q4_0 kept in their blocks, the others widened to f32.
+/// lie, the types the kernels run kept in their blocks ([`TensorType::run_blocks`]), the others
+/// widened to f32.
 pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
     let config = gguf.config()?;
     let (d, h, v, kv) = (
@@ -489,22 +490,7 @@ pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
         } else {
             Some(gguf.matrix(file, "output.weight", v, d)?)
         },
-        conversions: gguf
-            .types()
-            .into_iter()
-            .filter(|(kind, _)| *kind != TensorType::F32)
-            .map(|(kind, n)| match kind.runs_as() {
-                Some(format) => format!(
-                    "{n} GGUF {} tensors: used as they are where the CPU runs {}, widened otherwise",
-                    kind.name(),
-                    Quant::with_format(format)
-                ),
-                None => format!(
-                    "{n} GGUF {} tensors: widened to f32 at load, then stored as the chosen precision",
-                    kind.name()
-                ),
-            })
-            .collect(),
+        tensor_types: gguf.types(),
         config,
     })
 }

@@ -1,10 +1,10 @@
 //! Writing GGUF files of the `llama` architecture, for synthetic models (`tokenometer synth
 //! --vocab`): a real model's shape and tokenizer with seeded random weights, so that speed and the
 //! whole path from file to text can be tried at shapes whose real weights are not at hand
-//! (SmolLM2-135M). Tensors are written F32, or Q8_0 where a row is whole blocks of 32, quantized by
-//! the engine's own `kernels::quantize_rows_q8` as llama.cpp's `quantize_row_q8_0_ref` does it
-//! (scale `max|x| / 127`, values rounded half away from zero with the unrounded scale), the scale
-//! then stored as f16.
+//! (SmolLM2-135M), and re-encodings of real models (`tokenometer convert`). Tensors are written
+//! F32, or Q8_0 / Q4_0 where a row is whole blocks of 32, quantized by the formats' reference
+//! quantizers (Q8_0's as llama.cpp's `quantize_row_q8_0_ref` does it: scale `max|x| / 127`, values
+//! rounded half away from zero with the unrounded scale), the scale then stored as f16.
 
 use std::io::{self, Write};
 
@@ -15,14 +15,25 @@ use crate::loading::gguf::Value;
 use crate::model::{HostWeights, LlamaConfig, Matrix};
 
 const ALIGNMENT: u64 = 32;
-/// GGUF's type ids for the tensors written here, and `general.file_type`'s for the whole file.
+/// GGUF's type id for F32 tensors; blocks of `form` take their format's id.
 const TYPE_F32: u32 = 0;
-const TYPE_Q8_0: u32 = 8;
-const FILE_TYPE_F32: u32 = 0;
-const FILE_TYPE_Q8_0: u32 = 7;
 
-/// The metadata that describes `config` as llama.cpp's `llama` architecture.
-pub fn llama_metadata(name: &str, config: &LlamaConfig, q8: bool) -> Vec<(String, Value)> {
+/// `general.file_type` (llama.cpp's `llama_ftype`) of a file whose matrices are `form`.
+fn file_type(form: Option<Format>) -> u64 {
+    match form {
+        None => 0,
+        Some(Format::Q4_0) => 2,
+        Some(Format::Q8_0) => 7,
+    }
+}
+
+/// The metadata that describes `config` as llama.cpp's `llama` architecture, its matrices `form`
+/// (`None`: F32).
+pub fn llama_metadata(
+    name: &str,
+    config: &LlamaConfig,
+    form: Option<Format>,
+) -> Vec<(String, Value)> {
     let count = |n: usize| Value::Uint(n as u64);
     let entries = [
         ("general.architecture", Value::Str("llama".into())),
@@ -42,10 +53,7 @@ pub fn llama_metadata(name: &str, config: &LlamaConfig, q8: bool) -> Vec<(String
             "llama.attention.layer_norm_rms_epsilon",
             Value::Float(config.norm_eps as f64),
         ),
-        (
-            "general.file_type",
-            Value::Uint(if q8 { FILE_TYPE_Q8_0 } else { FILE_TYPE_F32 } as u64),
-        ),
+        ("general.file_type", Value::Uint(file_type(form))),
     ];
     entries
         .into_iter()
@@ -53,12 +61,12 @@ pub fn llama_metadata(name: &str, config: &LlamaConfig, q8: bool) -> Vec<(String
         .collect()
 }
 
-/// Write `weights` as a GGUF with `metadata` (the llama keys and a tokenizer's): matrices Q8_0
-/// where `q8` and their rows allow it, F32 otherwise; norms always F32.
+/// Write `weights` as a GGUF with `metadata` (the llama keys and a tokenizer's): matrices in the
+/// blocks of `form` where it is given and their rows allow it, F32 otherwise; norms always F32.
 pub fn write_model(
     weights: &HostWeights,
     metadata: &[(String, Value)],
-    q8: bool,
+    form: Option<Format>,
     out: &mut impl Write,
 ) -> io::Result<()> {
     // The norm vectors as 1-row matrices: each layer's attention and FFN norms, and the final one.
@@ -90,24 +98,23 @@ pub fn write_model(
     if let Some(classifier) = &weights.classifier {
         tensors.push(("output.weight".into(), classifier));
     }
-    write(metadata, &tensors, q8, out)
+    write(metadata, &tensors, form, out)
 }
 
-/// Write a GGUF of `metadata` and `tensors` (none, for a vocabulary file): Q8_0 where `q8` and a
-/// matrix's rows are whole blocks, F32 otherwise.
+/// Write a GGUF of `metadata` and `tensors` (none, for a vocabulary file): blocks of `form` where
+/// it is given and a matrix's rows are whole blocks, F32 otherwise.
 pub fn write(
     metadata: &[(String, Value)],
     tensors: &[(String, &Matrix)],
-    q8: bool,
+    form: Option<Format>,
     out: &mut impl Write,
 ) -> io::Result<()> {
-    let quantized = |m: &Matrix| q8 && m.rows > 1 && m.cols.is_multiple_of(BLOCK);
+    let blocks_of = |m: &Matrix| form.filter(|_| m.rows > 1 && m.cols.is_multiple_of(BLOCK));
     let data_bytes = |m: &Matrix| -> u64 {
         let n = (m.rows * m.cols) as u64;
-        if quantized(m) {
-            n / BLOCK as u64 * 34
-        } else {
-            n * 4
+        match blocks_of(m) {
+            Some(format) => n / BLOCK as u64 * (2 + format.payload() as u64),
+            None => n * 4,
         }
     };
     let mut header = b"GGUF".to_vec();
@@ -132,7 +139,7 @@ pub fn write(
         for d in dims {
             header.extend(d.to_le_bytes());
         }
-        let kind = if quantized(m) { TYPE_Q8_0 } else { TYPE_F32 };
+        let kind = blocks_of(m).map_or(TYPE_F32, format_id);
         header.extend(kind.to_le_bytes());
         header.extend(offset.to_le_bytes());
         offset += data_bytes(m).div_ceil(ALIGNMENT) * ALIGNMENT;
@@ -142,10 +149,9 @@ pub fn write(
     out.write_all(&pad(header.len() as u64))?;
     for (_, m) in tensors {
         let values = m.values();
-        let bytes = if quantized(m) {
-            q8_0(&values)
-        } else {
-            values.iter().flat_map(|x| x.to_le_bytes()).collect()
+        let bytes = match blocks_of(m) {
+            Some(format) => gguf_blocks(format, &values),
+            None => values.iter().flat_map(|x| x.to_le_bytes()).collect(),
         };
         out.write_all(&bytes)?;
         out.write_all(&pad(bytes.len() as u64))?;
@@ -153,12 +159,21 @@ pub fn write(
     Ok(())
 }
 
-/// Q8_0 blocks of `values` (a whole number of blocks of 32), in GGUF's layout: each block's f16
-/// scale, then its 32 values (the format's reference quantizer).
-fn q8_0(values: &[f32]) -> Vec<u8> {
-    let blocks = Blocks::quantize(Format::Q8_0, values);
-    let mut out = Vec::with_capacity(values.len() / BLOCK * 34);
-    for (quants, scale) in blocks.quants.chunks_exact(BLOCK).zip(&blocks.scales) {
+/// GGUF's type id of `format`.
+fn format_id(format: Format) -> u32 {
+    match format {
+        Format::Q8_0 => 8,
+        Format::Q4_0 => 2,
+    }
+}
+
+/// Blocks of `format` of `values` (a whole number of blocks of 32), in GGUF's layout: each
+/// block's f16 scale, then its payload (the format's reference quantizer).
+fn gguf_blocks(format: Format, values: &[f32]) -> Vec<u8> {
+    let blocks = Blocks::quantize(format, values);
+    let payload = format.payload();
+    let mut out = Vec::with_capacity(blocks.len() * (2 + payload));
+    for (quants, scale) in blocks.quants.chunks_exact(payload).zip(&blocks.scales) {
         out.extend(f16::from_f32(*scale).to_le_bytes());
         out.extend_from_slice(quants);
     }

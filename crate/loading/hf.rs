@@ -115,7 +115,7 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
         layers,
         rms_final,
         classifier,
-        conversions: Vec::new(),
+        tensor_types: Vec::new(),
     })
 }
 

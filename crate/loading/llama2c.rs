@@ -148,7 +148,7 @@ pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
         layers,
         rms_final,
         classifier,
-        conversions: Vec::new(),
+        tensor_types: Vec::new(),
     })
 }
 

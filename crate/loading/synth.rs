@@ -117,7 +117,7 @@ pub fn weights(config: &LlamaConfig, seed: u64) -> HostWeights {
         layers,
         rms_final: vec![1.0; d],
         classifier,
-        conversions: Vec::new(),
+        tensor_types: Vec::new(),
     }
 }
 

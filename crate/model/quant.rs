@@ -1,4 +1,5 @@
-//! Post-training quantization at load: `f32`, `q8`, `q4`, in one form for every backend.
+//! The weights' precision at load: `stored` (each tensor as the file stores it), or re-encoded to
+//! `f32`, `q8` or `q4`, in one form for every backend.
 //!
 //! Q8_0 and Q4_0 blocks of 32 values along each row, with one f32 scale each (f32, not f16:
 //! browsers without `shader-f16` cannot read f16), as [`Stored`]. The CPU kernels (`cpu/`) and
@@ -12,23 +13,26 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::formats::{BLOCK, Blocks, Format};
+use crate::formats::{BLOCK, Blocks, Format, TensorType};
 use crate::model::weights::{HostWeights, Matrix, Values};
 
 /// The weight precision a user picks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Quant {
+    /// Each tensor as the file stores it: the block types the kernels run ([`crate::formats::RunsAs`])
+    /// in their blocks, exactly, and the others (f16, bf16, Q2_K, Q3_K, Q6_K) widened to f32.
+    Stored,
     F32,
     Q8,
     Q4,
 }
 
 impl Quant {
-    /// The block format this precision stores matrices in (`None`: f32).
+    /// The block format this precision re-encodes matrices in (`None`: f32, or as stored).
     pub fn format(self) -> Option<Format> {
         match self {
-            Quant::F32 => None,
+            Quant::Stored | Quant::F32 => None,
             Quant::Q8 => Some(Format::Q8_0),
             Quant::Q4 => Some(Format::Q4_0),
         }
@@ -44,6 +48,7 @@ impl Quant {
 
     pub fn name(self) -> &'static str {
         match self {
+            Quant::Stored => "stored",
             Quant::F32 => "f32",
             Quant::Q8 => "q8",
             Quant::Q4 => "q4",
@@ -61,11 +66,12 @@ impl FromStr for Quant {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
+            "stored" => Ok(Quant::Stored),
             "f32" => Ok(Quant::F32),
             "q8" => Ok(Quant::Q8),
             "q4" => Ok(Quant::Q4),
             _ => Err(Error::Unsupported(format!(
-                "quantization {s:?}: choose f32, q8 or q4"
+                "quantization {s:?}: choose stored, f32, q8 or q4"
             ))),
         }
     }
@@ -117,11 +123,17 @@ impl Stored {
 
 impl QuantPlan {
     /// `m` (`[rows, cols]`) in the plan's precision, consuming its f32 copy; its bytes are
-    /// counted. A matrix the file stores in blocks of the chosen format is used as it is.
+    /// counted. As stored, a matrix in blocks keeps them and any other is f32; a matrix the file
+    /// stores in blocks of the chosen format (without offsets) is used as it is.
     pub fn apply(&mut self, name: &str, m: Matrix) -> Stored {
         let cols = m.cols;
         let stored = match (self.quant.format(), m.blocks) {
-            (Some(format), Some(blocks)) if blocks.format == format => Stored::Blocks(blocks),
+            (None, Some(blocks)) if self.quant == Quant::Stored => Stored::Blocks(blocks),
+            (Some(format), Some(blocks))
+                if blocks.format == format && blocks.offsets.is_empty() =>
+            {
+                Stored::Blocks(blocks)
+            }
             (format, blocks) => {
                 let m = Matrix { blocks, ..m };
                 match format {
@@ -138,6 +150,46 @@ impl QuantPlan {
         };
         self.device_bytes += stored.bytes();
         stored
+    }
+}
+
+impl QuantPlan {
+    /// What loading does to a GGUF's tensor `types` (type, count) at this precision, as one note
+    /// for the conditions: "GGUF tensors as stored: 210 Q4_1 (run by the Q4_0 kernels, exactly),
+    /// 1 Q8_0, 61 F32".
+    pub fn note_tensor_types(&mut self, types: &[(TensorType, usize)]) {
+        if types.is_empty() {
+            return;
+        }
+        let mut types = types.to_vec();
+        types.sort_by_key(|&(kind, n)| (std::cmp::Reverse(n), kind.name()));
+        let quant = self.quant;
+        let each: Vec<String> = types
+            .iter()
+            .map(|&(kind, n)| {
+                let name = kind.name();
+                let what = match (quant, kind.runs_as()) {
+                    _ if kind == TensorType::F32 => String::new(),
+                    (Quant::Stored, Some(format)) if format.name() == name => String::new(),
+                    (Quant::Stored, Some(format)) => {
+                        format!(" (run by the {} kernels, exactly)", format.name())
+                    }
+                    (Quant::Stored | Quant::F32, _) => " (widened to f32)".to_string(),
+                    (q, Some(format)) if q.format() == Some(format) && format.name() == name => {
+                        " (used as they are)".to_string()
+                    }
+                    (q, _) => format!(" (re-encoded to {q})"),
+                };
+                format!("{n} {name}{what}")
+            })
+            .collect();
+        let how = if quant == Quant::Stored {
+            "as stored".to_string()
+        } else {
+            format!("at {quant}")
+        };
+        self.exceptions
+            .push(format!("GGUF tensors {how}: {}", each.join(", ")));
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::formats::Blocks;
+use crate::formats::{Blocks, TensorType};
 use crate::model::config::LlamaConfig;
 
 /// A model file's bytes, held 4-byte aligned so that its f32 arrays can be used where they lie
@@ -254,7 +254,7 @@ pub struct HostWeights {
     pub rms_final: Vec<f32>,
     /// A separate classifier `[vocab, dim]`, or `None` when it is the embedding.
     pub classifier: Option<Matrix>,
-    /// What loading changed about the file's tensors (a GGUF's Q4_K widened to f32, say), for the
-    /// conditions; empty when the file was f32 or f16/bf16.
-    pub conversions: Vec<String>,
+    /// A GGUF's tensor types and how many of each, for the conditions ([`crate::model::QuantPlan`]
+    /// says what loading did to them); empty for the other formats.
+    pub tensor_types: Vec<(TensorType, usize)>,
 }

@@ -41,7 +41,9 @@ struct ModelArgs {
     /// tokenizer.json or llama2.c tokenizer.bin; found beside the model when left out.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    #[arg(long, default_value = "f32", value_parser = parse::<Quant>)]
+    /// stored (each tensor as the file stores it: a GGUF's blocks run exactly, f32 stays f32),
+    /// or re-encode at load: f32, q8 (Q8_0) or q4 (Q4_0).
+    #[arg(long, default_value = "stored", value_parser = parse::<Quant>)]
     quant: Quant,
     #[arg(long, default_value = "cpu", value_parser = parse::<BackendChoice>)]
     backend: BackendChoice,
@@ -104,6 +106,17 @@ enum Command {
         /// Write the GGUF's matrices as Q8_0 blocks (f32 otherwise).
         #[arg(long)]
         q8: bool,
+    },
+    /// Re-encode a llama GGUF: every matrix widened and written as F32, Q8_0 or Q4_0 blocks, its
+    /// tokenizer kept (to run llama.cpp and tokenometer on the same file).
+    Convert {
+        #[arg(long)]
+        model: PathBuf,
+        /// f32, q8 (Q8_0) or q4 (Q4_0).
+        #[arg(long, value_parser = parse::<Quant>)]
+        to: Quant,
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Run greedy generation several times after a warm-up and print median, min and max; with
     /// --concurrency, a load test: one row per number of simultaneous users.
@@ -279,6 +292,7 @@ async fn run(command: Command) -> Result<(), Error> {
             vocab,
             q8,
         } => synth(shape, &out, seed, layers, vocab.as_deref(), q8),
+        Command::Convert { model, to, out } => synth::convert(&model, to, &out),
         Command::Bench {
             model,
             max_tokens,

@@ -1,11 +1,14 @@
-//! `tokenometer synth`: seeded random weights of a real model's shape, as a llama2.c `.bin` or a
-//! GGUF carrying a given tokenizer.
+//! The commands that write model files: `tokenometer synth` (seeded random weights of a real
+//! model's shape, as a llama2.c `.bin` or a GGUF carrying a given tokenizer) and `tokenometer
+//! convert` (a `llama` GGUF re-encoded to F32, Q8_0 or Q4_0, its tokenizer kept).
 
 use std::io::Write;
 use std::path::Path;
 
 use crate::error::Error;
+use crate::formats::Format;
 use crate::loading::synth::Shape;
+use crate::model::Quant;
 
 /// `synth`: seeded random weights of `shape` (with `layers` instead of its own, if given) as a
 /// llama2.c `.bin`, or as a GGUF with the tokenizer of the GGUF `vocab`.
@@ -62,9 +65,10 @@ pub(super) fn synth(
         std::fs::File::create(out).map_err(|e| Error::Write(format!("{}: {e}", out.display())))?;
     let mut writer = std::io::BufWriter::new(file);
     let written = if gguf {
-        let mut metadata = crate::loading::gguf_writer::llama_metadata(shape.name(), &config, q8);
+        let form = q8.then_some(Format::Q8_0);
+        let mut metadata = crate::loading::gguf_writer::llama_metadata(shape.name(), &config, form);
         metadata.extend(tokenizer);
-        crate::loading::gguf_writer::write_model(&weights, &metadata, q8, &mut writer)
+        crate::loading::gguf_writer::write_model(&weights, &metadata, form, &mut writer)
     } else {
         crate::loading::llama2c::write(&weights, &mut writer)
     };
@@ -78,5 +82,39 @@ pub(super) fn synth(
         shape.name(),
         layers.map_or(String::new(), |n| format!(" with {n} layers")),
     );
+    Ok(())
+}
+
+/// `convert`: the `llama` GGUF `model` re-encoded to `to` (f32, q8 or q4) as a GGUF at `out`, its
+/// tokenizer and chat template kept: each matrix widened by its type's reference, then quantized by
+/// the format's reference quantizer (the tests run llama.cpp and tokenometer on the same file).
+pub(super) fn convert(model: &Path, to: Quant, out: &Path) -> Result<(), Error> {
+    let form = match to {
+        Quant::F32 => None,
+        Quant::Q8 | Quant::Q4 => to.format(),
+        Quant::Stored => {
+            return Err(Error::Unsupported(
+                "convert writes f32, q8 or q4: choose one with --to".into(),
+            ));
+        }
+    };
+    let bytes = std::fs::read(model).map_err(|e| Error::Io(format!("{}: {e}", model.display())))?;
+    let header = crate::loading::gguf::Gguf::parse(&bytes)?;
+    let file = std::sync::Arc::new(crate::model::FileBytes::from(bytes.as_slice()));
+    let weights = crate::loading::gguf::load(&file, &header)?;
+    let name = header
+        .get("general.name")
+        .and_then(crate::loading::gguf::Value::as_str)
+        .unwrap_or("model")
+        .to_string();
+    let mut metadata = crate::loading::gguf_writer::llama_metadata(&name, &weights.config, form);
+    metadata.extend(header.into_tokenizer_metadata());
+    let written = std::fs::File::create(out).and_then(|f| {
+        let mut writer = std::io::BufWriter::new(f);
+        crate::loading::gguf_writer::write_model(&weights, &metadata, form, &mut writer)?;
+        writer.flush()
+    });
+    written.map_err(|e| Error::Write(format!("{}: {e}", out.display())))?;
+    eprintln!("wrote {} ({name} as {to})", out.display());
     Ok(())
 }

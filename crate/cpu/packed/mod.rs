@@ -48,6 +48,8 @@ pub struct Packed {
     cols: usize,
     scales: Vec<f32>,
     quants: Vec<u8>,
+    /// The row-major blocks' offsets, as they were (applied after the product: `cpu::matmul`).
+    offsets: Vec<f32>,
 }
 
 impl Packed {
@@ -60,6 +62,7 @@ impl Packed {
             format,
             mut quants,
             mut scales,
+            offsets,
         } = row_major;
         assert_eq!(cols % BLOCK, 0, "rows of blocks are whole blocks");
         let blocks = cols / BLOCK;
@@ -93,6 +96,7 @@ impl Packed {
             cols,
             scales,
             quants,
+            offsets,
         }
     }
 
@@ -118,11 +122,17 @@ impl Packed {
             format: self.format,
             quants,
             scales,
+            offsets: self.offsets.clone(),
         }
     }
 
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// The blocks' offsets, row-major (empty: all 0).
+    pub fn offsets(&self) -> &[f32] {
+        &self.offsets
     }
 
     pub fn cols(&self) -> usize {
@@ -131,7 +141,7 @@ impl Packed {
 
     /// Bytes the matrix takes, padding rows included.
     pub fn bytes(&self) -> u64 {
-        (self.quants.len() + 4 * self.scales.len()) as u64
+        (self.quants.len() + 4 * self.scales.len() + 4 * self.offsets.len()) as u64
     }
 
     /// Group `g`'s scales and bytes.
