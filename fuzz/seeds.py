@@ -109,6 +109,47 @@ def q4_0(n):
     return b"".join(struct.pack("<e", 0.01) + bytes((i * 7) % 256 for i in range(16)) for _ in range(n // 32))
 
 
+def blocks(kind, n):
+    """`n` values of GGUF type `kind` as blocks with small finite f16 scales and patterned bytes."""
+    size, per, halves = {3: (20, 32, [0, 2]), 6: (22, 32, [0]), 7: (24, 32, [0, 2]), 10: (84, 256, [80, 82]),
+                         11: (110, 256, [108]), 12: (144, 256, [0, 2]), 13: (176, 256, [0, 2]),
+                         14: (210, 256, [208])}[kind]
+    block = bytearray((i * 11 + kind) % 256 for i in range(size))
+    for at in halves:
+        block[at:at + 2] = struct.pack("<e", 0.01)
+    return bytes(block) * (n // per)
+
+
+def typed_gguf(tokenizer_kvs, vocab_size, dim, kinds):
+    """A one-layer llama GGUF of width `dim` whose seven matrices take the types `kinds` in turn."""
+    kvs = [
+        gguf_kv("general.architecture", 8, gguf_string("llama")),
+        gguf_kv("llama.embedding_length", 4, struct.pack("<I", dim)),
+        gguf_kv("llama.feed_forward_length", 4, struct.pack("<I", dim)),
+        gguf_kv("llama.block_count", 4, struct.pack("<I", 1)),
+        gguf_kv("llama.attention.head_count", 4, struct.pack("<I", 4)),
+        gguf_kv("llama.attention.head_count_kv", 4, struct.pack("<I", 4)),
+        gguf_kv("llama.context_length", 4, struct.pack("<I", 16)),
+    ] + tokenizer_kvs
+    names = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
+    tensors = [("token_embd.weight", [dim, vocab_size], kinds[0], blocks(kinds[0], dim * vocab_size)),
+               ("output_norm.weight", [dim], 0, floats(dim)), ("blk.0.attn_norm.weight", [dim], 0, floats(dim)),
+               ("blk.0.ffn_norm.weight", [dim], 0, floats(dim))]
+    for i, name in enumerate(names):
+        kind = kinds[(i + 1) % len(kinds)]
+        tensors.append((f"blk.0.{name}.weight", [dim, dim], kind, blocks(kind, dim * dim)))
+    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+    offset, body = 0, b""
+    for name, dims, kind, data in tensors:
+        header += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", x) for x in dims)
+        header += struct.pack("<IQ", kind, offset)
+        padded = data + b"\0" * (-len(data) % 32)
+        body += padded
+        offset += len(padded)
+    header += b"\0" * (-len(header) % 32)
+    return header + body
+
+
 def tiny_gguf(tokenizer_kvs, vocab_size):
     """A one-layer llama GGUF of F32, Q8_0 and Q4_0 tensors carrying `tokenizer_kvs`."""
     kvs = [
@@ -172,4 +213,12 @@ put("gguf", "tiny-bpe.gguf", tiny_gguf([
     gguf_kv("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 2)),
     gguf_kv("tokenizer.chat_template", 8, gguf_string("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}")),
 ], len(bpe)))
+# Every other block type: Q4_1, Q5_0, Q5_1 in a width of 32; the K-quants in a width of 256.
+spm = [
+    gguf_kv("tokenizer.ggml.model", 8, gguf_string("llama")),
+    gguf_kv("tokenizer.ggml.tokens", 9, string_array(tokens)),
+    gguf_kv("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, len(tokens)) + b"".join(struct.pack("<f", -i) for i in range(len(tokens)))),
+]
+put("gguf", "tiny-q4_1-q5.gguf", typed_gguf(spm, len(tokens), 32, [3, 6, 7]))
+put("gguf", "tiny-k-quants.gguf", typed_gguf(spm, len(tokens), 256, [10, 11, 12, 13, 14]))
 print(f"seeds written under {root}", file=sys.stderr)

