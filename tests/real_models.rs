@@ -8,6 +8,8 @@
 //! Ids must equal llama.cpp's for the first 16 tokens (or up to the same EOS); how far each run
 //! agrees beyond is printed.
 
+#![cfg(not(target_arch = "wasm32"))]
+
 mod common;
 
 use std::path::{Path, PathBuf};
