@@ -175,10 +175,19 @@ test('with no model in the URL the page opens with SmolLM2-135M-Instruct as stor
     'GGUF tensors as stored: 210 Q4_1 (run by the Q4_0 kernels, exactly), 61 F32, 1 Q8_0']) {
     assert.ok(conditions.includes(part), `${part}: ${conditions}`);
   }
-  // llama.cpp's greedy answer starts "A token is a small," on this file (tests/fixtures).
-  assert.match(await text(page, 'output'), /^What is a token, in one sentence\?A token is a small,/);
+  // llama.cpp's greedy answer starts "A token is a small," on this file (tests/fixtures); its 7th
+  // token is a near tie (0.03 logits natively), where the engines may part (docs/formats.md).
+  const relaxed = await text(page, 'output');
+  assert.match(relaxed, /^What is a token, in one sentence\?A token is a small,/);
   assert.deepEqual(errors, []);
   await page.close();
+  // The baseline SIMD128 build: the same start.
+  const baseline = await open('model=&backend=cpu&max=8&simd=baseline&autorun=1');
+  await baseline.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.match(await text(baseline.page, 'conditions'), /CPU \(SIMD128\)\]/);
+  assert.match(await text(baseline.page, 'output'), /^What is a token, in one sentence\?A token is a small,/);
+  assert.deepEqual(baseline.errors, []);
+  await baseline.page.close();
 });
 
 test('without the fetched model the page says why, opens with stories260K, and runs it', async () => {
