@@ -109,6 +109,20 @@ def q4_0(n):
     return b"".join(struct.pack("<e", 0.01) + bytes((i * 7) % 256 for i in range(16)) for _ in range(n // 32))
 
 
+def gguf_file(kvs, tensors):
+    """A GGUF v3 file of metadata `kvs` and `tensors` (name, dims, type, data), aligned to 32."""
+    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+    offset, body = 0, b""
+    for name, dims, kind, data in tensors:
+        header += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", x) for x in dims)
+        header += struct.pack("<IQ", kind, offset)
+        padded = data + b"\0" * (-len(data) % 32)
+        body += padded
+        offset += len(padded)
+    header += b"\0" * (-len(header) % 32)
+    return header + body
+
+
 def blocks(kind, n):
     """`n` values of GGUF type `kind` as blocks with small finite f16 scales and patterned bytes."""
     size, per, halves = {3: (20, 32, [0, 2]), 6: (22, 32, [0]), 7: (24, 32, [0, 2]), 10: (84, 256, [80, 82]),
@@ -138,16 +152,7 @@ def typed_gguf(tokenizer_kvs, vocab_size, dim, kinds):
     for i, name in enumerate(names):
         kind = kinds[(i + 1) % len(kinds)]
         tensors.append((f"blk.0.{name}.weight", [dim, dim], kind, blocks(kind, dim * dim)))
-    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
-    offset, body = 0, b""
-    for name, dims, kind, data in tensors:
-        header += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", x) for x in dims)
-        header += struct.pack("<IQ", kind, offset)
-        padded = data + b"\0" * (-len(data) % 32)
-        body += padded
-        offset += len(padded)
-    header += b"\0" * (-len(header) % 32)
-    return header + body
+    return gguf_file(kvs, tensors)
 
 
 def tiny_gguf(tokenizer_kvs, vocab_size):
@@ -171,16 +176,7 @@ def tiny_gguf(tokenizer_kvs, vocab_size):
         ("blk.0.ffn_gate.weight", [gd, gh], 8, q8_0(gd * gh)), ("blk.0.ffn_up.weight", [gd, gh], 8, q8_0(gd * gh)),
         ("blk.0.ffn_down.weight", [gh, gd], 2, q4_0(gd * gh)),
     ]
-    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
-    offset, body = 0, b""
-    for name, dims, kind, data in tensors:
-        header += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", x) for x in dims)
-        header += struct.pack("<IQ", kind, offset)
-        padded = data + b"\0" * (-len(data) % 32)
-        body += padded
-        offset += len(padded)
-    header += b"\0" * (-len(header) % 32)
-    return header + body
+    return gguf_file(kvs, tensors)
 
 
 def string_array(items):
