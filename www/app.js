@@ -510,8 +510,16 @@ el.simd.addEventListener('change', () => chooseSimdBuild(el.simd.value));
 if (!relaxedSimd()) el.simd.options[0].textContent = 'relaxed SIMD (not here: baseline)';
 el.run.addEventListener('click', run);
 el.stop.addEventListener('click', stop);
+// Enter in the prompt runs (Shift+Enter starts a new line; Ctrl/Cmd+Enter runs too); Escape
+// anywhere stops a run.
 el.prompt.addEventListener('keydown', (/** @type {KeyboardEvent} */ e) => {
-  if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) run();
+  if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    if (!el.run.disabled) run();
+  }
+});
+document.addEventListener('keydown', (/** @type {KeyboardEvent} */ e) => {
+  if (e.key === 'Escape' && !el.stop.disabled) stop();
 });
 
 /**

@@ -66,7 +66,7 @@ const TEMPLATE = `
       <figcaption>by users: <span class="key aggregate">aggregate tok/s</span>, <span class="key per-user">per-user tok/s (median)</span>,
         <span class="key ttft">TTFT p99 (ms, right axis)</span>, <span class="key ceiling">ceiling: the matrix products alone</span>; the dotted line is reading speed</figcaption>
     </figure>
-    <table data-testid="lab-levels">
+    <table data-testid="lab-levels" tabindex="0">
       <caption>Levels run</caption>
       <thead><tr><th scope="col">users</th><th scope="col">aggregate tok/s</th><th scope="col">per user p50</th><th scope="col">slowest</th><th scope="col">TTFT p99 ms</th><th scope="col">keeps up with a reader</th><th scope="col" title="The step's matrix products alone, with nothing else (CPU only)">ceiling tok/s</th></tr></thead>
       <tbody data-ref="levels"></tbody>
@@ -314,9 +314,9 @@ export class ConcurrencyLab {
     for (let users = 1; users <= maxUsers; users *= 2) ctx.fillText(String(users), x(users) - 5, height - pad.bottom + 20);
     ctx.fillText('users', width / 2 - 20, height - 4);
     const series = [
-      { pick: (/** @type {any} */ l) => l.aggregate_tps, max: tpsMax, color: '#f5a524', dash: [] },
-      { pick: (/** @type {any} */ l) => l.per_user_tps_p50, max: tpsMax, color: '#4e9af1', dash: [] },
-      { pick: (/** @type {any} */ l) => l.ttft_ms_p99, max: ttftMax, color: '#d35ec6', dash: [8, 6] },
+      { pick: (/** @type {any} */ l) => l.aggregate_tps, max: tpsMax, color: style.getPropertyValue('--c-aggregate').trim() || '#f5a524', dash: [] },
+      { pick: (/** @type {any} */ l) => l.per_user_tps_p50, max: tpsMax, color: style.getPropertyValue('--c-per-user').trim() || '#4e9af1', dash: [] },
+      { pick: (/** @type {any} */ l) => l.ttft_ms_p99, max: ttftMax, color: style.getPropertyValue('--c-ttft').trim() || '#d35ec6', dash: [8, 6] },
       { pick: (/** @type {any} */ l) => l.products_alone?.tps, max: tpsMax, color: style.getPropertyValue('--muted').trim() || '#a9b3bd', dash: [14, 6] },
     ];
     const sorted = [...levels].sort((a, b) => a.users - b.users);

@@ -64,7 +64,7 @@
  * @type {[string, string][]}
  */
 export const BACKEND_CHOICES = [
-  ['auto', 'auto (a hardware GPU if granted, else CPU)'],
+  ['auto', 'auto (GPU if granted, else CPU)'],
   ['wgpu', 'WebGPU'],
   ['cpu', 'CPU (wasm)'],
 ];

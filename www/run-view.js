@@ -53,7 +53,7 @@ export class RunView {
         </figure>
       </div>
       <div class="output-section" role="group" aria-label="${label}: generated text">
-        <h3>Output <small>the bar is where a reader at the chosen speed would be</small></h3>
+        <h2>Output <small>the bar is where a reader at the chosen speed would be</small></h2>
         <div data-testid="output" class="output" aria-live="off"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
       </div>`;
     /** @type {Record<string, any>} */

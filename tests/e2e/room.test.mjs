@@ -1,0 +1,97 @@
+// The page in front of a room and on a phone: axe-core (npm) finds no serious or critical
+// accessibility violation after a run at projector and phone sizes, in the dark and the light
+// scheme; nothing scrolls sideways on a phone; the keyboard runs (Enter) and stops (Escape); the
+// form's selects show their whole text. Screenshots go to test-results/room-*.png.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { resolve } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const port = 19000 + (process.pid % 1000);
+const base = `http://127.0.0.1:${port}`;
+const axe = readFileSync(resolve(root, 'node_modules/axe-core/axe.min.js'), 'utf8');
+let server;
+let browser;
+
+before(async () => {
+  server = spawn('node', [resolve(root, 'www/serve.mjs')], {
+    env: { ...process.env, PORT: String(port), MODELS: resolve(root, process.env.MODELS || 'models') },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await new Promise((ok, fail) => {
+    server.stdout.on('data', (d) => String(d).includes('serving on') && ok());
+    server.on('exit', (code) => fail(new Error(`server exited ${code}`)));
+  });
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
+    args: ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+  });
+  mkdirSync(resolve(root, 'test-results'), { recursive: true });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill();
+});
+
+const SIZES = [[1280, 720], [1920, 1080], [390, 844]];
+
+for (const scheme of ['dark', 'light']) {
+  test(`after a run, in the ${scheme} scheme at 1280x720, 1920x1080 and 390x844: no serious or critical axe-core violation, nothing scrolls sideways`, async () => {
+    for (const [width, height] of SIZES) {
+      const page = await browser.newPage({ viewport: { width, height }, colorScheme: scheme, reducedMotion: 'reduce' });
+      const errors = [];
+      page.on('pageerror', (e) => errors.push(e.message));
+      await page.goto(`${base}/?model=stories260K&backend=cpu&quant=f32&max=60&autorun=1`);
+      await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+      await page.addScriptTag({ content: axe });
+      const violations = await page.evaluate(async () => (await window.axe.run(document, { resultTypes: ['violations'] })).violations
+        .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+        .map((v) => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map((n) => `${n.target.join(' ')}: ${n.any[0]?.message ?? ''}`).join('; ')}`));
+      assert.deepEqual(violations, [], `${width}x${height} ${scheme}`);
+      const [scrollWidth, clientWidth] = await page.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
+      assert.ok(scrollWidth <= clientWidth, `${width}x${height}: the page is ${scrollWidth} px wide in a ${clientWidth} px window`);
+      await page.screenshot({ path: resolve(root, `test-results/room-${width}x${height}-${scheme}.png`) });
+      assert.deepEqual(errors, []);
+      await page.close();
+    }
+  });
+}
+
+test('the keyboard: Enter in the prompt runs, Escape stops; every select of the form shows its whole choice', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+  await page.goto(`${base}/?model=stories260K&backend=cpu&max=2000`);
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 120_000 });
+  // Escape from the document the moment the first token shows (stories260K is quick).
+  await page.evaluate(() => {
+    const output = document.querySelector('#run-view [data-testid=output]');
+    const prompt = output.textContent.length;
+    new MutationObserver((_, observer) => {
+      if (output.textContent.length > prompt) {
+        observer.disconnect();
+        document.dispatchEvent(new KeyboardEvent('keydown', { key: 'Escape', bubbles: true }));
+      }
+    }).observe(output, { subtree: true, childList: true, characterData: true });
+  });
+  await page.getByTestId('prompt').focus();
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  assert.equal(await page.locator('#run-view').getByTestId('stop-reason').textContent(), 'cancelled');
+  assert.equal(await page.getByTestId('prompt').inputValue(), 'Once upon a time', 'Enter ran instead of adding a line');
+  // Each select is wide enough for its chosen text (plus its arrow).
+  const cut = await page.evaluate(() => {
+    const ctx = document.createElement('canvas').getContext('2d');
+    return [...document.querySelectorAll('.controls select')].flatMap((select) => {
+      ctx.font = getComputedStyle(select).font;
+      const text = select.selectedOptions[0]?.text ?? '';
+      return ctx.measureText(text).width + 30 > select.getBoundingClientRect().width ? [`${select.id}: "${text}"`] : [];
+    });
+  });
+  assert.deepEqual(cut, []);
+  await page.close();
+});
