@@ -1,6 +1,7 @@
 // @ts-check
-// One run's view: its conditions, the live needle, every figure of the meter's report, the text
-// with a reader's cursor, and the tok/s-by-position chart. A component: `new RunView(root, ...)`
+// One run's view: its conditions, the live needle beside the reader, the text with a reader's
+// cursor, then every figure of the meter's report and the tok/s-by-position chart (in that order,
+// so that a projector's first screen holds the needle and the text). A component: `new RunView(root, ...)`
 // builds it inside `root`, so the page holds one for the main run, one per lane and one for a
 // replay. It draws what the engine reports and computes no figure: the report comes from the meter
 // in Rust, and so do the word ends the reader's cursor walks (the meter's word rule).
@@ -45,16 +46,19 @@ export class RunView {
         <div class="needle">
           <span class="label" data-ref="needleLabel">live decode</span>
           <span class="big"><span data-testid="metric-live-tps" data-ref="live">–</span> <small>tok/s</small></span>
+          ${figures ? `<span class="versus" title="Words per second over a reader's words per second"><span data-figure="reading_speed_x" data-digits="1">–</span> × a reader</span>` : ''}
         </div>
+      </div>
+      <div class="output-section" role="group" aria-label="${label}: generated text">
+        <h2>Output <small>the bar is where a reader at the chosen speed would be</small></h2>
+        <div data-testid="output" class="output" aria-live="off"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
+      </div>
+      <div class="details" role="group" aria-label="${label}: figures">
         ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>` : ''}
         <figure>
           <canvas data-ref="chart" width="900" height="220" role="img" aria-label="Tokens per second by position"></canvas>
           <figcaption>tok/s by position (each dot: 1 / the gap before that token; line: live window)</figcaption>
         </figure>
-      </div>
-      <div class="output-section" role="group" aria-label="${label}: generated text">
-        <h2>Output <small>the bar is where a reader at the chosen speed would be</small></h2>
-        <div data-testid="output" class="output" aria-live="off"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
       </div>`;
     /** @type {Record<string, any>} */
     this.ref = refs(root);

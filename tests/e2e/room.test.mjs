@@ -95,3 +95,30 @@ test('the keyboard: Enter in the prompt runs, Escape stops; every select of the 
   assert.deepEqual(cut, []);
   await page.close();
 });
+
+test('the first screen at 1280x720 and 1920x1080 holds the prompt, Run and Stop, the live tok/s beside the reader, and the streaming text', async () => {
+  for (const [width, height] of SIZES.slice(0, 2)) {
+    const page = await browser.newPage({ viewport: { width, height } });
+    await page.goto(`${base}/?model=stories260K&backend=cpu&max=60&autorun=1`);
+    await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+    const outside = await page.evaluate(() => {
+      const view = document.querySelector('#run-view');
+      const parts = {
+        prompt: document.querySelector('[data-testid=prompt]'),
+        run: document.querySelector('[data-testid=run]'),
+        stop: document.querySelector('[data-testid=stop]'),
+        'live tok/s': view.querySelector('[data-testid=metric-live-tps]'),
+        'x a reader': view.querySelector('.versus'),
+        'the text': view.querySelector('[data-testid=output]'),
+        "the reader's bar": view.querySelector('.output .cursor'),
+      };
+      return Object.entries(parts).flatMap(([name, node]) => {
+        const box = node.getBoundingClientRect();
+        return box.top >= 0 && box.bottom <= innerHeight && box.right <= innerWidth && box.height > 0 ? [] : [`${name} (${Math.round(box.top)}-${Math.round(box.bottom)})`];
+      });
+    });
+    assert.deepEqual(outside, [], `${width}x${height}: below the fold`);
+    assert.match(await page.locator('#run-view .versus').textContent(), /^\d+\.\d × a reader$/);
+    await page.close();
+  }
+});
