@@ -44,6 +44,17 @@ const el = {
 };
 
 const wpm = () => Number(el.wpm.value) || 238;
+// Presenter's mode (`stage=1`, kept by Share): big type, the prompt, Run and Stop, and the run's
+// needle, reader and text; the other sections and the form's settings are hidden (style.css).
+const stage = new URLSearchParams(location.search).get('stage') === '1';
+document.documentElement.classList.toggle('stage', stage);
+/** @type {HTMLAnchorElement} */ ($('stage-link')).href = (() => {
+  const params = new URLSearchParams(location.search);
+  if (stage) params.delete('stage');
+  else params.set('stage', '1');
+  return `?${params}`;
+})();
+$('stage-link').textContent = stage ? 'Leave presenter mode' : 'Presenter mode';
 const engine = new EngineClient();
 const view = new RunView($('run-view'), { wpm, pageOpen: true, label: 'The run' });
 const results = new ResultsTable($('results'));
@@ -354,6 +365,7 @@ function shareUrl() {
   if (state.last === 'repeat') params.set('repeat', el.repeat.value);
   // The engine's build is a condition too (simd.js): a link from the baseline build runs it.
   if (simdBuild() === 'baseline') params.set('simd', 'baseline');
+  if (stage) params.set('stage', '1');
   if (state.last) params.set('autorun', '1');
   return `${location.origin}${location.pathname}?${params}`;
 }

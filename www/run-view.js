@@ -51,7 +51,7 @@ export class RunView {
       </div>
       <div class="output-section" role="group" aria-label="${label}: generated text">
         <h2>Output <small>the bar is where a reader at the chosen speed would be</small></h2>
-        <div data-testid="output" class="output" aria-live="off"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
+        <div data-testid="output" class="output" aria-live="off" tabindex="0"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
       </div>
       <div class="details" role="group" aria-label="${label}: figures">
         ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>` : ''}

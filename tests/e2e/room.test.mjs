@@ -122,3 +122,27 @@ test('the first screen at 1280x720 and 1920x1080 holds the prompt, Run and Stop,
     await page.close();
   }
 });
+
+test('presenter mode (stage=1): big type, the race alone on screen, kept by Share; the section links name their section in the URL', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+  await page.goto(`${base}/?model=stories260K&backend=cpu&max=60&autorun=1`);
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  const normalSize = await page.evaluate(() => parseFloat(getComputedStyle(document.querySelector('#run-view .output')).fontSize));
+  await page.getByRole('link', { name: 'Lanes' }).click();
+  assert.equal(new URL(page.url()).hash, '#lanes');
+  await page.getByTestId('stage-link').click();
+  await page.waitForURL(/stage=1/);
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('stage-link').textContent(), 'Leave presenter mode');
+  const stageSize = await page.evaluate(() => parseFloat(getComputedStyle(document.querySelector('#run-view .output')).fontSize));
+  assert.ok(stageSize >= 1.4 * normalSize, `${stageSize} px against ${normalSize} px`);
+  for (const id of ['lanes', 'lab', 'results', 'replay']) assert.equal(await page.locator(`#${id}`).isVisible(), false, id);
+  assert.equal(await page.getByTestId('backend').isVisible(), false);
+  for (const id of ['prompt', 'run', 'stop', 'max']) assert.equal(await page.getByTestId(id).isVisible(), true, id);
+  await page.screenshot({ path: resolve(root, 'test-results/room-stage-1280x720.png') });
+  const box = await page.locator('#run-view [data-testid=output]').boundingBox();
+  assert.ok(box.y + box.height <= 720, `the text ends at ${box.y + box.height}`);
+  await page.getByTestId('share').click();
+  assert.equal(new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('stage'), '1');
+  await page.close();
+});
