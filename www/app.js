@@ -521,6 +521,14 @@ el.simd.value = simdBuild();
 el.simd.addEventListener('change', () => chooseSimdBuild(el.simd.value));
 if (!relaxedSimd()) el.simd.options[0].textContent = 'relaxed SIMD (not here: baseline)';
 el.run.addEventListener('click', run);
+// "Feel a speed": the last run replayed at 5, 20 or 200 tok/s, in the replay's own view (the URL
+// names the section).
+for (const button of document.querySelectorAll('button.feel')) {
+  button.addEventListener('click', () => {
+    location.hash = 'replay';
+    replay.playAt(Number(/** @type {HTMLElement} */ (button).dataset.rate));
+  });
+}
 el.stop.addEventListener('click', stop);
 // Enter in the prompt runs (Shift+Enter starts a new line; Ctrl/Cmd+Enter runs too); Escape
 // anywhere stops a run.

@@ -1,12 +1,12 @@
 // @ts-check
-// Replay: play a finished run's text back at a chosen rate (5, 15, 30, 60 or 200 tok/s, or as
+// Replay: play a finished run's text back at a chosen rate (5, 20, 30, 60 or 200 tok/s, or as
 // measured, from the run's own timestamps) with the reader's cursor, so a room can feel what each
 // speed is like without the model. The view says it is a replay and at what rate; nothing is
 // measured during it.
 import { RunView } from './run-view.js';
 import { refs } from './dom.js';
 
-export const REPLAY_RATES = [5, 15, 30, 60, 200];
+export const REPLAY_RATES = [5, 20, 30, 60, 200];
 
 export class Replay {
   /**
@@ -30,6 +30,7 @@ export class Replay {
       <div data-ref="view"></div>`;
     /** @type {Record<string, any>} */
     this.ref = refs(root);
+    this.root = root;
     this.ref.rate.value = '30';
     this.view = new RunView(this.ref.view, { wpm, figures: false, label: 'Replay' });
     this.view.setConditions('A replay shows a finished run again; it does not run the model.');
@@ -52,8 +53,18 @@ export class Replay {
     if (this.abort === null) this.ref.status.textContent = 'ready';
   }
 
+  /**
+   * Play the last run at `rate` tok/s (the form's "Feel a speed" buttons).
+   * @param {number} rate
+   */
+  playAt(rate) {
+    this.ref.rate.value = String(rate);
+    return this.play();
+  }
+
   async play() {
     if (!this.record || this.abort) return;
+    this.root.classList.add('playing');
     const raw = this.ref.rate.value;
     const rate = raw === 'measured' ? 'measured' : Number(raw);
     this.abort = new AbortController();
@@ -65,6 +76,7 @@ export class Replay {
       this.ref.status.textContent = this.abort.signal.aborted ? 'stopped' : `done: ${this.record.tokens.length} tokens in ${(ms / 1000).toFixed(2)} s`;
     } finally {
       this.abort = null;
+      this.root.classList.remove('playing');
       this.ref.start.disabled = false;
       this.ref.stop.disabled = true;
     }

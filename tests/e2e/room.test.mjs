@@ -146,3 +146,20 @@ test('presenter mode (stage=1): big type, the race alone on screen, kept by Shar
   assert.equal(new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('stage'), '1');
   await page.close();
 });
+
+test('"Feel a speed" replays the last run at 5, 20 or 200 tok/s in one click, in presenter mode too', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+  await page.goto(`${base}/?model=stories260K&backend=cpu&max=20&stage=1&autorun=1`);
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  assert.equal(await page.locator('#replay').isVisible(), false);
+  await page.getByTestId('feel-20').click();
+  assert.equal(new URL(page.url()).hash, '#replay');
+  await page.waitForFunction(() => document.querySelector('[data-testid=replay-status]').textContent.startsWith('replaying at 20 tok/s'), null, { timeout: 10_000 });
+  assert.equal(await page.locator('#replay').isVisible(), true, 'the replay shows while it plays');
+  await page.waitForFunction(() => document.querySelector('[data-testid=replay-status]').textContent.startsWith('done'), null, { timeout: 30_000 });
+  // 20 tokens at 20 tok/s: about a second.
+  const seconds = Number((await page.getByTestId('replay-status').textContent()).match(/in ([\d.]+) s/)[1]);
+  assert.ok(seconds > 0.8 && seconds < 2.5, `${seconds} s`);
+  assert.equal(await page.locator('#replay').isVisible(), false, 'and hides again in presenter mode');
+  await page.close();
+});
