@@ -63,7 +63,7 @@ for (const scheme of ['dark', 'light']) {
   });
 }
 
-test('the keyboard: Enter in the prompt runs, Escape stops; every select of the form shows its whole choice', async () => {
+test('the keyboard: Enter in the prompt runs, Escape stops, Tab reaches every control; every select of the form shows its whole choice', async () => {
   const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
   await page.goto(`${base}/?model=stories260K&backend=cpu&max=2000`);
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 120_000 });
@@ -93,6 +93,16 @@ test('the keyboard: Enter in the prompt runs, Escape stops; every select of the 
     });
   });
   assert.deepEqual(cut, []);
+  // Tab reaches every control of the form, the replay's and the lab's.
+  await page.locator('body').focus();
+  const reached = new Set();
+  for (let i = 0; i < 80; i++) {
+    await page.keyboard.press('Tab');
+    reached.add(await page.evaluate(() => document.activeElement?.getAttribute('data-testid') || document.activeElement?.id || ''));
+  }
+  for (const id of ['prompt', 'max', 'run', 'feel-20', 'model', 'backend', 'quant', 'share', 'replay-rate']) {
+    assert.ok(reached.has(id), `Tab never reached ${id}: ${[...reached].join(' ')}`);
+  }
   await page.close();
 });
 
