@@ -3,37 +3,21 @@
 // run, and a broken file gives an error. A screenshot is saved to test-results/page.png.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { mkdirSync, writeFileSync, readFileSync, openSync, writeSync, ftruncateSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { gzipSync } from 'node:zlib';
-import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launchBrowser, models, root, startServer } from './harness.mjs';
 
-const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-const models = resolve(root, process.env.MODELS || 'models');
 const port = 18000 + (process.pid % 1000);
 const base = `http://127.0.0.1:${port}`;
 let server;
 let browser;
 
 before(async () => {
-  server = spawn('node', [resolve(root, 'www/serve.mjs')], {
-    env: { ...process.env, PORT: String(port), MODELS: models },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  await new Promise((ok, fail) => {
-    server.stdout.on('data', (d) => String(d).includes('serving on') && ok());
-    server.on('exit', (code) => fail(new Error(`server exited ${code}`)));
-  });
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-    args: ['--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--disable-dev-shm-usage'],
-  });
+  server = await startServer(port);
+  browser = await launchBrowser();
 });
 
 after(async () => {
@@ -462,11 +446,7 @@ test('auto never picks a software GPU: with only SwiftShader, the page runs on t
 });
 
 test('auto falls back to the CPU where the browser grants no WebGPU adapter', async () => {
-  const plain = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-    args: ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
+  const plain = await launchBrowser({ webgpu: false });
   const page = await plain.newPage();
   await page.goto(`${base}/?model=stories260K&max=10&backend=auto&autorun=1`);
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });

@@ -4,13 +4,10 @@
 // form's selects show their whole text. Screenshots go to test-results/room-*.png.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launchBrowser, root, startServer } from './harness.mjs';
 
-const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const port = 19000 + (process.pid % 1000);
 const base = `http://127.0.0.1:${port}`;
 const axe = readFileSync(resolve(root, 'node_modules/axe-core/axe.min.js'), 'utf8');
@@ -18,19 +15,8 @@ let server;
 let browser;
 
 before(async () => {
-  server = spawn('node', [resolve(root, 'www/serve.mjs')], {
-    env: { ...process.env, PORT: String(port), MODELS: resolve(root, process.env.MODELS || 'models') },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  await new Promise((ok, fail) => {
-    server.stdout.on('data', (d) => String(d).includes('serving on') && ok());
-    server.on('exit', (code) => fail(new Error(`server exited ${code}`)));
-  });
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-    args: ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
+  server = await startServer(port);
+  browser = await launchBrowser();
   mkdirSync(resolve(root, 'test-results'), { recursive: true });
 });
 

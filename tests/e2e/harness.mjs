@@ -1,0 +1,32 @@
+// What the end-to-end test files share: the page's server (www/serve.mjs on `port`, the models
+// folder mounted) and Debian's Chromium driven by playwright-core. Not a test file itself.
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { resolve } from 'node:path';
+import { chromium } from 'playwright-core';
+
+export const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+export const models = resolve(root, process.env.MODELS || 'models');
+
+/** The page's server on `port`, once it listens. */
+export async function startServer(port) {
+  const server = spawn('node', [resolve(root, 'www/serve.mjs')], {
+    env: { ...process.env, PORT: String(port), MODELS: models },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await new Promise((ok, fail) => {
+    server.stdout.on('data', (d) => String(d).includes('serving on') && ok());
+    server.on('exit', (code) => fail(new Error(`server exited ${code}`)));
+  });
+  return server;
+}
+
+/** Headless Chromium with no background networking, WebGPU allowed unless `webgpu` is false. */
+export function launchBrowser({ webgpu = true } = {}) {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
+    args: ['--no-sandbox', ...(webgpu ? ['--enable-unsafe-webgpu'] : []), '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--disable-dev-shm-usage'],
+  });
+}
