@@ -30,3 +30,23 @@ export function launchBrowser({ webgpu = true } = {}) {
       '--disable-dev-shm-usage'],
   });
 }
+
+/**
+ * Stop the main run from inside the page the moment its first token shows (stories260K is too
+ * quick to stop from the test's side): by clicking Stop (`how` 'click') or pressing Escape.
+ * @param {import('playwright-core').Page} page
+ * @param {'click' | 'escape'} how
+ */
+export function stopAtFirstToken(page, how) {
+  return page.evaluate((how) => {
+    const output = document.querySelector('#run-view [data-testid=output]');
+    const prompt = output.textContent.length;
+    new MutationObserver((_, observer) => {
+      if (output.textContent.length > prompt) {
+        observer.disconnect();
+        if (how === 'click') document.querySelector('[data-testid=stop]').click();
+        else document.dispatchEvent(new KeyboardEvent('keydown', { key: 'Escape', bubbles: true }));
+      }
+    }).observe(output, { subtree: true, childList: true, characterData: true });
+  }, how);
+}

@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync, readFileSync, openSync, writeSync, ftruncateS
 import { tmpdir } from 'node:os';
 import { gzipSync } from 'node:zlib';
 import { resolve } from 'node:path';
-import { launchBrowser, models, root, startServer } from './harness.mjs';
+import { launchBrowser, models, root, startServer, stopAtFirstToken } from './harness.mjs';
 
 const port = 18000 + (process.pid % 1000);
 const base = `http://127.0.0.1:${port}`;
@@ -263,16 +263,7 @@ test('preset URLs: webgpu is another name for wgpu, and a value that is not a ch
 test('Stop cancels a run mid-way', async () => {
   const { page } = await open('model=stories260K&max=2000&backend=cpu&autorun=0');
   // Click Stop from inside the page the moment the first token shows, then let the worker react.
-  await page.evaluate(() => {
-    const output = document.querySelector('#run-view [data-testid=output]');
-    const prompt = output.textContent.length;
-    new MutationObserver((_, observer) => {
-      if (output.textContent.length > prompt) {
-        observer.disconnect();
-        document.querySelector('[data-testid=stop]').click();
-      }
-    }).observe(output, { subtree: true, childList: true, characterData: true });
-  });
+  await stopAtFirstToken(page, 'click');
   await page.getByTestId('run').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
   assert.equal(await text(page, 'stop-reason'), 'cancelled');

@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { launchBrowser, root, startServer } from './harness.mjs';
+import { launchBrowser, root, startServer, stopAtFirstToken } from './harness.mjs';
 
 const port = 19000 + (process.pid % 1000);
 const base = `http://127.0.0.1:${port}`;
@@ -53,17 +53,8 @@ test('the keyboard: Enter in the prompt runs, Escape stops, Tab reaches every co
   const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
   await page.goto(`${base}/?model=stories260K&backend=cpu&max=2000`);
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 120_000 });
-  // Escape from the document the moment the first token shows (stories260K is quick).
-  await page.evaluate(() => {
-    const output = document.querySelector('#run-view [data-testid=output]');
-    const prompt = output.textContent.length;
-    new MutationObserver((_, observer) => {
-      if (output.textContent.length > prompt) {
-        observer.disconnect();
-        document.dispatchEvent(new KeyboardEvent('keydown', { key: 'Escape', bubbles: true }));
-      }
-    }).observe(output, { subtree: true, childList: true, characterData: true });
-  });
+  // Escape from the document the moment the first token shows.
+  await stopAtFirstToken(page, 'escape');
   await page.getByTestId('prompt').focus();
   await page.keyboard.press('Enter');
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
