@@ -2,7 +2,7 @@
 // one batch, for N = 1 and 8 (or LEVELS), per quantization, levels interleaved round by round, and
 // prints aggregate and per-user tok/s with their conditions. `make bench-lab` prepares the model;
 // by hand:
-//   node tests/bench/lab.mjs MODEL.bin TOKENIZER.bin
+//   node tests/bench/lab.mjs MODEL.bin TOKENIZER.bin   (TOKENIZER `-`: a GGUF's own)
 // Environment: ROUNDS (3), LEVELS (1,8), QUANTS (f32,q8,q4), MAX_TOKENS (128),
 // CHROMIUM (/usr/lib/chromium/chromium), BUILDS=name=PKG_DIR[:WWW_DIR][?WORKER_QUERY],... to compare wasm builds
 // (each a `pkg/` folder, with its own page folder if its worker differs), interleaved round by
@@ -29,7 +29,7 @@ const quants = (process.env.QUANTS || 'f32,q8,q4').split(',');
 const maxTokens = Number(process.env.MAX_TOKENS || 128);
 const files = mkdtempSync(join(tmpdir(), 'tokenometer-lab-'));
 symlinkSync(resolve(model), join(files, 'model.bin'));
-symlinkSync(resolve(tokenizer), join(files, 'tokenizer.bin'));
+if (tokenizer !== '-') symlinkSync(resolve(tokenizer), join(files, 'tokenizer.bin'));
 
 // Each build's worker is served at /builds/NAME/www/worker.js, so that its `../pkg/` is that build's.
 // A build may end in `?QUERY` for its worker's URL, e.g. `baseline=pkg?simd=baseline`.
@@ -56,7 +56,7 @@ const browser = await chromium.launch({
 });
 const page = await browser.newPage();
 await page.goto(`${base}/bench/lab.html`);
-const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, builds, mode, backend, modelName }) => {
+const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, builds, mode, backend, modelName, ownTokenizer }) => {
   const once = (worker, wanted, id) => new Promise((resolve, reject) => {
     const listener = ({ data }) => {
       if (data.type === 'error' || data.type === 'fatal') reject(new Error(data.message));
@@ -73,7 +73,7 @@ const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, 
     for (const build of builds) {
       const worker = new Worker(`/builds/${build.name}/www/worker.js${build.query}`, { type: 'module' });
       await once(worker, 'ready');
-      worker.postMessage({ type: 'load', name: modelName, model: { url: '/files/model.bin' }, tokenizer: { url: '/files/tokenizer.bin' }, backend, quant });
+      worker.postMessage({ type: 'load', name: modelName, model: { url: '/files/model.bin' }, tokenizer: ownTokenizer ? null : { url: '/files/tokenizer.bin' }, backend, quant });
       await once(worker, 'warmed');
       workers.push({ build, worker });
     }
@@ -99,7 +99,7 @@ const results = await page.evaluate(async ({ quants, levels, rounds, maxTokens, 
     for (const { worker } of workers) worker.terminate();
   }
   return { out, userAgent: navigator.userAgent };
-}, { quants, levels, rounds, maxTokens, builds: builds.map(({ name, query }) => ({ name, query })), mode, backend, modelName: basename(model).replace(/\.[a-z]+$/, '') });
+}, { quants, levels, rounds, maxTokens, builds: builds.map(({ name, query }) => ({ name, query })), mode, backend, modelName: basename(model).replace(/\.[a-z]+$/, ''), ownTokenizer: tokenizer === '-' });
 await browser.close();
 server.close();
 
