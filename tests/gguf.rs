@@ -471,3 +471,33 @@ fn synth_shapes_of_chat_models_have_their_published_sizes() {
     let error = "llama-3.2-1b".parse::<Shape>().err().unwrap().to_string();
     assert!(error.contains("tinyllama-1.1B"), "{error}");
 }
+
+/// A GGUF of another architecture is named as such before its tokenizer is read: Gemma 3's file
+/// (BOS id 2) once failed on "needs BOS 1" instead.
+#[test]
+fn another_architecture_is_named_before_its_tokenizer() {
+    let text = |s: &str| {
+        [
+            (s.len() as u64).to_le_bytes().to_vec(),
+            s.as_bytes().to_vec(),
+        ]
+        .concat()
+    };
+    let bytes = write_gguf(
+        &[
+            ("general.architecture", 8, text("gemma3")),
+            ("tokenizer.ggml.model", 8, text("llama")),
+            (
+                "tokenizer.ggml.bos_token_id",
+                4,
+                2u32.to_le_bytes().to_vec(),
+            ),
+        ],
+        &[],
+    );
+    let error = load_error(bytes, false);
+    assert_eq!(
+        error,
+        "bad model file: GGUF general.architecture is \"gemma3\"; this engine runs \"llama\" models"
+    );
+}

@@ -68,6 +68,9 @@ impl ModelFiles {
         match &self.format {
             ModelFormat::Gguf(bytes) => {
                 let header = self.gguf_header(bytes)?;
+                // A model this engine does not run is named as such before its tokenizer is read
+                // (Gemma 3's file would otherwise fail on its tokenizer's BOS id first).
+                header.config()?;
                 if header.get("tokenizer.ggml.model").is_none() {
                     return Ok(None);
                 }
