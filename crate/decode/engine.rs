@@ -13,7 +13,7 @@ use crate::decode::sampling::{Sampler, Sampling};
 use crate::error::{Error, Result};
 use crate::loading::ModelFiles;
 use crate::loading::tokenizer::{BOS, Tokenizer};
-use crate::model::Quant;
+use crate::model::{Logits, Quant};
 
 /// The most decode steps a warm-up runs...
 pub const WARM_UP_STEPS: usize = 4096;
@@ -204,26 +204,21 @@ impl Engine {
     /// Teacher-forced next-token predictions along `ids` (one batched pass): entry `i` is the argmax
     /// after seeing `ids[..=i]`. Used to compare quantized models with f32.
     pub async fn predictions(&self, ids: &[u32]) -> Result<Vec<u32>> {
-        let mut cache = self.model.new_cache();
-        let n = ids.len().min(self.model.config.seq_len);
-        self.model
-            .forward(&ids[..n], &mut cache, true)
-            .argmax()
-            .await
+        self.teacher_forced(ids).argmax().await
     }
-}
 
-impl Engine {
     /// Teacher-forced logits along `ids` (one batched pass): `[ids.len(), vocab]`, row `i` after
     /// seeing `ids[..=i]`. Used to compare with another engine's choices and see by how much
     /// they differ where they do.
     pub async fn logits_along(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        self.teacher_forced(ids).into_vec().await
+    }
+
+    /// Every position's logits along `ids` (as many as the context holds), from a fresh cache.
+    fn teacher_forced(&self, ids: &[u32]) -> Logits {
         let mut cache = self.model.new_cache();
         let n = ids.len().min(self.model.config.seq_len);
-        self.model
-            .forward(&ids[..n], &mut cache, true)
-            .into_vec()
-            .await
+        self.model.forward(&ids[..n], &mut cache, true)
     }
 }
 

@@ -83,13 +83,3 @@ pub enum Format {
     Q8_0,
     Q4_0,
 }
-
-impl Format {
-    /// GGUF's name for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Q8_0 => "Q8_0",
-            Format::Q4_0 => "Q4_0",
-        }
-    }
-}

@@ -1,7 +1,7 @@
 //! Each runnable [`Format`] tied to its type: [`with_format!`](crate::with_format), the one place where a format
 //! chosen at run time becomes the type that kernels are compiled for, and what a format is.
 
-use crate::formats::block::{Format, RunFormat};
+use crate::formats::block::{BlockFormat, Format, RunFormat};
 
 /// `$body` with `$F` the [`RunFormat`] type of `$format` (a [`Format`]): the one place where a
 /// format chosen at run time becomes a type that kernels are compiled for.
@@ -22,6 +22,16 @@ macro_rules! with_format {
 }
 
 impl Format {
+    /// GGUF's name for it ("Q8_0").
+    pub fn name(self) -> &'static str {
+        with_format!(self, F => F::NAME)
+    }
+
+    /// GGUF's type id for it.
+    pub fn id(self) -> u32 {
+        with_format!(self, F => F::ID)
+    }
+
     /// Bytes of one block's values.
     pub fn payload(self) -> usize {
         with_format!(self, F => F::PAYLOAD)

@@ -139,7 +139,7 @@ pub fn write(
         for d in dims {
             header.extend(d.to_le_bytes());
         }
-        let kind = blocks_of(m).map_or(TYPE_F32, format_id);
+        let kind = blocks_of(m).map_or(TYPE_F32, Format::id);
         header.extend(kind.to_le_bytes());
         header.extend(offset.to_le_bytes());
         offset += data_bytes(m).div_ceil(ALIGNMENT) * ALIGNMENT;
@@ -157,14 +157,6 @@ pub fn write(
         out.write_all(&pad(bytes.len() as u64))?;
     }
     Ok(())
-}
-
-/// GGUF's type id of `format`.
-fn format_id(format: Format) -> u32 {
-    match format {
-        Format::Q8_0 => 8,
-        Format::Q4_0 => 2,
-    }
 }
 
 /// Blocks of `format` of `values` (a whole number of blocks of 32), in GGUF's layout: each

@@ -38,14 +38,6 @@ impl Quant {
         }
     }
 
-    /// The precision that stores matrices in `format`.
-    pub fn with_format(format: Format) -> Quant {
-        match format {
-            Format::Q8_0 => Quant::Q8,
-            Format::Q4_0 => Quant::Q4,
-        }
-    }
-
     pub fn name(self) -> &'static str {
         match self {
             Quant::Stored => "stored",
