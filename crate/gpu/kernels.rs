@@ -112,6 +112,7 @@ pub(crate) fn attention_kernel(
     out: &mut Tensor<f32>,
     rows: u32,
     start: u32,
+    window: u32,
     capacity: u32,
     scale: f32,
     #[comptime] n_heads: usize,
@@ -129,11 +130,16 @@ pub(crate) fn attention_kernel(
     let kv_base = (head / rep) * capacity as usize * head_size;
     let q_base = row * n_heads * head_size + head * head_size;
     let seen = start as usize + row + 1;
+    // With a window (not 0), only its last `window` positions.
+    let mut first = 0usize.runtime();
+    if window > 0 && seen > window as usize {
+        first = seen - window as usize;
+    }
     let unit = UNIT_POS as usize;
 
     let mut running_max = (-3.0e38f32).runtime();
     let mut running_sum = 0.0f32.runtime();
-    let mut chunk = 0usize.runtime();
+    let mut chunk = first;
     while chunk < seen {
         let n = min(key_chunk, seen - chunk);
         let mut local_max = (-3.0e38f32).runtime();
@@ -161,7 +167,7 @@ pub(crate) fn attention_kernel(
         if valid {
             for d in range_stepped(unit, head_size, units) {
                 let mut acc = 0.0f32.runtime();
-                if chunk > 0 {
+                if chunk > first {
                     acc = out[q_base + d] * correction;
                 }
                 for j in 0..n {

@@ -77,13 +77,15 @@ pub trait FusedOps: burn::backend::Backend {
 
     /// Causal attention of `q` `[t, n_heads * head_size]` (rows at positions `start..start + t`)
     /// over the cache's `keys` and `values` `[n_kv_heads, capacity, head_size]`, filled up to
-    /// `start + t`. Returns `[t, n_heads * head_size]`.
+    /// `start + t`; with a `window`, each row sees only that many positions, its own the last.
+    /// Returns `[t, n_heads * head_size]`.
     fn fused_attention(
         q: FloatTensor<Self>,
         keys: FloatTensor<Self>,
         values: FloatTensor<Self>,
         start: usize,
         n_heads: usize,
+        window: Option<usize>,
     ) -> FloatTensor<Self>;
 }
 
@@ -277,6 +279,7 @@ impl FusedOps for CubeBackend {
         values: FloatTensor<Self>,
         start: usize,
         n_heads: usize,
+        window: Option<usize>,
     ) -> FloatTensor<Self> {
         let (q, keys, values) = (
             into_contiguous(q),
@@ -300,6 +303,7 @@ impl FusedOps for CubeBackend {
             out.clone().into_tensor_arg(),
             (t * n_heads) as u32,
             start as u32,
+            window.unwrap_or(0) as u32,
             capacity as u32,
             1.0 / (head_size as f32).sqrt(),
             n_heads,
@@ -351,6 +355,7 @@ pub(crate) fn attention(
     values: BurnTensor<3>,
     start: usize,
     n_heads: usize,
+    window: Option<usize>,
 ) -> BurnTensor<2> {
     BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_attention(
         q.into_dispatch(),
@@ -358,6 +363,7 @@ pub(crate) fn attention(
         values.into_dispatch(),
         start,
         n_heads,
+        window,
     ))
 }
 

@@ -168,6 +168,13 @@ impl Ops for DeviceOps {
         gpu_kernels::rms_norm(x.clone(), weight.clone(), eps)
     }
 
+    fn head_rms_norm(&self, x: Tensor<2>, weight: &Tensor<1>, eps: f32) -> Tensor<2> {
+        let [t, width] = x.dims();
+        let [hs] = weight.dims();
+        let heads = x.reshape([t * width / hs, hs]);
+        gpu_kernels::rms_norm(heads, weight.clone(), eps).reshape([t, width])
+    }
+
     fn matmul(&self, x: &Tensor<2>, w: &DeviceLinear) -> Tensor<2> {
         gpu_kernels::linear(x.clone(), w)
     }
@@ -184,9 +191,10 @@ impl Ops for DeviceOps {
         caches: &mut [&mut DeviceCache],
         layer: usize,
         pass: &DevicePass,
+        window: Option<usize>,
     ) -> Tensor<2> {
         if let [span] = &pass.spans[..] {
-            return self.attend(q, k, v, caches[0], layer, *span);
+            return self.attend(q, k, v, caches[0], layer, *span, window);
         }
         // Several sequences: each attends over its own cache, on its own rows.
         let mut row = 0;
@@ -196,7 +204,7 @@ impl Ops for DeviceOps {
                 let [_, width] = x.dims();
                 x.clone().slice([row..row + span.len, 0..width])
             };
-            out.push(self.attend(rows(&q), rows(&k), rows(&v), cache, layer, *span));
+            out.push(self.attend(rows(&q), rows(&k), rows(&v), cache, layer, *span, window));
             row += span.len;
         }
         Tensor::cat(out, 0)
@@ -208,6 +216,16 @@ impl Ops for DeviceOps {
 
     fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
         gpu_kernels::swiglu(gate, up)
+    }
+
+    fn geglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
+        // In f32 with burn's operations (llama.cpp's GPU backends compute it so too; its CPU
+        // backend rounds through an f16 table, which `cpu/ops.rs` follows).
+        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+        let inner = (gate.clone() + gate.clone().powi_scalar(3).mul_scalar(0.044715))
+            .mul_scalar(SQRT_2_OVER_PI)
+            .tanh();
+        (gate.mul_scalar(0.5) * inner.add_scalar(1.0)) * up
     }
 
     fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
@@ -226,7 +244,9 @@ impl Ops for DeviceOps {
 
 impl DeviceOps {
     /// One sequence's attention: store its keys and values at the span's positions, then attend
-    /// over positions `0..` the span's end (causally: each row up to its own position).
+    /// over positions `0..` the span's end (causally: each row up to its own position, and only
+    /// the last `window` of them with a window).
+    #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
         q: Tensor<2>,
@@ -235,6 +255,7 @@ impl DeviceOps {
         cache: &mut DeviceCache,
         layer: usize,
         span: Span,
+        window: Option<usize>,
     ) -> Tensor<2> {
         let Heads {
             n_heads,
@@ -258,6 +279,7 @@ impl DeviceOps {
             cache.values[layer].clone(),
             start,
             n_heads,
+            window,
         )
     }
 }

@@ -1,11 +1,13 @@
 //! GGUF (v2 and v3), llama.cpp's file format: a header of typed key/value metadata and tensor
 //! descriptions, then the tensors' data, aligned.
 //!
-//! We read the `llama` architecture: its shape from the metadata (`llama.embedding_length`, ...),
-//! tensors of every non-IQ type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K), and the
-//! tokenizer inside (`tokenizer.ggml.*`). llama.cpp's `llama` architecture rotates adjacent pairs,
-//! as llama2.c does, so q/k rows are used as stored. Every count, length and offset is checked
-//! against the file's length before anything is allocated: a header can claim anything.
+//! We read the `llama` and `gemma3` architectures: the shape from the metadata
+//! (`llama.embedding_length`, `gemma3.attention.sliding_window`, ...), tensors of every non-IQ type
+//! (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K), and the tokenizer inside
+//! (`tokenizer.ggml.*`). llama.cpp's `llama` architecture rotates adjacent pairs, as llama2.c does,
+//! so its q/k rows are used as stored; `gemma3` rotates halves (NEOX), so its q/k rows and norms are
+//! put in pairs at load. Every count, length and offset is checked against the file's length
+//! before anything is allocated: a header can claim anything.
 //!
 //! Tensors of the types the kernels run (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K) are kept in
 //! blocks of 32 as those kernels read them (`formats::RunsAs`: scales widened to f32, an offset a
@@ -21,7 +23,9 @@ use std::sync::Arc;
 
 pub use crate::formats::TensorType;
 use crate::model::config::FieldNames;
-use crate::model::{FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values};
+use crate::model::{
+    Family, FileBytes, GemmaNorms, HostWeights, LayerWeights, LlamaConfig, Matrix, Values,
+};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 /// Limits no real file comes near; past them a header is corrupt.
@@ -42,6 +46,23 @@ const GGUF_FIELDS: FieldNames = FieldNames {
         "llama.context_length",
     ],
 };
+const GEMMA3_FIELDS: FieldNames = FieldNames {
+    prefix: "GGUF",
+    names: [
+        "gemma3.embedding_length",
+        "gemma3.feed_forward_length",
+        "gemma3.block_count",
+        "gemma3.attention.head_count",
+        "gemma3.attention.head_count_kv",
+        "vocabulary size (token_embd rows)",
+        "gemma3.context_length",
+    ],
+};
+
+/// Gemma 3 values llama.cpp fixes in code rather than reading (`llama-model.cpp`), used where a
+/// file does not say: every 6th layer global, the local layers' RoPE base 10,000.
+const GEMMA3_GLOBAL_EVERY: usize = 6;
+const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -341,26 +362,65 @@ impl Gguf {
         })
     }
 
-    /// The model's shape from its metadata.
+    /// The model's shape from its metadata: the `llama` or `gemma3` architecture's keys.
     pub fn config(&self) -> Result<LlamaConfig> {
         let arch = self
             .get("general.architecture")
             .and_then(Value::as_str)
             .unwrap_or("(none)");
-        if arch != "llama" {
+        if arch != "llama" && arch != "gemma3" {
             return Err(Error::BadModel(format!(
-                "GGUF general.architecture is {arch:?}; this engine runs \"llama\" models"
+                "GGUF general.architecture is {arch:?}; this engine runs \"llama\" and \"gemma3\" \
+                 models"
             )));
         }
+        let key = |name: &str| format!("{arch}.{name}");
         let embedding = self.tensor("token_embd.weight")?;
-        let heads = self.required("llama.attention.head_count")?;
+        let heads = self.required(&key("attention.head_count"))?;
+        let family = if arch == "gemma3" {
+            let head_size = self.required(&key("attention.key_length"))?;
+            let value_size = self
+                .count(&key("attention.value_length"))?
+                .unwrap_or(head_size);
+            if value_size != head_size {
+                return Err(Error::BadModel(format!(
+                    "GGUF gemma3.attention.value_length {value_size} differs from key_length \
+                     {head_size}; this engine needs them equal"
+                )));
+            }
+            for capping in ["final_logit_softcapping", "attn_logit_softcapping"] {
+                if self.get(&key(capping)).is_some() {
+                    return Err(Error::BadModel(format!(
+                        "GGUF has gemma3.{capping} (Gemma 2's logit softcapping), which this \
+                         engine does not run"
+                    )));
+                }
+            }
+            Family::Gemma3(crate::model::Gemma3 {
+                head_size,
+                sliding_window: self.required(&key("attention.sliding_window"))?,
+                global_every: self
+                    .count(&key("attention.sliding_window_pattern"))?
+                    .unwrap_or(GEMMA3_GLOBAL_EVERY),
+                rope_theta_local: self.float(&key("rope.freq_base_swa"), GEMMA3_LOCAL_ROPE_BASE)?,
+            })
+        } else {
+            Family::Llama
+        };
+        if let Some(factor) = self.get(&key("rope.scaling.factor"))
+            && factor.as_f64() != Some(1.0)
+        {
+            return Err(Error::BadModel(format!(
+                "GGUF {arch}.rope.scaling.factor is {factor:?}; scaled RoPE is not supported"
+            )));
+        }
         let config = LlamaConfig {
-            dim: self.required("llama.embedding_length")?,
-            hidden_dim: self.required("llama.feed_forward_length")?,
-            n_layers: self.required("llama.block_count")?,
+            dim: self.required(&key("embedding_length"))?,
+            hidden_dim: self.required(&key("feed_forward_length"))?,
+            n_layers: self.required(&key("block_count"))?,
             n_heads: heads,
             n_kv_heads: self
-                .count("llama.attention.head_count_kv")?
+                .count(&key("attention.head_count_kv"))?
                 .unwrap_or(heads),
             vocab_size: embedding
                 .dims
@@ -368,17 +428,25 @@ impl Gguf {
                 .copied()
                 .unwrap_or(0)
                 .min(u32::MAX as u64) as usize,
-            seq_len: self.required("llama.context_length")?,
+            seq_len: self.required(&key("context_length"))?,
             shared_classifier: !self.tensors.contains_key("output.weight"),
-            rope_theta: self.float("llama.rope.freq_base", 10000.0)?,
-            norm_eps: self.float("llama.attention.layer_norm_rms_epsilon", 1e-5)?,
+            rope_theta: self.float(&key("rope.freq_base"), 10000.0)?,
+            norm_eps: self.float(
+                &key("attention.layer_norm_rms_epsilon"),
+                if arch == "gemma3" { 1e-6 } else { 1e-5 },
+            )?,
+            family,
         };
-        config.validate(&GGUF_FIELDS)?;
-        if let Some(rope) = self.count("llama.rope.dimension_count")?
+        config.validate(if arch == "gemma3" {
+            &GEMMA3_FIELDS
+        } else {
+            &GGUF_FIELDS
+        })?;
+        if let Some(rope) = self.count(&key("rope.dimension_count"))?
             && rope != config.head_size()
         {
             return Err(Error::BadModel(format!(
-                "GGUF llama.rope.dimension_count {rope} differs from the head size {}: partial \
+                "GGUF {arch}.rope.dimension_count {rope} differs from the head size {}: partial \
                  rotary embeddings are not supported",
                 config.head_size()
             )));
@@ -452,39 +520,60 @@ impl Gguf {
     }
 }
 
-/// Load a `llama` GGUF's weights from `file`, whose header `gguf` is: F32 tensors used where they
-/// lie, the types the kernels run kept in their blocks ([`TensorType::run_blocks`]), the others
-/// widened to f32.
+/// Load a `llama` or `gemma3` GGUF's weights from `file`, whose header `gguf` is: F32 tensors used
+/// where they lie, the types the kernels run kept in their blocks ([`TensorType::run_blocks`]), the
+/// others widened to f32.
 pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
     let config = gguf.config()?;
-    let (d, h, v, kv) = (
+    let (d, h, v, kv, q) = (
         config.dim,
         config.hidden_dim,
         config.vocab_size,
         config.kv_dim(),
+        config.q_dim(),
     );
-    let vector = |name: &str| -> Result<Vec<f32>> {
-        Ok(gguf.matrix(file, name, 1, d)?.into_values().into_vec())
+    let gemma = matches!(config.family, Family::Gemma3(_));
+    let vector = |name: &str, len: usize| -> Result<Vec<f32>> {
+        Ok(gguf.matrix(file, name, 1, len)?.into_values().into_vec())
     };
+    // Gemma's q and k rotate halves of each head: put their rows (and norms) in pairs.
+    let pairs = |m: Matrix, heads: usize| if gemma { m.halves_to_pairs(heads) } else { m };
     let mut layers = Vec::with_capacity(config.n_layers);
     for i in 0..config.n_layers {
         let m = |w: &str, rows, cols| gguf.matrix(file, &format!("blk.{i}.{w}.weight"), rows, cols);
+        let norm = |w: &str, len| vector(&format!("blk.{i}.{w}.weight"), len);
+        let head_norm = |w: &str| -> Result<Vec<f32>> {
+            let hs = config.head_size();
+            Ok(pairs(Matrix::new(hs, 1, norm(w, hs)?), 1)
+                .into_values()
+                .into_vec())
+        };
         layers.push(LayerWeights {
-            rms_att: vector(&format!("blk.{i}.attn_norm.weight"))?,
-            wq: m("attn_q", d, d)?,
-            wk: m("attn_k", kv, d)?,
+            rms_att: norm("attn_norm", d)?,
+            wq: pairs(m("attn_q", q, d)?, config.n_heads),
+            wk: pairs(m("attn_k", kv, d)?, config.n_kv_heads),
             wv: m("attn_v", kv, d)?,
-            wo: m("attn_output", d, d)?,
-            rms_ffn: vector(&format!("blk.{i}.ffn_norm.weight"))?,
+            wo: m("attn_output", d, q)?,
+            rms_ffn: norm("ffn_norm", d)?,
             w1: m("ffn_gate", h, d)?,
             w2: m("ffn_down", d, h)?,
             w3: m("ffn_up", h, d)?,
+            gemma: if gemma {
+                Some(GemmaNorms {
+                    q: head_norm("attn_q_norm")?,
+                    k: head_norm("attn_k_norm")?,
+                    post_attention: norm("post_attention_norm", d)?,
+                    post_ffn: norm("post_ffw_norm", d)?,
+                })
+            } else {
+                None
+            },
         });
     }
     Ok(HostWeights {
         token_embedding: gguf.matrix(file, "token_embd.weight", v, d)?,
         layers,
-        rms_final: vector("output_norm.weight")?,
+        rms_final: vector("output_norm.weight", d)?,
         classifier: if config.shared_classifier {
             None
         } else {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::model::config::FieldNames;
-use crate::model::{HostWeights, LayerWeights, LlamaConfig, Matrix};
+use crate::model::{Family, HostWeights, LayerWeights, LlamaConfig, Matrix};
 
 /// `config.json`'s names for the fields, so that its errors quote them.
 const HF_FIELDS: FieldNames = FieldNames {
@@ -52,6 +52,7 @@ pub fn parse_config(json: &[u8]) -> Result<LlamaConfig> {
         )));
     }
     let config = LlamaConfig {
+        family: Family::Llama,
         dim: hf.hidden_size,
         hidden_dim: hf.intermediate_size,
         n_layers: hf.num_hidden_layers,
@@ -97,6 +98,7 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
             w1: get(&format!("{p}.mlp.gate_proj.weight"), h, d)?,
             w2: get(&format!("{p}.mlp.down_proj.weight"), d, h)?,
             w3: get(&format!("{p}.mlp.up_proj.weight"), h, d)?,
+            gemma: None,
         });
     }
     let rms_final = vector("model.norm.weight")?;
@@ -161,23 +163,10 @@ fn tensor(st: &SafeTensors, name: &str, shape: &[usize]) -> Result<Matrix> {
 
 /// HF row `(head, half, i)` holds llama2.c row `(head, 2i + half)`; put the rows back in pairs.
 pub fn unpermute_rope_rows(w: &Matrix, heads: usize) -> Matrix {
-    permute_rows(w, heads, |half_size, r| (r % 2) * half_size + r / 2)
+    w.halves_to_pairs(heads)
 }
 
 /// The inverse: llama2.c rows to HF's rotate-half layout (how HF's converter writes them).
 pub fn permute_rope_rows(w: &Matrix, heads: usize) -> Matrix {
-    permute_rows(w, heads, |half_size, r| (r % half_size) * 2 + r / half_size)
-}
-
-/// Build each head's row `r` of the result from the source row `source(head_size / 2, r)`.
-fn permute_rows(w: &Matrix, heads: usize, source: impl Fn(usize, usize) -> usize) -> Matrix {
-    let head_size = w.rows / heads;
-    let mut out = Vec::with_capacity(w.data.len());
-    for head in 0..heads {
-        for r in 0..head_size {
-            let src = head * head_size + source(head_size / 2, r);
-            out.extend_from_slice(&w.data[src * w.cols..(src + 1) * w.cols]);
-        }
-    }
-    Matrix::new(w.rows, w.cols, out)
+    w.pairs_to_halves(heads)
 }

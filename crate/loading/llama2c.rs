@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use std::sync::Arc;
 
 use crate::model::config::LLAMA2C_FIELDS;
-use crate::model::{FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values};
+use crate::model::{Family, FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values};
 
 pub const HEADER_BYTES: usize = 7 * 4;
 /// `ak42`: the magic of llama2.c's newer export versions, which `run.c` itself does not read.
@@ -38,6 +38,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<LlamaConfig> {
     };
     let vocab = field(5);
     let config = LlamaConfig {
+        family: Family::Llama,
         dim: positive(0, "dim")?,
         hidden_dim: positive(1, "hidden_dim")?,
         n_layers: positive(2, "n_layers")?,
@@ -140,6 +141,7 @@ pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
             w1: Matrix::new(h, d, w1),
             w2: Matrix::new(d, h, w2),
             w3: Matrix::new(h, d, w3),
+            gemma: None,
         });
     }
     Ok(HostWeights {

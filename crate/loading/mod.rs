@@ -4,6 +4,7 @@ pub mod gguf;
 pub mod gguf_writer;
 pub mod hf;
 pub mod llama2c;
+pub mod spm;
 pub mod synth;
 pub mod tokenizer;
 

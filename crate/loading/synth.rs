@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::model::{HostWeights, LayerWeights, LlamaConfig, Matrix};
+use crate::model::{Family, HostWeights, LayerWeights, LlamaConfig, Matrix};
 
 /// The shapes of karpathy/tinyllamas' stories models, and of the small chat models people run in
 /// a browser, from their `config.json`s: SmolLM2-135M and -360M (heads of 64 sharing KV heads
@@ -51,6 +51,7 @@ impl Shape {
                 Shape::TinyLlama1_1B => (2048, 5632, 22, 32, 4, 32000, 2048, 10000.0, false),
             };
         LlamaConfig {
+            family: Family::Llama,
             dim,
             hidden_dim,
             n_layers,
@@ -108,6 +109,7 @@ pub fn weights(config: &LlamaConfig, seed: u64) -> HostWeights {
             w1: matrix(h, d),
             w2: matrix(d, h),
             w3: matrix(h, d),
+            gemma: None,
         })
         .collect();
     let classifier = (!config.shared_classifier).then(|| matrix(v, d));

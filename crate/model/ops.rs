@@ -47,13 +47,17 @@ pub trait Ops {
     /// Prepare the spans' positions (cos and sin are `[t, head_size / 2]`, every span's rows).
     fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> Self::Pass;
     fn rms_norm(&self, x: &Self::Act, weight: &Self::Vector, eps: f32) -> Self::Act;
+    /// RMSNorm of each head of `x` `[t, heads * head_size]` on its own, with one `[head_size]`
+    /// weight for every head (Gemma's q and k norms).
+    fn head_rms_norm(&self, x: Self::Act, weight: &Self::Vector, eps: f32) -> Self::Act;
     fn matmul(&self, x: &Self::Act, w: &Self::Linear) -> Self::Act;
     /// Rotate adjacent pairs (2i, 2i+1) of each head of `x` `[t, heads * head_size]` by the
     /// position's angle, as llama2.c does.
     fn rope(&self, x: Self::Act, pass: &Self::Pass) -> Self::Act;
     /// Store each span's `k` and `v` in `layer` of its own cache (`caches[i]` for span `i`), then
-    /// attend: each query row over its sequence's keys `0..=` its position, query heads grouped
-    /// onto KV heads. Returns `[t, dim]`.
+    /// attend: each query row over its sequence's keys `0..=` its position (the last `window` of
+    /// them, with a window), query heads grouped onto KV heads. Returns `[t, n_heads * head_size]`.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         q: Self::Act,
@@ -62,10 +66,13 @@ pub trait Ops {
         caches: &mut [&mut Self::Cache],
         layer: usize,
         pass: &Self::Pass,
+        window: Option<usize>,
     ) -> Self::Act;
     fn add(&self, x: Self::Act, y: Self::Act) -> Self::Act;
     /// `silu(gate) * up`.
     fn swiglu(&self, gate: Self::Act, up: Self::Act) -> Self::Act;
+    /// `gelu(gate) * up`, GELU in its tanh form (Gemma).
+    fn geglu(&self, gate: Self::Act, up: Self::Act) -> Self::Act;
     fn rows(&self, x: Self::Act, rows: Range<usize>) -> Self::Act;
     fn cat(&self, parts: Vec<Self::Act>) -> Self::Act;
     /// The activations as logits, for sampling.

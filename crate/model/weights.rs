@@ -219,6 +219,58 @@ impl Matrix {
         }
     }
 
+    /// The matrix with each head's rows reordered: row `r` of head `h` (of `heads` heads of
+    /// `rows / heads` rows) taken from that head's row `source(head_size / 2, r)`. Blocks move as
+    /// they are (a row is `cols / 32` whole blocks), so a quantized matrix stays exact.
+    pub fn permute_head_rows(
+        &self,
+        heads: usize,
+        source: impl Fn(usize, usize) -> usize,
+    ) -> Matrix {
+        let head_size = self.rows / heads;
+        let order: Vec<usize> = (0..heads)
+            .flat_map(|h| (0..head_size).map(move |r| (h, r)))
+            .map(|(h, r)| h * head_size + source(head_size / 2, r))
+            .collect();
+        match &self.blocks {
+            Some(b) => {
+                let per_row = self.cols / crate::formats::BLOCK;
+                let payload = b.format.payload();
+                let mut out = Blocks::with_capacity(b.format, b.len());
+                for &src in &order {
+                    for k in src * per_row..(src + 1) * per_row {
+                        let offset = b.offsets.get(k).copied().unwrap_or(0.0);
+                        out.push(
+                            &b.quants[k * payload..(k + 1) * payload],
+                            b.scales[k],
+                            offset,
+                        );
+                    }
+                }
+                Matrix::quantized(self.rows, self.cols, out.finish())
+            }
+            None => {
+                let mut out = Vec::with_capacity(self.data.len());
+                for &src in &order {
+                    out.extend_from_slice(&self.data[src * self.cols..(src + 1) * self.cols]);
+                }
+                Matrix::new(self.rows, self.cols, out)
+            }
+        }
+    }
+
+    /// Rows stored for rotate-half RoPE (each head's first half holding the pairs' first values,
+    /// as Hugging Face and llama.cpp's NEOX-style files do) put back in adjacent pairs, the layout
+    /// this engine's RoPE rotates: head row `2i + half` comes from row `half * head_size / 2 + i`.
+    pub fn halves_to_pairs(&self, heads: usize) -> Matrix {
+        self.permute_head_rows(heads, |half_size, r| (r % 2) * half_size + r / 2)
+    }
+
+    /// The inverse of [`halves_to_pairs`](Self::halves_to_pairs).
+    pub fn pairs_to_halves(&self, heads: usize) -> Matrix {
+        self.permute_head_rows(heads, |half_size, r| (r % half_size) * 2 + r / half_size)
+    }
+
     /// Mutable f32 values (widening the blocks, or copying out of the file, first).
     pub fn make_mut(&mut self) -> &mut Vec<f32> {
         if let Some(blocks) = self.blocks.take() {
@@ -243,6 +295,30 @@ pub struct LayerWeights {
     pub w2: Matrix,
     /// Up projection.
     pub w3: Matrix,
+    /// Gemma 3's four more norms; `None` for Llama.
+    pub gemma: Option<GemmaNorms<Vec<f32>>>,
+}
+
+/// The norms a Gemma 3 layer has beyond Llama's (`V`: a norm's weight, on the host or a device).
+#[derive(Debug, Clone)]
+pub struct GemmaNorms<V> {
+    /// Each head of q and of k, before RoPE: `[head_size]`, the same weight for every head.
+    pub q: V,
+    pub k: V,
+    /// Attention's output, and the feed-forward's, before each is added to the residual: `[dim]`.
+    pub post_attention: V,
+    pub post_ffn: V,
+}
+
+impl<V> GemmaNorms<V> {
+    pub fn map<W>(&self, f: impl Fn(&V) -> W) -> GemmaNorms<W> {
+        GemmaNorms {
+            q: f(&self.q),
+            k: f(&self.k),
+            post_attention: f(&self.post_attention),
+            post_ffn: f(&self.post_ffn),
+        }
+    }
 }
 
 /// A whole model's weights on the host.

@@ -102,6 +102,13 @@ pub(super) fn convert(model: &Path, to: Quant, out: &Path) -> Result<(), Error> 
     let header = crate::loading::gguf::Gguf::parse(&bytes)?;
     let file = std::sync::Arc::new(crate::model::FileBytes::from(bytes.as_slice()));
     let weights = crate::loading::gguf::load(&file, &header)?;
+    if weights.config.family != crate::model::Family::Llama {
+        return Err(Error::Unsupported(format!(
+            "convert writes llama models; this file is {}: run it as stored, or re-encode it at \
+             load with --quant",
+            weights.config.family.name()
+        )));
+    }
     let name = header
         .get("general.name")
         .and_then(crate::loading::gguf::Value::as_str)
