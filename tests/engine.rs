@@ -432,3 +432,66 @@ fn auto_does_not_pick_a_software_gpu() {
         assert!(auto.auto_note.is_none());
     }
 }
+
+/// Gemma 3's layers (q and k normed per head, norms after attention and the feed-forward, GELU, the
+/// scaled embedding, a head size of its own) and its sliding window, on a small synthetic model
+/// (window 8, every 2nd layer global, 40 positions): wgpu gives the CPU's logits, whole and in
+/// prefill chunks that cross the window; and the window does what it says: a window wider than
+/// the sequence changes no position before 8 and every position after.
+#[test]
+fn gemma3_layers_and_sliding_window_on_wgpu_match_the_cpu() {
+    use tokenometer::model::{Family, Gemma3};
+    let mut config = tokenometer::loading::synth::Shape::Stories15M.config();
+    (config.dim, config.hidden_dim, config.n_layers) = (64, 128, 4);
+    (config.n_heads, config.n_kv_heads, config.vocab_size) = (4, 2, 512);
+    (config.seq_len, config.rope_theta) = (256, 1e6);
+    let gemma = |window: usize| Gemma3 {
+        head_size: 32,
+        sliding_window: window,
+        global_every: 2,
+        rope_theta_local: 10_000.0,
+    };
+    let tokens: Vec<u32> = (0..40u32).map(|i| (i * 37 + 11) % 512).collect();
+    let logits = |window: usize, backend: &Backend, chunk: usize| -> Vec<f32> {
+        let mut config = config.clone();
+        config.family = Family::Gemma3(gemma(window));
+        let weights = tokenometer::loading::synth::weights(&config, 3);
+        let model = tokenometer::backend::Llama::new(
+            weights,
+            Quant::F32,
+            backend.device.as_ref(),
+            backend.isa,
+        );
+        let mut cache = model.new_cache();
+        let t = model.forward_in_chunks(&tokens, &mut cache, true, chunk);
+        pollster::block_on(t.into_vec()).unwrap()
+    };
+    let vocab = 512;
+    let worst = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    let (cpu, gpu) = (Backend::cpu(), wgpu());
+    let reference = logits(8, &cpu, 40);
+    let scale = reference.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    for (backend, chunk) in [(&cpu, 5), (&gpu, 40), (&gpu, 5)] {
+        let got = logits(8, backend, chunk);
+        let w = worst(&reference, &got);
+        assert!(
+            w <= 1e-3 * scale.max(1.0),
+            "{} in chunks of {chunk}: logits differ by {w} (largest {scale})",
+            backend.adapter
+        );
+    }
+    let wide = logits(1000, &cpu, 40);
+    let rows = |l: &[f32], r: std::ops::Range<usize>| l[r.start * vocab..r.end * vocab].to_vec();
+    assert_eq!(rows(&reference, 0..8), rows(&wide, 0..8));
+    for p in 8..40 {
+        assert!(
+            worst(&rows(&reference, p..p + 1), &rows(&wide, p..p + 1)) > 1e-4,
+            "position {p} saw past the window"
+        );
+    }
+}

@@ -11,6 +11,7 @@ use tokenometer::{BackendKind, Quant, Sampling};
 fn info() -> ModelInfo {
     ModelInfo {
         name: "test".into(),
+        architecture: "llama".into(),
         parameters: 1000,
         quant: Quant::F32,
         weight_bytes: 4000,

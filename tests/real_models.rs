@@ -70,6 +70,20 @@ fn model_file(run: &serde_json::Value) -> PathBuf {
     path
 }
 
+/// Whether a run's prompt is past Gemma's 512-position sliding window.
+fn long(run: &serde_json::Value) -> bool {
+    run["prompt_ids"].as_array().unwrap().len() > 512
+}
+
+/// A prompt for a report line: quoted, at most 60 characters.
+fn short(prompt: &str) -> String {
+    let quoted = format!("{prompt:?}");
+    match quoted.char_indices().nth(56) {
+        Some((at, _)) => format!("{}...", &quoted[..at]),
+        None => quoted,
+    }
+}
+
 /// The fixture's runs of one model file, by the start of their `what`.
 fn runs_of(fixture: &serde_json::Value, what: &str) -> Vec<serde_json::Value> {
     fixture["runs"]
@@ -155,11 +169,12 @@ fn along(engine: &Engine, run: &serde_json::Value) -> Along {
     // Teacher-forced along llama.cpp's sequence: at each output position, our argmax, and how far
     // llama.cpp's choice is below it.
     let all: Vec<u32> = prompt_ids.iter().chain(&expected).copied().collect();
-    let logits = pollster::block_on(engine.logits_along(&all[..all.len() - 1])).unwrap();
-    let vocab = logits.len() / (all.len() - 1);
+    let from = prompt_ids.len() - 1;
+    let logits = pollster::block_on(engine.logits_along(&all[..all.len() - 1], from)).unwrap();
+    let vocab = logits.len() / expected.len();
     let (mut forced, mut worst_gap) = (0, 0.0f32);
     for (k, &next) in expected.iter().enumerate() {
-        let row = &logits[(prompt_ids.len() - 1 + k) * vocab..][..vocab];
+        let row = &logits[k * vocab..][..vocab];
         let best = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let gap = best - row[next as usize];
         if gap == 0.0 {
@@ -222,12 +237,17 @@ fn follows_llama_cpp(isas: &[Isa]) {
             let engine = Engine::load(files, None, Quant::Stored, &Backend::cpu_with(isa)).unwrap();
             for run in cases {
                 let what = run["what"].as_str().unwrap();
+                // The prompt past Gemma's sliding window (1,110 tokens) on the vector kernels
+                // only: the scalar kernels would take minutes of CI's time over it.
+                if isa == Isa::Scalar && long(run) {
+                    continue;
+                }
                 let a = along(&engine, run);
                 let f32 = what.starts_with("F32");
                 report.push(format!(
                     "{:>7} {what:<36} {:<60} free {:>2}/{:<2} forced {:>2}/{n:<2} worst gap {:.3}",
                     isa.name(),
-                    format!("{:?}", run["prompt"].as_str().unwrap()),
+                    short(run["prompt"].as_str().unwrap()),
                     a.free,
                     a.positions.min(AGREE),
                     a.forced,
@@ -279,11 +299,13 @@ fn follows_llama_cpp_on_wgpu(what: &str) {
     )
     .unwrap();
     let mut report = Vec::new();
-    for run in &runs {
+    // Not the prompt past the sliding window: on llvmpipe its prefill alone takes 7 minutes
+    // (1,110 tokens at 2.5 tok/s); tests/engine.rs checks the window on wgpu against the CPU.
+    for run in runs.iter().filter(|r| !long(r)) {
         let a = along(&engine, run);
         report.push(format!(
             "wgpu {what} {:<60} free {:>2}/{:<2} forced {:>2}/{:<2} worst gap {:.3}",
-            format!("{:?}", run["prompt"].as_str().unwrap()),
+            short(run["prompt"].as_str().unwrap()),
             a.free,
             a.positions.min(AGREE),
             a.forced,

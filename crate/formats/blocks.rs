@@ -63,6 +63,21 @@ impl Blocks {
         self.scales.is_empty()
     }
 
+    /// Blocks `range` as blocks of their own.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Blocks {
+        let payload = self.format.payload();
+        Blocks {
+            format: self.format,
+            quants: self.quants[range.start * payload..range.end * payload].to_vec(),
+            scales: self.scales[range.clone()].to_vec(),
+            offsets: if self.offsets.is_empty() {
+                Vec::new()
+            } else {
+                self.offsets[range].to_vec()
+            },
+        }
+    }
+
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = Vec::with_capacity(self.len() * BLOCK);
         self.dequantize_into(0..self.len(), &mut out);

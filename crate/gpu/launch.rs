@@ -383,6 +383,8 @@ pub enum DeviceLinear {
         n: usize,
         bits: usize,
     },
+    /// A projection too large for one buffer, split by output rows: their outputs side by side.
+    Parts(Vec<DeviceLinear>),
 }
 
 /// `x` `[m, k]` through the projection `w`: `[m, n]`. Blocks with offsets add each block's
@@ -390,6 +392,9 @@ pub enum DeviceLinear {
 /// projection.
 pub(crate) fn linear(x: BurnTensor<2>, w: &DeviceLinear) -> BurnTensor<2> {
     match w {
+        DeviceLinear::Parts(parts) => {
+            BurnTensor::cat(parts.iter().map(|p| linear(x.clone(), p)).collect(), 1)
+        }
         DeviceLinear::F32(w) => BurnTensor::from_dispatch(<Dispatch as FusedOps>::linear_f32(
             x.into_dispatch(),
             w.clone().into_dispatch(),

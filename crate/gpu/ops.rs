@@ -15,6 +15,9 @@ use crate::gpu::launch::{self as gpu_kernels, DeviceLinear};
 use crate::model::ops::{Heads, Ops, Span};
 use crate::model::{Logits, Matrix, QuantPlan, Stored};
 
+/// The most bytes one projection's buffer holds; larger ones are split by rows.
+const PART_BYTES: usize = 64 << 20;
+
 pub struct DeviceOps {
     heads: Heads,
     device: Device,
@@ -37,6 +40,45 @@ impl DeviceOps {
             TensorData::new(transpose(&words, n), [len]),
             (&self.device, DType::U32),
         )
+    }
+
+    /// One projection's weights `[n, cols]` as stored, on the device.
+    fn upload(&self, stored: Stored, cols: usize) -> DeviceLinear {
+        let n = stored.len() / cols;
+        let Blocks {
+            format,
+            quants,
+            scales,
+            offsets,
+        } = match stored {
+            Stored::F32(values) => {
+                return DeviceLinear::F32(Tensor::from_data(
+                    TensorData::new(transpose(&values, n), [cols, n]),
+                    &self.device,
+                ));
+            }
+            Stored::Blocks(blocks) => blocks,
+        };
+        let (bits, flip) = match format {
+            // Each i8 biased to 0..=255 (its top bit flipped), so that the kernel reads a byte
+            // without sign extension.
+            Format::Q8_0 => (8, 0x8080_8080),
+            Format::Q4_0 => (4, 0),
+        };
+        // Offsets `[blocks a row, n]`, the `k` of an f32 projection of the activations' block sums.
+        let offsets = (!offsets.is_empty()).then(|| {
+            Tensor::from_data(
+                TensorData::new(transpose(&offsets, n), [offsets.len() / n, n]),
+                &self.device,
+            )
+        });
+        DeviceLinear::Blocks {
+            quants: self.words(&quants, n, flip),
+            scales: self.scales(&scales, n),
+            offsets,
+            n,
+            bits,
+        }
     }
 
     /// The `n` rows' block scales, transposed to `[blocks a row, n]`.
@@ -83,40 +125,21 @@ impl Ops for DeviceOps {
 
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
         let (n, cols) = (m.rows, m.cols);
-        let Blocks {
-            format,
-            quants,
-            scales,
-            offsets,
-        } = match plan.apply(name, m) {
-            Stored::F32(values) => {
-                return DeviceLinear::F32(Tensor::from_data(
-                    TensorData::new(transpose(&values, n), [cols, n]),
-                    &self.device,
-                ));
-            }
-            Stored::Blocks(blocks) => blocks,
-        };
-        let (bits, flip) = match format {
-            // Each i8 biased to 0..=255 (its top bit flipped), so that the kernel reads a byte
-            // without sign extension.
-            Format::Q8_0 => (8, 0x8080_8080),
-            Format::Q4_0 => (4, 0),
-        };
-        // Offsets `[blocks a row, n]`, the `k` of an f32 projection of the activations' block sums.
-        let offsets = (!offsets.is_empty()).then(|| {
-            Tensor::from_data(
-                TensorData::new(transpose(&offsets, n), [offsets.len() / n, n]),
-                &self.device,
-            )
-        });
-        DeviceLinear::Blocks {
-            quants: self.words(&quants, n, flip),
-            scales: self.scales(&scales, n),
-            offsets,
-            n,
-            bits,
+        let stored = plan.apply(name, m);
+        // One buffer per part of at most PART_BYTES: Gemma 3's classifier (262,144 x 640 Q8_0,
+        // 160 MiB of codes) is past what a device lends one buffer by default (WebGPU: 128 MiB
+        // bound, 256 MiB in all); llvmpipe refused it.
+        let parts = (stored.bytes() as usize).div_ceil(PART_BYTES).max(1);
+        if parts > 1 {
+            let rows = n.div_ceil(parts);
+            return DeviceLinear::Parts(
+                (0..n)
+                    .step_by(rows)
+                    .map(|r| self.upload(stored.rows(r..(r + rows).min(n), cols), cols))
+                    .collect(),
+            );
         }
+        self.upload(stored, cols)
     }
 
     fn new_cache(&self, layers: usize) -> DeviceCache {

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::model::{Family, HostWeights, LayerWeights, LlamaConfig, Matrix};
+use crate::model::{Family, GemmaNorms, HostWeights, LayerWeights, LlamaConfig, Matrix};
 
 /// The shapes of karpathy/tinyllamas' stories models, and of the small chat models people run in
 /// a browser, from their `config.json`s: SmolLM2-135M and -360M (heads of 64 sharing KV heads
@@ -78,7 +78,8 @@ impl Shape {
     }
 }
 
-/// Seeded random weights for `config`: uniform with standard deviation 0.02, norms at 1. The
+/// Seeded random weights for `config`: uniform with standard deviation 0.02, norms at 1 (Gemma's
+/// extra norms around 1, so that a wrong layout shows). The
 /// embedding rows of ids 0-2 (where SentencePiece keeps BOS and EOS, and SmolLM2 its end-of-text
 /// and chat markers) are zero, so their logits are 0 (the tied classifier) and greedy decoding
 /// does not stop early: a benchmark runs its full length.
@@ -90,26 +91,37 @@ pub fn weights(config: &LlamaConfig, seed: u64) -> HostWeights {
             .collect();
         Matrix::new(rows, cols, data)
     };
-    let (d, h, kv, v) = (
+    let (d, h, kv, v, q) = (
         config.dim,
         config.hidden_dim,
         config.kv_dim(),
         config.vocab_size,
+        config.q_dim(),
     );
     let mut token_embedding = matrix(v, d);
     token_embedding.data.make_mut()[..3 * d].fill(0.0);
     let layers = (0..config.n_layers)
         .map(|_| LayerWeights {
             rms_att: vec![1.0; d],
-            wq: matrix(d, d),
+            wq: matrix(q, d),
             wk: matrix(kv, d),
             wv: matrix(kv, d),
-            wo: matrix(d, d),
+            wo: matrix(d, q),
             rms_ffn: vec![1.0; d],
             w1: matrix(h, d),
             w2: matrix(d, h),
             w3: matrix(h, d),
-            gemma: None,
+            gemma: matches!(config.family, Family::Gemma3(_)).then(|| {
+                let mut norm = |n: usize| -> Vec<f32> {
+                    matrix(1, n).data.iter().map(|x| 1.0 + 10.0 * x).collect()
+                };
+                GemmaNorms {
+                    q: norm(config.head_size()),
+                    k: norm(config.head_size()),
+                    post_attention: norm(d),
+                    post_ffn: norm(d),
+                }
+            }),
         })
         .collect();
     let classifier = (!config.shared_classifier).then(|| matrix(v, d));

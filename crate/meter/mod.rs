@@ -107,8 +107,9 @@ impl Conditions {
     /// One line for the top of a table or the page.
     pub fn summary(&self) -> String {
         format!(
-            "{} ({} params, {}, {}) on {} [{}]{}, batch {}, prompt {} tok{}, output {} tok, context {}, {}{}",
+            "{} ({} {} params, {}, {}) on {} [{}]{}, batch {}, prompt {} tok{}, output {} tok, context {}, {}{}",
             self.model.name,
+            self.model.architecture,
             human_count(self.model.parameters as f64),
             self.model.quant,
             human_bytes(self.model.weight_bytes),
@@ -349,8 +350,9 @@ impl LoadConditions {
     /// One line for the top of a table or beside the figures.
     pub fn summary(&self) -> String {
         format!(
-            "{} ({} params, {}, {}) on {} [{}], {} users, batch limit {}, {} arrival, up to {} tokens each, {}",
+            "{} ({} {} params, {}, {}) on {} [{}], {} users, batch limit {}, {} arrival, up to {} tokens each, {}",
             self.model.name,
+            self.model.architecture,
             human_count(self.model.parameters as f64),
             self.model.quant,
             human_bytes(self.model.weight_bytes),

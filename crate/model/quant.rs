@@ -111,6 +111,29 @@ impl Stored {
             Stored::Blocks(blocks) => blocks.bytes(),
         }
     }
+
+    /// How many values the matrix has.
+    pub fn len(&self) -> usize {
+        match self {
+            Stored::F32(d) => d.len(),
+            Stored::Blocks(blocks) => blocks.len() * crate::formats::BLOCK,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rows `rows` of the matrix, whose rows are `cols` wide, as a matrix of their own.
+    pub fn rows(&self, rows: std::ops::Range<usize>, cols: usize) -> Stored {
+        match self {
+            Stored::F32(d) => Stored::F32(d[rows.start * cols..rows.end * cols].to_vec().into()),
+            Stored::Blocks(blocks) => {
+                let per_row = cols / crate::formats::BLOCK;
+                Stored::Blocks(blocks.slice(rows.start * per_row..rows.end * per_row))
+            }
+        }
+    }
 }
 
 impl QuantPlan {

@@ -4,7 +4,9 @@ the time from the first to the last. Prints one line per run. For docs/measureme
 interleaved with `tokenometer bench` (tests/bench/native_vs_llama_cpp.sh).
 
     pip install llama-cpp-python==0.3.36 numpy
-    python3 tests/bench/llama_cpp_decode.py MODEL.gguf [RUNS]
+    python3 tests/bench/llama_cpp_decode.py MODEL.gguf [RUNS] [RAW_PROMPT]
+
+With RAW_PROMPT (a model without a chat template: Gemma 3 270M), that text with BOS instead.
 """
 import sys
 import time
@@ -20,7 +22,10 @@ path = sys.argv[1]
 runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 llm = llama_cpp.Llama(model_path=path, n_ctx=512, n_threads=1, n_threads_batch=1, n_batch=512,
                       logits_all=True, verbose=False)
-prompt = llm.tokenize(PROMPT.encode(), add_bos=False, special=True)
+if len(sys.argv) > 3:
+    prompt = llm.tokenize(sys.argv[3].encode(), add_bos=True, special=True)
+else:
+    prompt = llm.tokenize(PROMPT.encode(), add_bos=False, special=True)
 for run in range(runs + 1):
     llm.reset()
     llm.eval(prompt)

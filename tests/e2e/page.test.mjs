@@ -88,7 +88,7 @@ test('a GGUF runs with the tokenizer inside it, from the list and as a file, in 
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl/);
-  assert.match(await text(page, 'conditions'), /^stories260K-q4_0 \(293K params, q4, .*\) on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\]/);
+  assert.match(await text(page, 'conditions'), /^stories260K-q4_0 \(llama 293K params, q4, .*\) on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\]/);
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -155,7 +155,7 @@ test('with no model in the URL the page opens with SmolLM2-135M-Instruct as stor
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   const conditions = await text(page, 'conditions');
-  for (const part of ['smollm2-135m (134.5M params, stored', 'prompt 39 tok (ChatML), output 8 tok',
+  for (const part of ['smollm2-135m (llama 134.5M params, stored', 'prompt 39 tok (ChatML), output 8 tok',
     'GGUF tensors as stored: 210 Q4_1 (run by the Q4_0 kernels, exactly), 61 F32, 1 Q8_0']) {
     assert.ok(conditions.includes(part), `${part}: ${conditions}`);
   }
@@ -172,6 +172,35 @@ test('with no model in the URL the page opens with SmolLM2-135M-Instruct as stor
   assert.match(await text(baseline.page, 'output'), /^What is a token, in one sentence\?A token is a small,/);
   assert.deepEqual(baseline.errors, []);
   await baseline.page.close();
+});
+
+test('Gemma 3 270M from the list: the gemma3 architecture as stored, its 262k vocabulary, llama.cpp\'s first tokens, and beside SmolLM2 in lanes', async () => {
+  const prompt = 'def fibonacci(n):\n';
+  const { page, errors } = await open(`model=gemma3-270m&backend=cpu&max=8&prompt=${encodeURIComponent(prompt)}`);
+  assert.match(await page.locator('[data-testid=model] option[value=gemma3-270m]').textContent(), /local, 253\.1 MB, Gemma Terms of Use/);
+  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 120_000 });
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  const conditions = await text(page, 'conditions');
+  for (const part of ['gemma3-270m (gemma3 268.1M params, stored', 'prompt 8 tok, output 8 tok',
+    'GGUF tensors as stored: 109 F32, 81 Q5_0 (run by the Q8_0 kernels, exactly), 27 Q4_K (run by the Q4_0 kernels, exactly), 10 Q8_0, 9 Q6_K (widened to f32)']) {
+    assert.ok(conditions.includes(part), `${part}: ${conditions}`);
+  }
+  // llama.cpp's greedy ids on this file and prompt (tests/fixtures/llama_cpp_greedy.json), as text.
+  assert.equal(await text(page, 'output'), `${prompt}    if n == 0:\n`);
+  // Lanes: SmolLM2 (its chat template) beside Gemma (raw text), one after another.
+  const lanes = await open(`model=gemma3-270m&lanes=cpu:stored:smollm2-135m,cpu:stored:gemma3-270m&lanes_run=sequential&prompt=${encodeURIComponent(prompt)}&max=8`);
+  await lanes.page.getByTestId('run-lanes').click();
+  await lanes.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await lanes.page.getByTestId('lanes-error').isHidden(), true, await lanes.page.getByTestId('lanes-error').textContent());
+  const lane = lanes.page.getByTestId('lane');
+  assert.match(await lane.nth(0).getByTestId('conditions').textContent(), /^smollm2-135m \(llama .*\(ChatML\)/);
+  assert.match(await lane.nth(1).getByTestId('conditions').textContent(), /^gemma3-270m \(gemma3 /);
+  assert.equal(await lane.nth(1).getByTestId('output').textContent(), `${prompt}    if n == 0:\n`);
+  assert.deepEqual([...errors, ...lanes.errors], []);
+  await page.close();
+  await lanes.page.close();
 });
 
 test('without the fetched model the page says why, opens with stories260K, and runs it', async () => {
