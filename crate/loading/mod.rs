@@ -1,5 +1,6 @@
 //! Model files in the formats we read, from bytes (the browser hands over fetched buffers) or paths.
 
+pub mod chat;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod hf;

