@@ -323,6 +323,47 @@ fn broken_and_foreign_ggufs_are_named() {
         write_gguf(&llama[1..], &[]),
         "general.architecture is \"(none)\"",
     ));
+    // Gemma 3 headers that cannot be run: each one sentence.
+    let gemma = vec![
+        arch("gemma3"),
+        dims("gemma3.embedding_length", 32),
+        dims("gemma3.feed_forward_length", 64),
+        dims("gemma3.block_count", 1),
+        dims("gemma3.attention.head_count", 2),
+        dims("gemma3.context_length", 16),
+        dims("gemma3.attention.key_length", 16),
+        dims("gemma3.attention.sliding_window", 8),
+    ];
+    let embedding = || vec![("token_embd.weight", vec![32, 8], 0, vec![0; 32 * 8 * 4])];
+    let with = |extra: (&'static str, u32, Vec<u8>)| {
+        let mut m = gemma.clone();
+        m.push(extra);
+        write_gguf(&m, &embedding())
+    };
+    cases.push((
+        write_gguf(&gemma[..7], &embedding()),
+        "GGUF metadata has no gemma3.attention.sliding_window",
+    ));
+    cases.push((
+        with(dims("gemma3.attention.value_length", 32)),
+        "gemma3.attention.value_length 32 differs from key_length 16",
+    ));
+    cases.push((
+        with((
+            "gemma3.final_logit_softcapping",
+            6,
+            30f32.to_le_bytes().to_vec(),
+        )),
+        "has gemma3.final_logit_softcapping (Gemma 2's logit softcapping)",
+    ));
+    cases.push((
+        with(dims("gemma3.attention.sliding_window_pattern", 0)),
+        "sliding window 8 and global layer pattern 0 must each be at least 1",
+    ));
+    cases.push((
+        write_gguf(&gemma, &embedding()),
+        "has no tensor blk.0.attn_norm.weight",
+    ));
     let mut bert = llama.clone();
     bert.push(("tokenizer.ggml.model", 8, text("bert")));
     cases.push((

@@ -357,7 +357,7 @@ impl Gguf {
     fn required(&self, key: &str) -> Result<usize> {
         self.count(key)?.ok_or_else(|| {
             Error::BadModel(format!(
-                "GGUF metadata has no {key}: not a llama model file"
+                "GGUF metadata has no {key}: incomplete, or not a model file of this kind"
             ))
         })
     }

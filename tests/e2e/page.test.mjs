@@ -189,6 +189,13 @@ test('Gemma 3 270M from the list: the gemma3 architecture as stored, its 262k vo
   }
   // llama.cpp's greedy ids on this file and prompt (tests/fixtures/llama_cpp_greedy.json), as text.
   assert.equal(await text(page, 'output'), `${prompt}    if n == 0:\n`);
+  // The baseline SIMD128 build: the same tokens.
+  const baseline = await open(`model=gemma3-270m&backend=cpu&max=8&simd=baseline&autorun=1&prompt=${encodeURIComponent(prompt)}`);
+  await baseline.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.match(await text(baseline.page, 'conditions'), /CPU \(SIMD128\)\]/);
+  assert.equal(await text(baseline.page, 'output'), `${prompt}    if n == 0:\n`);
+  assert.deepEqual(baseline.errors, []);
+  await baseline.page.close();
   // Lanes: SmolLM2 (its chat template) beside Gemma (raw text), one after another.
   const lanes = await open(`model=gemma3-270m&lanes=cpu:stored:smollm2-135m,cpu:stored:gemma3-270m&lanes_run=sequential&prompt=${encodeURIComponent(prompt)}&max=8`);
   await lanes.page.getByTestId('run-lanes').click();
@@ -750,7 +757,7 @@ test('two lanes (f32 and q8 on the CPU) run side by side, compare, and a shared 
   const bad = await open('model=stories260K&lanes=cpu:f32,gpu:q3,cpu:q8:stories9B&autorun=1');
   await bad.page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
   const message = await text(bad.page, 'error');
-  assert.match(message, /lanes=cpu:f32,gpu:q3,cpu:q8:stories9B: lane 2 \("gpu:q3"\): quant "q3" is not a choice \(stored, f32, q8, q4\); lane 3 \("cpu:q8:stories9B"\): model "stories9B" is not one of smollm2-135m, stories260K,/, message);
+  assert.match(message, /lanes=cpu:f32,gpu:q3,cpu:q8:stories9B: lane 2 \("gpu:q3"\): quant "q3" is not a choice \(stored, f32, q8, q4\); lane 3 \("cpu:q8:stories9B"\): model "stories9B" is not one of smollm2-135m, gemma3-270m, stories260K,/, message);
   assert.equal(await bad.page.getByTestId('lane').count(), 0);
   await bad.page.close();
   assert.deepEqual(errors, []);
