@@ -192,18 +192,7 @@ impl Tokenizer {
                 "has {bytes} byte tokens; a SentencePiece vocabulary falls back to all 256"
             )));
         }
-        let id_of = |key: &str| -> Result<Option<u32>> {
-            match gguf.get(key) {
-                None => Ok(None),
-                Some(v) => match v.as_u64() {
-                    Some(id) if (id as usize) < tokens.len() => Ok(Some(id as u32)),
-                    _ => Err(bad(format!(
-                        "has {key} {v:?}, not one of its {} ids",
-                        tokens.len()
-                    ))),
-                },
-            }
-        };
+        let id_of = |key: &str| token_id(gguf, key, tokens.len());
         let bos = id_of("tokenizer.ggml.bos_token_id")?.or(Some(BOS));
         let stops = stop_ids(
             &[
@@ -351,18 +340,7 @@ impl Tokenizer {
                 _ => byte_level_bytes(token),
             })
             .collect();
-        let id_of = |key: &str| -> Result<Option<u32>> {
-            match gguf.get(key) {
-                None => Ok(None),
-                Some(v) => match v.as_u64() {
-                    Some(id) if (id as usize) < tokens.len() => Ok(Some(id as u32)),
-                    _ => Err(bad(format!(
-                        "has {key} {v:?}, not one of its {} ids",
-                        tokens.len()
-                    ))),
-                },
-            }
-        };
+        let id_of = |key: &str| token_id(gguf, key, tokens.len());
         let bos = id_of("tokenizer.ggml.bos_token_id")?;
         let stops = stop_ids(
             &[
@@ -453,6 +431,20 @@ impl Tokenizer {
             prev = Some(id);
         }
         text + &stream.finish()
+    }
+}
+
+/// A GGUF's token id under `key` (`tokenizer.ggml.bos_token_id`, ...), checked to be one of its
+/// `n` ids.
+fn token_id(gguf: &Gguf, key: &str, n: usize) -> Result<Option<u32>> {
+    match gguf.get(key) {
+        None => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(id) if (id as usize) < n => Ok(Some(id as u32)),
+            _ => Err(Error::BadTokenizer(format!(
+                "the GGUF file's tokenizer has {key} {v:?}, not one of its {n} ids"
+            ))),
+        },
     }
 }
 
