@@ -210,32 +210,27 @@ impl Engine {
     /// Teacher-forced next-token predictions along `ids` (one batched pass): entry `i` is the argmax
     /// after seeing `ids[..=i]`. Used to compare quantized models with f32.
     pub async fn predictions(&self, ids: &[u32]) -> Result<Vec<u32>> {
-        self.teacher_forced(ids).argmax().await
+        self.teacher_forced(ids, 0).argmax().await
     }
 
     /// Teacher-forced logits along `ids` from position `from` on: `[ids.len() - from, vocab]`, row
-    /// `i` after seeing `ids[..=from + i]` (the positions before `from` run as a prefill whose
-    /// logits are not kept: a 1,000-token prompt's would be a gigabyte with Gemma's vocabulary).
-    /// Used to compare with another engine's choices and see by how much they differ where they
-    /// do.
+    /// `i` after seeing `ids[..=from + i]`. Used to compare with another engine's choices and see
+    /// by how much they differ where they do.
     pub async fn logits_along(&self, ids: &[u32], from: usize) -> Result<Vec<f32>> {
+        self.teacher_forced(ids, from).into_vec().await
+    }
+
+    /// The logits of positions `from..` along `ids` (as many as the context holds), from a fresh
+    /// cache; the positions before `from` run as a prefill whose logits are not kept (a 1,000-token
+    /// prompt's would be a gigabyte with Gemma's vocabulary).
+    fn teacher_forced(&self, ids: &[u32], from: usize) -> Logits {
         let mut cache = self.model.new_cache();
         let n = ids.len().min(self.model.config.seq_len);
         let from = from.min(n.saturating_sub(1));
         if from > 0 {
             self.model.forward(&ids[..from], &mut cache, false);
         }
-        self.model
-            .forward(&ids[from..n], &mut cache, true)
-            .into_vec()
-            .await
-    }
-
-    /// Every position's logits along `ids` (as many as the context holds), from a fresh cache.
-    fn teacher_forced(&self, ids: &[u32]) -> Logits {
-        let mut cache = self.model.new_cache();
-        let n = ids.len().min(self.model.config.seq_len);
-        self.model.forward(&ids[..n], &mut cache, true)
+        self.model.forward(&ids[from..n], &mut cache, true)
     }
 }
 
