@@ -7,6 +7,6 @@ pub mod quant;
 #[path = "../../../crate/model/weights.rs"]
 pub mod weights;
 
-pub use config::LlamaConfig;
+pub use config::{Family, Gemma3, LlamaConfig};
 pub use quant::{Quant, QuantPlan, Stored};
-pub use weights::{FileBytes, HostWeights, LayerWeights, Matrix, Values};
+pub use weights::{FileBytes, GemmaNorms, HostWeights, LayerWeights, Matrix, Values};
