@@ -136,25 +136,13 @@ impl Ops for HostOps {
     }
 
     fn rms_norm(&self, x: &Rows, weight: &Vec<f32>, eps: f32) -> Rows {
-        let mut data = Vec::with_capacity(x.data.len());
-        for i in 0..x.t {
-            let row = x.row(i);
-            let mean_square = attention::dot(self.isa, row, row) / x.width as f32;
-            let inv_rms = 1.0 / (mean_square + eps).sqrt();
-            data.extend(row.iter().zip(weight).map(|(v, w)| v * inv_rms * w));
-        }
+        let mut data = x.data.clone();
+        rms_norm_rows(self.isa, &mut data, weight, eps);
         Rows::new(x.t, x.width, data)
     }
 
     fn head_rms_norm(&self, mut x: Rows, weight: &Vec<f32>, eps: f32) -> Rows {
-        let hs = weight.len();
-        for head in x.values_mut().chunks_exact_mut(hs) {
-            let mean_square = attention::dot(self.isa, head, head) / hs as f32;
-            let inv_rms = 1.0 / (mean_square + eps).sqrt();
-            head.iter_mut()
-                .zip(weight)
-                .for_each(|(v, w)| *v = *v * inv_rms * w);
-        }
+        rms_norm_rows(self.isa, x.values_mut(), weight, eps);
         x
     }
 
@@ -302,6 +290,18 @@ impl Ops for HostOps {
             vocab: x.width,
             data: x.data,
         }
+    }
+}
+
+/// RMSNorm of each `weight.len()`-wide row of `data`, in place: a model row, or one head of it.
+fn rms_norm_rows(isa: Isa, data: &mut [f32], weight: &[f32], eps: f32) {
+    let width = weight.len();
+    for row in data.chunks_exact_mut(width) {
+        let mean_square = attention::dot(isa, row, row) / width as f32;
+        let inv_rms = 1.0 / (mean_square + eps).sqrt();
+        row.iter_mut()
+            .zip(weight)
+            .for_each(|(v, w)| *v = *v * inv_rms * w);
     }
 }
 
