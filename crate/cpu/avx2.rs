@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 use crate::cpu::tile::{
     BlockRow, Kernels, Matmul, Q8Rows, TILE, checked_blocks, grid_len, row_by_row,
 };
-use crate::formats::{BLOCK, Q4_0, Q8_0, RunFormat};
+use crate::formats::{BLOCK, Q4_0, Q6KRun, Q8_0, RunFormat};
 
 /// A format's weight block as 32 signed values in one register: AVX2's share of each
 /// [`RunFormat`] (one implementation a format, beside the others).
@@ -14,6 +14,20 @@ pub(crate) trait Avx2Block: RunFormat {
     /// # Safety
     /// `pw` points to the block's `PAYLOAD` readable bytes, on a machine with AVX2.
     unsafe fn weight_block(pw: *const u8) -> __m256i;
+
+    /// Whether a block's two halves have scales of their own ([`multipliers`](Self::multipliers)).
+    const HALF_SCALES: bool = false;
+
+    /// What the block's 16-bit pair sums are multiplied by as they widen (lanes 0..8: values
+    /// 0..16; lanes 8..16: values 16..32): 1 where a block has one scale.
+    ///
+    /// # Safety
+    /// `pw` points to the block's `PAYLOAD` readable bytes, on a machine with AVX2.
+    #[inline(always)]
+    unsafe fn multipliers(_pw: *const u8) -> __m256i {
+        // SAFETY: the caller's.
+        unsafe { _mm256_set1_epi16(1) }
+    }
 }
 
 impl Avx2Block for Q8_0 {
@@ -22,6 +36,26 @@ impl Avx2Block for Q8_0 {
     unsafe fn weight_block(pw: *const u8) -> __m256i {
         // SAFETY: the caller's.
         unsafe { _mm256_loadu_si256(pw as *const __m256i) }
+    }
+}
+
+/// Q6_K: the codes as Q8_0's; each half's pair sums times its scale (bytes 32 and 33).
+impl Avx2Block for Q6KRun {
+    const HALF_SCALES: bool = true;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weight_block(pw: *const u8) -> __m256i {
+        // SAFETY: the caller's.
+        unsafe { _mm256_loadu_si256(pw as *const __m256i) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn multipliers(pw: *const u8) -> __m256i {
+        // SAFETY: the caller's: bytes 32 and 33 are the halves' scales.
+        let (low, high) = unsafe { (*pw.add(BLOCK) as i8, *pw.add(BLOCK + 1) as i8) };
+        _mm256_set_m128i(_mm_set1_epi16(high as i16), _mm_set1_epi16(low as i16))
     }
 }
 
@@ -239,14 +273,15 @@ fn weighted_pass<const K: usize>(
     }
 }
 
-/// The products of 32 signed weights and 32 signed activations, as 8 i32 partial sums.
+/// The products of 32 signed weights and 32 signed activations, as 8 i32 partial sums, their
+/// 16-bit pair sums multiplied by `mult` (1, or a half's scale).
 #[target_feature(enable = "avx2,fma")]
-fn block_dot(w: __m256i, x: __m256i) -> __m256 {
+fn block_dot(w: __m256i, x: __m256i, mult: __m256i) -> __m256i {
     // maddubs multiplies unsigned by signed bytes: move w's sign onto x.
     let aw = _mm256_sign_epi8(w, w);
     let sx = _mm256_sign_epi8(x, w);
     let pairs = _mm256_maddubs_epi16(aw, sx);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    _mm256_madd_epi16(pairs, mult)
 }
 
 /// Q4_0's 16 bytes as 32 signed values in -8..=7, in value order.
@@ -316,13 +351,17 @@ fn dot_q_tile<const N: usize, F: Avx2Block>(w: BlockRow, x: [BlockRow; N]) -> [f
     for b in 0..blocks {
         // SAFETY: the weight row holds `blocks * step` bytes and each activation row
         // `blocks * 32` (checked by `checked_blocks`).
-        let wv = unsafe { F::weight_block(w.quants.as_ptr().add(b * step)) };
+        let (wv, mult) = unsafe {
+            let pw = w.quants.as_ptr().add(b * step);
+            (F::weight_block(pw), F::multipliers(pw))
+        };
         for (acc, x) in acc.iter_mut().zip(&x) {
             // SAFETY: as above.
             let xv =
                 unsafe { _mm256_loadu_si256(x.quants.as_ptr().add(b * BLOCK) as *const __m256i) };
             let scale = w.scales[b] * x.scales[b];
-            *acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), block_dot(wv, xv), *acc);
+            let ints = _mm256_cvtepi32_ps(block_dot(wv, xv, mult));
+            *acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), ints, *acc);
         }
     }
     acc.map(|a| hsum(a))
@@ -382,12 +421,13 @@ block_matmul!(
     "avx2,fma"
 );
 
-/// `N` activation rows, as unsigned bytes `x + 128`, against one Q8_0 or Q4_0 weight row,
+/// `N` activation rows, as unsigned bytes `x + 128`, against one weight row of blocks,
 /// with AVX-512 VNNI's `vpdpbusd`: each i32 lane gets the sum of 4 adjacent byte products
 /// added to it, the lanes AVX2's `maddubs` + `madd` make, without the 16-bit step or the sign
 /// moves. `(x + 128) . w = x . w + 128 * sum(w)`, so every row's lanes start from
 /// `-128 * sum(w)`, taken once per weight block for the whole tile. The lanes are the same
-/// exact integers as the AVX2 tile's, so the results are bit for bit the same.
+/// exact integers as the AVX2 tile's, so the results are bit for bit the same (Q6_K's lanes
+/// multiplied by their half's scale after).
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
 fn dot_q_tile_vnni<const N: usize, F: Avx2Block>(w: BlockRow, x: [BlockRow; N]) -> [f32; N] {
     let (blocks, step) = checked_blocks::<F>(&[w], &x, BLOCK);
@@ -397,13 +437,27 @@ fn dot_q_tile_vnni<const N: usize, F: Avx2Block>(w: BlockRow, x: [BlockRow; N]) 
     for b in 0..blocks {
         // SAFETY: the weight row holds `blocks * step` bytes and each activation row
         // `blocks * 32` (checked by `checked_blocks`).
-        let wv = unsafe { F::weight_block(w.quants.as_ptr().add(b * step)) };
+        let (wv, lane_scales) = unsafe {
+            let pw = w.quants.as_ptr().add(b * step);
+            // A half's scale as the i32 lanes of its values (`multipliers`' pairs, once each).
+            let lanes = if F::HALF_SCALES {
+                _mm256_madd_epi16(F::multipliers(pw), _mm256_set1_epi32(1))
+            } else {
+                zero
+            };
+            (F::weight_block(pw), lanes)
+        };
         let start = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, offset, wv));
         for (acc, x) in acc.iter_mut().zip(&x) {
             // SAFETY: as above.
             let xv =
                 unsafe { _mm256_loadu_si256(x.quants.as_ptr().add(b * BLOCK) as *const __m256i) };
             let ints = _mm256_dpbusd_epi32(start, xv, wv);
+            let ints = if F::HALF_SCALES {
+                _mm256_mullo_epi32(ints, lane_scales)
+            } else {
+                ints
+            };
             let scale = w.scales[b] * x.scales[b];
             *acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(ints), *acc);
         }

@@ -6,6 +6,7 @@ use crate::cpu::matmul::matmul;
 use crate::cpu::matrix::HostMatrix;
 use crate::cpu::quantize::quantize_rows_q8;
 use crate::cpu::tile::Q8Rows;
+use crate::formats::{Blocks, Format};
 
 /// `n` values for checking kernels: a deterministic spread in -1..1 (xorshift from `seed`), with a
 /// few large ones as real weights have.
@@ -33,7 +34,12 @@ pub struct KernelCheck {
     pub batched_equals_alone: bool,
 }
 
-/// This machine's best kernels against the scalar ones on f32, Q8_0 and Q4_0 weights
+/// Q6_K's blocks of `data` (the reference quantizer's).
+fn q6k(data: &[f32]) -> HostMatrix {
+    HostMatrix::Blocks(Blocks::quantize(Format::Q6K, data))
+}
+
+/// This machine's best kernels against the scalar ones on f32, Q8_0, Q4_0 and Q6_K weights
 /// (pseudo-random, 67 rows of 288, 5 activation rows and each alone). The page's relaxed SIMD
 /// build is checked this way by the end-to-end tests, in Chromium: wasm-bindgen-test builds the
 /// crate once, without relaxed SIMD (`tests/kernels.rs` checks every other instruction set, more
@@ -49,6 +55,7 @@ pub fn check_against_scalar() -> KernelCheck {
         HostMatrix::q4(&w),
         HostMatrix::q8(&w).packed_for(isa, rows, cols),
         HostMatrix::q4(&w).packed_for(isa, rows, cols),
+        q6k(&w).packed_for(isa, rows, cols),
     ] {
         let run = |isa: Isa, x: &[f32]| {
             let t = x.len() / cols;

@@ -57,18 +57,10 @@ pub trait RunFormat: BlockFormat + 'static {
     /// The stored code of value `i` (0..32) of a block's payload: the value plus `BIAS`.
     fn code(payload: &[u8], i: usize) -> i32;
 
-    /// The stored codes of payload byte `p` times the activations they meet in `x` (one block of
-    /// int8 values), summed: the integer part of a dot product, before the bias.
-    fn byte_products(byte: u8, p: usize, x: &[i8]) -> i32;
-
     /// The reference dot product of one block's payload with 32 int8 activations, in exact
-    /// integers (scaled by the caller).
-    fn dot_block(payload: &[u8], x: &[i8]) -> i32 {
-        let codes: i32 = (0..Self::PAYLOAD)
-            .map(|p| Self::byte_products(payload[p], p, x))
-            .sum();
-        codes - Self::BIAS * x[..BLOCK].iter().map(|&v| v as i32).sum::<i32>()
-    }
+    /// integers (scaled by the caller): the values' codes (before the bias) times the
+    /// activations, summed, less `BIAS * sum(x)`.
+    fn dot_block(payload: &[u8], x: &[i8]) -> i32;
 
     /// A GGUF block (an f16 scale, then the payload) as its scale and payload.
     fn split_block(block: &[u8]) -> (f32, &[u8]) {
@@ -82,4 +74,6 @@ pub trait RunFormat: BlockFormat + 'static {
 pub enum Format {
     Q8_0,
     Q4_0,
+    /// Q6_K's blocks of 32 with their two 16-value scales (`formats/q6_k.rs`).
+    Q6K,
 }

@@ -28,7 +28,7 @@ mod q4_k;
 mod q5_0;
 mod q5_1;
 mod q5_k;
-mod q6_k;
+pub mod q6_k;
 pub mod q8_0;
 
 pub use crate::with_format;
@@ -45,7 +45,7 @@ pub use q4_k::Q4K;
 pub use q5_0::Q5_0;
 pub use q5_1::Q5_1;
 pub use q5_k::Q5K;
-pub use q6_k::Q6K;
+pub use q6_k::{Q6K, Q6KRun};
 pub use q8_0::Q8_0;
 
 /// One row of the type table.
@@ -105,7 +105,7 @@ pub static TYPES: [TypeTraits; 13] = [
     row::<Q3K>(),
     running::<Q4K>(),
     running::<Q5K>(),
-    row::<Q6K>(),
+    running::<Q6K>(),
 ];
 
 /// GGUF types known by name but not read here, for the error that names them.
@@ -271,10 +271,14 @@ mod tests {
             assert_eq!(stored_scale, half::f16::from_f32(scale).to_f32());
             let mut widened = vec![0.0; BLOCK];
             F::dequantize_block(&gguf, &mut widened);
-            let step = stored_scale.abs();
-            for (v, w) in values.iter().zip(&widened) {
+            // A code's step: the scale, times the half's scale in Q6_K's blocks.
+            let step = |i: usize| match F::FORMAT {
+                Format::Q6K => stored_scale.abs() * (payload[BLOCK + i / 16] as i8) as f32,
+                _ => stored_scale.abs(),
+            };
+            for (i, (v, w)) in values.iter().zip(&widened).enumerate() {
                 assert!(
-                    (v - w).abs() <= step * 1.01 + 1e-3,
+                    (v - w).abs() <= step(i) * 1.01 + 1e-3,
                     "{}: {v} vs {w}",
                     F::NAME
                 );
@@ -301,5 +305,10 @@ mod tests {
     #[test]
     fn q4_0_reference_agrees() {
         reference_agrees::<Q4_0>();
+    }
+
+    #[test]
+    fn q6_k_reference_agrees() {
+        reference_agrees::<Q6KRun>();
     }
 }

@@ -63,8 +63,14 @@ impl RunFormat for Q4_0 {
         }) as i32
     }
 
-    #[inline(always)]
-    fn byte_products(byte: u8, p: usize, x: &[i8]) -> i32 {
-        (byte & 0x0f) as i32 * x[p] as i32 + (byte >> 4) as i32 * x[p + BLOCK / 2] as i32
+    fn dot_block(payload: &[u8], x: &[i8]) -> i32 {
+        let codes: i32 = payload[..BLOCK / 2]
+            .iter()
+            .enumerate()
+            .map(|(p, &byte)| {
+                (byte & 0x0f) as i32 * x[p] as i32 + (byte >> 4) as i32 * x[p + BLOCK / 2] as i32
+            })
+            .sum();
+        codes - Self::BIAS * x[..BLOCK].iter().map(|&v| v as i32).sum::<i32>()
     }
 }

@@ -53,8 +53,11 @@ impl RunFormat for Q8_0 {
         payload[i] as i8 as i32
     }
 
-    #[inline(always)]
-    fn byte_products(byte: u8, p: usize, x: &[i8]) -> i32 {
-        byte as i8 as i32 * x[p] as i32
+    fn dot_block(payload: &[u8], x: &[i8]) -> i32 {
+        payload[..BLOCK]
+            .iter()
+            .zip(x)
+            .map(|(&w, &x)| w as i8 as i32 * x as i32)
+            .sum()
     }
 }

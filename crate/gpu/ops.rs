@@ -57,6 +57,10 @@ impl DeviceOps {
                     &self.device,
                 ));
             }
+            // The GPU kernels read blocks of one scale: Q6_K's (two a block) are widened.
+            Stored::Blocks(blocks) if blocks.format == Format::Q6K => {
+                return self.upload(Stored::F32(blocks.dequantize().into()), cols);
+            }
             Stored::Blocks(blocks) => blocks,
         };
         let (bits, flip) = match format {
@@ -64,6 +68,7 @@ impl DeviceOps {
             // without sign extension.
             Format::Q8_0 => (8, 0x8080_8080),
             Format::Q4_0 => (4, 0),
+            Format::Q6K => unreachable!("widened above"),
         };
         // Offsets `[blocks a row, n]`, the `k` of an f32 projection of the activations' block sums.
         let offsets = (!offsets.is_empty()).then(|| {

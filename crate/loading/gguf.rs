@@ -9,12 +9,12 @@
 //! put in pairs at load. Every count, length and offset is checked against the file's length
 //! before anything is allocated: a header can claim anything.
 //!
-//! Tensors of the types the kernels run (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K) are kept in
+//! Tensors of the types the kernels run (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) are kept in
 //! blocks of 32 as those kernels read them (`formats::RunsAs`: scales widened to f32, an offset a
 //! block for the types with minimums), exactly; the precision `stored` runs them so, and the
 //! others re-encode them (a Q8_0 or Q4_0 tensor re-encoded to its own type would give back its
 //! very blocks, so it is used as it is). F32 tensors are used where they lie in the file; F16,
-//! BF16, Q2_K, Q3_K and Q6_K are widened to f32 at load.
+//! BF16, Q2_K and Q3_K are widened to f32 at load.
 
 use std::collections::HashMap;
 

@@ -24,6 +24,7 @@ fn file_type(form: Option<Format>) -> u64 {
         None => 0,
         Some(Format::Q4_0) => 2,
         Some(Format::Q8_0) => 7,
+        Some(Format::Q6K) => 18,
     }
 }
 
@@ -109,6 +110,12 @@ pub fn write(
     form: Option<Format>,
     out: &mut impl Write,
 ) -> io::Result<()> {
+    if form == Some(Format::Q6K) {
+        // Its kernels' blocks are not Q6_K's 256-value super-blocks (no quantizer writes those here).
+        return Err(io::Error::other(
+            "Q6_K is read, not written: write Q8_0 or Q4_0 (--quant q8 or q4)",
+        ));
+    }
     let blocks_of = |m: &Matrix| form.filter(|_| m.rows > 1 && m.cols.is_multiple_of(BLOCK));
     let data_bytes = |m: &Matrix| -> u64 {
         let n = (m.rows * m.cols) as u64;

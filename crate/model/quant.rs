@@ -21,7 +21,7 @@ use crate::model::weights::{HostWeights, Matrix, Values};
 #[serde(rename_all = "lowercase")]
 pub enum Quant {
     /// Each tensor as the file stores it: the block types the kernels run ([`crate::formats::RunsAs`])
-    /// in their blocks, exactly, and the others (f16, bf16, Q2_K, Q3_K, Q6_K) widened to f32.
+    /// in their blocks, exactly, and the others (f16, bf16, Q2_K, Q3_K) widened to f32.
     Stored,
     F32,
     Q8,
@@ -172,7 +172,8 @@ impl QuantPlan {
     /// What loading does to a GGUF's tensor `types` (type, count) at this precision, as one note
     /// for the conditions: "GGUF tensors as stored: 210 Q4_1 (run by the Q4_0 kernels, exactly),
     /// 1 Q8_0, 61 F32".
-    pub fn note_tensor_types(&mut self, types: &[(TensorType, usize)]) {
+    /// `on_gpu`: the wgpu kernels run blocks of one scale, so Q6_K is widened there.
+    pub fn note_tensor_types(&mut self, types: &[(TensorType, usize)], on_gpu: bool) {
         if types.is_empty() {
             return;
         }
@@ -185,6 +186,9 @@ impl QuantPlan {
                 let name = kind.name();
                 let what = match (quant, kind.runs_as()) {
                     _ if kind == TensorType::F32 => String::new(),
+                    (Quant::Stored, Some(Format::Q6K)) if on_gpu => {
+                        " (widened to f32 on the GPU)".to_string()
+                    }
                     (Quant::Stored, Some(format)) if format.name() == name => String::new(),
                     (Quant::Stored, Some(format)) => {
                         format!(" (run by the {} kernels, exactly)", format.name())

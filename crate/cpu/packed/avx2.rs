@@ -5,21 +5,44 @@
 use std::arch::x86_64::*;
 
 use crate::cpu::packed::group::{Act, GROUP, checked_group};
-use crate::formats::{BLOCK, Q4_0, Q8_0, RunFormat};
+use crate::formats::{BLOCK, Q4_0, Q6KRun, Q8_0, RunFormat};
 
 /// A format's share of the AVX2 packed kernel.
 pub(crate) trait PackedAvx2: RunFormat {
+    /// The chunks of 32 bytes that hold a block's codes (those after them hold its sub-block
+    /// scales).
+    const CHUNKS: usize;
+
+    /// What chunks `0..CHUNKS / 2` and `CHUNKS / 2..` multiply their 16-bit pair sums by, as
+    /// 16-bit lanes (2 a row): 1 where a block has one scale.
+    ///
+    /// # Safety
+    /// A machine with AVX2; `block` points to the group's block whole.
+    #[inline(always)]
+    unsafe fn multipliers(_block: *const u8) -> [__m256i; 2] {
+        // SAFETY: AVX2, the caller's.
+        unsafe { [_mm256_set1_epi16(1); 2] }
+    }
+
     /// A chunk's 32 bytes (4 of each of 8 rows) in the forms [`products`](Self::products) takes.
     ///
     /// # Safety
     /// A machine with AVX2.
     unsafe fn chunk(v: __m256i) -> [__m256i; 2];
 
-    /// `sum` plus chunk `k`'s products with activation row `x` of block `b`.
+    /// `sum` plus chunk `k`'s products with activation row `x` of block `b`, their pair sums
+    /// multiplied by `mult` (see [`multipliers`](Self::multipliers)).
     ///
     /// # Safety
     /// A machine with AVX2; `x` holds block `b` whole.
-    unsafe fn products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i;
+    unsafe fn products(
+        w: [__m256i; 2],
+        x: &Act,
+        b: usize,
+        k: usize,
+        sum: __m256i,
+        mult: __m256i,
+    ) -> __m256i;
 
     /// A block's sums as 8 i32 lanes (a lane a row), the codes' bias taken back (`offset`).
     ///
@@ -45,6 +68,8 @@ unsafe fn four(x: &Act, b: usize, k: usize) -> __m256i {
 /// up in 16 bits (at most 8 * 2 * 15 * 128 = 30720) and are widened once, then corrected by
 /// `-8 * sum(x)`.
 impl PackedAvx2 for Q4_0 {
+    const CHUNKS: usize = 4;
+
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
@@ -57,7 +82,14 @@ impl PackedAvx2 for Q4_0 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i {
+    unsafe fn products(
+        w: [__m256i; 2],
+        x: &Act,
+        b: usize,
+        k: usize,
+        sum: __m256i,
+        _mult: __m256i,
+    ) -> __m256i {
         // SAFETY: the caller's.
         let (low, high) = unsafe { (four(x, b, k), four(x, b, k + 4)) };
         let sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[0], low));
@@ -77,6 +109,8 @@ impl PackedAvx2 for Q4_0 {
 /// Q8_0: the weights' signs move onto the broadcast activations (`sign`), and each `maddubs` (up
 /// to 2 * 127 * 127 a pair) is widened at once.
 impl PackedAvx2 for Q8_0 {
+    const CHUNKS: usize = 8;
+
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
@@ -85,11 +119,72 @@ impl PackedAvx2 for Q8_0 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i {
+    unsafe fn products(
+        w: [__m256i; 2],
+        x: &Act,
+        b: usize,
+        k: usize,
+        sum: __m256i,
+        mult: __m256i,
+    ) -> __m256i {
         // SAFETY: the caller's.
         let signed = _mm256_sign_epi8(unsafe { four(x, b, k) }, w[1]);
         let pairs = _mm256_maddubs_epi16(w[0], signed);
-        _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, mult))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn finish(sum: __m256i, _offset: i32) -> __m256i {
+        sum
+    }
+}
+
+/// Q6_K: Q8_0's products (codes -32..=31, so a pair sum is at most 2 * 32 * 127), each half's pair
+/// sums multiplied by its scale (at most 128) as they are widened: exact i32 lanes, with no more
+/// instructions a chunk than Q8_0. Chunk 8 holds each row's two scales (bytes `4 r`, `4 r + 1`),
+/// spread to both 16-bit lanes of the row by a byte shuffle and sign-extended by a shift.
+impl PackedAvx2 for Q6KRun {
+    const CHUNKS: usize = 8;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn multipliers(block: *const u8) -> [__m256i; 2] {
+        // SAFETY: the caller's: the block's 9 chunks are readable.
+        let v = unsafe { _mm256_loadu_si256(block.add(8 * 32) as *const __m256i) };
+        // Byte `4 r + h` (r = 0..4 in each 128-bit half) into all four bytes of row r.
+        let spread = |h: i8| {
+            let idx = _mm256_add_epi8(
+                _mm256_setr_epi8(
+                    0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8,
+                    8, 8, 8, 12, 12, 12, 12,
+                ),
+                _mm256_set1_epi8(h),
+            );
+            _mm256_srai_epi16(_mm256_shuffle_epi8(v, idx), 8)
+        };
+        [spread(0), spread(1)]
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
+        // SAFETY: AVX2, as this function.
+        unsafe { <Q8_0 as PackedAvx2>::chunk(v) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn products(
+        w: [__m256i; 2],
+        x: &Act,
+        b: usize,
+        k: usize,
+        sum: __m256i,
+        mult: __m256i,
+    ) -> __m256i {
+        // SAFETY: the caller's.
+        unsafe { <Q8_0 as PackedAvx2>::products(w, x, b, k, sum, mult) }
     }
 
     #[inline]
@@ -112,15 +207,17 @@ fn dot<const N: usize, F: PackedAvx2>(
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
         let mut ints = [_mm256_setzero_si256(); N];
-        for k in 0..bytes / 32 {
-            // SAFETY: the group holds `blocks * bytes` bytes and each activation row `blocks * 32`
-            // values (asserted above).
+        // SAFETY: the group holds `blocks * bytes` bytes and each activation row `blocks * 32`
+        // values (asserted above).
+        let mult = unsafe { F::multipliers(quants.as_ptr().add(b * bytes)) };
+        for k in 0..F::CHUNKS {
+            // SAFETY: as above.
             unsafe {
                 let v =
                     _mm256_loadu_si256(quants.as_ptr().add(b * bytes + k * 32) as *const __m256i);
                 let w = F::chunk(v);
                 for (sum, x) in ints.iter_mut().zip(&x) {
-                    *sum = F::products(w, x, b, k, *sum);
+                    *sum = F::products(w, x, b, k, *sum, mult[2 * k / F::CHUNKS]);
                 }
             }
         }

@@ -144,8 +144,66 @@ impl Packed {
         (self.quants.len() + 4 * self.scales.len() + 4 * self.offsets.len()) as u64
     }
 
+    /// The whole matrix, borrowed.
+    pub fn view(&self) -> PackedRows<'_> {
+        PackedRows {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            scales: &self.scales,
+            quants: &self.quants,
+            offsets: &self.offsets,
+        }
+    }
+}
+
+/// A [`Packed`] matrix borrowed for one product, or some of its rows ([`PackedRows::rows`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PackedRows<'a> {
+    format: Format,
+    rows: usize,
+    cols: usize,
+    scales: &'a [f32],
+    quants: &'a [u8],
+    offsets: &'a [f32],
+}
+
+impl<'a> PackedRows<'a> {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The blocks' offsets, row-major (empty: all 0).
+    pub fn offsets(&self) -> &'a [f32] {
+        self.offsets
+    }
+
+    /// Rows `range` alone, whose start is a multiple of [`GROUP`] (whole groups, and the last
+    /// group's padding where the range ends at the last row).
+    pub fn range(&self, range: std::ops::Range<usize>) -> PackedRows<'a> {
+        assert!(range.start.is_multiple_of(GROUP) && range.end <= self.rows);
+        let blocks = self.cols / BLOCK;
+        let groups = range.start / GROUP..range.end.div_ceil(GROUP);
+        let bytes = GROUP * blocks * self.format.payload();
+        PackedRows {
+            rows: range.len(),
+            scales: &self.scales[groups.start * GROUP * blocks..groups.end * GROUP * blocks],
+            quants: &self.quants[groups.start * bytes..groups.end * bytes],
+            offsets: if self.offsets.is_empty() {
+                &[]
+            } else {
+                &self.offsets[range.start * blocks..range.end * blocks]
+            },
+            ..*self
+        }
+    }
+
     /// Group `g`'s scales and bytes.
-    fn group(&self, g: usize) -> (&[f32], &[u8]) {
+    fn group(&self, g: usize) -> (&'a [f32], &'a [u8]) {
         let blocks = self.cols / BLOCK;
         let bytes = GROUP * self.format.payload();
         (
@@ -155,14 +213,14 @@ impl Packed {
     }
 }
 
-/// Whether the kernels of `isa` read weights of `format` packed: AVX2's both; on AVX-512
-/// VNNI machines Q4_0 (the same AVX2 kernel), while Q8_0 keeps the VNNI kernel measured there;
+/// Whether the kernels of `isa` read weights of `format` packed: AVX2's all; on AVX-512
+/// VNNI machines Q4_0 and Q6_K (the same AVX2 kernels), while Q8_0 keeps the VNNI kernel measured there;
 /// in wasm both (`wasm.rs`), and `cpu::matmul` packs any row-major matrix handed to it
 /// there. Elsewhere the row-major kernels of `cpu/` are the ones measured.
 pub fn packs(isa: Isa, format: Format) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        isa == Isa::Avx2 || (format == Format::Q4_0 && isa == Isa::Avx512Vnni)
+        isa == Isa::Avx2 || (format != Format::Q8_0 && isa == Isa::Avx512Vnni)
     }
     #[cfg(target_arch = "wasm32")]
     {
@@ -179,11 +237,16 @@ pub fn packs(isa: Isa, format: Format) -> bool {
 /// `out[i * rows + r] = dot(weight row r, activation row i)` for `t` int8 activation rows `xq`,
 /// with `isa`'s kernel (AVX2, or wasm's; see [`packs`]) and a scalar loop elsewhere.
 pub fn matmul(isa: Isa, w: &Packed, xq: &Q8Rows, t: usize, out: &mut [f32]) {
+    matmul_rows(isa, w.view(), xq, t, out)
+}
+
+/// [`matmul`] of some of a matrix's rows.
+pub fn matmul_rows(isa: Isa, w: PackedRows, xq: &Q8Rows, t: usize, out: &mut [f32]) {
     with_format!(w.format, F => matmul_of::<F>(isa, w, xq, t, out))
 }
 
 /// [`matmul`] with the kernels compiled for `F`, the format of `w`'s blocks.
-fn matmul_of<F: PackedFormat>(isa: Isa, w: &Packed, xq: &Q8Rows, t: usize, out: &mut [f32]) {
+fn matmul_of<F: PackedFormat>(isa: Isa, w: PackedRows, xq: &Q8Rows, t: usize, out: &mut [f32]) {
     let (rows, cols) = (w.rows, w.cols);
     let blocks = cols / BLOCK;
     assert!(xq.quants.len() >= t * cols && xq.scales.len() >= t * blocks);
@@ -276,10 +339,12 @@ fn tile_of<F: PackedFormat>(
     scalar_tile::<F>(scales, quants, x, out);
 }
 
-/// The scalar kernel: the format's reference products, with the same integers and the same
-/// scaling as the AVX2 one, lane by lane.
+/// The scalar kernel: the format's reference products (each lane's block gathered from the
+/// group's chunks), with the same integers and the same scaling as the AVX2 one, lane by lane.
 fn scalar_tile<F: RunFormat>(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
     let bytes = F::PAYLOAD;
+    let mut payload = [0u8; 64];
+    let payload = &mut payload[..bytes];
     for (x, out) in x.iter().zip(out.iter_mut()) {
         let mut acc = [0.0f32; GROUP];
         for (b, (block_scales, block)) in scales
@@ -289,13 +354,10 @@ fn scalar_tile<F: RunFormat>(scales: &[f32], quants: &[u8], x: &[Act], out: &mut
         {
             let xb = &x.quants[b * BLOCK..][..BLOCK];
             for (lane, acc) in acc.iter_mut().enumerate() {
-                let mut sum = x.offsets[b];
-                for k in 0..bytes / 4 {
-                    for j in 0..4 {
-                        let byte = block[k * 32 + lane * 4 + j];
-                        sum += F::byte_products(byte, 4 * k + j, xb);
-                    }
+                for (k, four) in payload.chunks_exact_mut(4).enumerate() {
+                    four.copy_from_slice(&block[k * 32 + lane * 4..][..4]);
                 }
+                let sum = F::dot_block(payload, xb);
                 let scale = block_scales[lane] * x.scales[b];
                 *acc = (sum as f32).mul_add(scale, *acc);
             }

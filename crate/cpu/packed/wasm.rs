@@ -5,7 +5,7 @@
 use std::arch::wasm32::*;
 
 use crate::cpu::packed::group::{Act, GROUP};
-use crate::formats::{BLOCK, Q4_0, Q8_0, RunFormat};
+use crate::formats::{BLOCK, Q4_0, Q6KRun, Q8_0, RunFormat};
 
 /// A format's packed kernel in wasm, and how many activation rows it takes at once.
 pub(crate) trait PackedWasm: RunFormat {
@@ -40,6 +40,14 @@ impl PackedWasm for Q8_0 {
 
     fn tile(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
         simd128::tile::<Q8_0>(scales, quants, x, out);
+    }
+}
+
+impl PackedWasm for Q6KRun {
+    const TILE_ROWS: usize = 2;
+
+    fn tile(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+        simd128::tile::<Q6KRun>(scales, quants, x, out);
     }
 }
 
@@ -144,6 +152,23 @@ pub(crate) trait Pairs16: RunFormat {
 
     /// The products of a pair of rows with the activations, two i32 lanes a row.
     fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128;
+
+    /// The chunks of 32 bytes that hold a block's codes (a chunk after them holds the rows'
+    /// half scales).
+    const CHUNKS: usize;
+
+    /// Whether a block's two halves have scales of their own: then each pair of rows' 16-bit
+    /// weights of chunk `k` are multiplied by [`half_scales`](Self::half_scales)`[k / 4]`.
+    const HALF_SCALES: bool = false;
+
+    /// A half-group's scales (rows `4 h..4 h + 4`, whose 16 bytes of the scales' chunk `p`
+    /// points to) as 16-bit lanes for each pair of rows: `[half][pair]`.
+    ///
+    /// # Safety
+    /// `p` points to 16 readable bytes.
+    unsafe fn half_scales(_p: *const u8) -> [[v128; 2]; 2] {
+        [[i16x8_splat(1); 2]; 2]
+    }
 }
 
 /// Values 4k..4k + 4 of block `b`, twice, in 16-bit lanes.
@@ -160,6 +185,8 @@ unsafe fn four(x: &Act, b: usize, k: usize) -> v128 {
 
 /// Q4_0's nibbles split by a mask and a shift into values `4k..4k + 4` and `16 + 4k..`.
 impl Pairs16 for Q4_0 {
+    const CHUNKS: usize = 4;
+
     #[inline(always)]
     unsafe fn pair(p: *const u8) -> [v128; 2] {
         // SAFETY: the caller's.
@@ -181,6 +208,8 @@ impl Pairs16 for Q4_0 {
 
 /// Q8_0's bytes sign-extended.
 impl Pairs16 for Q8_0 {
+    const CHUNKS: usize = 8;
+
     #[inline(always)]
     unsafe fn pair(p: *const u8) -> [v128; 2] {
         // SAFETY: the caller's.
@@ -199,6 +228,116 @@ impl Pairs16 for Q8_0 {
     #[inline(always)]
     fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128 {
         i32x4_dot_i16x8(w[0], xs[0])
+    }
+}
+
+/// Q6_K: the codes sign-extended as Q8_0's, each multiplied by its half's scale in 16 bits
+/// (`|(q - 32) * scale|` is at most 32 * 128), so a block's sum stays exact in i32.
+impl Pairs16 for Q6KRun {
+    const CHUNKS: usize = 8;
+    const HALF_SCALES: bool = true;
+
+    #[inline(always)]
+    unsafe fn pair(p: *const u8) -> [v128; 2] {
+        // SAFETY: the caller's.
+        unsafe { <Q8_0 as Pairs16>::pair(p) }
+    }
+
+    #[inline(always)]
+    unsafe fn activations(x: &Act, b: usize, k: usize) -> [v128; 2] {
+        // SAFETY: the caller's.
+        unsafe { <Q8_0 as Pairs16>::activations(x, b, k) }
+    }
+
+    #[inline(always)]
+    fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128 {
+        <Q8_0 as Pairs16>::products(w, xs)
+    }
+
+    /// Row `r`'s scales are its bytes `4 r` and `4 r + 1`: each spread over the row's four
+    /// 16-bit lanes of a pair (bytes 0..8 of a shuffle), sign-extended.
+    #[inline(always)]
+    unsafe fn half_scales(p: *const u8) -> [[v128; 2]; 2] {
+        // SAFETY: the caller's.
+        let v = unsafe { v128_load(p as *const v128) };
+        [
+            [
+                i16x8_extend_low_i8x16(i8x16_shuffle::<
+                    0,
+                    0,
+                    0,
+                    0,
+                    4,
+                    4,
+                    4,
+                    4,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                >(v, v)),
+                i16x8_extend_low_i8x16(i8x16_shuffle::<
+                    8,
+                    8,
+                    8,
+                    8,
+                    12,
+                    12,
+                    12,
+                    12,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                >(v, v)),
+            ],
+            [
+                i16x8_extend_low_i8x16(i8x16_shuffle::<
+                    1,
+                    1,
+                    1,
+                    1,
+                    5,
+                    5,
+                    5,
+                    5,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                >(v, v)),
+                i16x8_extend_low_i8x16(i8x16_shuffle::<
+                    9,
+                    9,
+                    9,
+                    9,
+                    13,
+                    13,
+                    13,
+                    13,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                >(v, v)),
+            ],
+        ]
     }
 }
 
@@ -239,13 +378,26 @@ mod simd128 {
             for h in 0..2 {
                 // Rows 4h, 4h + 1 and 4h + 2, 4h + 3 of the half, two i32 lanes a row.
                 let mut sums = [[i32x4_splat(0); 2]; N];
-                for k in 0..bytes / 32 {
+                let half_scales = if F::HALF_SCALES {
+                    // SAFETY: the group holds `blocks * bytes` bytes (asserted above).
+                    unsafe {
+                        F::half_scales(quants.as_ptr().add(b * bytes + F::CHUNKS * 32 + h * 16))
+                    }
+                } else {
+                    [[i16x8_splat(1); 2]; 2]
+                };
+                for k in 0..F::CHUNKS {
                     let at = b * bytes + k * 32 + h * 16;
                     // SAFETY: the group holds `blocks * bytes` bytes, and each activation row
                     // `blocks * 32` values (asserted above).
-                    let w: [[v128; 2]; 2] = std::array::from_fn(|pair| unsafe {
+                    let mut w: [[v128; 2]; 2] = std::array::from_fn(|pair| unsafe {
                         F::pair(quants.as_ptr().add(at + 8 * pair))
                     });
+                    if F::HALF_SCALES {
+                        for (w, scale) in w.iter_mut().zip(&half_scales[2 * k / F::CHUNKS]) {
+                            w[0] = i16x8_mul(w[0], *scale);
+                        }
+                    }
                     for (sum, x) in sums.iter_mut().zip(&x) {
                         // SAFETY: as above.
                         let xs = unsafe { F::activations(x, b, k) };
