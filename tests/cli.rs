@@ -186,7 +186,7 @@ fn cpu_kernels_choose_the_instruction_set() {
         let stderr = String::from_utf8_lossy(&output.stderr).to_string();
         let text = succeeded(output);
         assert!(
-            stderr.contains(&format!("on cpu [CPU ({})]", isa.name())),
+            stderr.contains(&format!("on cpu [CPU ({})", isa.name())),
             "{key}: {stderr}"
         );
         texts.push((key, text));
@@ -207,6 +207,31 @@ fn cpu_kernels_choose_the_instruction_set() {
             &["--backend", "wgpu", "--cpu-kernels", "scalar"],
         ),
         "it needs --backend cpu",
+    );
+}
+
+/// `--threads N` splits the CPU's work over N threads, says so in the conditions, and writes the
+/// text one thread writes; 0 is refused in a sentence.
+#[test]
+fn threads_split_the_work_and_keep_the_text() {
+    let run = |threads: &str| {
+        let output = generate(
+            &model(),
+            &tok512(),
+            "Once upon a time",
+            &["--quant", "q4", "--max-tokens", "40", "--threads", threads],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        (succeeded(output), stderr)
+    };
+    let (one, one_stderr) = run("1");
+    let (three, three_stderr) = run("3");
+    assert_eq!(three, one);
+    assert!(!one_stderr.contains("threads]"), "{one_stderr}");
+    assert!(three_stderr.contains("), 3 threads]"), "{three_stderr}");
+    assert_refused(
+        generate(&model(), &tok512(), "Hi", &["--threads", "0"]),
+        "--threads must be at least 1",
     );
 }
 

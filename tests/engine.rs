@@ -167,6 +167,38 @@ fn scalar_and_vector_cpu_kernels_both_meet_the_bars() {
     assert!(worst < 1e-3, "f32 logits differ by {worst} between kernels");
 }
 
+/// Two and three threads give the very logits one thread gives, bit for bit, on every instruction
+/// set and precision: a prompt of 64 tokens (products split by rows into whole packed groups,
+/// a batch's parts put in place after; attention split by heads), then 32 decode steps.
+#[test]
+fn threads_give_the_bits_of_one_thread() {
+    use tokenometer::cpu::{Isa, Threads};
+    let (_, sequence) = reference_ids();
+    let ids = &sequence[..96];
+    for isa in Isa::available() {
+        for quant in [Quant::F32, Quant::Q8, Quant::Q4] {
+            let logits = |threads: usize| {
+                let backend = Backend::cpu_with(isa).with_threads(Threads::new(threads).unwrap());
+                let engine = engine(&backend, quant);
+                let mut cache = engine.model.new_cache();
+                let run = |ids: &[u32], cache: &mut _| {
+                    let logits = engine.model.forward(ids, cache, true);
+                    pollster::block_on(logits.into_vec()).unwrap()
+                };
+                let mut out = run(&ids[..64], &mut cache);
+                for id in &ids[64..] {
+                    out.extend(run(std::slice::from_ref(id), &mut cache));
+                }
+                out.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+            };
+            let one = logits(1);
+            for threads in [2, 3] {
+                assert!(logits(threads) == one, "{isa:?} {quant}, {threads} threads");
+            }
+        }
+    }
+}
+
 #[test]
 fn quantization_shrinks_the_reported_weight_bytes() {
     let cpu = Backend::cpu();
@@ -456,12 +488,7 @@ fn gemma3_layers_and_sliding_window_on_wgpu_match_the_cpu() {
         let mut config = config.clone();
         config.family = Family::Gemma3(gemma(window));
         let weights = tokenometer::loading::synth::weights(&config, 3);
-        let model = tokenometer::backend::Llama::new(
-            weights,
-            Quant::F32,
-            backend.device.as_ref(),
-            backend.isa,
-        );
+        let model = tokenometer::backend::Llama::new(weights, Quant::F32, backend);
         let mut cache = model.new_cache();
         let t = model.forward_in_chunks(&tokens, &mut cache, true, chunk);
         pollster::block_on(t.into_vec()).unwrap()

@@ -13,7 +13,7 @@ use std::str::FromStr;
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::cpu::Isa;
+use crate::cpu::{Isa, Threads};
 use crate::error::{Error, Result};
 
 /// Which backend a model runs on.
@@ -64,6 +64,8 @@ pub struct Backend {
     pub device: Option<Device>,
     /// The instruction set of the CPU kernels (the host's share of the work on wgpu).
     pub isa: Isa,
+    /// The CPU kernels' threads (one on wgpu).
+    pub threads: Threads,
     /// The adapter's name ("CPU (AVX2)", "CPU (AVX2+VNNI)" for the CPU backend: its kernels'
     /// instruction set).
     pub adapter: String,
@@ -115,6 +117,7 @@ impl Backend {
             kind: BackendKind::Cpu,
             device: None,
             isa,
+            threads: Threads::one(),
             adapter: format!("CPU ({})", isa.name()),
             details: String::new(),
             software: false,
@@ -123,6 +126,15 @@ impl Backend {
     }
 
     /// Initialize the GPU backend (async: in a browser this awaits the WebGPU adapter).
+    /// This CPU backend on `threads` (its adapter's name says how many, where more than one).
+    pub fn with_threads(mut self, threads: Threads) -> Backend {
+        if self.kind == BackendKind::Cpu && threads.count() > 1 {
+            self.adapter = format!("CPU ({}), {} threads", self.isa.name(), threads.count());
+        }
+        self.threads = threads;
+        self
+    }
+
     pub async fn wgpu() -> Result<Backend> {
         #[cfg(target_arch = "wasm32")]
         crate::gpu::run_constructors();
@@ -150,6 +162,7 @@ impl Backend {
             kind: BackendKind::Wgpu,
             device: Some(device),
             isa: Isa::detect(),
+            threads: Threads::one(),
             adapter,
             details: format!(
                 "{:?}, {:?}, driver {:?}, max buffer {} MiB, max workgroup invocations {}, shader-f16 {}",

@@ -20,7 +20,9 @@
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::avx2;
 use crate::cpu::isa::Isa;
-use crate::cpu::packed::{self, Packed};
+#[cfg(target_arch = "wasm32")]
+use crate::cpu::packed::Packed;
+use crate::cpu::packed::{self, GROUP, PackedRows};
 use crate::cpu::scalar;
 #[cfg(target_arch = "wasm32")]
 use crate::cpu::simd128;
@@ -40,8 +42,42 @@ pub enum WeightRows<'a> {
         scales: &'a [f32],
         offsets: &'a [f32],
     },
-    /// Q8_0 or Q4_0 in groups of 8 interleaved rows (`packed/`).
-    Packed(&'a Packed),
+    /// Blocks in groups of 8 interleaved rows (`packed/`).
+    Packed(PackedRows<'a>),
+}
+
+impl<'a> WeightRows<'a> {
+    /// Rows `range` of a matrix whose rows are `cols` wide, alone (packed: the range starts at a
+    /// whole group of 8 rows).
+    pub fn range(self, range: std::ops::Range<usize>, cols: usize) -> WeightRows<'a> {
+        match self {
+            WeightRows::F32(d) => WeightRows::F32(&d[range.start * cols..range.end * cols]),
+            WeightRows::Blocks {
+                format,
+                quants,
+                scales,
+                offsets,
+            } => {
+                let blocks = cols / BLOCK;
+                let (b, payload) = (range.start * blocks..range.end * blocks, format.payload());
+                WeightRows::Blocks {
+                    format,
+                    quants: &quants[b.start * payload..b.end * payload],
+                    scales: &scales[b.clone()],
+                    offsets: if offsets.is_empty() { &[] } else { &offsets[b] },
+                }
+            }
+            WeightRows::Packed(packed) => WeightRows::Packed(packed.range(range)),
+        }
+    }
+
+    /// How many rows a part of a split must be a multiple of: a packed group's.
+    pub fn part_rows(&self) -> usize {
+        match self {
+            WeightRows::Packed(_) => GROUP,
+            _ => 1,
+        }
+    }
 }
 
 /// `out[i * rows + r] = dot(weight row r, x row i)` for a `[rows, cols]` weight and `t` rows of
@@ -69,7 +105,7 @@ pub fn matmul(
     let offsets = match w {
         WeightRows::Packed(packed) => {
             assert_eq!((packed.rows(), packed.cols()), (rows, cols));
-            packed::matmul(isa, packed, xq, t, out);
+            packed::matmul_rows(isa, packed, xq, t, out);
             packed.offsets()
         }
         WeightRows::F32(data) => {

@@ -49,7 +49,7 @@ impl HostMatrix {
                 scales: &b.scales,
                 offsets: &b.offsets,
             },
-            HostMatrix::Packed(packed) => WeightRows::Packed(packed),
+            HostMatrix::Packed(packed) => WeightRows::Packed(packed.view()),
         }
     }
 

@@ -44,6 +44,7 @@ pub mod quantize;
 mod scalar;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod simd128;
+pub mod threads;
 pub mod tile;
 
 pub use attention::{attention_scores, dot, weighted_sum};
@@ -53,4 +54,5 @@ pub use matmul::{WeightRows, matmul};
 pub use matrix::{HostLinear, HostMatrix};
 pub use ops::{HostOps, Rows};
 pub use quantize::{quantize_rows_q8, quantize_rows_q8_with};
+pub use threads::Threads;
 pub use tile::Q8Rows;

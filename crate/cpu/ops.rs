@@ -16,6 +16,7 @@ use crate::cpu::isa::Isa;
 use crate::cpu::matmul;
 use crate::cpu::matrix::{HostLinear, HostMatrix};
 use crate::cpu::quantize::quantize_rows_q8_with;
+use crate::cpu::threads::Threads;
 use crate::cpu::tile::Q8Rows;
 use crate::model::ops::{Heads, Ops, Span};
 use crate::model::{Logits, Matrix, QuantPlan};
@@ -23,12 +24,28 @@ use crate::model::{Logits, Matrix, QuantPlan};
 pub struct HostOps {
     isa: Isa,
     heads: Heads,
+    threads: Threads,
 }
 
 impl HostOps {
-    pub fn new(isa: Isa, heads: Heads) -> Self {
-        Self { isa, heads }
+    pub fn new(isa: Isa, heads: Heads, threads: Threads) -> Self {
+        Self {
+            isa,
+            heads,
+            threads,
+        }
     }
+}
+
+/// The fewest rows of a product a thread takes: a smaller matrix runs on one thread.
+const MIN_ROWS_A_THREAD: usize = 32;
+
+/// The least attention work (multiply-adds of scores and sums) worth splitting over threads.
+const MIN_ATTENTION_WORK: usize = 1 << 17;
+
+thread_local! {
+    /// A thread's attention scores, kept between steps.
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `t` rows of `width` values, row-major, and their int8 blocks once a quantized projection has
@@ -51,10 +68,6 @@ impl Rows {
             data,
             quantized: OnceCell::new(),
         }
-    }
-
-    fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.width..(i + 1) * self.width]
     }
 
     /// The values, to change in place: their int8 blocks, if made, no longer hold.
@@ -146,6 +159,9 @@ impl Ops for HostOps {
         x
     }
 
+    /// Split by rows over the threads (whole packed groups, at least [`MIN_ROWS_A_THREAD`] a
+    /// thread): at batch 1 each part writes its own piece of the output; a batch's parts are
+    /// made apart and put in place after.
     fn matmul(&self, x: &Rows, w: &HostLinear) -> Rows {
         assert_eq!(x.width, w.cols, "a projection's input width");
         let none = Q8Rows::default();
@@ -154,18 +170,37 @@ impl Ops for HostOps {
         } else {
             x.quantized(self.isa)
         };
-        let mut data = vec![0.0; x.t * w.rows];
-        matmul::matmul(
-            self.isa,
-            w.weights.rows(),
-            w.rows,
-            w.cols,
-            &x.data,
-            quantized,
-            x.t,
-            &mut data,
-        );
-        Rows::new(x.t, w.rows, data)
+        let (rows, cols, t, xs) = (w.rows, w.cols, x.t, &x.data);
+        let weights = w.weights.rows();
+        let product = |range: Range<usize>, out: &mut [f32]| {
+            let weights = weights.range(range.clone(), cols);
+            matmul::matmul(self.isa, weights, range.len(), cols, xs, quantized, t, out);
+        };
+        let size = self
+            .threads
+            .part_size(rows, weights.part_rows(), MIN_ROWS_A_THREAD);
+        let mut data = vec![0.0; t * rows];
+        if size >= rows {
+            product(0..rows, &mut data);
+        } else if t == 1 {
+            self.threads.for_pieces(&mut data, size, |p, out| {
+                product(p * size..p * size + out.len(), out)
+            });
+        } else {
+            let pieces = self.threads.map(rows.div_ceil(size), |p| {
+                let range = p * size..((p + 1) * size).min(rows);
+                let mut out = vec![0.0; t * range.len()];
+                product(range, &mut out);
+                out
+            });
+            for (p, piece) in pieces.iter().enumerate() {
+                let n = piece.len() / t;
+                for (i, piece_row) in piece.chunks_exact(n).enumerate() {
+                    data[i * rows + p * size..][..n].copy_from_slice(piece_row);
+                }
+            }
+        }
+        Rows::new(t, rows, data)
     }
 
     fn rope(&self, mut x: Rows, pass: &HostPass) -> Rows {
@@ -206,7 +241,6 @@ impl Ops for HostOps {
         let rep = n_heads / n_kv_heads;
         let scale = 1.0 / (hs as f32).sqrt();
         let mut out = vec![0.0; q.t * n_heads * hs];
-        let mut scores = Vec::new();
         let mut row = 0;
         for (span, cache) in pass.spans.iter().zip(caches.iter_mut()) {
             let (start, t) = (span.start, span.len);
@@ -214,29 +248,36 @@ impl Ops for HostOps {
             let new = row * kv_dim..(row + t) * kv_dim;
             keys[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&k.data[new.clone()]);
             values[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&v.data[new]);
-            scores.resize(start + t, 0.0f32);
-            for i in 0..t {
+            let (keys, values) = (&keys[..], &values[..]);
+            // Query `i` of the span, head `h`, into `o`.
+            let head = |i: usize, h: usize, o: &mut [f32], scores: &mut Vec<f32>| {
                 // Keys `first..seen`: every earlier position, or the window's last ones.
                 let seen = start + i + 1;
                 let first = window.map_or(0, |w| seen.saturating_sub(w));
-                for h in 0..n_heads {
-                    let query = &q.row(row + i)[h * hs..(h + 1) * hs];
-                    let kv = first * kv_dim + (h / rep) * hs;
-                    let scores = &mut scores[..seen - first];
-                    attention::attention_scores(
-                        self.isa,
-                        query,
-                        &keys[kv..],
-                        kv_dim,
-                        scale,
-                        scores,
-                    );
-                    softmax(scores);
-                    let at = ((row + i) * n_heads + h) * hs;
-                    let o = &mut out[at..at + hs];
-                    attention::weighted_sum(self.isa, scores, &values[kv..], kv_dim, o);
-                }
-            }
+                let query = &q.data[(row + i) * q.width + h * hs..][..hs];
+                let kv = first * kv_dim + (h / rep) * hs;
+                scores.resize(seen - first, 0.0);
+                attention::attention_scores(self.isa, query, &keys[kv..], kv_dim, scale, scores);
+                softmax(scores);
+                attention::weighted_sum(self.isa, scores, &values[kv..], kv_dim, o);
+            };
+            // One piece of the output a (query, head), split over the threads by heads where
+            // the span's work is worth it.
+            let work = t * n_heads * (start + t) * hs;
+            let heads = if work < MIN_ATTENTION_WORK {
+                t * n_heads
+            } else {
+                self.threads.part_size(t * n_heads, 1, 1)
+            };
+            let span_out = &mut out[row * n_heads * hs..(row + t) * n_heads * hs];
+            self.threads.for_pieces(span_out, heads * hs, |p, piece| {
+                SCORES.with_borrow_mut(|scores| {
+                    for (j, o) in piece.chunks_exact_mut(hs).enumerate() {
+                        let j = p * heads + j;
+                        head(j / n_heads, j % n_heads, o, scores);
+                    }
+                })
+            });
             row += t;
         }
         Rows::new(q.t, n_heads * hs, out)

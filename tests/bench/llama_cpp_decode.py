@@ -1,4 +1,4 @@
-"""llama.cpp's decode speed on one thread, the way `tokenometer bench` measures its own: the chat
+"""llama.cpp's decode speed on one thread (THREADS=N in the environment: N), the way `tokenometer bench` measures its own: the chat
 prompt prefilled, then 64 tokens decoded one at a time; decode tok/s = tokens after the first over
 the time from the first to the last. Prints one line per run. For docs/measurements.md, run
 interleaved with `tokenometer bench` (tests/bench/native_vs_llama_cpp.sh).
@@ -8,6 +8,7 @@ interleaved with `tokenometer bench` (tests/bench/native_vs_llama_cpp.sh).
 
 With RAW_PROMPT (a model without a chat template: Gemma 3 270M), that text with BOS instead.
 """
+import os
 import sys
 import time
 
@@ -20,7 +21,8 @@ STEPS = 64
 
 path = sys.argv[1]
 runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-llm = llama_cpp.Llama(model_path=path, n_ctx=512, n_threads=1, n_threads_batch=1, n_batch=512,
+threads = int(os.environ.get("THREADS", "1"))
+llm = llama_cpp.Llama(model_path=path, n_ctx=512, n_threads=threads, n_threads_batch=threads, n_batch=512,
                       logits_all=True, verbose=False)
 if len(sys.argv) > 3:
     prompt = llm.tokenize(sys.argv[3].encode(), add_bos=True, special=True)
@@ -37,4 +39,4 @@ for run in range(runs + 1):
         token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
     tps = (STEPS - 1) / (time.perf_counter() - first)
     if run > 0:  # the first run warms up
-        print(f"llama.cpp {path} decode {tps:.1f} tok/s")
+        print(f"llama.cpp {path} threads {threads} decode {tps:.1f} tok/s")

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 mod runs;
 mod synth;
 
-use crate::backend::{Backend, BackendChoice};
-use crate::cpu::Isa;
+use crate::backend::{Backend, BackendChoice, BackendKind};
+use crate::cpu::{Isa, Threads};
 use crate::decode::{
     Arrival, DEFAULT_MAX_TOKENS, DEFAULT_PROMPTS, Engine, GenerateOptions, Sampling,
 };
@@ -51,6 +51,10 @@ struct ModelArgs {
     /// runs when left out).
     #[arg(long, value_parser = Isa::by_name)]
     cpu_kernels: Option<Isa>,
+    /// The CPU backend's threads: each matrix product is split by rows, attention by heads, with
+    /// the same results as one thread (this machine's physical cores when left out).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -356,6 +360,13 @@ async fn load(args: &ModelArgs) -> Result<Engine, Error> {
                     .into(),
             ));
         }
+    };
+    let backend = match backend.kind {
+        BackendKind::Cpu => {
+            let count = args.threads.unwrap_or_else(Threads::physical_cores);
+            backend.with_threads(Threads::new(count).map_err(Error::Unsupported)?)
+        }
+        BackendKind::Wgpu => backend,
     };
     Engine::load(files, tokenizer.as_deref(), args.quant, &backend)
 }
