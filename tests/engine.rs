@@ -488,7 +488,13 @@ fn gemma3_layers_and_sliding_window_on_wgpu_match_the_cpu() {
         let mut config = config.clone();
         config.family = Family::Gemma3(gemma(window));
         let weights = tokenometer::loading::synth::weights(&config, 3);
-        let model = tokenometer::backend::Llama::new(weights, Quant::F32, backend);
+        let model = tokenometer::backend::Llama::new(
+            weights,
+            Quant::F32,
+            backend.device.as_ref(),
+            backend.isa,
+            &backend.threads,
+        );
         let mut cache = model.new_cache();
         let t = model.forward_in_chunks(&tokens, &mut cache, true, chunk);
         pollster::block_on(t.into_vec()).unwrap()

@@ -1,8 +1,9 @@
 //! A model on the backend it was loaded on: the one forward pass (`model/forward.rs`) over the
 //! CPU's operations (`cpu/`) or the GPU's (`gpu/`), and the KV caches that belong to it.
 
-use crate::backend::Backend;
-use crate::cpu::{HostLinear, HostOps, Rows};
+use burn::prelude::*;
+
+use crate::cpu::{HostLinear, HostOps, Isa, Rows, Threads};
 use crate::gpu::DeviceOps;
 use crate::model::forward::{Positions, Transformer, Weights};
 use crate::model::ops::{Heads, Ops};
@@ -100,10 +101,15 @@ pub struct Segment<'a> {
 
 impl Llama {
     /// Put host weights in the form their device runs, quantized to `quant`'s blocks: burn tensors
-    /// on the backend's wgpu device, or, with none, host arrays for the CPU kernels of its
-    /// instruction set and threads.
-    pub fn new(mut weights: HostWeights, quant: Quant, backend: &Backend) -> Self {
-        let device = backend.device.as_ref();
+    /// on a wgpu `device`, or, with no device, host arrays for the CPU kernels in `isa` on
+    /// `threads`.
+    pub fn new(
+        mut weights: HostWeights,
+        quant: Quant,
+        device: Option<&Device>,
+        isa: Isa,
+        threads: &Threads,
+    ) -> Self {
         let hidden = weights.config.hidden_dim;
         // As stored, a matrix is in blocks only where its width is whole blocks already.
         if quant.format().is_some() {
@@ -134,7 +140,7 @@ impl Llama {
         let classifier = classifier.unwrap_or_else(|| token_embedding.clone());
         let body = match device {
             None => {
-                let ops = HostOps::new(backend.isa, heads, backend.threads.clone());
+                let ops = HostOps::new(isa, heads, threads.clone());
                 Body::Host(Box::new(Weights::new(
                     ops, layers, &rms_final, classifier, &mut plan, config.dim,
                 )))

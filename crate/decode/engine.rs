@@ -88,7 +88,13 @@ impl Engine {
                 config.vocab_size
             )));
         }
-        let model = Llama::new(weights, quant, backend);
+        let model = Llama::new(
+            weights,
+            quant,
+            backend.device.as_ref(),
+            backend.isa,
+            &backend.threads,
+        );
         let embedding_bytes = model.embedding_bytes();
         let info = ModelInfo {
             name,
