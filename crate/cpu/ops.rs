@@ -159,7 +159,7 @@ impl Ops for HostOps {
         x
     }
 
-    /// Split by rows over the threads (whole packed groups, at least [`MIN_ROWS_A_THREAD`] a
+    /// Split by rows over the threads (whole packed groups, at least `MIN_ROWS_A_THREAD` a
     /// thread): at batch 1 each part writes its own piece of the output; a batch's parts are
     /// made apart and put in place after.
     fn matmul(&self, x: &Rows, w: &HostLinear) -> Rows {

@@ -112,11 +112,11 @@ impl Threads {
         f: impl Fn(usize, &mut [T]) + Sync + Send,
     ) {
         let size = size.max(1);
-        let (len, parts) = (out.len(), out.len().div_ceil(size));
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(pool) = &self.pool
-            && parts > 1
+            && out.len() > size
         {
+            let (len, parts) = (out.len(), out.len().div_ceil(size));
             let base = pool::Shared(out.as_mut_ptr());
             pool.run(parts, &|p| {
                 let start = p * size;
@@ -129,7 +129,6 @@ impl Threads {
             });
             return;
         }
-        let _ = parts;
         for (p, piece) in out.chunks_mut(size).enumerate() {
             f(p, piece);
         }

@@ -24,17 +24,26 @@ pub(crate) trait PackedAvx2: RunFormat {
         unsafe { [_mm256_set1_epi16(1); 2] }
     }
 
-    /// A chunk's 32 bytes (4 of each of 8 rows) in the forms [`products`](Self::products) takes.
+    /// A chunk's 32 bytes (4 of each of 8 rows) in the forms [`products`](Self::products) takes:
+    /// by default signed bytes (Q8_0's), as their magnitudes and themselves (for their signs).
     ///
     /// # Safety
     /// A machine with AVX2.
-    unsafe fn chunk(v: __m256i) -> [__m256i; 2];
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
+        [_mm256_sign_epi8(v, v), v]
+    }
 
     /// `sum` plus chunk `k`'s products with activation row `x` of block `b`, their pair sums
-    /// multiplied by `mult` (see [`multipliers`](Self::multipliers)).
+    /// multiplied by `mult` (see [`multipliers`](Self::multipliers)). By default signed bytes':
+    /// the weights' signs move onto the broadcast activations (`sign`), and each `maddubs` (up to
+    /// 2 * 127 * 127 a pair) is widened at once.
     ///
     /// # Safety
     /// A machine with AVX2; `x` holds block `b` whole.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn products(
         w: [__m256i; 2],
         x: &Act,
@@ -42,13 +51,23 @@ pub(crate) trait PackedAvx2: RunFormat {
         k: usize,
         sum: __m256i,
         mult: __m256i,
-    ) -> __m256i;
+    ) -> __m256i {
+        // SAFETY: the caller's.
+        let signed = _mm256_sign_epi8(unsafe { four(x, b, k) }, w[1]);
+        let pairs = _mm256_maddubs_epi16(w[0], signed);
+        _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, mult))
+    }
 
-    /// A block's sums as 8 i32 lanes (a lane a row), the codes' bias taken back (`offset`).
+    /// A block's sums as 8 i32 lanes (a lane a row), the codes' bias taken back (`offset`): by
+    /// default the sums as they are (no bias).
     ///
     /// # Safety
     /// A machine with AVX2.
-    unsafe fn finish(sum: __m256i, offset: i32) -> __m256i;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn finish(sum: __m256i, _offset: i32) -> __m256i {
+        sum
+    }
 }
 
 /// Four activation bytes, `4 k..4 k + 4` of block `b`, in every lane.
@@ -106,38 +125,9 @@ impl PackedAvx2 for Q4_0 {
     }
 }
 
-/// Q8_0: the weights' signs move onto the broadcast activations (`sign`), and each `maddubs` (up
-/// to 2 * 127 * 127 a pair) is widened at once.
+/// Q8_0: signed bytes, the trait's own products.
 impl PackedAvx2 for Q8_0 {
     const CHUNKS: usize = 8;
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
-        [_mm256_sign_epi8(v, v), v]
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn products(
-        w: [__m256i; 2],
-        x: &Act,
-        b: usize,
-        k: usize,
-        sum: __m256i,
-        mult: __m256i,
-    ) -> __m256i {
-        // SAFETY: the caller's.
-        let signed = _mm256_sign_epi8(unsafe { four(x, b, k) }, w[1]);
-        let pairs = _mm256_maddubs_epi16(w[0], signed);
-        _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, mult))
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn finish(sum: __m256i, _offset: i32) -> __m256i {
-        sum
-    }
 }
 
 /// Q6_K: Q8_0's products (codes -32..=31, so a pair sum is at most 2 * 32 * 127), each half's pair
@@ -164,33 +154,6 @@ impl PackedAvx2 for Q6KRun {
             _mm256_srai_epi16(_mm256_shuffle_epi8(v, idx), 8)
         };
         [spread(0), spread(1)]
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
-        // SAFETY: AVX2, as this function.
-        unsafe { <Q8_0 as PackedAvx2>::chunk(v) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn products(
-        w: [__m256i; 2],
-        x: &Act,
-        b: usize,
-        k: usize,
-        sum: __m256i,
-        mult: __m256i,
-    ) -> __m256i {
-        // SAFETY: the caller's.
-        unsafe { <Q8_0 as PackedAvx2>::products(w, x, b, k, sum, mult) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn finish(sum: __m256i, _offset: i32) -> __m256i {
-        sum
     }
 }
 

@@ -138,20 +138,36 @@ mod relaxed {
 /// A format's share of the 16-bit kernel (`simd128`): its weights of a pair of rows as 16-bit
 /// lanes, the activations they meet, and their products.
 pub(crate) trait Pairs16: RunFormat {
-    /// Chunk bytes `p..p + 8` (4 of each of 2 rows) as 16-bit lanes.
+    /// Chunk bytes `p..p + 8` (4 of each of 2 rows) as 16-bit lanes: by default signed bytes
+    /// (Q8_0's), sign-extended.
     ///
     /// # Safety
     /// `p` points to 8 readable bytes.
-    unsafe fn pair(p: *const u8) -> [v128; 2];
+    #[inline(always)]
+    unsafe fn pair(p: *const u8) -> [v128; 2] {
+        // SAFETY: the caller's.
+        [
+            unsafe { i16x8_load_extend_i8x8(p as *const i8) },
+            i16x8_splat(0),
+        ]
+    }
 
-    /// The activations chunk `k` of block `b` meets, widened and repeated.
+    /// The activations chunk `k` of block `b` meets, widened and repeated (by default values
+    /// `4k..4k + 4`).
     ///
     /// # Safety
     /// `x` holds block `b` whole.
-    unsafe fn activations(x: &Act, b: usize, k: usize) -> [v128; 2];
+    #[inline(always)]
+    unsafe fn activations(x: &Act, b: usize, k: usize) -> [v128; 2] {
+        // SAFETY: the caller's.
+        [unsafe { four(x, b, k) }, i16x8_splat(0)]
+    }
 
     /// The products of a pair of rows with the activations, two i32 lanes a row.
-    fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128;
+    #[inline(always)]
+    fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128 {
+        i32x4_dot_i16x8(w[0], xs[0])
+    }
 
     /// The chunks of 32 bytes that hold a block's codes (a chunk after them holds the rows'
     /// half scales).
@@ -209,26 +225,6 @@ impl Pairs16 for Q4_0 {
 /// Q8_0's bytes sign-extended.
 impl Pairs16 for Q8_0 {
     const CHUNKS: usize = 8;
-
-    #[inline(always)]
-    unsafe fn pair(p: *const u8) -> [v128; 2] {
-        // SAFETY: the caller's.
-        [
-            unsafe { i16x8_load_extend_i8x8(p as *const i8) },
-            i16x8_splat(0),
-        ]
-    }
-
-    #[inline(always)]
-    unsafe fn activations(x: &Act, b: usize, k: usize) -> [v128; 2] {
-        // SAFETY: the caller's.
-        [unsafe { four(x, b, k) }, i16x8_splat(0)]
-    }
-
-    #[inline(always)]
-    fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128 {
-        i32x4_dot_i16x8(w[0], xs[0])
-    }
 }
 
 /// Q6_K: the codes sign-extended as Q8_0's, each multiplied by its half's scale in 16 bits
@@ -236,23 +232,6 @@ impl Pairs16 for Q8_0 {
 impl Pairs16 for Q6KRun {
     const CHUNKS: usize = 8;
     const HALF_SCALES: bool = true;
-
-    #[inline(always)]
-    unsafe fn pair(p: *const u8) -> [v128; 2] {
-        // SAFETY: the caller's.
-        unsafe { <Q8_0 as Pairs16>::pair(p) }
-    }
-
-    #[inline(always)]
-    unsafe fn activations(x: &Act, b: usize, k: usize) -> [v128; 2] {
-        // SAFETY: the caller's.
-        unsafe { <Q8_0 as Pairs16>::activations(x, b, k) }
-    }
-
-    #[inline(always)]
-    fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128 {
-        <Q8_0 as Pairs16>::products(w, xs)
-    }
 
     /// Row `r`'s scales are its bytes `4 r` and `4 r + 1`: each spread over the row's four
     /// 16-bit lanes of a pair (bytes 0..8 of a shuffle), sign-extended.
