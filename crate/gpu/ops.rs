@@ -57,10 +57,6 @@ impl DeviceOps {
                     &self.device,
                 ));
             }
-            // The GPU kernels read blocks of one scale: Q6_K's (two a block) are widened.
-            Stored::Blocks(blocks) if blocks.format == Format::Q6K => {
-                return self.upload(Stored::F32(blocks.dequantize().into()), cols);
-            }
             Stored::Blocks(blocks) => blocks,
         };
         let (bits, flip) = match format {
@@ -68,7 +64,7 @@ impl DeviceOps {
             // without sign extension.
             Format::Q8_0 => (8, 0x8080_8080),
             Format::Q4_0 => (4, 0),
-            Format::Q6K => unreachable!("widened above"),
+            Format::Q6K => unreachable!("widened in `linear`"),
         };
         // Offsets `[blocks a row, n]`, the `k` of an f32 projection of the activations' block sums.
         let offsets = (!offsets.is_empty()).then(|| {
@@ -130,7 +126,16 @@ impl Ops for DeviceOps {
 
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
         let (n, cols) = (m.rows, m.cols);
-        let stored = plan.apply(name, m);
+        let stored = match plan.apply(name, m) {
+            // The GPU kernels read blocks of one scale: Q6_K's (two a block) are widened here,
+            // before the parts are sized, and counted as the f32 they are on the device.
+            Stored::Blocks(blocks) if blocks.format == Format::Q6K => {
+                let values = blocks.dequantize();
+                plan.device_bytes += 4 * values.len() as u64 - blocks.bytes();
+                Stored::F32(values.into())
+            }
+            stored => stored,
+        };
         // One buffer per part of at most PART_BYTES: Gemma 3's classifier (262,144 x 640 Q8_0,
         // 160 MiB of codes) is past what a device lends one buffer by default (WebGPU: 128 MiB
         // bound, 256 MiB in all); llvmpipe refused it.
