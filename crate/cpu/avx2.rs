@@ -11,9 +11,16 @@ use crate::formats::{BLOCK, Q4_0, Q6KRun, Q8_0, RunFormat};
 /// A format's weight block as 32 signed values in one register: AVX2's share of each
 /// [`RunFormat`] (one implementation a format, beside the others).
 pub(crate) trait Avx2Block: RunFormat {
+    /// By default signed bytes as they lie (Q8_0's).
+    ///
     /// # Safety
     /// `pw` points to the block's `PAYLOAD` readable bytes, on a machine with AVX2.
-    unsafe fn weight_block(pw: *const u8) -> __m256i;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weight_block(pw: *const u8) -> __m256i {
+        // SAFETY: the caller's.
+        unsafe { _mm256_loadu_si256(pw as *const __m256i) }
+    }
 
     /// Whether a block's two halves have scales of their own ([`multipliers`](Self::multipliers)).
     const HALF_SCALES: bool = false;
@@ -30,25 +37,11 @@ pub(crate) trait Avx2Block: RunFormat {
     }
 }
 
-impl Avx2Block for Q8_0 {
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn weight_block(pw: *const u8) -> __m256i {
-        // SAFETY: the caller's.
-        unsafe { _mm256_loadu_si256(pw as *const __m256i) }
-    }
-}
+impl Avx2Block for Q8_0 {}
 
 /// Q6_K: the codes as Q8_0's; each half's pair sums times its scale (bytes 32 and 33).
 impl Avx2Block for Q6KRun {
     const HALF_SCALES: bool = true;
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn weight_block(pw: *const u8) -> __m256i {
-        // SAFETY: the caller's.
-        unsafe { _mm256_loadu_si256(pw as *const __m256i) }
-    }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]

@@ -224,14 +224,9 @@ mod pool {
     pub struct Pool {
         state: Arc<State>,
         workers: Vec<std::thread::JoinHandle<()>>,
-        /// Jobs handed out so far (the caller's alone).
-        jobs: std::cell::Cell<u64>,
         /// One job at a time.
         running: Mutex<()>,
     }
-
-    // SAFETY: `jobs` is only touched while `running` is held.
-    unsafe impl Sync for Pool {}
 
     impl Pool {
         /// `workers` threads beside the caller's.
@@ -249,7 +244,6 @@ mod pool {
             let mut pool = Pool {
                 state: state.clone(),
                 workers: Vec::new(),
-                jobs: std::cell::Cell::new(0),
                 running: Mutex::new(()),
             };
             for i in 0..workers {
@@ -274,11 +268,9 @@ mod pool {
             let job: &Job<'static> = unsafe { std::mem::transmute(&job) };
             state.done.store(0, Relaxed);
             state.job.store(job as *const Job as *mut Job, Release);
-            let number = self.jobs.get() + 1;
-            self.jobs.set(number);
-            state
-                .word
-                .store(pack(number & 0xffff_ffff, 0, parts as u64), SeqCst);
+            // The job's number follows the last one's (only a caller holding `running` writes it).
+            let number = ((state.word.load(Relaxed) >> 32) + 1) & 0xffff_ffff;
+            state.word.store(pack(number, 0, parts as u64), SeqCst);
             if state.sleepers.load(SeqCst) > 0 {
                 let _guard = state.lock.lock().unwrap_or_else(|e| e.into_inner());
                 state.wake.notify_all();
