@@ -17,7 +17,7 @@ WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: serve test test-native test-wasm test-e2e pkg models bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
+.PHONY: serve test test-native test-wasm test-wasm-threads test-e2e pkg models nightly-tools bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
 
 # Without PyPI the page still serves: its default is then stories260K (shipped), and it says why.
 serve: setup-serve pkg
@@ -39,9 +39,38 @@ test-native:
 
 # wasm-bindgen-test in headless Chromium (CPU backend and WebGPU); the same as
 # `wasm-pack test --headless --chrome --profile web --test web`.
-test-wasm:
+test-wasm: test-wasm-threads
 	WASM_BINDGEN_TEST_TIMEOUT=600 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
 		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --profile web --target wasm32-unknown-unknown --test web --test web_crash --test kernels
+
+# The threaded build's own test (tests/web_threads.rs: 2 and 3 threads give one thread's bits), in a
+# dedicated worker of a cross-origin isolated page, as the page runs it.
+test-wasm-threads: nightly-tools
+	@if $(HAVE_NIGHTLY); then set -x; WASM_BINDGEN_TEST_TIMEOUT=600 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+		$(THREADS_CARGO) test $(THREADS_FLAGS) --test web_threads; \
+	else echo "make test-wasm-threads: no nightly Rust with rust-src here, so the threaded build and its test are skipped"; fi
+
+# The page's third build, pkg/threads/: the CPU engine on several threads, Web Workers sharing the
+# module's memory (crate/cpu/threads/). Its std is rebuilt with atomics (-Z build-std), which takes
+# nightly Rust and its rust-src; it has no WebGPU (wgpu does not build with wasm threads), so it is
+# built without the `gpu` feature. Without nightly the page runs one thread and says why.
+NIGHTLY ?= nightly
+THREADS_TARGET_DIR := target/wasm-threads
+THREADS_RUSTFLAGS := -C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128,+relaxed-simd \
+	-C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
+	-C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
+	-C link-arg=--export=__tls_base
+THREADS_CARGO := RUSTFLAGS="$(THREADS_RUSTFLAGS)" CARGO_TARGET_DIR=$(THREADS_TARGET_DIR) cargo +$(NIGHTLY)
+THREADS_FLAGS := -Z build-std=panic_abort,std --profile web --target wasm32-unknown-unknown --no-default-features
+HAVE_NIGHTLY := rustup component list --toolchain $(NIGHTLY) --installed 2>/dev/null | grep -q '^rust-src'
+
+# nightly and its rust-src where rustup can get them; where it cannot, a line says so and the
+# threaded build is skipped (nothing fails).
+nightly-tools:
+	@if rustup toolchain list | grep -q '^$(NIGHTLY)'; then \
+		rustup component add rust-src --toolchain $(NIGHTLY) >/dev/null 2>&1 || echo "no rust-src for $(NIGHTLY): the threaded build is skipped"; \
+	else rustup toolchain install $(NIGHTLY) --profile minimal --component rust-src >/dev/null 2>&1 \
+		|| echo "rustup could not install $(NIGHTLY) Rust: the threaded build is skipped (the page runs one thread)"; fi
 
 # The page's SmolLM2 entry is tested with a SmolLM2-shaped GGUF of 2 layers (synthetic weights,
 # the shipped StarCoder vocabulary made SmolLM2-like) answering its Hugging Face URL.
@@ -55,16 +84,19 @@ $(E2E_SMOLLM2): crate/loading/synth.rs crate/loading/gguf_writer.rs examples/smo
 	cargo run --quiet --example smollm2_vocab -- $(MODELS)/gguf-vocab/ggml-vocab-starcoder.gguf target/e2e/smollm2-vocab.gguf
 	cargo run --quiet -- synth --shape smollm2-135M --layers 2 --q8 --vocab target/e2e/smollm2-vocab.gguf --out $@
 
-# Two builds of the engine; the worker picks one (www/worker.js). pkg/: baseline SIMD128, which
+# Three builds of the engine; the worker picks one (www/worker.js). pkg/: baseline SIMD128, which
 # every browser with WebAssembly SIMD runs. pkg/relaxed/: tokenometer's own code also with relaxed
 # SIMD (faster Q4_0 kernels), the dependencies as they are (`cargo rustc` passes the flag to this
 # crate only, so they are not built twice).
-pkg:
+pkg: nightly-tools
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo build --profile web --target wasm32-unknown-unknown --lib
 	wasm-bindgen --target web --remove-name-section --out-dir pkg $(WASM)
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo rustc --profile web --target wasm32-unknown-unknown --lib \
 		-- -C target-feature=+relaxed-simd
 	wasm-bindgen --target web --remove-name-section --out-dir pkg/relaxed $(WASM)
+	@if $(HAVE_NIGHTLY); then set -x; $(THREADS_CARGO) build $(THREADS_FLAGS) --lib && \
+		wasm-bindgen --target web --remove-name-section --out-dir pkg/threads $(THREADS_TARGET_DIR)/wasm32-unknown-unknown/web/tokenometer.wasm; \
+	else rm -rf pkg/threads; echo "make pkg: no nightly Rust with rust-src here, so no threaded build (pkg/threads/): the page runs the CPU engine on one thread and says so"; fi
 
 bench: setup-serve
 	cargo build --release
@@ -113,6 +145,9 @@ lint:
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings \
 		-C target-feature=+relaxed-simd
+	# The build without the GPU (the threaded one's features), natively and threaded.
+	cargo clippy --no-default-features --lib -- -D warnings
+	@if $(HAVE_NIGHTLY); then set -x; $(THREADS_CARGO) clippy $(THREADS_FLAGS) --lib --tests -- -D warnings; fi
 	RUSTDOCFLAGS="-D warnings" cargo doc --lib --no-deps --document-private-items
 	RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo doc --target wasm32-unknown-unknown \
 		--lib --no-deps --document-private-items
@@ -120,8 +155,8 @@ lint:
 	# The fuzz crate compiles the parsers from crate/ by path: check that it still builds.
 	cd fuzz && cargo check --quiet
 
-setup: apt-packages wasm-tools npm-packages
-setup-serve: wasm-tools npm-packages
+setup: apt-packages wasm-tools npm-packages nightly-tools
+setup-serve: wasm-tools npm-packages nightly-tools
 
 apt-packages:
 	@missing=""; for p in mesa-vulkan-drivers chromium chromium-driver; do \

@@ -26,6 +26,7 @@ pub mod cpu;
 pub mod decode;
 pub mod error;
 pub mod formats;
+#[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod loading;
 pub mod meter;

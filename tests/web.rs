@@ -117,6 +117,7 @@ async fn session(model: &[u8]) -> Result<Session, JsValue> {
         "cpu".into(),
         "f32".into(),
         None,
+        None,
     )
     .await
     .map_err(JsValue::from)

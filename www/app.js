@@ -4,6 +4,7 @@
 // a figure itself: the meter's report (computed in Rust, in the worker) arrives with every event.
 import { EngineClient } from './engine-client.js';
 import { SIMD_BUILDS, SIMD_CHOICES, chooseSimdBuild, relaxedSimd, simdBuild } from './simd.js';
+import { CORES, DEFAULT_THREADS, buildFor, chooseThreads, chosenThreads, oneThreadReason, parseThreads } from './threads.js';
 import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, fillSelect } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { ResultsTable, rowFromReport, rowFromLoadReport } from './results.js';
@@ -37,7 +38,7 @@ const LISTED = MODELS.filter((m) => m.model);
 /** @param {string} id */
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const el = {
-  model: $('model'), backend: $('backend'), simd: $('simd'), quant: $('quant'), prompt: $('prompt'), max: $('max'),
+  model: $('model'), backend: $('backend'), simd: $('simd'), threads: $('threads'), threadsNote: $('threads-note'), quant: $('quant'), prompt: $('prompt'), max: $('max'),
   temperature: $('temperature'), wpm: $('wpm'), repeat: $('repeat'), run: $('run'), stop: $('stop'),
   status: $('status'), error: $('error'), modelNote: $('model-note'), modelUrl: $('model-url'), tokenizerUrl: $('tokenizer-url'),
   modelFile: $('model-file'), tokenizerFile: $('tokenizer-file'), configFile: $('config-file'),
@@ -134,14 +135,16 @@ function source(id) {
 }
 
 /**
- * What to load for a configuration, with a key that names it (files, backend, quantization, and
- * the engine's build: choosing another one loads again, in a worker of that build).
+ * What to load for a configuration, with a key that names it (files, backend, quantization, the
+ * engine's build and its CPU threads: choosing another loads again, in a worker of that build).
  * @param {{ model?: string, backend: string, quant: string }} config
+ * @param {number} [wanted]  CPU threads (default: the form's choice)
  */
-function spec({ model, backend, quant }) {
+function spec({ model, backend, quant }, wanted = chosenThreads()) {
   const s = source(model);
   const files = [s.model, s.tokenizer, s.config].map((f) => f && ('url' in f ? f.url : `${f.file.name}:${f.file.size}:${f.file.lastModified}`));
-  return { ...s, backend, quant, key: [...files, backend, quant, simdBuild()].join('|') };
+  const { build, threads } = buildFor(backend, wanted);
+  return { ...s, backend, quant, threads, build, key: [...files, backend, quant, build, threads].join('|') };
 }
 
 /** Load the form's configuration in the main engine (nothing to do if it is loaded). */
@@ -155,7 +158,7 @@ async function ensureLoaded() {
     onProgress: showProgress,
     onStatus: setStatus,
     onLoaded: (info) => {
-      loaded = `${info.model} · ${info.architecture} ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}${info.chat_template ? ` · chat template ${info.chat_template}` : ''}`;
+      loaded = `${info.model} · ${info.architecture} ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}${info.build_note ? ` · ${info.build_note}` : ''}${info.chat_template ? ` · chat template ${info.chat_template}` : ''}`;
       view.setConditions(loaded);
       el.warmup.hidden = false;
       warmStart = performance.now();
@@ -211,7 +214,7 @@ async function runOnce(signal) {
 }
 
 /** @param {any} report */
-const conditions = (report) => `${report.summary}${state.warmUpMs !== null ? ` · warm-up ${state.warmUpMs.toFixed(0)} ms (apart)` : ''}`;
+const conditions = (report) => `${report.summary}${engine.loaded?.info?.build_note ? ` · ${engine.loaded.info.build_note}` : ''}${state.warmUpMs !== null ? ` · warm-up ${state.warmUpMs.toFixed(0)} ms (apart)` : ''}`;
 
 async function run() {
   if (state.running || state.labBusy) return;
@@ -320,6 +323,7 @@ function clearError() {
 const lanes = new LanesPanel($('lanes'), {
   models: LISTED.map(({ id, label }) => ({ id, label })),
   spec,
+  threads: chosenThreads,
   settings,
   wpm,
   addResult: (row) => results.add(row),
@@ -370,6 +374,8 @@ function shareUrl() {
   if (state.last === 'repeat') params.set('repeat', el.repeat.value);
   // The engine's build is a condition too (simd.js): a link from the baseline build runs it.
   if (simdBuild() === 'baseline') params.set('simd', 'baseline');
+  // So are the CPU's threads (threads.js).
+  params.set('threads', String(chosenThreads()));
   if (stage) params.set('stage', '1');
   if (state.last) params.set('autorun', '1');
   return `${location.origin}${location.pathname}?${params}`;
@@ -389,7 +395,7 @@ el.share.addEventListener('click', async () => {
   setTimeout(() => { el.share.textContent = 'Share'; }, 2000);
 });
 
-// Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&repeat=..&lanes=..&lanes_run=..&simd=..&autorun=1`.
+// Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&repeat=..&lanes=..&lanes_run=..&simd=..&threads=..&autorun=1`.
 // A value that is not one of the choices is named in an error (and nothing runs), never silently
 // blank. Returns what autorun runs.
 function applyPresets() {
@@ -427,6 +433,14 @@ function applyPresets() {
     const simd = /** @type {string} */ (params.get('simd'));
     if (SIMD_BUILDS.includes(simd)) el.simd.value = simd;
     else problems.push(`simd=${simd} is not a choice (relaxed: relaxed SIMD where the browser has it, baseline: SIMD128)`);
+  }
+  if (params.has('threads')) {
+    try {
+      el.threads.value = String(parseThreads(/** @type {string} */ (params.get('threads'))));
+      chooseThreads(Number(el.threads.value));
+    } catch (e) {
+      problems.push(e instanceof Error ? e.message : String(e));
+    }
   }
   if (params.has('chat')) {
     const chat = /** @type {string} */ (params.get('chat'));
@@ -525,6 +539,22 @@ el.chat.addEventListener('change', () => { el.chat.dataset.touched = '1'; });
 el.simd.value = simdBuild();
 el.simd.addEventListener('change', () => chooseSimdBuild(el.simd.value));
 if (!relaxedSimd()) el.simd.options[0].textContent = 'relaxed SIMD (not here: baseline)';
+// The CPU's threads: 1 to this browser's logical cores, default half (threads.js). More than one
+// runs the threaded build (the CPU engine alone), so they apply to the CPU backend.
+fillSelect(el.threads, Array.from({ length: CORES }, (_, i) => /** @type {[string, string]} */ ([String(i + 1), `${i + 1}${i + 1 === DEFAULT_THREADS ? ' (default: half the cores)' : ''}`])));
+el.threads.value = String(chosenThreads());
+el.threads.addEventListener('change', () => { chooseThreads(Number(el.threads.value)); showThreadsNote(); });
+el.backend.addEventListener('change', showThreadsNote);
+/** Say when the chosen threads will not all run: one thread on the GPU backends, or a page that cannot share memory. */
+function showThreadsNote() {
+  const why = oneThreadReason();
+  const note = chosenThreads() <= 1 ? '' : why ?? (el.backend.value !== 'cpu'
+    ? `Threads apply to the CPU backend: ${el.backend.value === 'auto' ? 'auto' : 'WebGPU'} runs the single-thread builds (auto's CPU fallback on one thread).`
+    : '');
+  el.threadsNote.textContent = note;
+  el.threadsNote.hidden = !note;
+}
+showThreadsNote();
 el.run.addEventListener('click', run);
 // "Feel a speed": the last run replayed at 5, 20 or 200 tok/s, in the replay's own view (the URL
 // names the section).
@@ -578,6 +608,7 @@ async function findFetchedModels() {
 el.model.addEventListener('change', () => { state.modelTouched = true; });
 el.model.value = 'stories260K';
 const autorun = applyPresets();
+showThreadsNote();
 const modelsFound = findFetchedModels();
 Promise.all([engine.ready, modelsFound]).then(() => {
   setStatus('idle');

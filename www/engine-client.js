@@ -5,7 +5,6 @@
 // reaches another request. A fatal failure (a trap in the engine, a lost GPU device) fails every
 // request in flight and starts a fresh worker; the next load starts from scratch.
 import { nextId } from './protocol.js';
-import { simdBuild } from './simd.js';
 
 /** @typedef {import('./protocol.js').LoadSpec} LoadSpec */
 /** @typedef {import('./protocol.js').Defaults} Defaults */
@@ -37,15 +36,18 @@ export class EngineClient {
     this.start();
   }
 
-  /** Start (or restart) the worker. */
-  start() {
+  /**
+   * Start (or restart) the worker, running `build` of the engine (threads.js `buildFor`); a load
+   * that needs another build restarts it.
+   * @param {string} [build]
+   */
+  start(build = this.build ?? 'relaxed') {
     this.worker?.terminate();
     this.loadedKey = null;
     this.loaded = null;
-    // The build the page chose now (simd.js); a load after another choice restarts the worker.
     const url = new URL('./worker.js', import.meta.url);
-    this.simd = simdBuild();
-    if (this.simd === 'baseline') url.searchParams.set('simd', 'baseline');
+    this.build = build;
+    url.searchParams.set('build', build);
     this.worker = new Worker(url, { type: 'module' });
     this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
     this.worker.onmessage = ({ data }) => this.receive(data);
@@ -127,17 +129,17 @@ export class EngineClient {
 
   /**
    * Load a configuration, unless it is the one loaded now.
-   * @param {LoadSpec & { key: string }} spec
+   * @param {LoadSpec & { key: string, build: string }} spec
    * @param {{ onProgress?: (p: any) => void, onStatus?: (status: string) => void, onLoaded?: (info: any) => void }} [hooks]
    * @returns {Promise<{ info: any, warmUpMs: number }>}
    */
   async load(spec, hooks = {}) {
     if (this.loadedKey === spec.key && this.loaded) return this.loaded;
     // The key names the build (app.js `spec`), so a new key may want a worker of another build.
-    if (this.simd !== simdBuild()) this.start();
+    if (this.build !== spec.build) this.start(spec.build);
     this.loadedKey = null;
     await this.ready;
-    const { key, ...request } = spec;
+    const { key, build, ...request } = spec;
     /** @type {any} */
     let info = null;
     const warmed = await this.request({ type: 'load', ...request }, (message) => {

@@ -8,6 +8,7 @@ import { BACKENDS, QUANTS, BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES } fro
 import { RunView, format } from './run-view.js';
 import { rowFromReport } from './results.js';
 import { refs } from './dom.js';
+import { buildFor, shareThreads } from './threads.js';
 
 export const MAX_LANES = 4;
 /** How lanes run: all at once (one worker each), or one after another. */
@@ -24,7 +25,8 @@ const SAME_TOKENS = 40;
  * What the lanes need from the page.
  * @typedef {object} LanesHost
  * @property {{ id: string, label: string }[]} models  the models a lane can pick (by id)
- * @property {(config: LaneConfig) => import('./protocol.js').LoadSpec & { key: string }} spec  what to load for a lane
+ * @property {(config: LaneConfig, threads: number) => import('./protocol.js').LoadSpec & { key: string, build: string }} spec  what to load for a lane, on `threads` CPU threads
+ * @property {() => number} threads  the CPU threads chosen in the form
  * @property {() => Promise<{ prompt: string, options: object }>} settings  the prompt and run options of the page's form
  * @property {() => number} wpm
  * @property {(row: any) => void} addResult
@@ -63,7 +65,8 @@ export function laneToString(lane) {
 
 const TEMPLATE = `
   <h2>Lanes <small>the same prompt on two to four configurations, side by side</small></h2>
-  <p>Each lane has its own engine (a worker). <em>At once</em> shares this machine's cores between the lanes, so each is slower than alone, which is itself a lesson; <em>one after another</em> measures each alone.</p>
+  <p>Each lane has its own engine (a worker). <em>At once</em> shares this machine's cores between the lanes (the CPU threads chosen above are divided between the CPU lanes), so each is slower than alone, which is itself a lesson; <em>one after another</em> measures each alone, on all the threads chosen.</p>
+  <p class="conditions" data-testid="lanes-threads" data-ref="threads" hidden></p>
   <div data-ref="configs" class="lane-configs"></div>
   <div class="row">
     <button type="button" data-testid="add-lane" data-ref="add">Add lane</button>
@@ -190,7 +193,17 @@ export class LanesPanel {
       const { prompt, options } = await this.host.settings();
       while (this.clients.length < this.configs.length) this.clients.push(new EngineClient());
       const configs = this.configs.map((c) => ({ ...c }));
-      const lanes = configs.map((config, i) => this.makeLane(config, i));
+      // Lanes at once divide the chosen CPU threads between the CPU lanes; one after another, each has them all.
+      const chosen = this.host.threads();
+      const cpuLanes = configs.filter((c) => c.backend === 'cpu').length;
+      const each = this.mode === 'parallel' ? shareThreads(chosen, cpuLanes) : chosen;
+      const threads = configs.map((c) => buildFor(c.backend, each).threads);
+      const shared = this.mode === 'parallel' && cpuLanes > 1 && chosen > 1;
+      this.ref.threads.textContent = shared
+        ? `At once: the ${chosen} CPU threads chosen are divided between ${cpuLanes} CPU lanes, ${each} each (at least one).`
+        : '';
+      this.ref.threads.hidden = !shared;
+      const lanes = configs.map((config, i) => this.makeLane(config, i, threads[i]));
       this.ref.lanes.replaceChildren(...lanes.map((l) => l.root));
       const one = (/** @type {number} */ i) => this.runLane(lanes[i], this.clients[i], prompt, options, abort.signal);
       if (this.mode === 'parallel') await Promise.all(lanes.map((_, i) => one(i)));
@@ -210,8 +223,9 @@ export class LanesPanel {
   /**
    * @param {LaneConfig} config
    * @param {number} i
+   * @param {number} threads  the CPU threads it runs on
    */
-  makeLane(config, i) {
+  makeLane(config, i, threads) {
     const root = document.createElement('section');
     root.className = 'lane';
     root.dataset.testid = 'lane';
@@ -221,7 +235,7 @@ export class LanesPanel {
     status.dataset.testid = 'lane-status';
     status.setAttribute('role', 'status');
     status.textContent = 'waiting';
-    const label = `${config.quant} on ${config.backend}${config.model ? `, ${config.model}` : ''}`;
+    const label = `${config.quant} on ${config.backend}${threads > 1 ? ` (${threads} threads)` : ''}${config.model ? `, ${config.model}` : ''}`;
     head.append(`Lane ${i + 1}: ${label} · `, status);
     const error = document.createElement('p');
     error.className = 'error';
@@ -230,7 +244,7 @@ export class LanesPanel {
     const body = document.createElement('div');
     root.append(head, error, body);
     const view = new RunView(body, { wpm: this.host.wpm, label: `Lane ${i + 1}` });
-    return { root, status, error, view, config, label, index: i, report: /** @type {any} */ (null), failed: false };
+    return { root, status, error, view, config, threads, label, index: i, report: /** @type {any} */ (null), failed: false };
   }
 
   /**
@@ -243,11 +257,12 @@ export class LanesPanel {
   async runLane(lane, client, prompt, options, signal) {
     try {
       lane.status.textContent = 'loading';
-      const { info, warmUpMs } = await client.load(this.host.spec(lane.config), {
+      const { info, warmUpMs } = await client.load(this.host.spec(lane.config, lane.threads), {
         onStatus: (status) => { lane.status.textContent = status; },
         onProgress: ({ loaded, total }) => { lane.status.textContent = `downloading ${total ? Math.round((100 * loaded) / total) : 0}%`; },
       });
-      lane.view.setConditions(`${info.model} · ${info.quant} · ${info.backend} (${info.adapter}) · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
+      const note = info.build_note ? ` · ${info.build_note}` : '';
+      lane.view.setConditions(`${info.model} · ${info.quant} · ${info.backend} (${info.adapter})${note} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
       if (signal.aborted) {
         lane.status.textContent = 'stopped';
         return;
@@ -259,7 +274,7 @@ export class LanesPanel {
         onEvents: (message) => lane.view.update(message),
       });
       lane.view.finish(report);
-      lane.view.setConditions(`${report.summary} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
+      lane.view.setConditions(`${report.summary}${note} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
       lane.report = report;
       this.host.addResult(rowFromReport(report, `lane ${lane.index + 1}`));
       this.host.finished(lane.view.record());

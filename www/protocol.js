@@ -20,6 +20,7 @@
  * @property {Source | null} [config]
  * @property {string} backend  `auto`, `wgpu` or `cpu`
  * @property {string} quant  `stored` (each tensor as the file stores it), `f32`, `q8` or `q4`
+ * @property {number} [threads]  the CPU kernels' threads (the threaded build only; default 1)
  */
 
 /**
@@ -28,6 +29,7 @@
  * @typedef {object} Defaults
  * @property {{ max_tokens: number, temperature: number, top_p: number, seed: number, reading_wpm: number, chat: boolean }} run
  * @property {{ users: number, arrival: string, max_batch: number | null, max_tokens: number, reading_wpm: number }} lab
+ * @property {{ threads: boolean, gpu: boolean }} build  what the worker's build of the engine can do
  */
 
 /**

@@ -4,19 +4,38 @@
 import { checkSize, fetchBytes } from './download.js';
 import { relaxedSimd } from './simd.js';
 
-// The engine comes in two builds (www/simd.js). This worker runs pkg/relaxed/ where the browser
-// runs relaxed SIMD, unless its URL says `?simd=baseline` (the page's choice, engine-client.js).
-const relaxed = new URLSearchParams(self.location.search).get('simd') !== 'baseline' && relaxedSimd();
-// A host that serves only pkg/ still works: a relaxed build that does not load gives way to it
-// (the conditions line names the build that runs: "CPU (SIMD128+relaxed)" or "CPU (SIMD128)").
-const engine = relaxed
-  ? import('../pkg/relaxed/tokenometer.js').catch(() => import('../pkg/tokenometer.js'))
-  : import('../pkg/tokenometer.js');
-
+// The engine comes in three builds (www/simd.js, www/threads.js), and this worker runs the one its
+// URL's `?build=` names (the page's choice, engine-client.js): `threads` (pkg/threads/: the CPU
+// kernels on several threads, relaxed SIMD, no WebGPU; only where the page is cross-origin
+// isolated), `relaxed` (pkg/relaxed/, where the browser runs relaxed SIMD) or `baseline` (pkg/).
+const build = new URLSearchParams(self.location.search).get('build') ?? 'relaxed';
+/** @param {string} url */
+const start = async (url) => {
+  const m = await import(url);
+  return { m, wasm: await m.default() };
+};
+// A host that serves only pkg/ still works: a build that does not load gives way to the next
+// (the conditions line names the build that runs: "CPU (SIMD128+relaxed), 2 threads", "CPU
+// (SIMD128+relaxed)" or "CPU (SIMD128)", and says why a threaded build is not running).
+const single = () => (build !== 'baseline' && relaxedSimd()
+  ? start('../pkg/relaxed/tokenometer.js').catch(() => start('../pkg/tokenometer.js'))
+  : start('../pkg/tokenometer.js'));
+/** Why this worker runs one thread when the page asked for more, or null. */
+let buildNote = null;
 // The engine compiles while the model downloads: init() streams the wasm into the compiler as it
 // arrives (WebAssembly.instantiateStreaming), and a load request does not wait for it until the
 // model's bytes are in.
-const ready = engine.then((m) => m.default());
+const started = build !== 'threads'
+  ? single()
+  : !self.crossOriginIsolated
+    ? (buildNote = 'one thread: this page is not cross-origin isolated', single())
+    : start('../pkg/threads/tokenometer.js').catch((e) => {
+      buildNote = `one thread: the threaded build did not load (${e?.message ?? e}; make pkg builds it where nightly Rust is installed)`;
+      return single();
+    });
+const engine = started.then(({ m }) => m);
+const ready = started.then(({ wasm }) => wasm);
+const threaded = started.then(({ m }) => m.defaults().build.threads);
 let session = null;
 // What the worker is doing, for the words of a fatal error ("out of memory while loading the model").
 let phase = 'starting the engine';
@@ -35,7 +54,7 @@ async function bytesOf(id, source, label) {
   return fetchBytes(new URL(source.url, self.location.href).href, label, (p) => post({ type: 'progress', id, ...p }));
 }
 
-async function load({ id, name, model, tokenizer, config, backend, quant }) {
+async function load({ id, name, model, tokenizer, config, backend, quant, threads }) {
   session?.free();
   session = null;
   phase = 'downloading the model';
@@ -47,10 +66,16 @@ async function load({ id, name, model, tokenizer, config, backend, quant }) {
   post({ type: 'status', id, status: 'loading' });
   phase = 'loading the model';
   const { loadSession } = await engine;
-  session = await loadSession(name, modelBytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined);
+  // Threads start with the session (Web Workers sharing this module's memory), in the threaded build.
+  const count = (await threaded) ? threads ?? 1 : 1;
+  if (count > 1) post({ type: 'status', id, status: `starting ${count} threads` });
+  session = await loadSession(name, modelBytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined, count);
+  const info = session.info();
+  // Why fewer threads run than were asked for, for the conditions line (app.js).
+  if (buildNote && (threads ?? 1) > 1) info.build_note = buildNote;
   // The wasm instance's memory after loading: what the tab holds for the engine and its weights
-  // (the file's bytes given to the engine are used in place, not copied again).
-  post({ type: 'loaded', id, info: session.info(), wasmMemoryBytes: (await ready).memory.buffer.byteLength });
+  // (the file's bytes given to the engine are used in place, not copied again; every thread shares it).
+  post({ type: 'loaded', id, info, wasmMemoryBytes: (await ready).memory.buffer.byteLength });
   post({ type: 'status', id, status: 'warming up' });
   phase = 'warming up';
   const warmUpMs = await session.warmUp();

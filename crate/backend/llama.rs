@@ -1,9 +1,9 @@
 //! A model on the backend it was loaded on: the one forward pass (`model/forward.rs`) over the
 //! CPU's operations (`cpu/`) or the GPU's (`gpu/`), and the KV caches that belong to it.
 
-use burn::prelude::*;
-
+use crate::backend::Device;
 use crate::cpu::{HostLinear, HostOps, Isa, Rows, Threads};
+#[cfg(feature = "gpu")]
 use crate::gpu::DeviceOps;
 use crate::model::forward::{Positions, Transformer, Weights};
 use crate::model::ops::{Heads, Ops};
@@ -11,6 +11,7 @@ use crate::model::quant::pad_hidden_to_blocks;
 use crate::model::{HostWeights, LlamaConfig, Logits, Quant, QuantPlan};
 
 enum Body {
+    #[cfg(feature = "gpu")]
     Device(Box<Weights<DeviceOps>>),
     Host(Box<Weights<HostOps>>),
 }
@@ -35,11 +36,13 @@ pub struct KvCache {
 }
 
 enum Store {
+    #[cfg(feature = "gpu")]
     Device(<DeviceOps as Ops>::Cache),
     Host(<HostOps as Ops>::Cache),
 }
 
 impl Store {
+    #[cfg(feature = "gpu")]
     fn device(&mut self) -> &mut <DeviceOps as Ops>::Cache {
         match self {
             Store::Device(cache) => cache,
@@ -50,6 +53,7 @@ impl Store {
     fn host(&mut self) -> &mut <HostOps as Ops>::Cache {
         match self {
             Store::Host(cache) => cache,
+            #[cfg(feature = "gpu")]
             Store::Device(_) => panic!("a KV cache from a model on another backend"),
         }
     }
@@ -145,12 +149,15 @@ impl Llama {
                     ops, layers, &rms_final, classifier, &mut plan, config.dim,
                 )))
             }
+            #[cfg(feature = "gpu")]
             Some(device) => {
                 let ops = DeviceOps::new(heads, device.clone());
                 Body::Device(Box::new(Weights::new(
                     ops, layers, &rms_final, classifier, &mut plan, config.dim,
                 )))
             }
+            #[cfg(not(feature = "gpu"))]
+            Some(device) => match *device {},
         };
         Self {
             model: Transformer::new(config.clone(), token_embedding),
@@ -175,6 +182,7 @@ impl Llama {
                 limit: self.config.seq_len,
             },
             store: match &self.body {
+                #[cfg(feature = "gpu")]
                 Body::Device(w) => Store::Device(w.ops.new_cache(layers)),
                 Body::Host(w) => Store::Host(w.ops.new_cache(layers)),
             },
@@ -206,12 +214,14 @@ impl Llama {
     ) -> Logits {
         let KvCache { positions, store } = cache;
         match (&self.body, store) {
+            #[cfg(feature = "gpu")]
             (Body::Device(w), Store::Device(s)) => self
                 .model
                 .chunks(w, tokens, positions, s, all_logits, chunk),
             (Body::Host(w), Store::Host(s)) => self
                 .model
                 .chunks(w, tokens, positions, s, all_logits, chunk),
+            #[cfg(feature = "gpu")]
             _ => panic!("a KV cache from a model on another backend"),
         }
     }
@@ -226,6 +236,7 @@ impl Llama {
     pub fn forward_batch(&self, segments: &mut [Segment]) -> Logits {
         let tokens: Vec<&[u32]> = segments.iter().map(|s| s.tokens).collect();
         match &self.body {
+            #[cfg(feature = "gpu")]
             Body::Device(w) => {
                 let (positions, stores) = caches(segments, Store::device);
                 self.model.batch(w, &tokens, positions, stores)
@@ -246,8 +257,12 @@ impl Llama {
     /// The CPU backend only (`None` on a GPU, where products are queued rather than run, so their
     /// time is not theirs alone).
     pub fn products_alone(&self, rows: usize) -> Option<(u64, u64)> {
-        let Body::Host(w) = &self.body else {
-            return None;
+        // (Without the GPU the match has one arm.)
+        #[cfg_attr(not(feature = "gpu"), allow(clippy::infallible_destructuring_match))]
+        let w = match &self.body {
+            Body::Host(w) => w,
+            #[cfg(feature = "gpu")]
+            Body::Device(_) => return None,
         };
         let (ops, dim) = (&w.ops, self.config.dim);
         // Small values of no meaning: f32 products take the same time whatever they hold, and a

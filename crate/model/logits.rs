@@ -1,21 +1,21 @@
 //! Logits where the forward pass left them, and how a pick reads them back.
 
-use burn::prelude::*;
-use burn::tensor::ExecutionError;
+#[cfg(feature = "gpu")]
+use burn::{prelude::*, tensor::ExecutionError};
 
-use crate::error::{Error, Result};
+#[cfg(feature = "gpu")]
+use crate::error::Error;
+use crate::error::Result;
 
 /// Logits `[rows, vocab]` where the forward pass left them: on the GPU, or on the host (the CPU
 /// backend), where a pick needs no round trip through burn. (In the page's worker that round trip,
 /// a burn tensor, its argmax and the read-back, took 0.2 to 0.7 ms a token, up to a quarter of a
 /// q8 decode step of stories15M.)
 pub enum Logits {
+    #[cfg(feature = "gpu")]
     Device(Box<Tensor<2>>),
     /// Row-major, `vocab` values a row.
-    Host {
-        vocab: usize,
-        data: Vec<f32>,
-    },
+    Host { vocab: usize, data: Vec<f32> },
 }
 
 impl Logits {
@@ -23,6 +23,7 @@ impl Logits {
     /// there and only the ids are read back.
     pub async fn argmax(self) -> Result<Vec<u32>> {
         match self {
+            #[cfg(feature = "gpu")]
             Logits::Device(t) => {
                 let data = (*t)
                     .argmax(1)
@@ -38,6 +39,7 @@ impl Logits {
     /// Every value, row-major, on the host.
     pub async fn into_vec(self) -> Result<Vec<f32>> {
         match self {
+            #[cfg(feature = "gpu")]
             Logits::Device(t) => {
                 let data = (*t).into_data_async().await.map_err(device_error)?;
                 Ok(data.iter::<f32>().collect())
@@ -78,6 +80,7 @@ pub(crate) fn argmax(row: &[f32]) -> u32 {
     row.iter().position(|&v| v == top).unwrap_or(0) as u32
 }
 
+#[cfg(feature = "gpu")]
 fn device_error(e: ExecutionError) -> Error {
     match e {
         // Once lost, every later operation on the device fails the same way.
@@ -91,6 +94,7 @@ fn device_error(e: ExecutionError) -> Error {
 
 /// burn's execution errors nest ("...\nCaused by:\n  ...\nBacktrace: ..."); keep the innermost
 /// cause, on one line, as every error message here is.
+#[cfg(feature = "gpu")]
 fn root_cause(message: &str) -> String {
     let message = message.split("Backtrace:").next().unwrap_or(message);
     let cause = message.rsplit("Caused by:").next().unwrap_or(message);
@@ -143,6 +147,7 @@ mod tests {
         assert_eq!(argmax(&[-0.0, 0.0]), 0);
     }
 
+    #[cfg(feature = "gpu")]
     #[test]
     fn a_lost_device_is_its_own_error_and_errors_keep_their_innermost_cause() {
         let lost = device_error(ExecutionError::DevicePoisoned {

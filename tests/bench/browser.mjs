@@ -5,7 +5,8 @@
 // MODEL may be a GGUF itself, with `-` for TOKENIZER (its own inside), so that both engines load
 // the very same file (QUANTS=q8 node tests/bench/browser.mjs model-q8_0.gguf - model-q8_0.gguf).
 // Environment: RUNS (5), MAX_TOKENS (128), QUANTS (f32,q8,q4: the GGUFs' precisions, in order),
-// PROMPT (Once upon a time), CHROMIUM (/usr/lib/chromium/chromium).
+// PROMPT (Once upon a time), THREADS (1; e.g. 1,2: both engines at each count, interleaved),
+// CHROMIUM (/usr/lib/chromium/chromium).
 import { mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
@@ -44,6 +45,7 @@ page.on('console', (m) => m.type() === 'log' && console.error(m.text()));
 const query = new URLSearchParams({
   runs: process.env.RUNS || '5', max: process.env.MAX_TOKENS || '128', configs: configs.join(','),
   tokenizer: tokenizer === '-' ? '0' : '1', prompt: process.env.PROMPT || 'Once upon a time',
+  threads: process.env.THREADS || '1',
 });
 await page.goto(`${base}/bench/peers.html?${query}`);
 await page.waitForFunction(() => window.benchResult, null, { timeout: 0, polling: 500 });
@@ -64,12 +66,20 @@ const byQuant = {};
 for (const row of result.rows) {
   const tps = row.samples.map((s) => s.decode_tps);
   const m = median(tps);
-  (byQuant[row.quant] ??= []).push(m);
+  ((byQuant[row.quant] ??= {})[row.threads] ??= []).push(m);
   console.log(`| ${row.engine} | ${row.adapter} | ${row.samples[0].tokens} | ${fmt(m)} [${fmt(Math.min(...tps))}-${fmt(Math.max(...tps))}] | ${fmt(median(row.samples.map((s) => s.own_tps)))} |`);
 }
 console.log('');
 for (const row of result.rows) if (row.memory) console.log(`${row.engine}: ${row.memory}`);
 console.log('');
-for (const [quant, [ours, theirs]] of Object.entries(byQuant)) {
-  console.log(`${quant}: tokenometer / wllama = ${(ours / theirs).toFixed(2)}x`);
+for (const [quant, byThreads] of Object.entries(byQuant)) {
+  for (const [threads, [ours, theirs]] of Object.entries(byThreads)) {
+    console.log(`${quant}, ${threads} thread(s): tokenometer / wllama = ${(ours / theirs).toFixed(2)}x`);
+  }
+  const counts = Object.keys(byThreads);
+  for (const t of counts.slice(1)) {
+    const [ours1, theirs1] = byThreads[counts[0]];
+    const [oursT, theirsT] = byThreads[t];
+    console.log(`${quant}: ${t} threads / ${counts[0]}: tokenometer ${(oursT / ours1).toFixed(2)}x, wllama ${(theirsT / theirs1).toFixed(2)}x`);
+  }
 }

@@ -2,8 +2,10 @@
 // tab, one engine at a time, runs interleaved (A B A B) so that both see the same machine.
 // Both count decode tok/s the same way, from the times tokens reach this page: tokens after the
 // first over the time from the first to the last. tokenometer's own meter is reported beside it.
-// Query: ?runs=5&max=128&prompt=...&configs=f32:model-f32.gguf,q8:model-q8_0.gguf&tokenizer=1
-// (tokenizer=0: tokenometer's model file carries its own). Both get the prompt as it is (no chat
+// Query: ?runs=5&max=128&prompt=...&configs=f32:model-f32.gguf,q8:model-q8_0.gguf&tokenizer=1&threads=1,2
+// (tokenizer=0: tokenometer's model file carries its own; threads: each engine at each count, all
+// interleaved; more than one runs our threaded build and wllama's multi-thread one, both as the page
+// would, in this cross-origin isolated page). Both get the prompt as it is (no chat
 // template: wllama's completion does not apply one).
 import { Wllama } from '/wllama/index.js';
 
@@ -12,6 +14,7 @@ const runs = Number(params.get('runs') || 5);
 const maxTokens = Number(params.get('max') || 128);
 const prompt = params.get('prompt') || 'Once upon a time';
 const ownTokenizer = params.get('tokenizer') !== '0';
+const threadCounts = (params.get('threads') || '1').split(',').map(Number);
 const configs = (params.get('configs') || 'f32:model-f32.gguf,q8:model-q8_0.gguf')
   .split(',').map((c) => { const [quant, gguf] = c.split(':'); return { quant, gguf }; });
 const logEl = document.getElementById('log');
@@ -38,17 +41,18 @@ function once(worker, wanted) {
   });
 }
 
-async function tokenometer(quant) {
-  const worker = new Worker('/worker.js', { type: 'module' });
+async function tokenometer(quant, threads) {
+  const worker = new Worker(`/worker.js?build=${threads > 1 ? 'threads' : 'relaxed'}`, { type: 'module' });
   await once(worker, 'ready');
   worker.postMessage({
     type: 'load', name: 'model', model: { url: '/files/model.bin' },
-    tokenizer: ownTokenizer ? { url: '/files/tokenizer.bin' } : null, backend: 'cpu', quant,
+    tokenizer: ownTokenizer ? { url: '/files/tokenizer.bin' } : null, backend: 'cpu', quant, threads,
   });
   const loaded = await once(worker, 'loaded');
   await once(worker, 'warmed');
+  if (loaded.info.build_note) throw new Error(loaded.info.build_note);
   return {
-    name: `tokenometer ${quant}`,
+    name: `tokenometer ${quant} ${threads}t`,
     adapter: loaded.info.adapter,
     memory: `wasm memory after load ${(loaded.wasmMemoryBytes / 1e6).toFixed(1)} MB`,
     async run() {
@@ -69,12 +73,13 @@ async function tokenometer(quant) {
   };
 }
 
-async function wllama(quant, gguf) {
+async function wllama(quant, gguf, threads) {
   const engine = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { suppressNativeLog: true });
-  await engine.loadModelFromUrl(`/files/${gguf}`, { n_threads: 1, n_ctx: 512, useCache: false });
+  await engine.loadModelFromUrl(`/files/${gguf}`, { n_threads: threads, n_ctx: 512, useCache: false });
+  if (engine.getNumThreads() !== threads) throw new Error(`wllama runs ${engine.getNumThreads()} threads, not ${threads}`);
   return {
-    name: `wllama ${quant}`,
-    adapter: `llama.cpp ${Wllama.getLibllamaVersion?.() ?? ''} wasm, 1 thread`,
+    name: `wllama ${quant} ${threads}t`,
+    adapter: `llama.cpp ${Wllama.getLibllamaVersion?.() ?? ''} wasm, ${threads} thread${threads > 1 ? 's' : ''}`,
     async run() {
       const times = [];
       const start = performance.now();
@@ -95,7 +100,8 @@ async function wllama(quant, gguf) {
 async function main() {
   const rows = [];
   for (const { quant, gguf } of configs) {
-    const engines = [await tokenometer(quant), await wllama(quant, gguf)];
+    const engines = [];
+    for (const t of threadCounts) engines.push(await tokenometer(quant, t), await wllama(quant, gguf, t));
     // One untimed run each, then interleaved timed runs.
     for (const e of engines) await e.run();
     const samples = engines.map(() => []);
@@ -107,7 +113,7 @@ async function main() {
       }
     }
     for (const [k, e] of engines.entries()) {
-      rows.push({ engine: e.name, quant, adapter: e.adapter, memory: e.memory ?? '', samples: samples[k] });
+      rows.push({ engine: e.name, quant, threads: threadCounts[Math.floor(k / 2)], adapter: e.adapter, memory: e.memory ?? '', samples: samples[k] });
       await e.close();
     }
   }

@@ -45,6 +45,7 @@ pub fn recorded_fatal() -> (Option<String>, Option<String>) {
 /// and the page shows this message instead of "unreachable".
 #[wasm_bindgen(start)]
 pub fn start() {
+    #[cfg(feature = "gpu")]
     crate::gpu::run_constructors();
     std::panic::set_hook(Box::new(|info| {
         let message = match info.payload_as_str() {

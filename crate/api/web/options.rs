@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::api::web::js::to_js;
+use crate::cpu::Threads;
 use crate::decode::{DEFAULT_MAX_TOKENS, GenerateOptions, Sampling};
 use crate::meter::DEFAULT_READING_WPM;
 
@@ -47,10 +48,23 @@ pub fn defaults() -> JsValue {
     struct Defaults {
         run: RunOptions,
         lab: LabOptions,
+        build: Build,
+    }
+    /// What this build of the engine can do.
+    #[derive(Serialize)]
+    struct Build {
+        /// The CPU kernels on more than one thread (the threaded build, pkg/threads/).
+        threads: bool,
+        /// The wgpu backend (every build but the threaded one).
+        gpu: bool,
     }
     to_js(&Defaults {
         run: RunOptions::default(),
         lab: LabOptions::default(),
+        build: Build {
+            threads: Threads::MANY,
+            gpu: cfg!(feature = "gpu"),
+        },
     })
 }
 

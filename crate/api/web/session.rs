@@ -9,7 +9,8 @@ use wasm_bindgen::prelude::*;
 use crate::api::drive::MeteredRun;
 use crate::api::web::js::{engine_error, js_error, now_epoch_ms, to_js};
 use crate::api::web::options::RunOptions;
-use crate::backend::{Backend, BackendChoice};
+use crate::backend::{Backend, BackendChoice, BackendKind};
+use crate::cpu::Threads;
 use crate::decode::{Engine, Event, GenerateOptions, ModelInfo, Sampling};
 use crate::loading::ModelFiles;
 use crate::model::{FileBytes, Quant};
@@ -24,7 +25,9 @@ pub struct Session {
 
 /// Load a model. `model` is a GGUF or a llama2.c `.bin`, or `model.safetensors` when `hf_config`
 /// (the bytes of `config.json`) is given. `tokenizer` may be left out for a GGUF that carries one.
-/// `backend` is `auto`, `wgpu` or `cpu`; `quant` is `f32`, `q8` or `q4`.
+/// `backend` is `auto`, `wgpu` or `cpu`; `quant` is `f32`, `q8` or `q4`. `threads` (default 1)
+/// runs the CPU kernels on that many threads: Web Workers that this build (the threaded one,
+/// `threadedBuild()`) starts beside the caller, which must itself be a worker.
 #[wasm_bindgen(js_name = loadSession)]
 pub async fn load_session(
     name: String,
@@ -33,10 +36,15 @@ pub async fn load_session(
     backend: String,
     quant: String,
     hf_config: Option<Vec<u8>>,
+    threads: Option<u32>,
 ) -> Result<Session, JsError> {
     let choice: BackendChoice = backend.parse().map_err(js_error)?;
     let quant: Quant = quant.parse().map_err(js_error)?;
-    let backend = Backend::init(choice).await.map_err(js_error)?;
+    let mut backend = Backend::init(choice).await.map_err(js_error)?;
+    let threads = threads.unwrap_or(1) as usize;
+    if backend.kind == BackendKind::Cpu && threads > 1 {
+        backend = backend.with_threads(start_threads(threads).await?);
+    }
     // One copy into wasm memory, 4-byte aligned, whose f32 weights the engine then uses in place.
     let mut bytes = FileBytes::zeroed(model.length() as usize);
     model.copy_to(bytes.bytes_mut());
@@ -52,6 +60,35 @@ pub async fn load_session(
         details: backend.details,
         warm_up_ms: Rc::new(Cell::new(None)),
     })
+}
+
+/// `count` threads, once every worker has started (a Web Worker takes tens of milliseconds to
+/// load the module; a figure measured before would be one thread's).
+async fn start_threads(count: usize) -> Result<Threads, JsError> {
+    const START_MS: f64 = 20_000.0;
+    let threads = Threads::new(count).map_err(js_error)?;
+    let since = now_epoch_ms();
+    while threads.started().map_err(js_error)? < count - 1 {
+        if now_epoch_ms() - since > START_MS {
+            return Err(js_error(format!(
+                "{} of {} CPU threads started in {} s; try fewer threads",
+                threads.started().unwrap_or(0) + 1,
+                count,
+                START_MS / 1000.0
+            )));
+        }
+        sleep_ms(10).await;
+    }
+    Ok(threads)
+}
+
+/// Let the event loop run for `ms` milliseconds.
+async fn sleep_ms(ms: i32) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
+        let _ = global.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
 
 #[wasm_bindgen]

@@ -1,0 +1,139 @@
+// End-to-end: the CPU engine on several threads in the page (the threaded build, pkg/threads/:
+// Web Workers sharing the module's memory, in a cross-origin isolated page). threads=2 gives the
+// text of one thread, says so in the conditions and in Share; lanes at once divide the threads;
+// a page that cannot share memory, or a host without the threaded build, runs one thread and says
+// why. Needs `make pkg` with nightly Rust (skipped, with a line, without pkg/threads/).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { launchBrowser, root, startServer } from './harness.mjs';
+
+const port = 19000 + (process.pid % 1000);
+const base = `http://127.0.0.1:${port}`;
+const threaded = existsSync(resolve(root, 'pkg/threads/tokenometer.js'));
+let server;
+let browser;
+
+before(async () => {
+  server = await startServer(port);
+  browser = await launchBrowser({ webgpu: false });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill();
+});
+
+async function open(query, prepare = async () => {}) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await prepare(page);
+  await page.goto(`${base}/?${query}`);
+  return { page, errors };
+}
+
+const text = (page, id) => page.locator('#run-view').getByTestId(id).textContent();
+const finished = (page) => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+
+test('threads=2 runs the threaded build on two threads and gives one thread\'s text', { skip: !threaded && 'no pkg/threads/ (make pkg without nightly Rust)' }, async () => {
+  const prompt = encodeURIComponent('Once upon a time');
+  const { page, errors } = await open(`model=stories260K&backend=cpu&quant=q8&max=80&threads=2&prompt=${prompt}&autorun=1`);
+  assert.equal(await page.evaluate(() => crossOriginIsolated), true);
+  await finished(page);
+  assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+  assert.equal(await page.getByTestId('threads').inputValue(), '2');
+  assert.match(await text(page, 'conditions'), /on cpu \[CPU \(SIMD128\+relaxed\), 2 threads\]/);
+  const two = await text(page, 'output');
+  assert.match(two, /^Once upon a time, there was a little girl named Lily\./);
+  // Share keeps the threads.
+  await page.getByTestId('share').click();
+  assert.equal(new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('threads'), '2');
+  // One thread: another build (relaxed, one thread), the same text.
+  await page.getByTestId('threads').selectOption('1');
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => /\[CPU \(SIMD128\+relaxed\)\]/.test(document.querySelector('#run-view [data-testid=conditions]').textContent), null, { timeout: 120_000 });
+  await finished(page);
+  assert.equal(await text(page, 'output'), two);
+
+  // The threaded build's kernels against the scalar ones, in this browser.
+  const check = await page.evaluate(async () => {
+    const engine = await import('/pkg/threads/tokenometer.js');
+    await engine.default();
+    return engine.kernelCheckForTests();
+  });
+  assert.equal(check.isa, 'SIMD128+relaxed');
+  assert.ok(check.worst_relative_error < 1e-5, JSON.stringify(check));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('SmolLM2 as stored on two threads: llama.cpp\'s first words, and the concurrency lab on the same threads', { skip: !threaded && 'no pkg/threads/' }, async () => {
+  const { page, errors } = await open('backend=cpu&max=8&threads=2&autorun=1');
+  await finished(page);
+  assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+  const conditions = await text(page, 'conditions');
+  assert.ok(conditions.includes('smollm2-135m (llama 134.5M params, stored'), conditions);
+  assert.ok(conditions.includes('[CPU (SIMD128+relaxed), 2 threads]'), conditions);
+  assert.match(await text(page, 'output'), /^What is a token, in one sentence\?A token is a small,/);
+  // The lab runs on the loaded engine: its threads, its ceiling measured on them.
+  await page.getByTestId('lab-users').fill('2');
+  await page.getByTestId('lab-max').fill('8');
+  await page.getByTestId('lab-start').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lab-status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('lab-error').isHidden(), true, await page.getByTestId('lab-error').textContent());
+  assert.match(await page.getByTestId('lab-conditions').textContent(), /\[CPU \(SIMD128\+relaxed\), 2 threads\], 2 users/);
+  assert.match(await page.getByTestId('lab-ceiling-tps').textContent(), /^\d+$/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('lanes at once divide the chosen threads between the CPU lanes, and say so', { skip: !threaded && 'no pkg/threads/' }, async () => {
+  const { page, errors } = await open('model=stories260K&threads=2&max=40&lanes=cpu:q8,cpu:f32&autorun=1');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('lanes-status').textContent(), 'done');
+  assert.equal(await page.getByTestId('lanes-threads').textContent(),
+    'At once: the 2 CPU threads chosen are divided between 2 CPU lanes, 1 each (at least one).');
+  const lanes = page.getByTestId('lane');
+  for (const i of [0, 1]) assert.match(await lanes.nth(i).getByTestId('conditions').textContent(), /\[CPU \(SIMD128\+relaxed\)\]/);
+  // One after another, each lane has both threads.
+  await page.getByTestId('lanes-mode').selectOption('sequential');
+  await page.getByTestId('run-lanes').click();
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=lane] [data-testid=lane-status]')[1]?.textContent === 'done', null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('lanes-threads').isHidden(), true);
+  for (const i of [0, 1]) {
+    assert.match(await lanes.nth(i).locator('h3').textContent(), /\(2 threads\)/);
+    assert.match(await lanes.nth(i).getByTestId('conditions').textContent(), /\[CPU \(SIMD128\+relaxed\), 2 threads\]/);
+  }
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('one thread, and why: a page that is not cross-origin isolated, a host without the threaded build, a bad threads=', async () => {
+  // The same page without COOP/COEP: no shared memory, so one thread, said beside the control.
+  const plain = await open('model=stories260K&backend=cpu&quant=q8&max=20&threads=2&autorun=1', (p) => p.route(`${base}/?*`, async (route) => {
+    const response = await route.fetch();
+    const headers = { ...response.headers() };
+    delete headers['cross-origin-opener-policy'];
+    delete headers['cross-origin-embedder-policy'];
+    await route.fulfill({ response, headers });
+  }));
+  assert.equal(await plain.page.evaluate(() => crossOriginIsolated), false);
+  await finished(plain.page);
+  assert.equal(await plain.page.getByTestId('error').isHidden(), true, await plain.page.getByTestId('error').textContent());
+  assert.match(await plain.page.getByTestId('threads-note').textContent(), /one thread here: the page is not cross-origin isolated/);
+  assert.match(await text(plain.page, 'conditions'), /\[CPU \(SIMD128\+relaxed\)\]/);
+  await plain.page.close();
+  // A host that does not serve pkg/threads/: the worker falls back and the conditions say why.
+  const partial = await open('model=stories260K&backend=cpu&quant=q8&max=20&threads=2&autorun=1',
+    (p) => p.route('**/pkg/threads/**', (route) => route.fulfill({ status: 404, body: 'not here' })));
+  await finished(partial.page);
+  assert.equal(await partial.page.getByTestId('error').isHidden(), true, await partial.page.getByTestId('error').textContent());
+  assert.match(await text(partial.page, 'conditions'), /\[CPU \(SIMD128\+relaxed\)\],.*one thread: the threaded build did not load/);
+  await partial.page.close();
+  const bad = await open('model=stories260K&threads=0&autorun=1');
+  const cores = await bad.page.evaluate(() => navigator.hardwareConcurrency);
+  assert.match(await bad.page.getByTestId('error').textContent(), new RegExp(`threads=0 is not a choice \\(1 to ${cores}, this browser's logical cores\\)`));
+  await bad.page.close();
+});
