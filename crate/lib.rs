@@ -35,7 +35,7 @@ pub mod model;
 pub use backend::{Backend, BackendChoice, BackendKind};
 pub use decode::{
     Engine, Event, Flow, GenerateOptions, ModelInfo, Request, Sampling, Scheduler, SeqEvent,
-    StopReason,
+    Speculation, StopReason,
 };
 pub use error::{Error, Result};
 pub use loading::ModelFiles;

@@ -102,7 +102,7 @@ fn batch(
                     o.reason = Some(reason);
                     o.ended_at = step;
                 }
-                Event::Prefill { .. } => {}
+                Event::Prefill { .. } | Event::Verify { .. } => {}
             }
         }
         step += 1;

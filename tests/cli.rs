@@ -585,3 +585,92 @@ fn synth_writes_a_smollm2_shaped_gguf_that_chats() {
     assert_eq!(raw["prompt_tokens"], 1);
     assert!(chat["prompt_tokens"].as_u64().unwrap() > 20, "{chat}");
 }
+
+/// `--speculate lookup` and `--speculate draft:PATH:QUANT` write plain decoding's text, say so in
+/// the conditions and report their drafts; bad settings are refused in one line.
+#[test]
+fn speculate_keeps_the_text_and_reports_its_drafts() {
+    let prompt = "Lily and Ben went to the park. Lily and Ben went to the park. Lily and Ben";
+    let run = |extra: &[&str]| {
+        let args = [&["--max-tokens", "100"][..], extra].concat();
+        let output = generate(&model(), &tok512(), prompt, &args);
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        (succeeded(output), stderr)
+    };
+    let (plain, plain_stderr) = run(&[]);
+    assert!(!plain_stderr.contains("speculati"), "{plain_stderr}");
+    let (lookup, stderr) = run(&["--speculate", "lookup"]);
+    assert_eq!(lookup, plain);
+    assert!(
+        stderr.contains("; speculative: prompt lookup (n-grams up to 3, drafts up to 8)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("speculation: ") && stderr.contains("drafts kept"),
+        "{stderr}"
+    );
+    let draft = format!("draft:{}:q4", model());
+    let (drafted, stderr) = run(&["--speculate", &draft, "--draft-max", "4"]);
+    assert_eq!(drafted, plain);
+    assert!(
+        stderr.contains("speculative: draft model stories260K q4 (drafts up to 4)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("draft-model passes"), "{stderr}");
+
+    let bench = tokenometer(&[
+        "bench",
+        "--model",
+        &model(),
+        "--tokenizer",
+        &tok512(),
+        "--runs",
+        "1",
+        "--max-tokens",
+        "40",
+        "--prompt",
+        prompt,
+        "--speculate",
+        "lookup",
+    ]);
+    let table = succeeded(bench);
+    for row in ["acceptance %", "kept/verify", "passes/token"] {
+        assert!(table.contains(row), "{row}: {table}");
+    }
+
+    let refused = |extra: &[&str], expected: &str| {
+        assert_refused(generate(&model(), &tok512(), "Hi", extra), expected)
+    };
+    refused(
+        &["--speculate", "maybe"],
+        "use lookup or draft:PATH[:QUANT]",
+    );
+    refused(&["--speculate", "draft:"], "needs the draft model's path");
+    refused(
+        &["--speculate", "lookup", "--draft-max", "0"],
+        "choose 1 to 64 tokens",
+    );
+    refused(
+        &["--speculate", "lookup", "--ngram", "99"],
+        "choose 1 to 16 tokens",
+    );
+    refused(&["--draft-max", "4"], "--speculate");
+    // A draft model must share the model's vocabulary (stories15M's 32,000 tokens, not 512).
+    let dir = std::env::temp_dir().join(format!("tokenometer-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let other = dir.join("stories15M-1layer.bin");
+    succeeded(tokenometer(&[
+        "synth",
+        "--shape",
+        "stories15M",
+        "--layers",
+        "1",
+        "--out",
+        other.to_str().unwrap(),
+    ]));
+    std::fs::copy(llama2_tokenizer("tokenizer.bin"), dir.join("tokenizer.bin")).unwrap();
+    refused(
+        &["--speculate", &format!("draft:{}", other.display())],
+        "a draft model must share the model's tokenizer",
+    );
+}

@@ -43,7 +43,7 @@ fn greedy(engine: &Engine, tokens: usize) -> (Vec<u32>, String, StopReason) {
                 text.push_str(piece);
             }
             Event::Done { trailing_text, .. } => text.push_str(trailing_text),
-            Event::Prefill { .. } => {}
+            Event::Prefill { .. } | Event::Verify { .. } => {}
         }
         Flow::Continue
     }))

@@ -50,6 +50,7 @@ fn token(m: &mut Meter, t_ms: f64, text: &str) {
         id: 7,
         text: text.into(),
         t_ms,
+        drafted: false,
     });
 }
 
@@ -302,6 +303,7 @@ fn event(text: &str, t_ms: f64) -> Event {
         id: 7,
         text: text.into(),
         t_ms,
+        drafted: false,
     }
 }
 

@@ -5,7 +5,9 @@
 //! at a time so that the worker hears a cancel between pumps. Neither computes a figure: the
 //! meter does.
 
-use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions, Request, Scheduler, SeqEvent};
+use crate::decode::{
+    Arrival, Engine, Event, Flow, GenerateOptions, Request, Scheduler, SeqEvent, Speculation,
+};
 use crate::error::{Error, Result};
 use crate::meter::{BatchMeter, Conditions, LoadConditions, LoadReport, Meter, Products, Report};
 
@@ -19,12 +21,14 @@ pub struct MeteredRun {
 }
 
 impl MeteredRun {
-    /// Submit `prompt`; the conditions name the engine's model, the sampling, batch 1 and the
-    /// warm-up that came before (reported apart). A bad prompt or setting is an error here.
+    /// Submit `prompt`; the conditions name the engine's model, the sampling, batch 1, how it
+    /// speculates (if it does) and the warm-up that came before (reported apart). A bad prompt or
+    /// setting is an error here.
     pub fn start(
         engine: &Engine,
         prompt: &str,
         options: GenerateOptions,
+        speculation: Option<&Speculation>,
         reading_wpm: f64,
         warm_up_ms: Option<f64>,
     ) -> Result<MeteredRun> {
@@ -33,9 +37,10 @@ impl MeteredRun {
             prompt: prompt.to_string(),
             options,
         };
-        let seq = scheduler.submit(engine, &request, None)?;
+        let seq = scheduler.submit_speculative(engine, &request, None, speculation)?;
         let conditions = Conditions::new(&engine.info, options.sampling, 1, warm_up_ms)
-            .raw_prompt(!options.chat);
+            .raw_prompt(!options.chat)
+            .speculating(speculation.map(Speculation::describe));
         Ok(MeteredRun {
             scheduler,
             meter: Meter::new(conditions, reading_wpm),

@@ -74,10 +74,22 @@ pub enum Event {
         t_ms: f64,
     },
     /// One generated token (`text` may be empty while a multi-byte character is incomplete).
+    /// `drafted`: a speculative draft the model kept (said only when true).
     Token {
         pos: usize,
         id: u32,
         text: String,
+        t_ms: f64,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        drafted: bool,
+    },
+    /// A speculative step's verification: one forward pass of the model over the input token and
+    /// `drafted` drafts, of which it kept `accepted` (its own next token follows them);
+    /// `draft_passes` is what drafting cost a draft model (0 for lookup). Its tokens follow.
+    Verify {
+        drafted: usize,
+        accepted: usize,
+        draft_passes: usize,
         t_ms: f64,
     },
     /// The end, always with a reason. `trailing_text` holds bytes that never completed a

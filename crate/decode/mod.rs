@@ -7,9 +7,11 @@ pub mod events;
 pub mod sampling;
 pub mod scheduler;
 pub mod sequence;
+pub mod speculate;
 
 pub use engine::{Engine, ProductPasses};
 pub use events::{DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo, StopReason};
 pub use sampling::Sampling;
 pub use scheduler::{Arrival, DEFAULT_PROMPTS, Request, Scheduler};
 pub use sequence::SeqEvent;
+pub use speculate::{DraftSource, Speculation};

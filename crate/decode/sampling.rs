@@ -111,6 +111,50 @@ impl Sampler {
         sample_from(&ranked[..keep], coin)
     }
 
+    /// Whether this sampler picks the argmax (temperature 0).
+    pub fn is_greedy(&self) -> bool {
+        self.settings.temperature == 0.0
+    }
+
+    /// The distribution a pick draws from, in id order: the softmax at the temperature, and with
+    /// top-p only the nucleus (the smallest set of most likely ids whose mass exceeds top-p),
+    /// renormalized. For speculative decoding's rejection rule, which needs the probabilities
+    /// themselves (temperature above 0).
+    pub fn distribution(&self, logits: &[f32]) -> Vec<f32> {
+        let mut probs = softmax(logits, self.settings.temperature);
+        let top_p = self.settings.top_p;
+        if top_p > 0.0 && top_p < 1.0 {
+            let mut ranked: Vec<(usize, f32)> = probs.iter().copied().enumerate().collect();
+            ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let mut mass = 0.0;
+            let mut keep = ranked.len();
+            for (i, &(_, p)) in ranked.iter().enumerate() {
+                mass += p;
+                if mass > top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            for &(id, _) in &ranked[keep..] {
+                probs[id] = 0.0;
+            }
+            let total: f32 = probs.iter().sum();
+            probs.iter_mut().for_each(|p| *p /= total);
+        }
+        probs
+    }
+
+    /// Draw an id from `probs` (weights in id order; they need not sum to 1).
+    pub fn pick(&mut self, probs: &[f32]) -> u32 {
+        let coin = self.random_f32();
+        sample_from(&probs.iter().copied().enumerate().collect::<Vec<_>>(), coin)
+    }
+
+    /// A uniform draw in `[0, 1)` from this sampler's stream.
+    pub fn coin(&mut self) -> f32 {
+        self.random_f32()
+    }
+
     /// llama2.c's `random_u32` (xorshift*) and `random_f32`.
     fn random_f32(&mut self) -> f32 {
         let s = &mut self.rng_state;

@@ -18,6 +18,7 @@ use crate::decode::engine::Engine;
 use crate::decode::events::{Event, Flow, GenerateOptions, StopReason};
 use crate::decode::sampling::Sampler;
 use crate::decode::sequence::{SeqEvent, Sequence};
+use crate::decode::speculate::{Speculation, accept_greedy, accept_sampled};
 use crate::error::{Error, Result};
 
 /// How a load test's users send their requests.
@@ -167,6 +168,22 @@ impl Scheduler {
         request: &Request,
         arrival_ms: Option<f64>,
     ) -> Result<usize> {
+        self.submit_speculative(engine, request, arrival_ms, None)
+    }
+
+    /// [`submit`](Self::submit), speculating as `speculation` says: a step that runs this
+    /// sequence alone drafts and verifies (`speculate.rs`); in a batch with others it decodes one
+    /// token as they do.
+    pub fn submit_speculative(
+        &mut self,
+        engine: &Engine,
+        request: &Request,
+        arrival_ms: Option<f64>,
+        speculation: Option<&Speculation>,
+    ) -> Result<usize> {
+        if let Some(speculation) = speculation {
+            speculation.validate()?;
+        }
         let options = request.options;
         options.sampling.validate()?;
         if options.max_tokens == 0 {
@@ -189,6 +206,7 @@ impl Scheduler {
             prompt_ids,
             tokenize_ms,
             engine.model.new_cache(),
+            speculation,
         );
         let ready_ms = made_ms.max(tokenized);
         let at = self.waiting.partition_point(|w| w.ready_ms <= ready_ms);
@@ -241,6 +259,9 @@ impl Scheduler {
             && self.waiting.first().is_some_and(|w| w.ready_ms <= now)
         {
             joining.push(self.waiting.remove(0));
+        }
+        if joining.is_empty() && self.running.len() == 1 && self.running[0].drafter.is_some() {
+            return self.speculative_step(engine).await;
         }
         let mut out = Vec::new();
 
@@ -307,6 +328,69 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// A step of the one running sequence, speculating: draft, verify the input and the drafts in
+    /// one pass (logits at each), keep what the model would have chosen and its own next token,
+    /// and drop the rest from the cache.
+    async fn speculative_step(&mut self, engine: &Engine) -> Result<Vec<SeqEvent>> {
+        let model = &engine.model;
+        let context = model.config.seq_len;
+        let vocab = model.config.vocab_size;
+        let mut out = Vec::new();
+        let seq = &mut self.running[0];
+        let mut drafter = seq.drafter.take().expect("a speculating sequence");
+        let start = seq.cache.len();
+        // Room for the drafts and the model's own token after them: within max tokens, and the
+        // input at `start` and the drafts after it within the context.
+        let room = (seq.options.max_tokens - seq.generated)
+            .saturating_sub(1)
+            .min(context.saturating_sub(start + 1));
+        let draft = drafter.draft(&seq.ids, room).await?;
+        let k = draft.tokens.len();
+        let mut tokens = Vec::with_capacity(k + 1);
+        tokens.push(seq.input);
+        tokens.extend(&draft.tokens);
+        let logits = model.forward(&tokens, &mut seq.cache, true);
+        let (kept, next) = if seq.sampler.is_greedy() {
+            accept_greedy(&draft.tokens, &logits.argmax().await?)
+        } else {
+            let rows = logits.into_vec().await?;
+            let probs = draft.probs.as_deref();
+            accept_sampled(&mut seq.sampler, &draft.tokens, probs, &rows, vocab)
+        };
+        let now = self.clock.elapsed().as_secs_f64() * 1e3;
+        seq.cache.truncate(start + 1 + kept);
+        drafter.verified(k, kept);
+        seq.drafter = Some(drafter);
+        seq.emit(
+            &mut out,
+            Event::Verify {
+                drafted: k,
+                accepted: kept,
+                draft_passes: draft.passes,
+                t_ms: seq.t_ms(now),
+            },
+        );
+        let tokenizer = &engine.tokenizer;
+        let picked = draft.tokens[..kept].iter().map(|&d| (d, true));
+        for (i, (id, drafted)) in picked.chain([(next, false)]).enumerate() {
+            if seq.accept_at(
+                tokenizer,
+                id,
+                start + 1 + i,
+                drafted,
+                now,
+                context,
+                &mut out,
+            ) {
+                self.running.clear();
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl Engine {
     /// Generate from `prompt`, calling `on_event` for each event; `on_event` returning
     /// [`Flow::Stop`] cancels the run (reported as `Cancelled`). This is the batch-1 case of the
@@ -317,12 +401,24 @@ impl Engine {
         options: &GenerateOptions,
         on_event: &mut dyn FnMut(&Event) -> Flow,
     ) -> Result<StopReason> {
+        self.generate_speculative(prompt, options, None, on_event)
+            .await
+    }
+
+    /// [`generate`](Self::generate), speculating as `speculation` says (`None`: plain decoding).
+    pub async fn generate_speculative(
+        &self,
+        prompt: &str,
+        options: &GenerateOptions,
+        speculation: Option<&Speculation>,
+        on_event: &mut dyn FnMut(&Event) -> Flow,
+    ) -> Result<StopReason> {
         let mut scheduler = Scheduler::new(1);
         let request = Request {
             prompt: prompt.to_string(),
             options: *options,
         };
-        let seq = scheduler.submit(self, &request, None)?;
+        let seq = scheduler.submit_speculative(self, &request, None, speculation)?;
         loop {
             for SeqEvent { event, .. } in scheduler.step(self).await? {
                 let flow = on_event(&event);

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::backend::KvCache;
 use crate::decode::events::{Event, GenerateOptions, StopReason};
 use crate::decode::sampling::Sampler;
+use crate::decode::speculate::{Drafter, Speculation};
 use crate::loading::tokenizer::{TextStream, Tokenizer};
 
 /// An event of one sequence, named by its id (ids count from 0 in the order requests were
@@ -34,6 +35,10 @@ pub struct Sequence {
     /// The token the next step feeds: the prompt's last, then each picked one.
     pub input: u32,
     pub generated: usize,
+    /// The prompt and every token generated so far (a drafter reads them).
+    pub ids: Vec<u32>,
+    /// Speculative decoding's drafter, when the request speculates.
+    pub drafter: Option<Drafter>,
 }
 
 impl Sequence {
@@ -44,10 +49,13 @@ impl Sequence {
         prompt_ids: Vec<u32>,
         tokenize_ms: f64,
         cache: KvCache,
+        speculation: Option<&Speculation>,
     ) -> Self {
         Self {
             id,
             sampler: Sampler::new(options.sampling),
+            drafter: speculation.map(|s| Drafter::new(s.clone(), options.sampling)),
+            ids: prompt_ids.clone(),
             options,
             made_ms,
             input: *prompt_ids.last().expect("a prompt has at least one token"),
@@ -74,6 +82,23 @@ impl Sequence {
         context: usize,
         out: &mut Vec<SeqEvent>,
     ) -> bool {
+        let pos = self.cache.len();
+        self.accept_at(tokenizer, id, pos, false, now_ms, context, out)
+    }
+
+    /// [`accept`](Self::accept) for a token at position `pos` (a speculative step keeps several
+    /// at once), `drafted` when it was a draft the model kept.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accept_at(
+        &mut self,
+        tokenizer: &Tokenizer,
+        id: u32,
+        pos: usize,
+        drafted: bool,
+        now_ms: f64,
+        context: usize,
+        out: &mut Vec<SeqEvent>,
+    ) -> bool {
         let reason = match id {
             id if tokenizer.is_stop(id) && Some(id) == tokenizer.specials.bos => {
                 Some(StopReason::Bos)
@@ -85,16 +110,18 @@ impl Sequence {
                 self.emit(
                     out,
                     Event::Token {
-                        pos: self.cache.len(),
+                        pos,
                         id,
                         text: piece,
                         t_ms: self.t_ms(now_ms),
+                        drafted,
                     },
                 );
                 self.input = id;
+                self.ids.push(id);
                 if self.generated >= self.options.max_tokens {
                     Some(StopReason::MaxTokens)
-                } else if self.cache.len() >= context {
+                } else if pos >= context {
                     Some(StopReason::ContextFull)
                 } else {
                     None

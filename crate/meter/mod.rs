@@ -73,6 +73,10 @@ pub struct Conditions {
     pub stop_reason: Option<StopReason>,
     /// The warm-up run's time, reported apart; `None` when this run was not preceded by one.
     pub warm_up_ms: Option<f64>,
+    /// How the run speculated ("speculative: prompt lookup (n-grams up to 3, drafts up to 8)"),
+    /// if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<String>,
 }
 
 impl Conditions {
@@ -93,7 +97,14 @@ impl Conditions {
             sampling,
             stop_reason: None,
             warm_up_ms,
+            speculation: None,
         }
+    }
+
+    /// The same conditions for a run that speculates as `description` says.
+    pub fn speculating(mut self, description: Option<String>) -> Self {
+        self.speculation = description;
+        self
     }
 
     /// The same conditions for a prompt given as it is (`chat` off), when `raw`.
@@ -134,10 +145,12 @@ impl Conditions {
                     self.sampling.temperature, self.sampling.top_p, self.sampling.seed
                 )
             },
-            // What quantization and loading did beyond the plain choice (padding, GGUF types).
+            // What quantization and loading did beyond the plain choice (padding, GGUF types),
+            // then speculation.
             self.model
                 .quant_exceptions
                 .iter()
+                .chain(&self.speculation)
                 .map(|e| format!("; {e}"))
                 .collect::<String>(),
         )
@@ -183,6 +196,28 @@ pub struct Report {
     pub per_request_tps: Option<f64>,
     /// All sequences of the batch together; equal to per-request at batch 1.
     pub aggregate_tps: Option<f64>,
+    /// What speculative decoding did, when the run speculated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<SpeculationFigures>,
+}
+
+/// Speculative decoding's own figures. Decode tok/s stays output tokens over time: rejected
+/// drafts cost time and add nothing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpeculationFigures {
+    /// The model's forward passes after the prefill: one a verification.
+    pub verifications: usize,
+    /// Drafts proposed and drafts the model kept.
+    pub drafted: usize,
+    pub accepted: usize,
+    /// Kept over proposed.
+    pub acceptance_rate: Option<f64>,
+    /// Drafts kept per verification (each verification adds the model's own token too).
+    pub accepted_per_verification: Option<f64>,
+    /// The model's passes per decoded token (tokens after the first): 1 without speculation.
+    pub passes_per_token: Option<f64>,
+    /// A draft model's forward passes (0 for prompt lookup).
+    pub draft_passes: usize,
 }
 
 /// Collects one request's events and turns them into a [`Report`].
@@ -197,6 +232,8 @@ pub struct Meter {
     token_times: Vec<f64>,
     text: String,
     done_ms: Option<f64>,
+    /// Verifications, drafts proposed, kept, and draft-model passes (speculative runs).
+    verified: [usize; 4],
 }
 
 impl Meter {
@@ -210,6 +247,7 @@ impl Meter {
             token_times: Vec::new(),
             text: String::new(),
             done_ms: None,
+            verified: [0; 4],
         }
     }
 
@@ -231,6 +269,20 @@ impl Meter {
                 self.token_times.push(*t_ms);
                 self.text.push_str(text);
                 self.conditions.output_tokens = self.token_times.len();
+            }
+            Event::Verify {
+                drafted,
+                accepted,
+                draft_passes,
+                ..
+            } => {
+                let v = &mut self.verified;
+                *v = [
+                    v[0] + 1,
+                    v[1] + drafted,
+                    v[2] + accepted,
+                    v[3] + draft_passes,
+                ];
             }
             Event::Done {
                 reason,
@@ -294,6 +346,11 @@ impl Meter {
         let words_per_s = decode_ms.and_then(|span| rate(words, span));
         let reader_words_per_s = self.reading_wpm / 60.0;
         let total_ms = self.done_ms.or(times.last().copied());
+        let speculation = self.speculation_figures();
+        // Every pass reads the weights once, whatever it verifies.
+        let passes_per_token = speculation
+            .as_ref()
+            .map_or(Some(1.0), |s| s.passes_per_token);
         Report {
             conditions: self.conditions.clone(),
             summary: self.conditions.summary(),
@@ -318,11 +375,30 @@ impl Meter {
             predicted_total_ms: ttft
                 .zip(decode_tps)
                 .map(|(ttft, tps)| ttft + n as f64 / tps * 1e3),
-            effective_gb_per_s: decode_tps
-                .map(|tps| self.conditions.model.bytes_per_token as f64 * tps / 1e9),
+            effective_gb_per_s: decode_tps.zip(passes_per_token).map(|(tps, passes)| {
+                self.conditions.model.bytes_per_token as f64 * tps * passes / 1e9
+            }),
             per_request_tps: decode_tps,
             aggregate_tps: aggregate_decode_tps(&[times]),
+            speculation,
         }
+    }
+
+    /// Speculation's figures, when the run speculated.
+    fn speculation_figures(&self) -> Option<SpeculationFigures> {
+        self.conditions.speculation.as_ref()?;
+        let [verifications, drafted, accepted, draft_passes] = self.verified;
+        let decoded = self.token_times.len().saturating_sub(1);
+        let ratio = |a: usize, b: usize| (b > 0).then(|| a as f64 / b as f64);
+        Some(SpeculationFigures {
+            verifications,
+            drafted,
+            accepted,
+            acceptance_rate: ratio(accepted, drafted),
+            accepted_per_verification: ratio(accepted, verifications),
+            passes_per_token: ratio(verifications, decoded),
+            draft_passes,
+        })
     }
 }
 

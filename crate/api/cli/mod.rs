@@ -9,8 +9,9 @@ mod synth;
 
 use crate::backend::{Backend, BackendChoice, BackendKind};
 use crate::cpu::{Isa, Threads};
+use crate::decode::speculate::{DEFAULT_MAX_DRAFT, DEFAULT_NGRAM};
 use crate::decode::{
-    Arrival, DEFAULT_MAX_TOKENS, DEFAULT_PROMPTS, Engine, GenerateOptions, Sampling,
+    Arrival, DEFAULT_MAX_TOKENS, DEFAULT_PROMPTS, Engine, GenerateOptions, Sampling, Speculation,
 };
 use crate::error::Error;
 use crate::loading::synth::Shape;
@@ -57,6 +58,23 @@ struct ModelArgs {
     threads: Option<usize>,
 }
 
+/// Speculative decoding, for `generate` and `bench`.
+#[derive(clap::Args)]
+struct SpeculateArgs {
+    /// Speculative decoding: `lookup` (drafts from n-grams of the prompt and the output) or
+    /// `draft:PATH[:QUANT]` (a smaller or lower-precision model with the same vocabulary drafts;
+    /// QUANT as --quant, default stored). The model verifies the drafts in one pass: greedy output
+    /// is plain decoding's, token for token.
+    #[arg(long)]
+    speculate: Option<String>,
+    /// The longest draft verified in one pass (1 to 64).
+    #[arg(long, default_value_t = DEFAULT_MAX_DRAFT, requires = "speculate")]
+    draft_max: usize,
+    /// `lookup`: the longest n-gram matched (1 to 16; shorter ones are tried after it).
+    #[arg(long, default_value_t = DEFAULT_NGRAM, requires = "speculate")]
+    ngram: usize,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Stream generated text to stdout, then print the meter's report.
@@ -89,6 +107,8 @@ enum Command {
         /// Give a chat model the prompt as it is, not wrapped in its chat template.
         #[arg(long)]
         raw: bool,
+        #[command(flatten)]
+        speculate: SpeculateArgs,
     },
     /// Write a checkpoint with seeded random weights and a real model's shape: llama2.c .bin, or a
     /// GGUF (when --out ends in .gguf) carrying the tokenizer of --vocab.
@@ -154,6 +174,8 @@ enum Command {
         /// Print the results as JSON: an array of one object per level (or per run).
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        speculate: SpeculateArgs,
     },
 }
 
@@ -243,6 +265,7 @@ async fn run(command: Command) -> Result<(), Error> {
             json,
             no_warmup,
             raw,
+            speculate,
         } => {
             let sampling = Sampling {
                 temperature,
@@ -251,6 +274,12 @@ async fn run(command: Command) -> Result<(), Error> {
             };
             sampling.validate()?;
             let engine = load(&model).await?;
+            let speculation = speculation(&speculate, &model, &engine).await?;
+            if speculation.is_some() && prompts.is_some() {
+                return Err(Error::Unsupported(
+                    "--speculate runs one prompt at a time: give --prompt, not --prompts".into(),
+                ));
+            }
             let warm_up_ms = if no_warmup {
                 None
             } else {
@@ -278,6 +307,7 @@ async fn run(command: Command) -> Result<(), Error> {
                 &engine,
                 &prompt,
                 &options,
+                speculation.as_ref(),
                 reading_wpm,
                 warm_up_ms,
                 if json { Output::Json } else { Output::Text },
@@ -305,8 +335,16 @@ async fn run(command: Command) -> Result<(), Error> {
             max_batch,
             prompts,
             json,
+            speculate,
             ..
         } => {
+            if speculate.speculate.is_some() {
+                return Err(Error::Unsupported(
+                    "--speculate measures one user; drop --concurrency (the lab's batches decode \
+                     one token a step)"
+                        .into(),
+                ));
+            }
             let prompts = match prompts {
                 Some(path) => read_prompts(&path)?,
                 None => DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect(),
@@ -326,13 +364,18 @@ async fn run(command: Command) -> Result<(), Error> {
             prompt,
             max_tokens,
             json,
+            speculate,
             ..
         } => {
+            let engine = load(&model).await?;
+            let speculation = speculation(&speculate, &model, &engine).await?;
+            let runs = runs as usize;
             bench(
-                &load(&model).await?,
-                runs as usize,
+                &engine,
+                runs,
                 &prompt,
                 max_tokens,
+                speculation.as_ref(),
                 json,
             )
             .await
@@ -369,6 +412,50 @@ async fn load(args: &ModelArgs) -> Result<Engine, Error> {
         BackendKind::Wgpu => backend,
     };
     Engine::load(files, tokenizer.as_deref(), args.quant, &backend)
+}
+
+/// What `--speculate` asks for: `lookup`, or `draft:PATH[:QUANT]` loaded on the model's backend.
+async fn speculation(
+    args: &SpeculateArgs,
+    model: &ModelArgs,
+    engine: &Engine,
+) -> Result<Option<Speculation>, Error> {
+    let Some(spec) = &args.speculate else {
+        return Ok(None);
+    };
+    let mut speculation = if spec == "lookup" {
+        Speculation::lookup()
+    } else if let Some(draft) = spec.strip_prefix("draft:") {
+        // A trailing `:QUANT` when it names one (a path may hold colons too).
+        let (path, quant) = match draft.rsplit_once(':') {
+            Some((path, quant)) if quant.parse::<Quant>().is_ok() => (path, quant.parse()?),
+            _ => (draft, Quant::Stored),
+        };
+        if path.is_empty() {
+            return Err(Error::Unsupported(
+                "--speculate draft: needs the draft model's path, e.g. draft:small.gguf:q4".into(),
+            ));
+        }
+        let args = ModelArgs {
+            model: PathBuf::from(path),
+            tokenizer: None,
+            quant,
+            backend: model.backend,
+            cpu_kernels: model.cpu_kernels,
+            threads: model.threads,
+        };
+        let draft = load(&args).await?;
+        let name = format!("{} {quant}", draft.info.name);
+        Speculation::draft_model(engine, draft, name)?
+    } else {
+        return Err(Error::Unsupported(format!(
+            "--speculate {spec:?}: use lookup or draft:PATH[:QUANT]"
+        )));
+    };
+    speculation.max_draft = args.draft_max;
+    speculation.ngram = args.ngram;
+    speculation.validate()?;
+    Ok(Some(speculation))
 }
 
 /// `tokenizer.json`, `tokenizer.bin` or `tok*.bin` in the model's folder.

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use crate::api::drive::{Level, LoadLevel, MeteredRun};
-use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions};
+use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions, Speculation};
 use crate::error::Error;
 use crate::meter::{DEFAULT_READING_WPM, LoadReport, Report, human_bytes, human_count};
 
@@ -24,11 +24,19 @@ pub(super) async fn generate(
     engine: &Engine,
     prompt: &str,
     options: &GenerateOptions,
+    speculation: Option<&Speculation>,
     reading_wpm: f64,
     warm_up_ms: Option<f64>,
     output: Output,
 ) -> Result<Report, Error> {
-    let mut run = MeteredRun::start(engine, prompt, *options, reading_wpm, warm_up_ms)?;
+    let mut run = MeteredRun::start(
+        engine,
+        prompt,
+        *options,
+        speculation,
+        reading_wpm,
+        warm_up_ms,
+    )?;
     let mut out = std::io::stdout().lock();
     if output == Output::Text {
         let _ = write!(out, "{prompt}");
@@ -127,6 +135,23 @@ pub(super) fn table(r: &Report) -> String {
             fmt(r.per_request_tps, 1)
         ));
     }
+    if let Some(s) = &r.speculation {
+        lines.push(format!(
+            "speculation: {} of {} drafts kept ({}), {} kept per verification, {} passes per token \
+             ({} verifications{})",
+            s.accepted,
+            s.drafted,
+            fmt(s.acceptance_rate.map(|a| a * 100.0), 1) + "%",
+            fmt(s.accepted_per_verification, 2),
+            fmt(s.passes_per_token, 2),
+            s.verifications,
+            if s.draft_passes > 0 {
+                format!(", {} draft-model passes", s.draft_passes)
+            } else {
+                String::new()
+            }
+        ));
+    }
     lines.join("\n")
 }
 
@@ -135,6 +160,7 @@ pub(super) async fn bench(
     runs: usize,
     prompt: &str,
     max_tokens: usize,
+    speculation: Option<&Speculation>,
     json: bool,
 ) -> Result<(), Error> {
     let warm_up_ms = engine.warm_up().await?;
@@ -145,7 +171,8 @@ pub(super) async fn bench(
     let mut reports = Vec::with_capacity(runs + 1);
     for _ in 0..=runs {
         let quiet = Output::Quiet;
-        reports.push(generate(engine, prompt, &options, DEFAULT_READING_WPM, None, quiet).await?);
+        let wpm = DEFAULT_READING_WPM;
+        reports.push(generate(engine, prompt, &options, speculation, wpm, None, quiet).await?);
     }
     // The first run is not counted: it compiles every kernel shape the timed runs meet.
     reports.remove(0);
@@ -163,7 +190,7 @@ pub(super) async fn bench(
         "figure", "median", "min", "max"
     );
     type Pick = fn(&Report) -> Option<f64>;
-    let rows: [(&str, Pick); 6] = [
+    let mut rows: Vec<(&str, Pick)> = vec![
         ("TTFT ms", |r| r.ttft_ms),
         ("prefill tok/s", |r| r.prefill_tps),
         ("decode tok/s", |r| r.decode_tps),
@@ -171,6 +198,18 @@ pub(super) async fn bench(
         ("GB/s", |r| r.effective_gb_per_s),
         ("total ms", |r| r.total_ms),
     ];
+    if speculation.is_some() {
+        rows.extend([
+            (
+                "acceptance %",
+                (|r| Some(r.speculation.as_ref()?.acceptance_rate? * 100.0)) as Pick,
+            ),
+            ("kept/verify", |r| {
+                r.speculation.as_ref()?.accepted_per_verification
+            }),
+            ("passes/token", |r| r.speculation.as_ref()?.passes_per_token),
+        ]);
+    }
     for (name, pick) in rows {
         let mut values: Vec<f64> = reports.iter().filter_map(pick).collect();
         values.sort_by(f64::total_cmp);

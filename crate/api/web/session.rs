@@ -146,6 +146,7 @@ impl Session {
             &self.engine,
             &prompt,
             generate,
+            None,
             options.reading_wpm,
             self.warm_up_ms.get(),
         )

@@ -1,0 +1,221 @@
+//! Speculative decoding keeps plain decoding's output: greedy text token for token with prompt
+//! lookup and with a draft model, on the CPU (every quantization, one and two threads) and on wgpu;
+//! drafts are really kept (so the comparison is not vacuous), the meter counts them, and sampling
+//! with drafts runs to its length. The rejection rule's distribution is tested in
+//! `crate/decode/speculate.rs`.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::*;
+use tokenometer::api::drive::MeteredRun;
+use tokenometer::cpu::Threads;
+use tokenometer::{
+    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Sampling,
+    Speculation,
+};
+
+fn engine(backend: &Backend, quant: Quant) -> Engine {
+    let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
+    Engine::load(
+        files,
+        Some(&read(stories260k("tok512.bin"))),
+        quant,
+        backend,
+    )
+    .expect("loads")
+}
+
+/// Prompts where lookup finds n-grams to copy (the story models repeat names and phrases), and
+/// one where it finds little.
+const PROMPTS: [&str; 4] = [
+    "Once upon a time",
+    "Lily and Ben went to the park. Lily and Ben went to the park. Lily and Ben",
+    "The cat sat on the mat. The dog sat on the log. The cat sat",
+    "Tom wanted to fly",
+];
+
+/// The ids a run generates, and how many drafts were kept.
+fn run(
+    engine: &Engine,
+    prompt: &str,
+    options: &GenerateOptions,
+    speculation: Option<&Speculation>,
+) -> (Vec<u32>, usize) {
+    let (mut ids, mut kept) = (Vec::new(), 0);
+    pollster::block_on(
+        engine.generate_speculative(prompt, options, speculation, &mut |e| {
+            match e {
+                Event::Token { id, drafted, .. } => {
+                    ids.push(*id);
+                    kept += usize::from(*drafted);
+                }
+                Event::Verify { accepted, .. } => assert!(*accepted <= 64),
+                _ => {}
+            }
+            Flow::Continue
+        }),
+    )
+    .expect("generates");
+    (ids, kept)
+}
+
+fn greedy(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        ..Default::default()
+    }
+}
+
+/// Greedy with `speculation` gives plain greedy's ids on every prompt; returns the drafts kept.
+fn same_as_plain(engine: &Engine, speculation: &Speculation, what: &str) -> usize {
+    let mut kept = 0;
+    for prompt in PROMPTS {
+        let (plain, _) = run(engine, prompt, &greedy(120), None);
+        let (fast, k) = run(engine, prompt, &greedy(120), Some(speculation));
+        assert_eq!(fast, plain, "{what}, {prompt:?}");
+        kept += k;
+    }
+    kept
+}
+
+#[test]
+fn lookup_gives_plain_greedy_s_tokens_on_the_cpu() {
+    for quant in [Quant::F32, Quant::Q8, Quant::Q4] {
+        for threads in [1, 2] {
+            let backend = Backend::cpu().with_threads(Threads::new(threads).unwrap());
+            let engine = engine(&backend, quant);
+            for max_draft in [1, 4, 8] {
+                let mut speculation = Speculation::lookup();
+                speculation.max_draft = max_draft;
+                let what = format!("{quant}, {threads} threads, drafts up to {max_draft}");
+                let kept = same_as_plain(&engine, &speculation, &what);
+                assert!(kept > 20, "{what}: only {kept} drafts kept");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_draft_model_gives_plain_greedy_s_tokens() {
+    let target = engine(&Backend::cpu(), Quant::F32);
+    let draft = engine(&Backend::cpu(), Quant::Q4);
+    let speculation = Speculation::draft_model(&target, draft, "stories260K q4".into()).unwrap();
+    let kept = same_as_plain(&target, &speculation, "q4 drafting for f32");
+    // The q4 model agrees with f32 on most greedy tokens.
+    assert!(kept > 200, "only {kept} drafts kept");
+    // The shipped GGUF (its own tokenizer inside) drafts as well.
+    let gguf = Engine::load(
+        ModelFiles::gguf(
+            "stories260K-q8_0",
+            read(stories260k("stories260K-q8_0.gguf")),
+        ),
+        None,
+        Quant::Stored,
+        &Backend::cpu(),
+    )
+    .unwrap();
+    let speculation = Speculation::draft_model(&target, gguf, "GGUF q8_0".into()).unwrap();
+    assert!(same_as_plain(&target, &speculation, "GGUF drafting for f32") > 200);
+}
+
+#[test]
+fn lookup_gives_plain_greedy_s_tokens_on_wgpu() {
+    let gpu = pollster::block_on(Backend::init(BackendChoice::Wgpu)).expect("a wgpu adapter");
+    for quant in [Quant::F32, Quant::Q8] {
+        let engine = engine(&gpu, quant);
+        let kept = same_as_plain(&engine, &Speculation::lookup(), &format!("wgpu {quant}"));
+        assert!(kept > 20, "wgpu {quant}: only {kept} drafts kept");
+    }
+}
+
+/// The meter's figures: drafts kept over drafts made, passes per decoded token below 1 when
+/// drafts are kept, decode tok/s still output tokens over time.
+#[test]
+fn the_meter_reports_what_speculation_did() {
+    let engine = engine(&Backend::cpu(), Quant::F32);
+    let speculation = Speculation::lookup();
+    let options = greedy(200);
+    let mut run = MeteredRun::start(
+        &engine,
+        PROMPTS[1],
+        options,
+        Some(&speculation),
+        238.0,
+        None,
+    )
+    .unwrap();
+    let (mut verifications, mut drafted, mut accepted, mut tokens) = (0, 0, 0, 0);
+    let report = pollster::block_on(run.run_to_end(&engine, &mut |e| {
+        match e {
+            Event::Verify {
+                drafted: d,
+                accepted: a,
+                ..
+            } => {
+                verifications += 1;
+                drafted += d;
+                accepted += a;
+            }
+            Event::Token { .. } => tokens += 1,
+            _ => {}
+        }
+        Flow::Continue
+    }))
+    .unwrap();
+    let s = report.speculation.expect("speculation figures");
+    assert_eq!(
+        (s.verifications, s.drafted, s.accepted),
+        (verifications, drafted, accepted)
+    );
+    assert!(s.accepted > 0 && s.accepted <= s.drafted);
+    assert_eq!(s.acceptance_rate, Some(accepted as f64 / drafted as f64));
+    assert_eq!(
+        s.passes_per_token,
+        Some(verifications as f64 / (tokens - 1) as f64)
+    );
+    assert!(s.passes_per_token.unwrap() < 1.0);
+    assert_eq!(s.draft_passes, 0);
+    assert!(
+        report
+            .summary
+            .contains("speculative: prompt lookup (n-grams up to 3, drafts up to 8)")
+    );
+    let span = report.decode_ms.unwrap();
+    assert_eq!(report.decode_tps, Some((tokens - 1) as f64 / span * 1e3));
+    // Without speculation there are no such figures.
+    let mut plain = MeteredRun::start(&engine, PROMPTS[1], options, None, 238.0, None).unwrap();
+    let report = pollster::block_on(plain.run_to_end(&engine, &mut |_| Flow::Continue)).unwrap();
+    assert!(report.speculation.is_none());
+}
+
+/// With temperature above 0 the rejection rule runs (drafts kept, residual draws), the run ends
+/// at its length, and a seed repeats its text.
+#[test]
+fn sampling_with_drafts_runs_to_its_length_and_a_seed_repeats() {
+    let engine = engine(&Backend::cpu(), Quant::F32);
+    let options = GenerateOptions {
+        max_tokens: 150,
+        sampling: Sampling {
+            temperature: 0.8,
+            top_p: 0.9,
+            seed: 7,
+        },
+        ..Default::default()
+    };
+    let draft = Speculation::draft_model(
+        &engine,
+        self::engine(&Backend::cpu(), Quant::Q8),
+        "q8".into(),
+    )
+    .unwrap();
+    for speculation in [Speculation::lookup(), draft] {
+        let (ids, kept) = run(&engine, PROMPTS[1], &options, Some(&speculation));
+        assert!(kept > 0, "no draft kept");
+        assert!(ids.len() <= 150 && ids.len() > 20);
+        assert_eq!(
+            run(&engine, PROMPTS[1], &options, Some(&speculation)).0,
+            ids
+        );
+    }
+}
