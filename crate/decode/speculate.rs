@@ -18,7 +18,10 @@
 //! latest n-gram appeared, in the prompt or the output) and `draft:MODEL` (a smaller or
 //! lower-precision model with the same vocabulary, run ahead with its own cache). Both adapt how
 //! many tokens they draft: the length grows while drafts are all kept and falls back to one more
-//! than were kept after a rejection.
+//! than were kept after a rejection; after two or more verifications in a row that kept nothing
+//! they pause, for 2, 4, ... up to 16 steps (plain decoding), since a rejected draft costs a
+//! wider pass and gives nothing. Measured on SmolLM2 Q8_0 with a creative prompt, before the
+//! pause: lookup kept 5% of its drafts and decoded at 0.78-1.01x plain decoding.
 
 use std::sync::Arc;
 
@@ -119,8 +122,14 @@ impl Speculation {
 pub struct Drafter {
     spec: Speculation,
     length: usize,
+    /// Verifications in a row that kept nothing, and the steps left to pause for.
+    misses: u32,
+    pause: usize,
     model: Option<DraftState>,
 }
+
+/// The longest pause from drafting after misses, in steps.
+const MAX_PAUSE: usize = 16;
 
 struct DraftState {
     engine: Arc<Engine>,
@@ -153,6 +162,8 @@ impl Drafter {
         };
         Drafter {
             length: spec.max_draft,
+            misses: 0,
+            pause: 0,
             spec,
             model,
         }
@@ -166,7 +177,12 @@ impl Drafter {
     /// Draft up to `n` tokens to follow `history` (the prompt and every token so far, the last
     /// one not yet run through the model).
     pub async fn draft(&mut self, history: &[u32], n: usize) -> Result<Draft> {
-        let n = n.min(self.length);
+        let n = if self.pause > 0 {
+            self.pause -= 1;
+            0
+        } else {
+            n.min(self.length)
+        };
         if n == 0 {
             return Ok(Draft {
                 tokens: Vec::new(),
@@ -185,10 +201,19 @@ impl Drafter {
     }
 
     /// Learn from a verification: `accepted` of `drafted` kept. The length grows by one while
-    /// every draft is kept, and otherwise falls to one more than were kept.
+    /// every draft is kept, and otherwise falls to one more than were kept; from the second miss
+    /// in a row drafting pauses, twice as long each time.
     pub fn verified(&mut self, drafted: usize, accepted: usize) {
         if drafted == 0 {
             return;
+        }
+        if accepted == 0 {
+            self.misses += 1;
+            if self.misses >= 2 {
+                self.pause = (1usize << (self.misses - 1).min(8)).min(MAX_PAUSE);
+            }
+        } else {
+            self.misses = 0;
         }
         self.length = if accepted == drafted {
             (self.length + 1).min(self.spec.max_draft)
@@ -392,5 +417,31 @@ mod tests {
         assert_eq!(drafter.length(), 4);
         drafter.verified(4, 0);
         assert_eq!(drafter.length(), 1);
+    }
+
+    /// Misses in a row pause drafting for 2, 4, 8, 16, 16 steps; a kept draft ends the pausing.
+    #[test]
+    fn drafting_pauses_after_misses_in_a_row() {
+        let history = [1, 2, 3, 1, 2];
+        let mut drafter = Drafter::new(Speculation::lookup(), Sampling::default());
+        let drafts = |drafter: &mut Drafter| {
+            futures_lite::future::block_on(drafter.draft(&history, 4))
+                .unwrap()
+                .tokens
+                .len()
+        };
+        assert_eq!(drafts(&mut drafter), 3);
+        drafter.verified(3, 0);
+        assert_eq!(drafts(&mut drafter), 1);
+        for pause in [2, 4, 8, 16, 16] {
+            drafter.verified(1, 0);
+            for _ in 0..pause {
+                assert_eq!(drafts(&mut drafter), 0);
+            }
+            assert_eq!(drafts(&mut drafter), 1);
+        }
+        drafter.verified(1, 1);
+        drafter.verified(2, 0);
+        assert_eq!(drafts(&mut drafter), 1);
     }
 }
