@@ -5,7 +5,7 @@
 import { EngineClient } from './engine-client.js';
 import { SIMD_BUILDS, SIMD_CHOICES, chooseSimdBuild, relaxedSimd, simdBuild } from './simd.js';
 import { CORES, DEFAULT_THREADS, buildFor, chooseThreads, chosenThreads, oneThreadReason, parseThreads } from './threads.js';
-import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, fillSelect } from './protocol.js';
+import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, fillSelect } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { ResultsTable, rowFromReport, rowFromLoadReport } from './results.js';
 import { LanesPanel, LANE_MODES, parseLanes, laneToString } from './lanes.js';
@@ -38,7 +38,7 @@ const LISTED = MODELS.filter((m) => m.model);
 /** @param {string} id */
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const el = {
-  model: $('model'), backend: $('backend'), simd: $('simd'), threads: $('threads'), threadsNote: $('threads-note'), quant: $('quant'), prompt: $('prompt'), max: $('max'),
+  model: $('model'), backend: $('backend'), speculate: $('speculate'), simd: $('simd'), threads: $('threads'), threadsNote: $('threads-note'), quant: $('quant'), prompt: $('prompt'), max: $('max'),
   temperature: $('temperature'), wpm: $('wpm'), repeat: $('repeat'), run: $('run'), stop: $('stop'),
   status: $('status'), error: $('error'), modelNote: $('model-note'), modelUrl: $('model-url'), tokenizerUrl: $('tokenizer-url'),
   modelFile: $('model-file'), tokenizerFile: $('tokenizer-file'), configFile: $('config-file'),
@@ -104,7 +104,7 @@ async function settings() {
     options: {
       max_tokens: number(el.max, d.run.max_tokens), temperature: number(el.temperature, d.run.temperature),
       top_p: d.run.top_p, seed: d.run.seed, reading_wpm: number(el.wpm, d.run.reading_wpm),
-      chat: el.chat.checked,
+      chat: el.chat.checked, speculate: el.speculate.value,
     },
   };
 }
@@ -229,6 +229,8 @@ async function run() {
   state.abort = abort;
   try {
     await ensureLoaded();
+    // The draft model (the loaded model at q4) loads and warms up before the run, apart from it.
+    if (el.speculate.value === 'draft') await engine.draft(setStatus);
     if (repeats === 1) {
       setStatus('running');
       const report = await runOnce(abort.signal);
@@ -362,6 +364,7 @@ function shareUrl() {
   }
   params.set('backend', el.backend.value);
   params.set('quant', el.quant.value);
+  if (el.speculate.value !== 'off') params.set('speculate', el.speculate.value);
   if (state.last === 'lanes' || (state.last === null && lanes.used)) {
     params.set('lanes', lanes.configs.map(laneToString).join(','));
     if (lanes.mode !== 'parallel') params.set('lanes_run', lanes.mode);
@@ -395,7 +398,7 @@ el.share.addEventListener('click', async () => {
   setTimeout(() => { el.share.textContent = 'Share'; }, 2000);
 });
 
-// Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&repeat=..&lanes=..&lanes_run=..&simd=..&threads=..&autorun=1`.
+// Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&repeat=..&lanes=..&lanes_run=..&simd=..&threads=..&speculate=..&autorun=1`.
 // A value that is not one of the choices is named in an error (and nothing runs), never silently
 // blank. Returns what autorun runs.
 function applyPresets() {
@@ -410,7 +413,7 @@ function applyPresets() {
     el.tokenizerUrl.value = params.get('tokenizer') || '';
   }
   const problems = [];
-  for (const [param, input] of [['backend', el.backend], ['quant', el.quant]]) {
+  for (const [param, input] of [['backend', el.backend], ['quant', el.quant], ['speculate', el.speculate]]) {
     if (!params.has(param)) continue;
     const raw = /** @type {string} */ (params.get(param));
     const lower = raw.toLowerCase();
@@ -531,6 +534,7 @@ function nameOf(/** @type {string} */ path) {
 for (const m of MODELS) el.model.add(new Option(m.label, m.id));
 fillSelect(el.backend, BACKEND_CHOICES);
 fillSelect(el.quant, QUANT_CHOICES);
+fillSelect(el.speculate, SPECULATE_CHOICES);
 fillSelect(el.simd, SIMD_CHOICES);
 el.model.addEventListener('change', showSourceFields);
 el.model.addEventListener('change', offerPrompt);

@@ -156,6 +156,19 @@ export class EngineClient {
   }
 
   /**
+   * Load the draft model speculative decoding's `draft` choice runs (the loaded model at q4),
+   * unless it is loaded; `onStatus` hears what the worker is doing.
+   * @param {(status: string) => void} [onStatus]
+   */
+  async draft(onStatus) {
+    if (this.loadedKey !== null && this.draftKey === this.loadedKey) return;
+    await this.request({ type: 'draft' }, (message) => {
+      if (message.type === 'status') onStatus?.(message.status);
+    }, (message) => message.type === 'draft-loaded');
+    this.draftKey = this.loadedKey;
+  }
+
+  /**
    * Generate from `prompt` with the loaded model; `onEvents` hears every pump's events with the
    * meter's report and the output's word ends. Resolves to the final report (also when stopped).
    * @param {string} prompt

@@ -4,7 +4,7 @@
 // the run, one line per pair compares them: decode tok/s and TTFT as ratios of the engine's own
 // reports, and whether their first 40 tokens are the same.
 import { EngineClient } from './engine-client.js';
-import { BACKENDS, QUANTS, BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES } from './protocol.js';
+import { BACKENDS, QUANTS, SPECULATES, BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { rowFromReport } from './results.js';
 import { refs } from './dom.js';
@@ -17,8 +17,9 @@ export const LANE_MODES = ['parallel', 'sequential'];
 const SAME_TOKENS = 40;
 
 /**
- * One lane's configuration: `model` is a model id of the page's list, or '' for the page's model.
- * @typedef {{ backend: string, quant: string, model: string }} LaneConfig
+ * One lane's configuration: `model` is a model id of the page's list, or '' for the page's model;
+ * `speculate` is speculative decoding's choice (protocol.js SPECULATE_CHOICES).
+ * @typedef {{ backend: string, quant: string, model: string, speculate: string }} LaneConfig
  */
 
 /**
@@ -34,8 +35,9 @@ const SAME_TOKENS = 40;
  */
 
 /**
- * Parse a preset's `lanes=` value: lanes separated by commas, each `backend:quant` or
- * `backend:quant:model`. Throws an error naming every value that is not a choice.
+ * Parse a preset's `lanes=` value: lanes separated by commas, each `backend:quant`,
+ * `backend:quant:model` or `backend:quant:model:speculate` (model may be empty: `cpu:q8::lookup`).
+ * Throws an error naming every value that is not a choice.
  * @param {string} value
  * @param {string[]} models  the model ids a lane may name
  * @returns {LaneConfig[]}
@@ -43,15 +45,17 @@ const SAME_TOKENS = 40;
 export function parseLanes(value, models) {
   const problems = [];
   const lanes = value.split(',').map((part, i) => {
-    const [rawBackend = '', rawQuant = '', model = '', ...rest] = part.trim().split(':');
+    const [rawBackend = '', rawQuant = '', model = '', rawSpeculate = '', ...rest] = part.trim().split(':');
+    const speculate = rawSpeculate.toLowerCase() || 'off';
     const backend = /** @type {Record<string, string>} */ (BACKEND_ALIASES)[rawBackend.toLowerCase()] ?? rawBackend.toLowerCase();
     const quant = rawQuant.toLowerCase();
     const where = `lane ${i + 1} ("${part}")`;
-    if (rest.length) problems.push(`${where} has more than backend:quant:model`);
+    if (rest.length) problems.push(`${where} has more than backend:quant:model:speculate`);
+    if (!SPECULATES.includes(speculate)) problems.push(`${where}: speculate "${rawSpeculate}" is not a choice (${SPECULATES.join(', ')})`);
     if (!BACKENDS.includes(backend)) problems.push(`${where}: backend "${rawBackend}" is not a choice (${BACKENDS.join(', ')}; webgpu means wgpu)`);
     if (!QUANTS.includes(quant)) problems.push(`${where}: quant "${rawQuant}" is not a choice (${QUANTS.join(', ')})`);
     if (model && !models.includes(model)) problems.push(`${where}: model "${model}" is not one of ${models.join(', ')}`);
-    return { backend, quant, model };
+    return { backend, quant, model, speculate };
   });
   if (lanes.length > MAX_LANES) problems.push(`${lanes.length} lanes: at most ${MAX_LANES}`);
   if (problems.length) throw new Error(`lanes=${value}: ${problems.join('; ')}`);
@@ -60,7 +64,8 @@ export function parseLanes(value, models) {
 
 /** @param {LaneConfig} lane */
 export function laneToString(lane) {
-  return `${lane.backend}:${lane.quant}${lane.model ? `:${lane.model}` : ''}`;
+  const speculate = lane.speculate && lane.speculate !== 'off' ? `:${lane.speculate}` : '';
+  return `${lane.backend}:${lane.quant}${lane.model || speculate ? `:${lane.model}` : ''}${speculate}`;
 }
 
 const TEMPLATE = `
@@ -103,10 +108,10 @@ export class LanesPanel {
     this.abort = null;
     /** whether the lanes have run (or were set by a preset): Share then includes them */
     this.used = false;
-    this.ref.add.addEventListener('click', () => this.addLane({ backend: 'cpu', quant: 'q8', model: '' }));
+    this.ref.add.addEventListener('click', () => this.addLane({ backend: 'cpu', quant: 'q8', model: '', speculate: 'off' }));
     this.ref.run.addEventListener('click', () => this.run());
     this.ref.stop.addEventListener('click', () => this.abort?.abort());
-    this.setLanes([{ backend: 'cpu', quant: 'f32', model: '' }, { backend: 'cpu', quant: 'q8', model: '' }]);
+    this.setLanes([{ backend: 'cpu', quant: 'f32', model: '', speculate: 'off' }, { backend: 'cpu', quant: 'q8', model: '', speculate: 'off' }]);
   }
 
   /** `parallel` or `sequential` (LANE_MODES) */
@@ -165,6 +170,7 @@ export class LanesPanel {
         select('Model', 'model', [['', 'the model chosen above'], ...this.host.models.map((m) => /** @type {[string, string]} */ ([m.id, m.label]))]),
         select('Backend', 'backend', BACKEND_CHOICES),
         select('Quantization', 'quant', QUANT_CHOICES),
+        select('Speculation', 'speculate', SPECULATE_CHOICES),
       );
       const remove = document.createElement('button');
       remove.type = 'button';
@@ -235,7 +241,8 @@ export class LanesPanel {
     status.dataset.testid = 'lane-status';
     status.setAttribute('role', 'status');
     status.textContent = 'waiting';
-    const label = `${config.quant} on ${config.backend}${threads > 1 ? ` (${threads} threads)` : ''}${config.model ? `, ${config.model}` : ''}`;
+    const speculating = config.speculate && config.speculate !== 'off' ? `, speculating (${config.speculate})` : '';
+    const label = `${config.quant} on ${config.backend}${threads > 1 ? ` (${threads} threads)` : ''}${config.model ? `, ${config.model}` : ''}${speculating}`;
     head.append(`Lane ${i + 1}: ${label} · `, status);
     const error = document.createElement('p');
     error.className = 'error';
@@ -263,13 +270,15 @@ export class LanesPanel {
       });
       const note = info.build_note ? ` · ${info.build_note}` : '';
       lane.view.setConditions(`${info.model} · ${info.quant} · ${info.backend} (${info.adapter})${note} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
+      if (lane.config.speculate === 'draft') await client.draft((status) => { lane.status.textContent = status; });
       if (signal.aborted) {
         lane.status.textContent = 'stopped';
         return;
       }
       lane.status.textContent = 'running';
       lane.view.clear(prompt);
-      const report = await client.run(prompt, { ...options, requested_at: performance.timeOrigin + performance.now() }, {
+      const speculate = lane.config.speculate || 'off';
+      const report = await client.run(prompt, { ...options, speculate, requested_at: performance.timeOrigin + performance.now() }, {
         signal,
         onEvents: (message) => lane.view.update(message),
       });

@@ -38,8 +38,9 @@
  * @typedef {{ type: 'run', id: number, prompt: string, options: object }} RunRequest  options: crate/api/web/options.rs `RunOptions`
  * @typedef {{ type: 'lab', id: number, options: object }} LabRequest  options: crate/api/web/options.rs `LabOptions`
  * @typedef {{ type: 'spread', id: number, values: number[] }} SpreadRequest  the meter's median/min/max of repeated figures
+ * @typedef {{ type: 'draft', id: number }} DraftRequest  load the draft model (the loaded model at q4) for `speculate: 'draft'`
  * @typedef {{ type: 'cancel', id: number }} CancelRequest  `id`: the run or lab to stop
- * @typedef {LoadRequest | RunRequest | LabRequest | SpreadRequest | CancelRequest} Request
+ * @typedef {LoadRequest | RunRequest | LabRequest | SpreadRequest | DraftRequest | CancelRequest} Request
  */
 
 /**
@@ -55,9 +56,10 @@
  * @typedef {{ type: 'lab-events', id: number, events: any[], users: any[] | null, report: any }} LabEvents
  * @typedef {{ type: 'lab-finished', id: number, report: any }} LabFinished
  * @typedef {{ type: 'spread', id: number, spread: { n: number, median: number, min: number, max: number } | null }} SpreadReply
+ * @typedef {{ type: 'draft-loaded', id: number }} DraftLoaded  the draft model is loaded and warmed up
  * @typedef {{ type: 'error', id?: number, message: string }} ErrorReply  the request failed; the worker is fine
  * @typedef {{ type: 'fatal', message: string }} Fatal  the engine trapped or lost its GPU: the worker must be replaced
- * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | ErrorReply | Fatal} Reply
+ * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | DraftLoaded | ErrorReply | Fatal} Reply
  */
 
 /**
@@ -70,6 +72,13 @@ export const BACKEND_CHOICES = [
   ['wgpu', 'WebGPU'],
   ['cpu', 'CPU (wasm)'],
 ];
+/**
+ * Speculative decoding's choices (crate/decode/speculate.rs): off, prompt lookup, or the loaded
+ * model at q4 drafting for itself.
+ * @type {[string, string][]}
+ */
+export const SPECULATE_CHOICES = [['off', 'off'], ['lookup', 'prompt lookup'], ['draft', 'this model at q4 as draft']];
+export const SPECULATES = SPECULATE_CHOICES.map(([value]) => value);
 /** @type {[string, string][]} */
 export const QUANT_CHOICES = [['stored', 'as stored'], ['f32', 'f32'], ['q8', 'q8 (Q8_0)'], ['q4', 'q4 (Q4_0)']];
 export const BACKENDS = BACKEND_CHOICES.map(([value]) => value);

@@ -16,6 +16,7 @@ const FIGURES = `
   <div><dt>words</dt><dd><span data-testid="metric-words-per-s" data-figure="words_per_s" data-digits="1">–</span> words/s</dd></div>
   <div><dt title="Words per second over a reader's words per second">vs. a reader</dt><dd><span data-testid="metric-reading-x" data-figure="reading_speed_x" data-digits="1">–</span> × reading speed</dd></div>
   <div><dt title="Weight bytes read per token × decode tok/s">bandwidth</dt><dd><span data-testid="metric-gbps" data-figure="effective_gb_per_s" data-digits="3">–</span> GB/s</dd></div>
+  <div><dt title="Speculative decoding: the drafts the model kept, of those proposed; drafts kept per verification pass; the model's passes per decoded token (1 without speculation)">drafts kept</dt><dd><span data-testid="metric-acceptance" data-figure="speculation.acceptance_rate" data-scale="100" data-digits="0">–</span> % <small>(<span data-testid="metric-kept-per-pass" data-figure="speculation.accepted_per_verification" data-digits="2">–</span> a pass, <span data-testid="metric-passes-per-token" data-figure="speculation.passes_per_token" data-digits="2">–</span> passes a token)</small></dd></div>
   <div><dt>total</dt><dd><span data-testid="metric-total-ms" data-figure="total_ms" data-digits="0">–</span> ms <small>(predicted <span data-figure="predicted_total_ms" data-digits="0">–</span>)</small></dd></div>
   <div><dt>stop</dt><dd data-testid="stop-reason" data-ref="stopReason">–</dd></div>`;
 
@@ -52,6 +53,7 @@ export class RunView {
       <div class="output-section" role="group" aria-label="${label}: generated text">
         <h2>Output <small>the bar is where a reader at the chosen speed would be</small></h2>
         <div data-testid="output" class="output" aria-live="off" tabindex="0"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
+        <p class="note" data-testid="drafted-legend" data-ref="draftedLegend" hidden><mark class="drafted">Tinted</mark>: drafts the model kept (speculative decoding): each tinted run of tokens came from one pass of the model.</p>
       </div>
       <div class="details" role="group" aria-label="${label}: figures">
         ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>` : ''}
@@ -81,6 +83,9 @@ export class RunView {
     this.points = [];
     /** @type {number[]} */
     this.wordEnds = [];
+    /** @type {[number, number][]} the output's spans (UTF-16 offsets) that were drafts the model kept */
+    this.drafted = [];
+    this.renderedKey = '';
     this.report = null;
     this.running = false;
     /** @type {number | null} when the first token showed (performance.now()), for the reader */
@@ -116,6 +121,7 @@ export class RunView {
     if (wordEnds) this.wordEnds = wordEnds;
     for (const [i, event] of events.entries()) {
       if (event.event === 'token') {
+        if (event.drafted && event.text) this.drafted.push([this.text.length, this.text.length + event.text.length]);
         this.text += event.text;
         this.tokens.push({ text: event.text, t: event.t_ms });
         if (this.readerStart === null) this.readerStart = performance.now();
@@ -195,7 +201,10 @@ export class RunView {
     this.frame = 0;
     const report = this.report;
     if (report && this.replayRate === null) {
-      for (const node of this.figureNodes) node.textContent = format(pick(report, node.dataset.figure ?? ''), Number(node.dataset.digits));
+      for (const node of this.figureNodes) {
+        const value = pick(report, node.dataset.figure ?? '');
+        node.textContent = format(typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value, Number(node.dataset.digits));
+      }
       this.ref.live.textContent = format(this.running ? report.live_decode_tps : report.decode_tps, 0);
     }
     this.renderText();
@@ -213,9 +222,35 @@ export class RunView {
     const ends = this.wordEnds;
     const words = Math.floor(this.readerWords());
     const at = words === 0 ? 0 : words >= ends.length ? this.text.length : ends[words - 1];
-    // Text nodes only: the model's output is never parsed as HTML.
-    this.ref.read.textContent = this.text.slice(0, at);
-    this.ref.ahead.textContent = this.text.slice(at);
+    // Text nodes only: the model's output is never parsed as HTML. Kept drafts are tinted marks.
+    const key = `${this.text.length}:${at}:${this.drafted.length}`;
+    if (key === this.renderedKey) return;
+    this.renderedKey = key;
+    this.ref.draftedLegend.hidden = !this.drafted.length;
+    this.ref.read.replaceChildren(...this.pieces(0, at));
+    this.ref.ahead.replaceChildren(...this.pieces(at, this.text.length));
+  }
+
+  /**
+   * The output from `from` to `to` as text nodes, with the kept drafts in it as marks.
+   * @param {number} from
+   * @param {number} to
+   * @returns {Node[]}
+   */
+  pieces(from, to) {
+    const nodes = [];
+    let at = from;
+    for (const [start, end] of this.drafted) {
+      if (end <= at || start >= to) continue;
+      if (start > at) nodes.push(document.createTextNode(this.text.slice(at, start)));
+      const mark = document.createElement('mark');
+      mark.className = 'drafted';
+      mark.textContent = this.text.slice(Math.max(start, at), Math.min(end, to));
+      nodes.push(mark);
+      at = Math.min(end, to);
+    }
+    if (at < to) nodes.push(document.createTextNode(this.text.slice(at, to)));
+    return nodes;
   }
 
   drawChart() {

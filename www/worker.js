@@ -37,6 +37,8 @@ const engine = started.then(({ m }) => m);
 const ready = started.then(({ wasm }) => wasm);
 const threaded = started.then(({ m }) => m.defaults().build.threads);
 let session = null;
+/** What the session was loaded from: a draft model is the same file at q4 (`draft`). */
+let loadedFrom = null;
 // What the worker is doing, for the words of a fatal error ("out of memory while loading the model").
 let phase = 'starting the engine';
 
@@ -57,6 +59,7 @@ async function bytesOf(id, source, label) {
 async function load({ id, name, model, tokenizer, config, backend, quant, threads }) {
   session?.free();
   session = null;
+  loadedFrom = { name, model, tokenizer, config };
   phase = 'downloading the model';
   const modelBytes = await bytesOf(id, model, 'model');
   const tokenizerBytes = await bytesOf(id, tokenizer, 'tokenizer');
@@ -81,6 +84,25 @@ async function load({ id, name, model, tokenizer, config, backend, quant, thread
   const warmUpMs = await session.warmUp();
   post({ type: 'warmed', id, ms: warmUpMs });
   phase = 'idle';
+}
+
+// Speculative decoding's draft model: the loaded model's own file again, at q4, on the same
+// backend (the bytes come from the browser's cache, or the file picked), warmed up apart.
+async function draft({ id }) {
+  if (!session) throw new Error('no model is loaded');
+  if (!session.hasDraft()) {
+    if (loadedFrom.config) throw new Error('a draft model needs a single-file model (GGUF or llama2.c .bin)');
+    phase = 'loading the draft model';
+    post({ type: 'status', id, status: 'loading the draft model (q4)' });
+    const bytes = await bytesOf(id, loadedFrom.model, 'draft model');
+    const tokenizerBytes = await bytesOf(id, loadedFrom.tokenizer, 'tokenizer');
+    session.loadDraft(loadedFrom.name, bytes, tokenizerBytes ?? undefined, 'q4');
+    phase = 'warming up the draft model';
+    post({ type: 'status', id, status: 'warming up the draft model' });
+    await session.warmUpDraft();
+  }
+  phase = 'idle';
+  post({ type: 'draft-loaded', id });
 }
 
 // Runs and labs that the page asked to stop, by request id: a pump loop checks between pumps, so a
@@ -187,6 +209,7 @@ self.onmessage = async ({ data }) => {
     if (data.type === 'load') await load(data);
     else if (data.type === 'run') await run(data);
     else if (data.type === 'lab') await lab(data);
+    else if (data.type === 'draft') await draft(data);
     else if (data.type === 'spread') {
       await ready;
       const { spread } = await engine;

@@ -65,6 +65,12 @@ impl Speculation {
 
     /// Drafts from `draft`, which must share `target`'s vocabulary.
     pub fn draft_model(target: &Engine, draft: Engine, name: String) -> Result<Speculation> {
+        Speculation::shared_draft(target, Arc::new(draft), name)
+    }
+
+    /// [`draft_model`](Self::draft_model) with a draft model held elsewhere too (the page's
+    /// session keeps one for its runs).
+    pub fn shared_draft(target: &Engine, draft: Arc<Engine>, name: String) -> Result<Speculation> {
         let (ours, theirs) = (
             target.model.config.vocab_size,
             draft.model.config.vocab_size,
@@ -77,7 +83,7 @@ impl Speculation {
         }
         Ok(Speculation {
             source: DraftSource::Model {
-                engine: Arc::new(draft),
+                engine: draft,
                 name,
             },
             max_draft: DEFAULT_MAX_DRAFT,

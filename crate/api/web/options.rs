@@ -22,6 +22,11 @@ pub(crate) struct RunOptions {
     pub(crate) reading_wpm: f64,
     /// Wrap the prompt in the model's chat template, when it has one.
     pub(crate) chat: bool,
+    /// Speculative decoding: `off`, `lookup` (prompt lookup) or `draft` (the draft model the
+    /// session was given, `Session::loadDraft`).
+    pub(crate) speculate: String,
+    /// The longest draft verified in one pass.
+    pub(crate) draft_max: usize,
 }
 
 impl Default for RunOptions {
@@ -35,6 +40,8 @@ impl Default for RunOptions {
             requested_at: None,
             reading_wpm: DEFAULT_READING_WPM,
             chat: GenerateOptions::default().chat,
+            speculate: "off".into(),
+            draft_max: crate::decode::speculate::DEFAULT_MAX_DRAFT,
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
@@ -11,7 +12,7 @@ use crate::api::web::js::{engine_error, js_error, now_epoch_ms, to_js};
 use crate::api::web::options::RunOptions;
 use crate::backend::{Backend, BackendChoice, BackendKind};
 use crate::cpu::Threads;
-use crate::decode::{Engine, Event, GenerateOptions, ModelInfo, Sampling};
+use crate::decode::{Engine, Event, GenerateOptions, ModelInfo, Sampling, Speculation};
 use crate::loading::ModelFiles;
 use crate::model::{FileBytes, Quant};
 
@@ -19,8 +20,11 @@ use crate::model::{FileBytes, Quant};
 #[wasm_bindgen]
 pub struct Session {
     pub(super) engine: Rc<Engine>,
+    backend: Backend,
     details: String,
     pub(super) warm_up_ms: Rc<Cell<Option<f64>>>,
+    /// A draft model for speculative decoding (`loadDraft`), and its name.
+    draft: RefCell<Option<(Arc<Engine>, String)>>,
 }
 
 /// Load a model. `model` is a GGUF or a llama2.c `.bin`, or `model.safetensors` when `hf_config`
@@ -57,8 +61,10 @@ pub async fn load_session(
     let engine = Engine::load(files, tokenizer.as_deref(), quant, &backend).map_err(js_error)?;
     Ok(Session {
         engine: Rc::new(engine),
-        details: backend.details,
+        details: backend.details.clone(),
+        backend,
         warm_up_ms: Rc::new(Cell::new(None)),
+        draft: RefCell::new(None),
     })
 }
 
@@ -119,6 +125,53 @@ impl Session {
         })
     }
 
+    /// Load a draft model for speculative decoding (`speculate: "draft"` in a run's options) on
+    /// this session's backend: a GGUF or llama2.c `.bin` (`tokenizer` as `loadSession` takes it)
+    /// in `quant`, named `name` in the conditions. It must share the model's vocabulary.
+    #[wasm_bindgen(js_name = loadDraft)]
+    pub fn load_draft(
+        &self,
+        name: String,
+        model: js_sys::Uint8Array,
+        tokenizer: Option<Vec<u8>>,
+        quant: String,
+    ) -> Result<(), JsError> {
+        let quant: Quant = quant.parse().map_err(js_error)?;
+        let mut bytes = FileBytes::zeroed(model.length() as usize);
+        model.copy_to(bytes.bytes_mut());
+        drop(model);
+        let files = ModelFiles::single(name.clone(), bytes);
+        let draft =
+            Engine::load(files, tokenizer.as_deref(), quant, &self.backend).map_err(js_error)?;
+        let draft = Arc::new(draft);
+        let label = format!("{name} {quant}");
+        // Refused here, not at the first run, when the vocabularies differ.
+        Speculation::shared_draft(&self.engine, draft.clone(), label.clone()).map_err(js_error)?;
+        *self.draft.borrow_mut() = Some((draft, label));
+        Ok(())
+    }
+
+    /// Warm the draft model up as `warmUp` does the model (its kernels may be another
+    /// quantization's, not yet optimized by the browser); resolves to ms.
+    #[wasm_bindgen(js_name = warmUpDraft)]
+    pub fn warm_up_draft(&self) -> Result<js_sys::Promise, JsError> {
+        let draft = self.draft.borrow();
+        let (engine, _) = draft
+            .as_ref()
+            .ok_or_else(|| js_error("no draft model is loaded"))?;
+        let engine = engine.clone();
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            let ms = engine.warm_up().await.map_err(engine_error)?;
+            Ok(JsValue::from_f64(ms))
+        }))
+    }
+
+    /// Whether a draft model is loaded (`loadDraft`).
+    #[wasm_bindgen(js_name = hasDraft)]
+    pub fn has_draft(&self) -> bool {
+        self.draft.borrow().is_some()
+    }
+
     /// Start generating from `prompt` (see `RunOptions`); then call `pump` on the returned run
     /// until it reports `done`, and `cancel` between pumps to stop it. A bad prompt or setting is
     /// an error here.
@@ -142,11 +195,38 @@ impl Session {
             queued_ms,
             chat: options.chat,
         };
+        let speculation = match options.speculate.as_str() {
+            "off" | "" => None,
+            "lookup" => Some(Speculation::lookup()),
+            "draft" => {
+                let draft = self.draft.borrow();
+                let (engine, name) = draft.as_ref().ok_or_else(|| {
+                    js_error("speculate: draft needs a draft model: call loadDraft first")
+                })?;
+                Some(
+                    Speculation::shared_draft(&self.engine, engine.clone(), name.clone())
+                        .map_err(js_error)?,
+                )
+            }
+            other => {
+                return Err(js_error(format!(
+                    "speculate: {other:?} is not a choice (off, lookup, draft)"
+                )));
+            }
+        };
+        let speculation = match speculation {
+            Some(mut s) => {
+                s.max_draft = options.draft_max;
+                s.validate().map_err(js_error)?;
+                Some(s)
+            }
+            None => None,
+        };
         let run = MeteredRun::start(
             &self.engine,
             &prompt,
             generate,
-            None,
+            speculation.as_ref(),
             options.reading_wpm,
             self.warm_up_ms.get(),
         )

@@ -1,0 +1,82 @@
+// End-to-end: speculative decoding in the page. A preset runs prompt lookup and the loaded model
+// at q4 as draft, each giving the text of plain decoding, with the kept drafts tinted as they come
+// and the meter's speculation figures filled in; Share keeps the choice; lanes compare with and
+// without side by side; a bad choice is named.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { launchBrowser, startServer } from './harness.mjs';
+
+const port = 20000 + (process.pid % 1000);
+const base = `http://127.0.0.1:${port}`;
+let server;
+let browser;
+
+before(async () => {
+  server = await startServer(port);
+  browser = await launchBrowser({ webgpu: false });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill();
+});
+
+async function open(query) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${base}/?${query}`);
+  return { page, errors };
+}
+
+const view = (page) => page.locator('#run-view');
+const finished = (page) => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+// stories260K repeats itself: prompt lookup finds n-grams to copy.
+const PROMPT = encodeURIComponent('Lily and Ben went to the park. Lily and Ben went to the park. Lily and Ben');
+
+test('speculate=lookup and speculate=draft give plain decoding\'s text, tint the kept drafts and report them', async () => {
+  const { page, errors } = await open(`model=stories260K&backend=cpu&quant=f32&max=100&prompt=${PROMPT}&autorun=1`);
+  await finished(page);
+  assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+  const plain = await view(page).getByTestId('output').textContent();
+  assert.equal(await view(page).getByTestId('output').locator('mark.drafted').count(), 0);
+  assert.equal(await view(page).getByTestId('metric-acceptance').textContent(), '–');
+  for (const [choice, described] of [['lookup', 'speculative: prompt lookup (n-grams up to 3, drafts up to 8)'], ['draft', 'speculative: draft model stories260K q4 (drafts up to 8)']]) {
+    await page.getByTestId('speculate').selectOption(choice);
+    await page.getByTestId('run').click();
+    await page.waitForFunction((d) => document.querySelector('#run-view [data-testid=conditions]').textContent.includes(d), described, { timeout: 120_000 });
+    await finished(page);
+    assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+    assert.equal(await view(page).getByTestId('output').textContent(), plain, choice);
+    assert.ok(await view(page).getByTestId('output').locator('mark.drafted').count() > 3, `${choice}: kept drafts are tinted`);
+    assert.equal(await view(page).getByTestId('drafted-legend').isVisible(), true);
+    const acceptance = Number(await view(page).getByTestId('metric-acceptance').textContent());
+    assert.ok(acceptance > 0 && acceptance <= 100, `${choice}: acceptance ${acceptance}`);
+    assert.ok(Number(await view(page).getByTestId('metric-passes-per-token').textContent()) < 1);
+    await page.getByTestId('share').click();
+    assert.equal(new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('speculate'), choice);
+  }
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('lanes compare with and without speculation side by side', async () => {
+  const { page, errors } = await open(`model=stories260K&max=80&prompt=${PROMPT}&lanes=cpu:f32,cpu:f32::lookup&lanes_run=sequential&autorun=1`);
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('lanes-status').textContent(), 'done');
+  const lanes = page.getByTestId('lane');
+  assert.match(await lanes.nth(1).locator('h3').textContent(), /speculating \(lookup\)/);
+  assert.equal(await lanes.nth(0).getByTestId('output').locator('mark.drafted').count(), 0);
+  assert.ok(await lanes.nth(1).getByTestId('output').locator('mark.drafted').count() > 0);
+  assert.match(await page.getByTestId('lane-verdict').first().textContent(), /same first 40 tokens: yes/);
+  // Share keeps the lanes with their speculation.
+  await page.getByTestId('share').click();
+  assert.equal(new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('lanes'), 'cpu:f32,cpu:f32::lookup');
+  assert.deepEqual(errors, []);
+  await page.close();
+  const bad = await open('model=stories260K&speculate=maybe&lanes=cpu:f32::guess&autorun=1');
+  const message = await bad.page.getByTestId('error').textContent();
+  assert.match(message, /speculate=maybe is not a choice \(off, lookup, draft\)/, message);
+  assert.match(message, /speculate "guess" is not a choice \(off, lookup, draft\)/, message);
+  await bad.page.close();
+});
