@@ -49,8 +49,13 @@ pub struct Speculation {
     pub ngram: usize,
 }
 
-/// The longest draft by default: measured on SmolLM2 Q8_0 (grounded prompt), ...
-pub const DEFAULT_MAX_DRAFT: usize = 8;
+/// The longest draft by default. A verification's cost grows with its rows, and how fast depends
+/// on the machine's arithmetic: natively (AVX-512 VNNI, SmolLM2 Q8_0, the grounded prompt of
+/// `tests/bench/speculate.sh`) 8 drafts gave 2.0x plain decoding; in the page (wasm SIMD128,
+/// compute-bound: a pass of 9 rows costs nearly 9 of one), lookup with drafts up to 2, 3, 4 and 8
+/// gave 1.11, 1.14, 1.02 and 0.98x (Q8_0, 1 thread) and up to 3 and 4 gave 1.32 and 1.31x (Q4_0,
+/// 2 threads), so 3 there.
+pub const DEFAULT_MAX_DRAFT: usize = if cfg!(target_arch = "wasm32") { 3 } else { 8 };
 /// The longest n-gram `lookup` matches by default.
 pub const DEFAULT_NGRAM: usize = 3;
 
@@ -137,6 +142,20 @@ pub struct Drafter {
 /// The longest pause from drafting after misses, in steps.
 const MAX_PAUSE: usize = 16;
 
+/// A verification that keeps less than this share of its drafts is a miss. Natively only one that
+/// keeps none: a wider pass costs little more than one row there. In wasm a pass's rows cost
+/// nearly a row each (compute-bound 128-bit SIMD: 2 of 3 drafts kept is 3 tokens for the cost of
+/// about 3.5 passes), so a draft pays only when most of it is kept. Measured in the page on
+/// SmolLM2 with lookup, interleaved against plain decoding (docs/measurements.md): with only empty
+/// verifications as misses a creative prompt (Q4_0, 42% of drafts kept) ran at 0.85-0.89x; with
+/// this 0.5, 0.86 and 0.92x (1 thread) and the grounded prompt 1.23-1.37x (2 threads); with 1.0
+/// (only a draft kept whole a hit) 0.90x creative but 0.89-1.27x grounded, within the noise.
+const MIN_KEPT: f64 = if cfg!(target_arch = "wasm32") {
+    0.5
+} else {
+    0.0
+};
+
 struct DraftState {
     engine: Arc<Engine>,
     cache: KvCache,
@@ -208,12 +227,13 @@ impl Drafter {
 
     /// Learn from a verification: `accepted` of `drafted` kept. The length grows by one while
     /// every draft is kept, and otherwise falls to one more than were kept; from the second miss
-    /// in a row drafting pauses, twice as long each time.
+    /// in a row (a verification that kept nothing, or in wasm less than half, [`MIN_KEPT`])
+    /// drafting pauses, twice as long each time.
     pub fn verified(&mut self, drafted: usize, accepted: usize) {
         if drafted == 0 {
             return;
         }
-        if accepted == 0 {
+        if accepted == 0 || (accepted as f64) < MIN_KEPT * drafted as f64 {
             self.misses += 1;
             if self.misses >= 2 {
                 self.pause = (1usize << (self.misses - 1).min(8)).min(MAX_PAUSE);

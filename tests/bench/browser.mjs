@@ -6,6 +6,8 @@
 // the very same file (QUANTS=q8 node tests/bench/browser.mjs model-q8_0.gguf - model-q8_0.gguf).
 // Environment: RUNS (5), MAX_TOKENS (128), QUANTS (f32,q8,q4: the GGUFs' precisions, in order),
 // PROMPT (Once upon a time), THREADS (1; e.g. 1,2: both engines at each count, interleaved),
+// SPECULATE (off; e.g. off,lookup,draft: ours once per choice), WLLAMA (1; 0 leaves it out),
+// CHAT (0; 1 wraps the prompt in the model's chat template, ours only),
 // CHROMIUM (/usr/lib/chromium/chromium).
 import { mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -46,6 +48,7 @@ const query = new URLSearchParams({
   runs: process.env.RUNS || '5', max: process.env.MAX_TOKENS || '128', configs: configs.join(','),
   tokenizer: tokenizer === '-' ? '0' : '1', prompt: process.env.PROMPT || 'Once upon a time',
   threads: process.env.THREADS || '1',
+  speculate: process.env.SPECULATE || 'off', wllama: process.env.WLLAMA ?? '1', chat: process.env.CHAT || '0',
 });
 await page.goto(`${base}/bench/peers.html?${query}`);
 await page.waitForFunction(() => window.benchResult, null, { timeout: 0, polling: 500 });
@@ -67,19 +70,27 @@ for (const row of result.rows) {
   const tps = row.samples.map((s) => s.decode_tps);
   const m = median(tps);
   ((byQuant[row.quant] ??= {})[row.threads] ??= []).push(m);
-  console.log(`| ${row.engine} | ${row.adapter} | ${row.samples[0].tokens} | ${fmt(m)} [${fmt(Math.min(...tps))}-${fmt(Math.max(...tps))}] | ${fmt(median(row.samples.map((s) => s.own_tps)))} |`);
+  const acceptance = median(row.samples.map((s) => s.acceptance));
+  const kept = acceptance == null ? '' : ` (drafts kept ${(acceptance * 100).toFixed(0)}%)`;
+  console.log(`| ${row.engine}${kept} | ${row.adapter} | ${row.samples[0].tokens} | ${fmt(m)} [${fmt(Math.min(...tps))}-${fmt(Math.max(...tps))}] | ${fmt(median(row.samples.map((s) => s.own_tps)))} |`);
 }
 console.log('');
 for (const row of result.rows) if (row.memory) console.log(`${row.engine}: ${row.memory}`);
 console.log('');
+// Ratios within each precision and thread count: every engine against the first (ours without
+// speculation), then each thread count against the first for the same engine.
+const names = {};
+for (const row of result.rows) ((names[row.quant] ??= {})[row.threads] ??= []).push(row.engine);
 for (const [quant, byThreads] of Object.entries(byQuant)) {
-  for (const [threads, [ours, theirs]] of Object.entries(byThreads)) {
-    console.log(`${quant}, ${threads} thread(s): tokenometer / wllama = ${(ours / theirs).toFixed(2)}x`);
+  for (const [threads, medians] of Object.entries(byThreads)) {
+    const labels = names[quant][threads];
+    for (const [i, m] of medians.entries()) {
+      if (i > 0) console.log(`${quant}, ${threads} thread(s): ${labels[i]} / ${labels[0]} = ${(m / medians[0]).toFixed(2)}x`);
+    }
   }
   const counts = Object.keys(byThreads);
   for (const t of counts.slice(1)) {
-    const [ours1, theirs1] = byThreads[counts[0]];
-    const [oursT, theirsT] = byThreads[t];
-    console.log(`${quant}: ${t} threads / ${counts[0]}: tokenometer ${(oursT / ours1).toFixed(2)}x, wllama ${(theirsT / theirs1).toFixed(2)}x`);
+    const ratios = byThreads[t].map((m, i) => `${names[quant][t][i]} ${(m / byThreads[counts[0]][i]).toFixed(2)}x`);
+    console.log(`${quant}: ${t} threads / ${counts[0]}: ${ratios.join(', ')}`);
   }
 }

@@ -15,6 +15,11 @@ const maxTokens = Number(params.get('max') || 128);
 const prompt = params.get('prompt') || 'Once upon a time';
 const ownTokenizer = params.get('tokenizer') !== '0';
 const threadCounts = (params.get('threads') || '1').split(',').map(Number);
+// Our engine once per speculation choice (off, lookup, draft), interleaved; wllama=0 leaves wllama out.
+// Each may name its longest draft: lookup/4.
+const speculates = (params.get('speculate') || 'off').split(',');
+const withWllama = params.get('wllama') !== '0';
+const chat = params.get('chat') === '1';
 const configs = (params.get('configs') || 'f32:model-f32.gguf,q8:model-q8_0.gguf')
   .split(',').map((c) => { const [quant, gguf] = c.split(':'); return { quant, gguf }; });
 const logEl = document.getElementById('log');
@@ -41,7 +46,8 @@ function once(worker, wanted) {
   });
 }
 
-async function tokenometer(quant, threads) {
+async function tokenometer(quant, threads, choice = 'off') {
+  const [speculate, draftMax] = choice.split('/');
   const worker = new Worker(`/worker.js?build=${threads > 1 ? 'threads' : 'relaxed'}`, { type: 'module' });
   await once(worker, 'ready');
   worker.postMessage({
@@ -51,8 +57,12 @@ async function tokenometer(quant, threads) {
   const loaded = await once(worker, 'loaded');
   await once(worker, 'warmed');
   if (loaded.info.build_note) throw new Error(loaded.info.build_note);
+  if (speculate === 'draft') {
+    worker.postMessage({ type: 'draft' });
+    await once(worker, 'draft-loaded');
+  }
   return {
-    name: `tokenometer ${quant} ${threads}t`,
+    name: `tokenometer ${quant} ${threads}t${speculate !== 'off' ? ` ${choice}` : ''}`,
     adapter: loaded.info.adapter,
     memory: `wasm memory after load ${(loaded.wasmMemoryBytes / 1e6).toFixed(1)} MB`,
     async run() {
@@ -64,10 +74,11 @@ async function tokenometer(quant, threads) {
         for (const e of data.events) if (e.event === 'token') times.push(e.t_ms);
       };
       worker.addEventListener('message', listener);
-      worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0, chat: false } });
+      worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0, chat, speculate, ...(draftMax ? { draft_max: Number(draftMax) } : {}) } });
       const { report } = await once(worker, 'finished');
       worker.removeEventListener('message', listener);
-      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms };
+      const text = report.conditions && report.summary ? report.summary : '';
+      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms, acceptance: report.speculation?.acceptance_rate ?? null, summary: text };
     },
     close() { worker.terminate(); },
   };
@@ -101,7 +112,10 @@ async function main() {
   const rows = [];
   for (const { quant, gguf } of configs) {
     const engines = [];
-    for (const t of threadCounts) engines.push(await tokenometer(quant, t), await wllama(quant, gguf, t));
+    for (const t of threadCounts) {
+      for (const s of speculates) engines.push(await tokenometer(quant, t, s));
+      if (withWllama) engines.push(await wllama(quant, gguf, t));
+    }
     // One untimed run each, then interleaved timed runs.
     for (const e of engines) await e.run();
     const samples = engines.map(() => []);
@@ -113,7 +127,8 @@ async function main() {
       }
     }
     for (const [k, e] of engines.entries()) {
-      rows.push({ engine: e.name, quant, threads: threadCounts[Math.floor(k / 2)], adapter: e.adapter, memory: e.memory ?? '', samples: samples[k] });
+      const perThreads = speculates.length + (withWllama ? 1 : 0);
+      rows.push({ engine: e.name, quant, threads: threadCounts[Math.floor(k / perThreads)], adapter: e.adapter, memory: e.memory ?? '', samples: samples[k] });
       await e.close();
     }
   }
