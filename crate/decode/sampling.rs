@@ -96,19 +96,7 @@ impl Sampler {
         if top_p <= 0.0 || top_p >= 1.0 {
             return sample_from(&probs.iter().copied().enumerate().collect::<Vec<_>>(), coin);
         }
-        // Nucleus: the smallest set of most likely tokens whose mass exceeds top_p.
-        let mut ranked: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let mut mass = 0.0;
-        let mut keep = ranked.len();
-        for (i, &(_, p)) in ranked.iter().enumerate() {
-            mass += p;
-            if mass > top_p {
-                keep = i + 1;
-                break;
-            }
-        }
-        sample_from(&ranked[..keep], coin)
+        sample_from(&nucleus(&probs, top_p), coin)
     }
 
     /// Whether this sampler picks the argmax (temperature 0).
@@ -124,22 +112,13 @@ impl Sampler {
         let mut probs = softmax(logits, self.settings.temperature);
         let top_p = self.settings.top_p;
         if top_p > 0.0 && top_p < 1.0 {
-            let mut ranked: Vec<(usize, f32)> = probs.iter().copied().enumerate().collect();
-            ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let mut mass = 0.0;
-            let mut keep = ranked.len();
-            for (i, &(_, p)) in ranked.iter().enumerate() {
-                mass += p;
-                if mass > top_p {
-                    keep = i + 1;
-                    break;
-                }
+            let mut kept = vec![0.0; probs.len()];
+            let nucleus = nucleus(&probs, top_p);
+            let total: f32 = nucleus.iter().map(|&(_, p)| p).sum();
+            for (id, p) in nucleus {
+                kept[id] = p / total;
             }
-            for &(id, _) in &ranked[keep..] {
-                probs[id] = 0.0;
-            }
-            let total: f32 = probs.iter().sum();
-            probs.iter_mut().for_each(|p| *p /= total);
+            probs = kept;
         }
         probs
     }
@@ -174,6 +153,24 @@ fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
         .collect();
     let sum: f32 = exps.iter().sum();
     exps.into_iter().map(|e| e / sum).collect()
+}
+
+/// Nucleus (top-p): the smallest set of most likely ids whose mass exceeds `top_p`, most likely
+/// first.
+fn nucleus(probs: &[f32], top_p: f32) -> Vec<(usize, f32)> {
+    let mut ranked: Vec<(usize, f32)> = probs.iter().copied().enumerate().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut mass = 0.0;
+    let mut keep = ranked.len();
+    for (i, &(_, p)) in ranked.iter().enumerate() {
+        mass += p;
+        if mass > top_p {
+            keep = i + 1;
+            break;
+        }
+    }
+    ranked.truncate(keep);
+    ranked
 }
 
 /// Walk the (id, probability) list until the cumulative mass passes `coin` times the total.

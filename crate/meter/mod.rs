@@ -50,6 +50,14 @@ use serde::Serialize;
 
 use crate::decode::{Event, ModelInfo, ProductPasses, Sampling, StopReason};
 
+mod format;
+mod speculation;
+mod words;
+
+pub use format::{human_bytes, human_count};
+pub use speculation::SpeculationFigures;
+pub use words::{count_words, word_ends_utf16};
+
 /// The usual mean silent-reading speed of adults, in words per minute.
 pub const DEFAULT_READING_WPM: f64 = 238.0;
 /// The live window: at most this many tokens...
@@ -199,25 +207,6 @@ pub struct Report {
     /// What speculative decoding did, when the run speculated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculation: Option<SpeculationFigures>,
-}
-
-/// Speculative decoding's own figures. Decode tok/s stays output tokens over time: rejected
-/// drafts cost time and add nothing.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SpeculationFigures {
-    /// The model's forward passes after the prefill: one a verification.
-    pub verifications: usize,
-    /// Drafts proposed and drafts the model kept.
-    pub drafted: usize,
-    pub accepted: usize,
-    /// Kept over proposed.
-    pub acceptance_rate: Option<f64>,
-    /// Drafts kept per verification (each verification adds the model's own token too).
-    pub accepted_per_verification: Option<f64>,
-    /// The model's passes per decoded token (tokens after the first): 1 without speculation.
-    pub passes_per_token: Option<f64>,
-    /// A draft model's forward passes (0 for prompt lookup).
-    pub draft_passes: usize,
 }
 
 /// Collects one request's events and turns them into a [`Report`].
@@ -387,18 +376,8 @@ impl Meter {
     /// Speculation's figures, when the run speculated.
     fn speculation_figures(&self) -> Option<SpeculationFigures> {
         self.conditions.speculation.as_ref()?;
-        let [verifications, drafted, accepted, draft_passes] = self.verified;
         let decoded = self.token_times.len().saturating_sub(1);
-        let ratio = |a: usize, b: usize| (b > 0).then(|| a as f64 / b as f64);
-        Some(SpeculationFigures {
-            verifications,
-            drafted,
-            accepted,
-            acceptance_rate: ratio(accepted, drafted),
-            accepted_per_verification: ratio(accepted, verifications),
-            passes_per_token: ratio(verifications, decoded),
-            draft_passes,
-        })
+        Some(SpeculationFigures::new(self.verified, decoded))
     }
 }
 
@@ -628,34 +607,6 @@ pub fn aggregate_decode_tps(streams: &[&[f64]]) -> Option<f64> {
     rate(tokens, end - start)
 }
 
-/// Words in `text`: runs of non-whitespace that hold at least one letter or digit. This is the
-/// one definition of a word: words/s, the reading-speed comparison and the page's reading cursor
-/// (through [`word_ends_utf16`]) all count with it.
-fn words(text: &str) -> impl Iterator<Item = &str> {
-    text.split_whitespace()
-        .filter(|w| w.chars().any(char::is_alphanumeric))
-}
-
-pub fn count_words(text: &str) -> usize {
-    words(text).count()
-}
-
-/// Where each word of `text` ends, as offsets in UTF-16 code units (JavaScript's string
-/// indices), so that the page can place a reader's cursor after the N-th word without a word rule
-/// of its own. The last word may still be growing while text streams in.
-pub fn word_ends_utf16(text: &str) -> Vec<usize> {
-    let mut ends = Vec::new();
-    let (mut byte, mut utf16) = (0, 0);
-    for word in words(text) {
-        // `word` is a slice of `text`: its end as a byte offset.
-        let end = word.as_ptr() as usize - text.as_ptr() as usize + word.len();
-        utf16 += text[byte..end].encode_utf16().count();
-        byte = end;
-        ends.push(utf16);
-    }
-    ends
-}
-
 /// The ceiling of a decode step's products (see the module's definitions): `passes` timings of
 /// the products of `rows` rows alone, their median, and the rates that median gives.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -720,23 +671,4 @@ pub fn spread(values: &[f64]) -> Option<Spread> {
         min: finite.iter().copied().fold(f64::INFINITY, f64::min),
         max: p.max,
     })
-}
-
-pub fn human_count(n: f64) -> String {
-    match n {
-        n if n >= 1e9 => format!("{:.1}B", n / 1e9),
-        n if n >= 1e6 => format!("{:.1}M", n / 1e6),
-        n if n >= 1e3 => format!("{:.0}K", n / 1e3),
-        n => format!("{n:.0}"),
-    }
-}
-
-pub fn human_bytes(bytes: u64) -> String {
-    let b = bytes as f64;
-    match b {
-        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
-        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
-        b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
-        b => format!("{b} B"),
-    }
 }
