@@ -1,7 +1,6 @@
 //! A model on the backend it was loaded on: the one forward pass (`model/forward.rs`) over the
 //! CPU's operations (`cpu/`) or the GPU's (`gpu/`), and the KV caches that belong to it.
 
-use crate::backend::Device;
 use crate::cpu::{HostLinear, HostOps, Isa, Rows, Threads};
 #[cfg(feature = "gpu")]
 use crate::gpu::DeviceOps;
@@ -9,6 +8,16 @@ use crate::model::forward::{Positions, Transformer, Weights};
 use crate::model::ops::{Heads, Ops};
 use crate::model::quant::pad_hidden_to_blocks;
 use crate::model::{HostWeights, LlamaConfig, Logits, Quant, QuantPlan};
+
+/// burn's wgpu device.
+#[cfg(feature = "gpu")]
+pub use burn::prelude::Device;
+
+/// This build has no GPU backend (the `gpu` feature is off: the page's threaded build), so no
+/// device can exist.
+#[cfg(not(feature = "gpu"))]
+#[derive(Debug, Clone)]
+pub enum Device {}
 
 enum Body {
     #[cfg(feature = "gpu")]

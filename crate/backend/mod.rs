@@ -7,7 +7,7 @@ mod llama;
 #[cfg(feature = "gpu")]
 mod wgpu;
 
-pub use llama::{KvCache, Llama, Segment};
+pub use llama::{Device, KvCache, Llama, Segment};
 
 use std::fmt;
 use std::str::FromStr;
@@ -16,16 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::{Isa, Threads};
 use crate::error::{Error, Result};
-
-/// burn's wgpu device.
-#[cfg(feature = "gpu")]
-pub use burn::prelude::Device;
-
-/// This build has no GPU backend (the `gpu` feature is off: the page's threaded build), so no
-/// device can exist.
-#[cfg(not(feature = "gpu"))]
-#[derive(Debug, Clone)]
-pub enum Device {}
 
 /// Which backend a model runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,7 +111,19 @@ impl Backend {
     /// Initialize the GPU backend (async: in a browser this awaits the WebGPU adapter).
     pub async fn wgpu() -> Result<Backend> {
         #[cfg(feature = "gpu")]
-        return wgpu::init().await;
+        {
+            let granted = wgpu::init().await?;
+            Ok(Backend {
+                kind: BackendKind::Wgpu,
+                device: Some(granted.device),
+                isa: Isa::detect(),
+                threads: Threads::one(),
+                adapter: granted.adapter,
+                details: granted.details,
+                software: granted.software,
+                auto_note: None,
+            })
+        }
         #[cfg(not(feature = "gpu"))]
         Err(Error::Unsupported(
             "this build of the engine has no GPU backend (the page's threaded build is the CPU engine alone): choose the CPU, or 1 thread for WebGPU".into(),

@@ -3,9 +3,19 @@
 
 use burn::prelude::*;
 
-use crate::backend::{Backend, BackendKind};
-use crate::cpu::{Isa, Threads};
 use crate::error::{Error, Result};
+
+/// The adapter wgpu was granted: burn's device on it, and what it is.
+#[derive(Debug, Clone)]
+pub struct Granted {
+    pub device: Device,
+    /// Its name ("NVIDIA H100", "google swiftshader").
+    pub adapter: String,
+    /// Driver and limits worth showing, one line.
+    pub details: String,
+    /// A software renderer posing as a GPU (see [`is_software`]).
+    pub software: bool,
+}
 
 /// Names of software renderers that present themselves as GPU adapters.
 const SOFTWARE_ADAPTERS: [&str; 6] = [
@@ -32,15 +42,15 @@ fn is_software(name: &str, device_type: burn::tensor::wgpu::wgpu::DeviceType) ->
 /// process. With room for a whole step, a step is one submit, made by its readback.
 const WGPU_TASKS_PER_SUBMIT: usize = 4096;
 
-static WGPU: async_lock::Mutex<Option<Backend>> = async_lock::Mutex::new(None);
+static WGPU: async_lock::Mutex<Option<Granted>> = async_lock::Mutex::new(None);
 
 /// Initialize the GPU backend (async: in a browser this awaits the WebGPU adapter).
-pub async fn init() -> Result<Backend> {
+pub async fn init() -> Result<Granted> {
     #[cfg(target_arch = "wasm32")]
     crate::gpu::run_constructors();
     let mut ready = WGPU.lock().await;
-    if let Some(backend) = ready.as_ref() {
-        return Ok(backend.clone());
+    if let Some(granted) = ready.as_ref() {
+        return Ok(granted.clone());
     }
     let (device, setup) = Device::wgpu_options()
         .tasks_max(WGPU_TASKS_PER_SUBMIT)
@@ -58,11 +68,8 @@ pub async fn init() -> Result<Backend> {
             .unwrap_or_else(|| (format!("{:?} {:?}", info.backend, info.device_type), false))
     };
     let software = fallback || is_software(&adapter, info.device_type);
-    let backend = Backend {
-        kind: BackendKind::Wgpu,
-        device: Some(device),
-        isa: Isa::detect(),
-        threads: Threads::one(),
+    let granted = Granted {
+        device,
         adapter,
         details: format!(
             "{:?}, {:?}, driver {:?}, max buffer {} MiB, max workgroup invocations {}, shader-f16 {}",
@@ -77,10 +84,9 @@ pub async fn init() -> Result<Backend> {
                 .contains(burn::tensor::wgpu::wgpu::Features::SHADER_F16),
         ),
         software,
-        auto_note: None,
     };
-    *ready = Some(backend.clone());
-    Ok(backend)
+    *ready = Some(granted.clone());
+    Ok(granted)
 }
 
 /// `GPUAdapter.info` as "vendor architecture (description)", e.g. "google swiftshader", and its

@@ -58,6 +58,10 @@ impl Threads {
         }
         let pool =
             pool::Pool::new(count - 1).map_err(|e| format!("cannot start {count} threads: {e}"))?;
+        #[cfg(target_arch = "wasm32")]
+        for _ in 1..count {
+            web::spawn(pool.state.clone())?;
+        }
         Ok(Threads {
             pool: Some(std::sync::Arc::new(pool)),
             count,

@@ -126,11 +126,10 @@ impl Pool {
             }
             Ok(pool)
         }
+        // In the page the workers are Web Workers, which the caller starts on `state` (`web.rs`).
         #[cfg(target_arch = "wasm32")]
         {
-            for _ in 0..workers {
-                super::web::spawn(state.clone())?;
-            }
+            let _ = workers;
             Ok(Pool {
                 state,
                 running: Mutex::new(()),
