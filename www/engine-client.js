@@ -47,7 +47,8 @@ export class EngineClient {
     this.loaded = null;
     const url = new URL('./worker.js', import.meta.url);
     this.build = build;
-    url.searchParams.set('build', build);
+    // The default build keeps the worker's plain URL.
+    if (build !== 'relaxed') url.searchParams.set('build', build);
     this.worker = new Worker(url, { type: 'module' });
     this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
     this.worker.onmessage = ({ data }) => this.receive(data);
