@@ -227,7 +227,7 @@ impl Drafter {
 
     /// Learn from a verification: `accepted` of `drafted` kept. The length grows by one while
     /// every draft is kept, and otherwise falls to one more than were kept; from the second miss
-    /// in a row (a verification that kept nothing, or in wasm less than half, [`MIN_KEPT`])
+    /// in a row (a verification that kept nothing, or in wasm less than half, `MIN_KEPT`)
     /// drafting pauses, twice as long each time.
     pub fn verified(&mut self, drafted: usize, accepted: usize) {
         if drafted == 0 {
