@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use common::*;
 use tokenometer::{
-    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, Request,
-    Scheduler, StopReason,
+    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, Quant, Request, Scheduler,
+    StopReason,
 };
 
 /// Different lengths and different stories.
@@ -25,9 +25,7 @@ fn engine(backend: &Backend) -> Engine {
 }
 
 fn engine_in(backend: &Backend, quant: Quant) -> Engine {
-    let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
-    let tokenizer = read(stories260k("tok512.bin"));
-    Engine::load(files, Some(&tokenizer), quant, backend).expect("loads")
+    common::engine(backend, quant)
 }
 
 fn gpu() -> Backend {

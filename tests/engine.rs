@@ -5,19 +5,8 @@ mod common;
 
 use common::*;
 use tokenometer::{
-    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant, StopReason,
+    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, Quant, StopReason,
 };
-
-fn engine(backend: &Backend, quant: Quant) -> Engine {
-    let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
-    Engine::load(
-        files,
-        Some(&read(stories260k("tok512.bin"))),
-        quant,
-        backend,
-    )
-    .expect("loads")
-}
 
 fn wgpu() -> Backend {
     pollster::block_on(Backend::init(BackendChoice::Wgpu)).expect(

@@ -15,17 +15,6 @@ use tokenometer::{
     Speculation,
 };
 
-fn engine(backend: &Backend, quant: Quant) -> Engine {
-    let files = ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
-    Engine::load(
-        files,
-        Some(&read(stories260k("tok512.bin"))),
-        quant,
-        backend,
-    )
-    .expect("loads")
-}
-
 /// Prompts where lookup finds n-grams to copy (the story models repeat names and phrases), and
 /// one where it finds little.
 const PROMPTS: [&str; 4] = [

@@ -28,6 +28,14 @@ pub fn byte_level_vocab(name: &str) -> tokenometer::loading::gguf::Gguf {
     vocab_copies::read(&read(gguf_vocab(&format!("ggml-vocab-{name}.gguf"))))
 }
 
+/// stories260K (llama2.c's .bin and tok512.bin) on `backend` in `quant`.
+pub fn engine(backend: &tokenometer::Backend, quant: tokenometer::Quant) -> tokenometer::Engine {
+    let files =
+        tokenometer::ModelFiles::llama2c("stories260K", read(stories260k("stories260K.bin")));
+    let tokenizer = read(stories260k("tok512.bin"));
+    tokenometer::Engine::load(files, Some(&tokenizer), quant, backend).expect("loads")
+}
+
 pub fn read(path: PathBuf) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

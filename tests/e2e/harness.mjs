@@ -32,6 +32,22 @@ export function launchBrowser({ webgpu = true } = {}) {
 }
 
 /**
+ * A new page of `browser` at `url`, 1280x1000, with the errors it throws collected; `prepare(page)`
+ * runs before it loads (to route its requests, say).
+ * @param {import('playwright-core').Browser} browser
+ * @param {string} url
+ * @param {(page: import('playwright-core').Page) => Promise<unknown>} [prepare]
+ */
+export async function openPage(browser, url, prepare = async () => {}) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await prepare(page);
+  await page.goto(url);
+  return { page, errors };
+}
+
+/**
  * Stop the main run from inside the page the moment its first token shows (stories260K is too
  * quick to stop from the test's side): by clicking Stop (`how` 'click') or pressing Escape.
  * @param {import('playwright-core').Page} page

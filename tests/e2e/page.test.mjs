@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync, readFileSync, openSync, writeSync, ftruncateS
 import { tmpdir } from 'node:os';
 import { gzipSync } from 'node:zlib';
 import { resolve } from 'node:path';
-import { launchBrowser, models, root, startServer, stopAtFirstToken } from './harness.mjs';
+import { launchBrowser, models, openPage, root, startServer, stopAtFirstToken } from './harness.mjs';
 
 const port = 18000 + (process.pid % 1000);
 const base = `http://127.0.0.1:${port}`;
@@ -28,15 +28,10 @@ after(async () => {
 // `prepare(page)` runs before the page loads (to route its requests, say). Tests run the small
 // shipped model unless the query names one (`model=` alone: the page's own default).
 async function open(query, prepare = async () => {}) {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(e.message));
-  await prepare(page);
   const params = new URLSearchParams(query);
   if (!params.has('model')) params.set('model', 'stories260K');
   else if (params.get('model') === '') params.delete('model');
-  await page.goto(`${base}/?${params}`);
-  return { page, errors };
+  return openPage(browser, `${base}/?${params}`, prepare);
 }
 
 // A run's view (figures, output, conditions) appears more than once (the run, each lane, the

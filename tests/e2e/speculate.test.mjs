@@ -4,7 +4,7 @@
 // without side by side; a bad choice is named.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { launchBrowser, startServer } from './harness.mjs';
+import { launchBrowser, openPage, startServer } from './harness.mjs';
 
 const port = 20000 + (process.pid % 1000);
 const base = `http://127.0.0.1:${port}`;
@@ -21,13 +21,7 @@ after(async () => {
   server?.kill();
 });
 
-async function open(query) {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(e.message));
-  await page.goto(`${base}/?${query}`);
-  return { page, errors };
-}
+const open = (query, prepare) => openPage(browser, `${base}/?${query}`, prepare);
 
 const view = (page) => page.locator('#run-view');
 const finished = (page) => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });

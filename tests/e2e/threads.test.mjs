@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { launchBrowser, root, startServer } from './harness.mjs';
+import { launchBrowser, openPage, root, startServer } from './harness.mjs';
 
 const port = 19000 + (process.pid % 1000);
 const base = `http://127.0.0.1:${port}`;
@@ -25,14 +25,7 @@ after(async () => {
   server?.kill();
 });
 
-async function open(query, prepare = async () => {}) {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(e.message));
-  await prepare(page);
-  await page.goto(`${base}/?${query}`);
-  return { page, errors };
-}
+const open = (query, prepare) => openPage(browser, `${base}/?${query}`, prepare);
 
 const text = (page, id) => page.locator('#run-view').getByTestId(id).textContent();
 const finished = (page) => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
