@@ -14,7 +14,7 @@
 use web_time::Instant;
 
 use crate::backend::Segment;
-use crate::decode::engine::Engine;
+use crate::decode::engine::{Engine, ms_since};
 use crate::decode::events::{Event, Flow, GenerateOptions, StopReason};
 use crate::decode::sampling::Sampler;
 use crate::decode::sequence::{SeqEvent, Sequence};
@@ -152,7 +152,7 @@ impl Scheduler {
 
     /// Milliseconds since the scheduler was made.
     pub fn now_ms(&self) -> f64 {
-        self.clock.elapsed().as_secs_f64() * 1e3
+        ms_since(self.clock)
     }
 
     pub fn max_batch(&self) -> usize {
@@ -358,7 +358,7 @@ impl Scheduler {
             let probs = draft.probs.as_deref();
             accept_sampled(&mut seq.sampler, &draft.tokens, probs, &rows, vocab)
         };
-        let now = self.clock.elapsed().as_secs_f64() * 1e3;
+        let now = ms_since(self.clock);
         seq.cache.truncate(start + 1 + kept);
         drafter.verified(k, kept);
         seq.drafter = Some(drafter);
