@@ -163,7 +163,8 @@ struct DraftState {
 }
 
 /// A draft: the proposed tokens, and for a draft model at temperature above 0 the distribution
-/// each was drawn from (a lookup's drafts are certain: `None`).
+/// each was drawn from (a lookup's drafts are certain: `None`). The default drafts nothing.
+#[derive(Default)]
 pub struct Draft {
     pub tokens: Vec<u32>,
     pub probs: Option<Vec<Vec<f32>>>,
@@ -209,17 +210,12 @@ impl Drafter {
             n.min(self.length)
         };
         if n == 0 {
-            return Ok(Draft {
-                tokens: Vec::new(),
-                probs: None,
-                passes: 0,
-            });
+            return Ok(Draft::default());
         }
         match &mut self.model {
             None => Ok(Draft {
                 tokens: lookup(history, self.spec.ngram, n),
-                probs: None,
-                passes: 0,
+                ..Draft::default()
             }),
             Some(state) => state.draft(history, n).await,
         }
@@ -260,11 +256,7 @@ impl DraftState {
         let room = context.saturating_sub(history.len());
         let n = n.min(room);
         if n == 0 {
-            return Ok(Draft {
-                tokens: Vec::new(),
-                probs: None,
-                passes: 0,
-            });
+            return Ok(Draft::default());
         }
         let greedy = self.sampler.is_greedy();
         let mut tokens = Vec::with_capacity(n);

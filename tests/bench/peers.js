@@ -77,8 +77,7 @@ async function tokenometer(quant, threads, choice = 'off') {
       worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0, chat, speculate, ...(draftMax ? { draft_max: Number(draftMax) } : {}) } });
       const { report } = await once(worker, 'finished');
       worker.removeEventListener('message', listener);
-      const text = report.conditions && report.summary ? report.summary : '';
-      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms, acceptance: report.speculation?.acceptance_rate ?? null, summary: text };
+      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms, acceptance: report.speculation?.acceptance_rate ?? null };
     },
     close() { worker.terminate(); },
   };
