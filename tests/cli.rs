@@ -602,7 +602,7 @@ fn speculate_keeps_the_text_and_reports_its_drafts() {
     let (lookup, stderr) = run(&["--speculate", "lookup"]);
     assert_eq!(lookup, plain);
     assert!(
-        stderr.contains("; speculative: prompt lookup (n-grams up to 3, drafts up to 8)"),
+        stderr.contains("; speculative: prompt lookup (n-grams up to 3, drafts up to 8, as measured costs favour)"),
         "{stderr}"
     );
     assert!(
@@ -613,10 +613,16 @@ fn speculate_keeps_the_text_and_reports_its_drafts() {
     let (drafted, stderr) = run(&["--speculate", &draft, "--draft-max", "4"]);
     assert_eq!(drafted, plain);
     assert!(
-        stderr.contains("speculative: draft model stories260K q4 (drafts up to 4)"),
+        stderr.contains("speculative: draft model stories260K q4 (drafts up to 4, as measured costs favour)"),
         "{stderr}"
     );
     assert!(stderr.contains("draft-model passes"), "{stderr}");
+    let (fixed, stderr) = run(&["--speculate", "lookup", "--draft-max", "4", "--draft-fixed"]);
+    assert_eq!(fixed, plain);
+    assert!(
+        stderr.contains("speculative: prompt lookup (n-grams up to 3, 4 drafts a step, fixed)"),
+        "{stderr}"
+    );
 
     let bench = tokenometer(&[
         "bench",
@@ -655,6 +661,7 @@ fn speculate_keeps_the_text_and_reports_its_drafts() {
         "choose 1 to 16 tokens",
     );
     refused(&["--draft-max", "4"], "--speculate");
+    refused(&["--draft-fixed"], "--speculate");
     // A draft model must share the model's vocabulary (stories15M's 32,000 tokens, not 512).
     let dir = std::env::temp_dir().join(format!("tokenometer-spec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

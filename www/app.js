@@ -5,7 +5,7 @@
 import { EngineClient } from './engine-client.js';
 import { SIMD_BUILDS, SIMD_CHOICES, chooseSimdBuild, relaxedSimd, simdBuild } from './simd.js';
 import { CORES, DEFAULT_THREADS, buildFor, chooseThreads, chosenThreads, oneThreadReason, parseThreads } from './threads.js';
-import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, fillSelect } from './protocol.js';
+import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, fillSelect, speculateOptions } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { ResultsTable, rowFromReport, rowFromLoadReport } from './results.js';
 import { LanesPanel, LANE_MODES, parseLanes, laneToString } from './lanes.js';
@@ -104,7 +104,7 @@ async function settings() {
     options: {
       max_tokens: number(el.max, d.run.max_tokens), temperature: number(el.temperature, d.run.temperature),
       top_p: d.run.top_p, seed: d.run.seed, reading_wpm: number(el.wpm, d.run.reading_wpm),
-      chat: el.chat.checked, speculate: el.speculate.value,
+      chat: el.chat.checked, ...speculateOptions(el.speculate.value),
     },
   };
 }

@@ -4,7 +4,7 @@
 // the run, one line per pair compares them: decode tok/s and TTFT as ratios of the engine's own
 // reports, and whether their first 40 tokens are the same.
 import { EngineClient } from './engine-client.js';
-import { BACKENDS, QUANTS, SPECULATES, BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES } from './protocol.js';
+import { BACKENDS, QUANTS, SPECULATES, BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, speculateOptions } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { rowFromReport } from './results.js';
 import { refs } from './dom.js';
@@ -278,7 +278,7 @@ export class LanesPanel {
       lane.status.textContent = 'running';
       lane.view.clear(prompt);
       const speculate = lane.config.speculate || 'off';
-      const report = await client.run(prompt, { ...options, speculate, requested_at: performance.timeOrigin + performance.now() }, {
+      const report = await client.run(prompt, { ...options, ...speculateOptions(speculate), requested_at: performance.timeOrigin + performance.now() }, {
         signal,
         onEvents: (message) => lane.view.update(message),
       });

@@ -79,6 +79,19 @@ export const BACKEND_CHOICES = [
  */
 export const SPECULATE_CHOICES = [['off', 'off'], ['lookup', 'prompt lookup'], ['draft', 'this model at q4 as draft']];
 export const SPECULATES = SPECULATE_CHOICES.map(([value]) => value);
+/**
+ * Tokens the draft model drafts a step in the page, every step: it is there to show the
+ * mechanism, and a draft model of the model's own size costs nearly a pass a drafted token, so the
+ * lengths measured costs favour (lookup's) would seldom draft at all (docs/page.md).
+ */
+export const DRAFT_MODEL_LENGTH = 3;
+/**
+ * A run's speculation options for a choice of SPECULATE_CHOICES.
+ * @param {string} choice
+ */
+export function speculateOptions(choice) {
+  return choice === 'draft' ? { speculate: choice, draft_max: DRAFT_MODEL_LENGTH, draft_fixed: true } : { speculate: choice };
+}
 /** @type {[string, string][]} */
 export const QUANT_CHOICES = [['stored', 'as stored'], ['f32', 'f32'], ['q8', 'q8 (Q8_0)'], ['q4', 'q4 (Q4_0)']];
 export const BACKENDS = BACKEND_CHOICES.map(([value]) => value);

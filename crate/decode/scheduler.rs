@@ -339,6 +339,7 @@ impl Scheduler {
         let mut out = Vec::new();
         let seq = &mut self.running[0];
         let mut drafter = seq.drafter.take().expect("a speculating sequence");
+        let began = ms_since(self.clock);
         let start = seq.cache.len();
         // Room for the drafts and the model's own token after them: within max tokens, and the
         // input at `start` and the drafts after it within the context.
@@ -360,7 +361,7 @@ impl Scheduler {
         };
         let now = ms_since(self.clock);
         seq.cache.truncate(start + 1 + kept);
-        drafter.verified(k, kept);
+        drafter.verified(k, kept, now - began);
         seq.drafter = Some(drafter);
         seq.emit(
             &mut out,

@@ -16,12 +16,18 @@
 //!
 //! Two drafters: `lookup` (prompt-lookup decoding: the tokens that followed the last time the
 //! latest n-gram appeared, in the prompt or the output) and `draft:MODEL` (a smaller or
-//! lower-precision model with the same vocabulary, run ahead with its own cache). Both adapt how
-//! many tokens they draft: the length grows while drafts are all kept and falls back to one more
-//! than were kept after a rejection; after two or more verifications in a row that kept nothing
-//! they pause, for 2, 4, ... up to 16 steps (plain decoding), since a rejected draft costs a
-//! wider pass and gives nothing. Measured on SmolLM2 Q8_0 with a creative prompt, before the
-//! pause: lookup kept 5% of its drafts and decoded at 0.78-1.01x plain decoding.
+//! lower-precision model with the same vocabulary, run ahead with its own cache). How many tokens
+//! to draft is chosen each step from what the run has measured (`Drafter::choose`): the time of
+//! its steps by how many drafts they verified, and the share of drafts kept. A draft of `d` is
+//! worth `1 + a + ... + a^d` tokens (kept drafts stop at the first rejected one; `a` the chance
+//! that a draft is kept) for a step that costs `ms(d)`, so the drafter takes the `d` (0 to the
+//! longest allowed) with the most tokens a millisecond. Measured on SmolLM2 Q8_0, 1 thread: natively
+//! (AVX-512 VNNI) a pass of 2 rows cost 1.2 passes of one and 4 rows 1.5, so drafts are long
+//! whenever some are kept; in the page (128-bit SIMD, compute-bound) a step with 1 draft cost 1.55
+//! plain steps and with 2 drafts 2.3, so it is one draft while most are kept and none when few are.
+//! There lookup with drafts of 1 gave 1.26x plain decoding on a grounded prompt where drafts up to
+//! 3 gave 1.22x, and the hand-tuned rule this replaced (a length growing while drafts are kept,
+//! pauses after misses) 0.86-0.92x on a creative prompt (docs/measurements.md).
 
 use std::sync::Arc;
 
@@ -47,15 +53,16 @@ pub struct Speculation {
     pub max_draft: usize,
     /// `lookup`: the longest n-gram matched (shorter ones are tried after it, down to one token).
     pub ngram: usize,
+    /// Always draft as many as `max_draft` (as many as the drafter has), instead of the length
+    /// the measured costs favour: for tests of every length, and to see what drafting every step
+    /// costs.
+    pub fixed: bool,
 }
 
-/// The longest draft by default. A verification's cost grows with its rows, and how fast depends
-/// on the machine's arithmetic: natively (AVX-512 VNNI, SmolLM2 Q8_0, the grounded prompt of
-/// `tests/bench/speculate.sh`) 8 drafts gave 2.0x plain decoding; in the page (wasm SIMD128,
-/// compute-bound: a pass of 9 rows costs nearly 9 of one), lookup with drafts up to 2, 3, 4 and 8
-/// gave 1.11, 1.14, 1.02 and 0.98x (Q8_0, 1 thread) and up to 3 and 4 gave 1.32 and 1.31x (Q4_0,
-/// 2 threads), so 3 there.
-pub const DEFAULT_MAX_DRAFT: usize = if cfg!(target_arch = "wasm32") { 3 } else { 8 };
+/// The longest draft by default; the drafter drafts fewer where the measured costs say so. Natively
+/// (AVX-512 VNNI, SmolLM2 Q8_0, the grounded prompt of `tests/bench/speculate.sh`) 8 drafts gave
+/// 2.0x plain decoding.
+pub const DEFAULT_MAX_DRAFT: usize = 8;
 /// The longest n-gram `lookup` matches by default.
 pub const DEFAULT_NGRAM: usize = 3;
 
@@ -65,6 +72,7 @@ impl Speculation {
             source: DraftSource::Lookup,
             max_draft: DEFAULT_MAX_DRAFT,
             ngram: DEFAULT_NGRAM,
+            fixed: false,
         }
     }
 
@@ -93,6 +101,7 @@ impl Speculation {
             },
             max_draft: DEFAULT_MAX_DRAFT,
             ngram: DEFAULT_NGRAM,
+            fixed: false,
         })
     }
 
@@ -113,48 +122,72 @@ impl Speculation {
         Ok(())
     }
 
-    /// For the conditions line: "speculative: prompt lookup (n-grams up to 3, drafts up to 8)".
+    /// For the conditions line: "speculative: prompt lookup (n-grams up to 3, drafts up to 8, as
+    /// measured costs favour)".
     pub fn describe(&self) -> String {
+        let lengths = if self.fixed {
+            format!("{} drafts a step, fixed", self.max_draft)
+        } else {
+            format!("drafts up to {}, as measured costs favour", self.max_draft)
+        };
         match &self.source {
             DraftSource::Lookup => format!(
-                "speculative: prompt lookup (n-grams up to {}, drafts up to {})",
-                self.ngram, self.max_draft
+                "speculative: prompt lookup (n-grams up to {}, {lengths})",
+                self.ngram
             ),
-            DraftSource::Model { name, .. } => format!(
-                "speculative: draft model {name} (drafts up to {})",
-                self.max_draft
-            ),
+            DraftSource::Model { name, .. } => {
+                format!("speculative: draft model {name} ({lengths})")
+            }
         }
     }
 }
 
-/// One sequence's drafter: the settings, the draft length it has come to, and a draft model's
-/// own cache and sampler.
+/// One sequence's drafter: the settings, what it has measured (its steps' times by how many drafts
+/// they verified, the drafts kept), and a draft model's own cache and sampler.
 pub struct Drafter {
     spec: Speculation,
-    length: usize,
-    /// Verifications in a row that kept nothing, and the steps left to pause for.
-    misses: u32,
-    pause: usize,
+    /// A step's time in ms by how many drafts it verified (an average of the latest steps), and
+    /// the step it was last timed at: `None` until timed.
+    step_ms: Vec<Option<(f64, usize)>>,
+    /// Steps so far.
+    steps: usize,
+    /// Drafts kept, and drafts judged (every kept one and the first rejected one of each
+    /// verification), each step's evidence weighted down by [`FORGET`] a step; for lookup by the
+    /// length of the n-gram the draft followed (`[k - 1]`: a draft after a 3-token match is kept
+    /// far more often than one after a single token), for a draft model one count.
+    kept: Vec<f64>,
+    judged: Vec<f64>,
+    /// Which of those counts the latest draft belongs to.
+    class: usize,
     model: Option<DraftState>,
 }
 
-/// The longest pause from drafting after misses, in steps.
-const MAX_PAUSE: usize = 16;
+/// The share of drafts kept before any is judged, and how many drafts' worth of evidence it
+/// counts as. 0.6 makes a first draft of one worth trying where a drafted row is guessed at
+/// [`FIRST_ROW_COST`] of a step: `1.6 / 1.5` tokens a step's time.
+const PRIOR_KEPT: f64 = 0.6;
+const PRIOR_WEIGHT: f64 = 1.0;
+/// Each step, the evidence of drafts kept and judged is multiplied by this, so the share follows
+/// the text (a preamble then a copied paragraph) and, after drafting stopped for lack of kept
+/// drafts, the prior slowly wins again and a draft is tried: the more evidence, the later (a unit
+/// test: 133 steps after 8 kept drafts then 20 misses, where a drafted row costs 0.4 of a step).
+const FORGET: f64 = 0.97;
+/// A drafted row's cost before two lengths are timed, as a share of a step without drafts.
+const FIRST_ROW_COST: f64 = 0.5;
+/// A new time's weight in a length's average, and the most a single time may be above the
+/// average (a pause of the machine, a collection, is not the length's cost).
+const NEW_TIME: f64 = 0.25;
+const MOST_ABOVE: f64 = 1.5;
+/// A length's time older than this many steps is taken again (a plain step is timed again, a
+/// long draft's time is guessed from shorter ones until it is chosen), so that the costs follow
+/// the machine and one slow step does not rule a length out for the run.
+const STALE_STEPS: usize = 32;
 
-/// A verification that keeps less than this share of its drafts is a miss. Natively only one that
-/// keeps none: a wider pass costs little more than one row there. In wasm a pass's rows cost
-/// nearly a row each (compute-bound 128-bit SIMD: 2 of 3 drafts kept is 3 tokens for the cost of
-/// about 3.5 passes), so a draft pays only when most of it is kept. Measured in the page on
-/// SmolLM2 with lookup, interleaved against plain decoding (docs/measurements.md): with only empty
-/// verifications as misses a creative prompt (Q4_0, 42% of drafts kept) ran at 0.85-0.89x; with
-/// this 0.5, 0.86 and 0.92x (1 thread) and the grounded prompt 1.23-1.37x (2 threads); with 1.0
-/// (only a draft kept whole a hit) 0.90x creative but 0.89-1.27x grounded, within the noise.
-const MIN_KEPT: f64 = if cfg!(target_arch = "wasm32") {
-    0.5
-} else {
-    0.0
-};
+/// The tokens a draft of `d` is worth on average, when each draft is kept with chance `a` until
+/// the first rejected one: the kept drafts and the model's own token, `1 + a + ... + a^d`.
+pub fn expected_tokens(a: f64, d: usize) -> f64 {
+    (0..=d).map(|i| a.powi(i as i32)).sum()
+}
 
 struct DraftState {
     engine: Arc<Engine>,
@@ -186,62 +219,117 @@ impl Drafter {
                 }),
             }),
         };
+        let classes = if model.is_some() { 1 } else { spec.ngram };
         Drafter {
-            length: spec.max_draft,
-            misses: 0,
-            pause: 0,
+            step_ms: vec![None; spec.max_draft + 1],
+            steps: 0,
+            kept: vec![0.0; classes],
+            judged: vec![0.0; classes],
+            class: 0,
             spec,
             model,
         }
     }
 
-    /// How many tokens the next draft may hold.
-    pub fn length(&self) -> usize {
-        self.length
+    /// The share of drafts kept, as the drafter estimates it now, for drafts of `class` (lookup:
+    /// after an n-gram of `class + 1` tokens).
+    pub fn kept_share(&self, class: usize) -> f64 {
+        (self.kept[class] + PRIOR_KEPT * PRIOR_WEIGHT) / (self.judged[class] + PRIOR_WEIGHT)
+    }
+
+    /// The time of a step verifying `d` drafts: as timed, or where it was not (or long ago),
+    /// between the nearest timed lengths on either side, or beyond the longest timed ones (the
+    /// cost a row of the last two, or half a plain step a row). `None` while a step without
+    /// drafts has not been timed.
+    pub fn step_cost(&self, d: usize) -> Option<f64> {
+        let fresh = |e: usize| {
+            self.step_ms[e]
+                .filter(|&(_, at)| self.steps - at <= STALE_STEPS)
+                .map(|(ms, _)| (e, ms))
+        };
+        if let Some((_, ms)) = fresh(d) {
+            return Some(ms);
+        }
+        let mut below = (0..d).rev().filter_map(fresh);
+        let (e, ms) = below.next()?;
+        if let Some((f, longer)) = (d + 1..self.step_ms.len()).find_map(fresh) {
+            return Some(ms + (longer - ms) * (d - e) as f64 / (f - e) as f64);
+        }
+        let row = match below.next() {
+            Some((f, shorter)) => ((ms - shorter) / (e - f) as f64).max(0.0),
+            None if e == 0 => ms * FIRST_ROW_COST,
+            None => ms / (e + 1) as f64,
+        };
+        Some(ms + row * (d - e) as f64)
+    }
+
+    /// How many of up to `most` drafts of `class` to verify next: the length with the most tokens
+    /// a millisecond ([`expected_tokens`] over [`step_cost`](Self::step_cost)), the shorter one
+    /// on a tie; none while a step without drafts is to be timed. `fixed`: `most`.
+    pub fn choose(&self, most: usize, class: usize) -> usize {
+        let most = most.min(self.spec.max_draft);
+        if self.spec.fixed {
+            return most;
+        }
+        let Some(plain) = self.step_cost(0) else {
+            return 0;
+        };
+        let a = self.kept_share(class);
+        let mut best = (0, 1.0 / plain);
+        for d in 1..=most {
+            let rate = expected_tokens(a, d) / self.step_cost(d).unwrap_or(f64::INFINITY);
+            if rate > best.1 {
+                best = (d, rate);
+            }
+        }
+        best.0
     }
 
     /// Draft up to `n` tokens to follow `history` (the prompt and every token so far, the last
-    /// one not yet run through the model).
+    /// one not yet run through the model), as many as [`choose`](Self::choose) says.
     pub async fn draft(&mut self, history: &[u32], n: usize) -> Result<Draft> {
-        let n = if self.pause > 0 {
-            self.pause -= 1;
-            0
-        } else {
-            n.min(self.length)
-        };
-        if n == 0 {
-            return Ok(Draft::default());
-        }
         match &mut self.model {
-            None => Ok(Draft {
-                tokens: lookup(history, self.spec.ngram, n),
-                ..Draft::default()
-            }),
-            Some(state) => state.draft(history, n).await,
+            None => {
+                // What lookup has, then the length worth verifying of it.
+                let most = n.min(self.spec.max_draft);
+                let (k, mut tokens) = lookup_match(history, self.spec.ngram, most);
+                self.class = k.saturating_sub(1);
+                tokens.truncate(self.choose(tokens.len(), self.class));
+                Ok(Draft {
+                    tokens,
+                    ..Draft::default()
+                })
+            }
+            Some(_) => {
+                let n = self.choose(n, 0);
+                match (&mut self.model, n) {
+                    (Some(state), 1..) => state.draft(history, n).await,
+                    _ => Ok(Draft::default()),
+                }
+            }
         }
     }
 
-    /// Learn from a verification: `accepted` of `drafted` kept. The length grows by one while
-    /// every draft is kept, and otherwise falls to one more than were kept; from the second miss
-    /// in a row (a verification that kept nothing, or in wasm less than half, `MIN_KEPT`)
-    /// drafting pauses, twice as long each time.
-    pub fn verified(&mut self, drafted: usize, accepted: usize) {
-        if drafted == 0 {
-            return;
+    /// Learn from a step: `accepted` of `drafted` kept, the step taking `ms` (drafting,
+    /// verifying and choosing included).
+    pub fn verified(&mut self, drafted: usize, accepted: usize, ms: f64) {
+        self.steps += 1;
+        for count in self.kept.iter_mut().chain(&mut self.judged) {
+            *count *= FORGET;
         }
-        if accepted == 0 || (accepted as f64) < MIN_KEPT * drafted as f64 {
-            self.misses += 1;
-            if self.misses >= 2 {
-                self.pause = (1usize << (self.misses - 1).min(8)).min(MAX_PAUSE);
-            }
-        } else {
-            self.misses = 0;
+        if drafted > 0 {
+            self.kept[self.class] += accepted as f64;
+            self.judged[self.class] += (accepted + usize::from(accepted < drafted)) as f64;
         }
-        self.length = if accepted == drafted {
-            (self.length + 1).min(self.spec.max_draft)
-        } else {
-            (accepted + 1).min(self.spec.max_draft)
-        };
+        if let Some(slot) = self.step_ms.get_mut(drafted) {
+            let average = match *slot {
+                Some((old, at)) if self.steps - at <= STALE_STEPS => {
+                    old + NEW_TIME * (ms.min(old * MOST_ABOVE) - old)
+                }
+                _ => ms,
+            };
+            *slot = Some((average, self.steps));
+        }
     }
 }
 
@@ -291,6 +379,11 @@ impl DraftState {
 /// Prompt-lookup drafting: find the latest earlier place where the last `k` tokens of `history`
 /// appeared (`k` from `ngram` down to 1) and propose up to `n` of the tokens that followed it.
 pub fn lookup(history: &[u32], ngram: usize, n: usize) -> Vec<u32> {
+    lookup_match(history, ngram, n).1
+}
+
+/// [`lookup`], with the length `k` of the n-gram matched (0: none).
+pub fn lookup_match(history: &[u32], ngram: usize, n: usize) -> (usize, Vec<u32>) {
     let len = history.len();
     for k in (1..=ngram.min(len.saturating_sub(1))).rev() {
         let tail = &history[len - k..];
@@ -299,11 +392,11 @@ pub fn lookup(history: &[u32], ngram: usize, n: usize) -> Vec<u32> {
             if &history[start..start + k] == tail {
                 let from = start + k;
                 let to = (from + n).min(len);
-                return history[from..to].to_vec();
+                return (k, history[from..to].to_vec());
             }
         }
     }
-    Vec::new()
+    (0, Vec::new())
 }
 
 /// What the model keeps of a draft at temperature 0: drafts while each is the model's argmax,
@@ -418,48 +511,105 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_draft_length_grows_while_drafts_are_kept_and_falls_after_a_rejection() {
+    fn drafter(max_draft: usize) -> Drafter {
         let mut spec = Speculation::lookup();
-        spec.max_draft = 4;
-        let mut drafter = Drafter::new(spec, Sampling::default());
-        assert_eq!(drafter.length(), 4);
-        drafter.verified(4, 1);
-        assert_eq!(drafter.length(), 2);
-        drafter.verified(2, 2);
-        assert_eq!(drafter.length(), 3);
-        drafter.verified(3, 3);
-        drafter.verified(4, 4);
-        assert_eq!(drafter.length(), 4);
-        drafter.verified(0, 0);
-        assert_eq!(drafter.length(), 4);
-        drafter.verified(4, 0);
-        assert_eq!(drafter.length(), 1);
+        spec.max_draft = max_draft;
+        Drafter::new(spec, Sampling::default())
     }
 
-    /// Misses in a row pause drafting for 2, 4, 8, 16, 16 steps; a kept draft ends the pausing.
-    #[test]
-    fn drafting_pauses_after_misses_in_a_row() {
-        let history = [1, 2, 3, 1, 2];
-        let mut drafter = Drafter::new(Speculation::lookup(), Sampling::default());
-        let drafts = |drafter: &mut Drafter| {
-            futures_lite::future::block_on(drafter.draft(&history, 4))
-                .unwrap()
-                .tokens
-                .len()
-        };
-        assert_eq!(drafts(&mut drafter), 3);
-        drafter.verified(3, 0);
-        assert_eq!(drafts(&mut drafter), 1);
-        for pause in [2, 4, 8, 16, 16] {
-            drafter.verified(1, 0);
-            for _ in 0..pause {
-                assert_eq!(drafts(&mut drafter), 0);
-            }
-            assert_eq!(drafts(&mut drafter), 1);
+    /// Steps verifying `d` drafts, `kept` of them kept, each taking `ms`.
+    fn steps(drafter: &mut Drafter, n: usize, d: usize, kept: usize, ms: f64) {
+        for _ in 0..n {
+            drafter.verified(d, kept, ms);
         }
-        drafter.verified(1, 1);
-        drafter.verified(2, 0);
-        assert_eq!(drafts(&mut drafter), 1);
+    }
+
+    #[test]
+    fn a_draft_of_d_is_worth_the_kept_drafts_and_the_model_s_own_token() {
+        assert_eq!(expected_tokens(0.0, 5), 1.0);
+        assert_eq!(expected_tokens(1.0, 3), 4.0);
+        assert!((expected_tokens(0.5, 2) - 1.75).abs() < 1e-12);
+    }
+
+    /// The first step is plain (timed); then one draft is tried (the prior), and the length
+    /// follows the measured costs: where rows are nearly free, as long as allowed while most
+    /// drafts are kept.
+    #[test]
+    fn cheap_rows_make_long_drafts() {
+        let mut drafter = drafter(8);
+        assert_eq!(drafter.choose(8, 0), 0);
+        drafter.verified(0, 0, 10.0);
+        assert_eq!(drafter.choose(8, 0), 1);
+        drafter.verified(1, 1, 10.2);
+        // 0.2 ms a row, most drafts kept: the longest.
+        assert_eq!(drafter.choose(8, 0), 8);
+        assert_eq!(drafter.choose(3, 0), 3);
+        steps(&mut drafter, 4, 8, 8, 11.6);
+        assert_eq!(drafter.choose(8, 0), 8);
+        // Few kept (a fresh drafter): shorter drafts, still worth it at these costs; the lengths
+        // not timed lie between those that were.
+        let mut drafter = self::drafter(8);
+        for (d, ms) in [(0, 10.0), (1, 10.2), (2, 10.4), (8, 11.6)] {
+            drafter.verified(d, 0, ms);
+        }
+        assert!((drafter.step_cost(5).unwrap() - 11.0).abs() < 1e-9);
+        let d = drafter.choose(8, 0);
+        assert!((1..8).contains(&d), "{d}");
+    }
+
+    /// Where each row costs most of a step (the page's), one draft while drafts are kept, none
+    /// once they are not; after a while without drafting, one is tried again.
+    #[test]
+    fn costly_rows_make_one_draft_or_none() {
+        let mut drafter = drafter(8);
+        drafter.verified(0, 0, 10.0);
+        drafter.verified(1, 1, 14.0);
+        // A second row guessed at 4 ms more: tried while all are kept...
+        assert_eq!(drafter.choose(8, 0), 2);
+        drafter.verified(2, 2, 24.0);
+        // ...and dropped once timed at 10 ms more (2.4 steps for 3 tokens against 1.4 for 2).
+        steps(&mut drafter, 5, 1, 1, 14.0);
+        assert_eq!(drafter.choose(8, 0), 1);
+        // Nothing kept: no drafts.
+        steps(&mut drafter, 20, 1, 0, 14.0);
+        assert_eq!(drafter.choose(8, 0), 0);
+        let mut waited = 0;
+        while drafter.choose(8, 0) == 0 {
+            drafter.verified(0, 0, 10.0);
+            waited += 1;
+            assert!(waited < 300, "never tries a draft again");
+        }
+        assert!(waited > 5, "tried again after {waited} steps");
+    }
+
+    /// A step far slower than its length's average moves the average by at most half of it, and
+    /// a length's time is taken again once stale.
+    #[test]
+    fn one_slow_step_does_not_rule_a_length_out() {
+        let mut drafter = drafter(4);
+        drafter.verified(0, 0, 10.0);
+        drafter.verified(1, 1, 11.0);
+        drafter.verified(1, 1, 1000.0);
+        let cost = drafter.step_cost(1).unwrap();
+        assert!((cost - 11.0 * (1.0 + NEW_TIME * (MOST_ABOVE - 1.0))).abs() < 1e-9);
+        // After STALE_STEPS without a plain step, one is timed again.
+        steps(&mut drafter, STALE_STEPS, 1, 1, 11.0);
+        assert_eq!(drafter.step_cost(0), None);
+        assert_eq!(drafter.choose(4, 0), 0);
+    }
+
+    /// `fixed` drafts as many as allowed, whatever the costs; lookup drafts what it finds.
+    #[test]
+    fn fixed_lengths_draft_the_most_allowed() {
+        let mut spec = Speculation::lookup();
+        spec.max_draft = 4;
+        spec.fixed = true;
+        let mut drafter = Drafter::new(spec, Sampling::default());
+        assert_eq!(drafter.choose(8, 0), 4);
+        steps(&mut drafter, 3, 4, 0, 100.0);
+        assert_eq!(drafter.choose(2, 0), 2);
+        let history = [1, 2, 3, 1, 2];
+        let draft = futures_lite::future::block_on(drafter.draft(&history, 8)).unwrap();
+        assert_eq!(draft.tokens, vec![3, 1, 2]);
     }
 }

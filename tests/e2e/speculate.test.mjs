@@ -35,7 +35,7 @@ test('speculate=lookup and speculate=draft give plain decoding\'s text, tint the
   const plain = await view(page).getByTestId('output').textContent();
   assert.equal(await view(page).getByTestId('output').locator('mark.drafted').count(), 0);
   assert.equal(await view(page).getByTestId('metric-acceptance').textContent(), '–');
-  for (const [choice, described] of [['lookup', 'speculative: prompt lookup (n-grams up to 3, drafts up to 3)'], ['draft', 'speculative: draft model stories260K q4 (drafts up to 3)']]) {
+  for (const [choice, described] of [['lookup', 'speculative: prompt lookup (n-grams up to 3, drafts up to 8, as measured costs favour)'], ['draft', 'speculative: draft model stories260K q4 (3 drafts a step, fixed)']]) {
     await page.getByTestId('speculate').selectOption(choice);
     await page.getByTestId('run').click();
     await page.waitForFunction((d) => document.querySelector('#run-view [data-testid=conditions]').textContent.includes(d), described, { timeout: 120_000 });

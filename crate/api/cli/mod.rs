@@ -67,9 +67,14 @@ struct SpeculateArgs {
     /// is plain decoding's, token for token.
     #[arg(long)]
     speculate: Option<String>,
-    /// The longest draft verified in one pass (1 to 64).
+    /// The longest draft verified in one pass (1 to 64). Each step drafts as many as the run's
+    /// measured step times and share of kept drafts favour, up to this.
     #[arg(long, default_value_t = DEFAULT_MAX_DRAFT, requires = "speculate")]
     draft_max: usize,
+    /// Draft --draft-max tokens whenever the drafter has them, instead of the length the measured
+    /// costs favour (to see what drafting every step costs).
+    #[arg(long, requires = "speculate")]
+    draft_fixed: bool,
     /// `lookup`: the longest n-gram matched (1 to 16; shorter ones are tried after it).
     #[arg(long, default_value_t = DEFAULT_NGRAM, requires = "speculate")]
     ngram: usize,
@@ -453,6 +458,7 @@ async fn speculation(
         )));
     };
     speculation.max_draft = args.draft_max;
+    speculation.fixed = args.draft_fixed;
     speculation.ngram = args.ngram;
     speculation.validate()?;
     Ok(Some(speculation))

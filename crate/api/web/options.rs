@@ -27,6 +27,8 @@ pub(crate) struct RunOptions {
     pub(crate) speculate: String,
     /// The longest draft verified in one pass.
     pub(crate) draft_max: usize,
+    /// Draft `draft_max` tokens every step instead of the length measured costs favour.
+    pub(crate) draft_fixed: bool,
 }
 
 impl Default for RunOptions {
@@ -42,6 +44,7 @@ impl Default for RunOptions {
             chat: GenerateOptions::default().chat,
             speculate: "off".into(),
             draft_max: crate::decode::speculate::DEFAULT_MAX_DRAFT,
+            draft_fixed: false,
         }
     }
 }

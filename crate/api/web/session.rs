@@ -217,6 +217,7 @@ impl Session {
         let speculation = match speculation {
             Some(mut s) => {
                 s.max_draft = options.draft_max;
+                s.fixed = options.draft_fixed;
                 s.validate().map_err(js_error)?;
                 Some(s)
             }
