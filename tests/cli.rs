@@ -613,7 +613,9 @@ fn speculate_keeps_the_text_and_reports_its_drafts() {
     let (drafted, stderr) = run(&["--speculate", &draft, "--draft-max", "4"]);
     assert_eq!(drafted, plain);
     assert!(
-        stderr.contains("speculative: draft model stories260K q4 (drafts up to 4, as measured costs favour)"),
+        stderr.contains(
+            "speculative: draft model stories260K q4 (drafts up to 4, as measured costs favour)"
+        ),
         "{stderr}"
     );
     assert!(stderr.contains("draft-model passes"), "{stderr}");

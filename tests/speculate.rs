@@ -184,11 +184,9 @@ fn the_meter_reports_what_speculation_did() {
     );
     assert!(s.passes_per_token.unwrap() < 1.0);
     assert_eq!(s.draft_passes, 0);
-    assert!(
-        report
-            .summary
-            .contains("speculative: prompt lookup (n-grams up to 3, drafts up to 8, as measured costs favour)")
-    );
+    assert!(report.summary.contains(
+        "speculative: prompt lookup (n-grams up to 3, drafts up to 8, as measured costs favour)"
+    ));
     let span = report.decode_ms.unwrap();
     assert_eq!(report.decode_tps, Some((tokens - 1) as f64 / span * 1e3));
     // Without speculation there are no such figures.
