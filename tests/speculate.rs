@@ -159,11 +159,13 @@ fn the_meter_reports_what_speculation_did() {
             Event::Verify {
                 drafted: d,
                 accepted: a,
+                step_ms,
                 ..
             } => {
                 verifications += 1;
                 drafted += d;
                 accepted += a;
+                assert!(*step_ms > 0.0);
             }
             Event::Token { .. } => tokens += 1,
             _ => {}
@@ -184,6 +186,13 @@ fn the_meter_reports_what_speculation_did() {
     );
     assert!(s.passes_per_token.unwrap() < 1.0);
     assert_eq!(s.draft_passes, 0);
+    // What the steps cost by their drafts: every step counted once; the first is plain (the
+    // drafter times a step without drafts before it weighs any).
+    let steps: usize = s.step_costs.iter().map(|c| c.steps).sum();
+    assert_eq!(steps, verifications);
+    assert_eq!(s.step_costs[0].drafts, 0);
+    assert!(s.step_costs.iter().all(|c| c.median_ms > 0.0));
+    assert!(s.steps_summary.starts_with("step time, median: no draft "));
     assert!(report.summary.contains(
         "speculative: prompt lookup (n-grams up to 3, drafts up to 8, as measured costs favour)"
     ));

@@ -5,7 +5,7 @@
 import { EngineClient } from './engine-client.js';
 import { SIMD_BUILDS, SIMD_CHOICES, chooseSimdBuild, relaxedSimd, simdBuild } from './simd.js';
 import { CORES, DEFAULT_THREADS, buildFor, chooseThreads, chosenThreads, oneThreadReason, parseThreads } from './threads.js';
-import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, fillSelect, speculateOptions } from './protocol.js';
+import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, fillSelect, parseDrafts, speculateOptions } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { ResultsTable, rowFromReport, rowFromLoadReport } from './results.js';
 import { LanesPanel, LANE_MODES, parseLanes, laneToString } from './lanes.js';
@@ -67,6 +67,9 @@ const results = new ResultsTable($('results'));
 const replay = new Replay($('replay'), wpm);
 
 const state = {
+  /** `drafts=N` in the URL: speculation drafts N tokens every step (null: as measured costs favour) */
+  /** @type {number | null} */
+  drafts: null,
   /** the main engine is running a single run or a repeat */
   running: false,
   /** the concurrency lab holds the main engine */
@@ -95,7 +98,7 @@ engine.defaults.then((d) => {
   lab.setDefaults(d.lab);
 });
 
-/** The prompt and run options of the form, once the engine's defaults are in. */
+/** The prompt and run options of the form, once the engine's defaults are in, and `drafts=N`. */
 async function settings() {
   const d = await engine.defaults;
   const number = (/** @type {HTMLInputElement} */ input, /** @type {number} */ fallback) => (input.value === '' ? fallback : Number(input.value));
@@ -104,8 +107,9 @@ async function settings() {
     options: {
       max_tokens: number(el.max, d.run.max_tokens), temperature: number(el.temperature, d.run.temperature),
       top_p: d.run.top_p, seed: d.run.seed, reading_wpm: number(el.wpm, d.run.reading_wpm),
-      chat: el.chat.checked, ...speculateOptions(el.speculate.value),
+      chat: el.chat.checked, ...speculateOptions(el.speculate.value, state.drafts),
     },
+    drafts: state.drafts,
   };
 }
 
@@ -365,6 +369,7 @@ function shareUrl() {
   params.set('backend', el.backend.value);
   params.set('quant', el.quant.value);
   if (el.speculate.value !== 'off') params.set('speculate', el.speculate.value);
+  if (state.drafts) params.set('drafts', String(state.drafts));
   if (state.last === 'lanes' || (state.last === null && lanes.used)) {
     params.set('lanes', lanes.configs.map(laneToString).join(','));
     if (lanes.mode !== 'parallel') params.set('lanes_run', lanes.mode);
@@ -398,7 +403,7 @@ el.share.addEventListener('click', async () => {
   setTimeout(() => { el.share.textContent = 'Share'; }, 2000);
 });
 
-// Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&repeat=..&lanes=..&lanes_run=..&simd=..&threads=..&speculate=..&autorun=1`.
+// Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&repeat=..&lanes=..&lanes_run=..&simd=..&threads=..&speculate=..&drafts=..&autorun=1`.
 // A value that is not one of the choices is named in an error (and nothing runs), never silently
 // blank. Returns what autorun runs.
 function applyPresets() {
@@ -441,6 +446,13 @@ function applyPresets() {
     try {
       el.threads.value = String(parseThreads(/** @type {string} */ (params.get('threads'))));
       chooseThreads(Number(el.threads.value));
+    } catch (e) {
+      problems.push(e instanceof Error ? e.message : String(e));
+    }
+  }
+  if (params.has('drafts')) {
+    try {
+      state.drafts = parseDrafts(/** @type {string} */ (params.get('drafts')));
     } catch (e) {
       problems.push(e instanceof Error ? e.message : String(e));
     }

@@ -28,7 +28,7 @@ const SAME_TOKENS = 40;
  * @property {{ id: string, label: string }[]} models  the models a lane can pick (by id)
  * @property {(config: LaneConfig, threads: number) => import('./protocol.js').LoadSpec & { key: string, build: string }} spec  what to load for a lane, on `threads` CPU threads
  * @property {() => number} threads  the CPU threads chosen in the form
- * @property {() => Promise<{ prompt: string, options: object }>} settings  the prompt and run options of the page's form
+ * @property {() => Promise<{ prompt: string, options: object, drafts: number | null }>} settings  the prompt and run options of the page's form, and its fixed draft length (`drafts=N`)
  * @property {() => number} wpm
  * @property {(row: any) => void} addResult
  * @property {(record: import('./run-view.js').RunRecord) => void} finished  a lane's run is over (for replay)
@@ -196,7 +196,7 @@ export class LanesPanel {
     this.setBusy(true);
     this.ref.status.textContent = 'running';
     try {
-      const { prompt, options } = await this.host.settings();
+      const { prompt, options, drafts } = await this.host.settings();
       while (this.clients.length < this.configs.length) this.clients.push(new EngineClient());
       const configs = this.configs.map((c) => ({ ...c }));
       // Lanes at once divide the chosen CPU threads between the CPU lanes; one after another, each has them all.
@@ -211,7 +211,7 @@ export class LanesPanel {
       this.ref.threads.hidden = !shared;
       const lanes = configs.map((config, i) => this.makeLane(config, i, threads[i]));
       this.ref.lanes.replaceChildren(...lanes.map((l) => l.root));
-      const one = (/** @type {number} */ i) => this.runLane(lanes[i], this.clients[i], prompt, options, abort.signal);
+      const one = (/** @type {number} */ i) => this.runLane(lanes[i], this.clients[i], prompt, options, drafts, abort.signal);
       if (this.mode === 'parallel') await Promise.all(lanes.map((_, i) => one(i)));
       else for (const i of lanes.keys()) if (!abort.signal.aborted) await one(i);
       this.verdicts(lanes);
@@ -259,9 +259,10 @@ export class LanesPanel {
    * @param {EngineClient} client
    * @param {string} prompt
    * @param {object} options
+   * @param {number | null} drafts  a fixed draft length (`drafts=N`), or null
    * @param {AbortSignal} signal
    */
-  async runLane(lane, client, prompt, options, signal) {
+  async runLane(lane, client, prompt, options, drafts, signal) {
     try {
       lane.status.textContent = 'loading';
       const { info, warmUpMs } = await client.load(this.host.spec(lane.config, lane.threads), {
@@ -278,7 +279,7 @@ export class LanesPanel {
       lane.status.textContent = 'running';
       lane.view.clear(prompt);
       const speculate = lane.config.speculate || 'off';
-      const report = await client.run(prompt, { ...options, ...speculateOptions(speculate), requested_at: performance.timeOrigin + performance.now() }, {
+      const report = await client.run(prompt, { ...options, ...speculateOptions(speculate, drafts), requested_at: performance.timeOrigin + performance.now() }, {
         signal,
         onEvents: (message) => lane.view.update(message),
       });

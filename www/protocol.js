@@ -79,6 +79,8 @@ export const BACKEND_CHOICES = [
  */
 export const SPECULATE_CHOICES = [['off', 'off'], ['lookup', 'prompt lookup'], ['draft', 'this model at q4 as draft']];
 export const SPECULATES = SPECULATE_CHOICES.map(([value]) => value);
+/** The longest draft: lookup drafts up to this many tokens a step, as measured costs favour. */
+export const MAX_DRAFTS = 8;
 /**
  * Tokens the draft model drafts a step in the page, every step: it is there to show the
  * mechanism, and a draft model of the model's own size costs nearly a pass a drafted token, so the
@@ -86,11 +88,29 @@ export const SPECULATES = SPECULATE_CHOICES.map(([value]) => value);
  */
 export const DRAFT_MODEL_LENGTH = 3;
 /**
- * A run's speculation options for a choice of SPECULATE_CHOICES.
+ * A run's speculation options for a choice of SPECULATE_CHOICES: `drafts` (the URL's `drafts=N`)
+ * drafts N tokens every step, fixed; without it lookup drafts as measured costs favour and the
+ * draft model DRAFT_MODEL_LENGTH every step.
  * @param {string} choice
+ * @param {number | null} [drafts]
  */
-export function speculateOptions(choice) {
-  return choice === 'draft' ? { speculate: choice, draft_max: DRAFT_MODEL_LENGTH, draft_fixed: true } : { speculate: choice };
+export function speculateOptions(choice, drafts = null) {
+  if (drafts) return { speculate: choice, draft_max: drafts, draft_fixed: true };
+  if (choice === 'draft') return { speculate: choice, draft_max: DRAFT_MODEL_LENGTH, draft_fixed: true };
+  return { speculate: choice, draft_max: MAX_DRAFTS, draft_fixed: false };
+}
+
+/**
+ * The URL's `drafts=N`: a fixed draft length, 1 to MAX_DRAFTS.
+ * @param {string} raw
+ * @returns {number}
+ */
+export function parseDrafts(raw) {
+  const n = Number(raw);
+  if (raw.trim() === '' || !Number.isInteger(n) || n < 1 || n > MAX_DRAFTS) {
+    throw new Error(`drafts=${raw} is not a number of drafts from 1 to ${MAX_DRAFTS} (each step drafts that many; leave it out for the lengths measured costs favour)`);
+  }
+  return n;
 }
 /** @type {[string, string][]} */
 export const QUANT_CHOICES = [['stored', 'as stored'], ['f32', 'f32'], ['q8', 'q8 (Q8_0)'], ['q4', 'q4 (Q4_0)']];

@@ -56,7 +56,8 @@ export class RunView {
         <p class="note" data-testid="drafted-legend" data-ref="draftedLegend" hidden><mark class="drafted">Tinted</mark>: drafts the model kept (speculative decoding): each tinted run of tokens came from one pass of the model.</p>
       </div>
       <div class="details" role="group" aria-label="${label}: figures">
-        ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>` : ''}
+        ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>
+        <p class="note" data-testid="speculation-steps" data-ref="speculationSteps" title="What a step cost by how many drafts it verified: the other side of the drafts kept" hidden></p>` : ''}
         <figure>
           <canvas data-ref="chart" width="900" height="220" role="img" aria-label="Tokens per second by position"></canvas>
           <figcaption>tok/s by position (each dot: 1 / the gap before that token; line: live window)</figcaption>
@@ -94,6 +95,7 @@ export class RunView {
     this.replayRate = null;
     this.prompt = prompt;
     this.ref.stopReason && (this.ref.stopReason.textContent = '–');
+    if (this.ref.speculationSteps) this.ref.speculationSteps.hidden = true;
     this.ref.promptEcho.textContent = prompt;
     for (const node of this.figureNodes) node.textContent = '–';
     this.ref.live.textContent = '–';
@@ -206,6 +208,10 @@ export class RunView {
         node.textContent = format(typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value, Number(node.dataset.digits));
       }
       this.ref.live.textContent = format(this.running ? report.live_decode_tps : report.decode_tps, 0);
+      if (this.ref.speculationSteps) {
+        this.ref.speculationSteps.textContent = report.speculation?.steps_summary ?? '';
+        this.ref.speculationSteps.hidden = !this.ref.speculationSteps.textContent;
+      }
     }
     this.renderText();
     this.drawChart();

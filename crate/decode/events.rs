@@ -85,11 +85,13 @@ pub enum Event {
     },
     /// A speculative step's verification: one forward pass of the model over the input token and
     /// `drafted` drafts, of which it kept `accepted` (its own next token follows them);
-    /// `draft_passes` is what drafting cost a draft model (0 for lookup). Its tokens follow.
+    /// `draft_passes` is what drafting cost a draft model (0 for lookup); `step_ms` the step's
+    /// time, drafting and verifying (what the drafter weighs lengths by). Its tokens follow.
     Verify {
         drafted: usize,
         accepted: usize,
         draft_passes: usize,
+        step_ms: f64,
         t_ms: f64,
     },
     /// The end, always with a reason. `trailing_text` holds bytes that never completed a

@@ -361,7 +361,8 @@ impl Scheduler {
         };
         let now = ms_since(self.clock);
         seq.cache.truncate(start + 1 + kept);
-        drafter.verified(k, kept, now - began);
+        let step_ms = now - began;
+        drafter.verified(k, kept, step_ms);
         seq.drafter = Some(drafter);
         seq.emit(
             &mut out,
@@ -369,6 +370,7 @@ impl Scheduler {
                 drafted: k,
                 accepted: kept,
                 draft_passes: draft.passes,
+                step_ms,
                 t_ms: seq.t_ms(now),
             },
         );

@@ -55,7 +55,7 @@ mod speculation;
 mod words;
 
 pub use format::{human_bytes, human_count};
-pub use speculation::SpeculationFigures;
+pub use speculation::{SpeculationFigures, StepCost};
 pub use words::{count_words, word_ends_utf16};
 
 /// The usual mean silent-reading speed of adults, in words per minute.
@@ -81,8 +81,8 @@ pub struct Conditions {
     pub stop_reason: Option<StopReason>,
     /// The warm-up run's time, reported apart; `None` when this run was not preceded by one.
     pub warm_up_ms: Option<f64>,
-    /// How the run speculated ("speculative: prompt lookup (n-grams up to 3, drafts up to 8)"),
-    /// if it did.
+    /// How the run speculated, if it did ("speculative: prompt lookup (n-grams up to 3, drafts
+    /// up to 8, as measured costs favour)").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculation: Option<String>,
 }
@@ -223,6 +223,8 @@ pub struct Meter {
     done_ms: Option<f64>,
     /// Verifications, drafts proposed, kept, and draft-model passes (speculative runs).
     verified: [usize; 4],
+    /// Each speculative step's drafts and time.
+    steps: Vec<(usize, f64)>,
 }
 
 impl Meter {
@@ -237,6 +239,7 @@ impl Meter {
             text: String::new(),
             done_ms: None,
             verified: [0; 4],
+            steps: Vec::new(),
         }
     }
 
@@ -263,8 +266,10 @@ impl Meter {
                 drafted,
                 accepted,
                 draft_passes,
+                step_ms,
                 ..
             } => {
+                self.steps.push((*drafted, *step_ms));
                 let v = &mut self.verified;
                 *v = [
                     v[0] + 1,
@@ -377,7 +382,7 @@ impl Meter {
     fn speculation_figures(&self) -> Option<SpeculationFigures> {
         self.conditions.speculation.as_ref()?;
         let decoded = self.token_times.len().saturating_sub(1);
-        Some(SpeculationFigures::new(self.verified, decoded))
+        Some(SpeculationFigures::new(self.verified, decoded, &self.steps))
     }
 }
 

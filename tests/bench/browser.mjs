@@ -6,7 +6,8 @@
 // the very same file (QUANTS=q8 node tests/bench/browser.mjs model-q8_0.gguf - model-q8_0.gguf).
 // Environment: RUNS (5), MAX_TOKENS (128), QUANTS (f32,q8,q4: the GGUFs' precisions, in order),
 // PROMPT (Once upon a time), THREADS (1; e.g. 1,2: both engines at each count, interleaved),
-// SPECULATE (off; e.g. off,lookup,draft: ours once per choice), WLLAMA (1; 0 leaves it out),
+// SPECULATE (off; e.g. off,lookup,draft: ours once per choice; lookup/4 drafts up to 4 as measured costs
+// favour, lookup/1! 1 every step), WLLAMA (1; 0 leaves it out),
 // CHAT (0; 1 wraps the prompt in the model's chat template, ours only),
 // CHROMIUM (/usr/lib/chromium/chromium).
 import { mkdtempSync, symlinkSync } from 'node:fs';

@@ -16,7 +16,7 @@ const prompt = params.get('prompt') || 'Once upon a time';
 const ownTokenizer = params.get('tokenizer') !== '0';
 const threadCounts = (params.get('threads') || '1').split(',').map(Number);
 // Our engine once per speculation choice (off, lookup, draft), interleaved; wllama=0 leaves wllama out.
-// Each may name its longest draft: lookup/4.
+// Each may name its longest draft, lookup/4 (as measured costs favour), or a fixed length, lookup/1!.
 const speculates = (params.get('speculate') || 'off').split(',');
 const withWllama = params.get('wllama') !== '0';
 const chat = params.get('chat') === '1';
@@ -74,7 +74,7 @@ async function tokenometer(quant, threads, choice = 'off') {
         for (const e of data.events) if (e.event === 'token') times.push(e.t_ms);
       };
       worker.addEventListener('message', listener);
-      worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0, chat, speculate, ...(draftMax ? { draft_max: Number(draftMax) } : {}) } });
+      worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0, chat, speculate, ...(draftMax ? { draft_max: parseInt(draftMax, 10), draft_fixed: draftMax.endsWith('!') } : {}) } });
       const { report } = await once(worker, 'finished');
       worker.removeEventListener('message', listener);
       return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms, acceptance: report.speculation?.acceptance_rate ?? null };

@@ -151,6 +151,7 @@ pub(super) fn table(r: &Report) -> String {
                 String::new()
             }
         ));
+        lines.push(s.steps_summary.clone());
     }
     lines.join("\n")
 }
