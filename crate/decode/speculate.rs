@@ -32,7 +32,7 @@
 use std::sync::Arc;
 
 use crate::backend::KvCache;
-use crate::decode::engine::Engine;
+use crate::decode::engine::{Engine, ms_since};
 use crate::decode::sampling::{Sampler, Sampling};
 use crate::error::{Error, Result};
 
@@ -159,12 +159,15 @@ pub struct Drafter {
     judged: Vec<f64>,
     /// Which of those counts the latest draft belongs to.
     class: usize,
+    /// A draft model's time to catch up, a token of history it had not seen (an average; 0 until
+    /// timed), and the tokens caught up in the latest draft.
+    catch_up_ms: f64,
+    caught_up: usize,
     model: Option<DraftState>,
 }
 
 /// The share of drafts kept before any is judged, and how many drafts' worth of evidence it
-/// counts as. 0.6 makes a first draft of one worth trying where a drafted row is guessed at
-/// [`FIRST_ROW_COST`] of a step: `1.6 / 1.5` tokens a step's time.
+/// counts as.
 const PRIOR_KEPT: f64 = 0.6;
 const PRIOR_WEIGHT: f64 = 1.0;
 /// Each step, the evidence of drafts kept and judged is multiplied by this, so the share follows
@@ -172,15 +175,14 @@ const PRIOR_WEIGHT: f64 = 1.0;
 /// drafts, the prior slowly wins again and a draft is tried: the more evidence, the later (a unit
 /// test: 133 steps after 8 kept drafts then 20 misses, where a drafted row costs 0.4 of a step).
 const FORGET: f64 = 0.97;
-/// A drafted row's cost before two lengths are timed, as a share of a step without drafts.
-const FIRST_ROW_COST: f64 = 0.5;
 /// A new time's weight in a length's average, and the most a single time may be above the
 /// average (a pause of the machine, a collection, is not the length's cost).
 const NEW_TIME: f64 = 0.25;
 const MOST_ABOVE: f64 = 1.5;
-/// A length's time older than this many steps is taken again (a plain step is timed again, a
-/// long draft's time is guessed from shorter ones until it is chosen), so that the costs follow
-/// the machine and one slow step does not rule a length out for the run.
+/// A plain step's time older than this many steps is taken again, so that the costs follow the
+/// machine; a draft length's time is replaced, not averaged, when it is timed again after this
+/// long. (Timing every length again once stale made SmolLM2's Q4_1 file, drafting for its Q8_0
+/// one, try a draft every 32 steps, each costing a catch-up of the draft model: 0.72x plain.)
 const STALE_STEPS: usize = 32;
 
 /// The tokens a draft of `d` is worth on average, when each draft is kept with chance `a` until
@@ -203,6 +205,13 @@ pub struct Draft {
     pub probs: Option<Vec<Vec<f32>>>,
     /// The draft model's forward passes for it.
     pub passes: usize,
+    /// The time the draft model took to catch up on the history it had not seen after steps
+    /// without drafts (more than the last two tokens): the price of drafting again, not of this
+    /// draft's length, so the drafter leaves it out of the step's time it learns from. (The
+    /// first drafting step's catch-up is the prompt's prefill: SmolLM2's Q4_1 file drafting for
+    /// its Q8_0 one, a step of 1 draft took 94.9 ms against 10.3 ms for a plain step when it was
+    /// counted, and the drafter stopped drafting.)
+    pub catch_up_ms: f64,
 }
 
 impl Drafter {
@@ -226,6 +235,8 @@ impl Drafter {
             kept: vec![0.0; classes],
             judged: vec![0.0; classes],
             class: 0,
+            catch_up_ms: 0.0,
+            caught_up: 0,
             spec,
             model,
         }
@@ -237,14 +248,16 @@ impl Drafter {
         (self.kept[class] + PRIOR_KEPT * PRIOR_WEIGHT) / (self.judged[class] + PRIOR_WEIGHT)
     }
 
-    /// The time of a step verifying `d` drafts: as timed, or where it was not (or long ago),
-    /// between the nearest timed lengths on either side, or beyond the longest timed ones (the
-    /// cost a row of the last two, or half a plain step a row). `None` while a step without
-    /// drafts has not been timed.
+    /// The time of a step verifying `d` drafts: as timed, or where it was not, between the
+    /// nearest timed lengths on either side, or beyond the longest timed ones (the cost a draft
+    /// of the last two). `None` until a step without drafts and one with have been timed (a plain
+    /// one lately).
     pub fn step_cost(&self, d: usize) -> Option<f64> {
+        // A plain step's time goes stale (one is timed again); a draft length's stays the best
+        // there is until that length is chosen again.
         let fresh = |e: usize| {
             self.step_ms[e]
-                .filter(|&(_, at)| self.steps - at <= STALE_STEPS)
+                .filter(|&(_, at)| e > 0 || self.steps - at <= STALE_STEPS)
                 .map(|(ms, _)| (e, ms))
         };
         if let Some((_, ms)) = fresh(d) {
@@ -255,18 +268,24 @@ impl Drafter {
         if let Some((f, longer)) = (d + 1..self.step_ms.len()).find_map(fresh) {
             return Some(ms + (longer - ms) * (d - e) as f64 / (f - e) as f64);
         }
-        let row = match below.next() {
-            Some((f, shorter)) => ((ms - shorter) / (e - f) as f64).max(0.0),
-            None if e == 0 => ms * FIRST_ROW_COST,
-            None => ms / (e + 1) as f64,
-        };
+        let (f, shorter) = below.next()?;
+        let row = ((ms - shorter) / (e - f) as f64).max(0.0);
         Some(ms + row * (d - e) as f64)
     }
 
     /// How many of up to `most` drafts of `class` to verify next: the length with the most tokens
     /// a millisecond ([`expected_tokens`] over [`step_cost`](Self::step_cost)), the shorter one
-    /// on a tie; none while a step without drafts is to be timed. `fixed`: `most`.
+    /// on a tie; none while a step without drafts is to be timed, and one the first time drafts
+    /// are to be had (what a draft costs is not known before one is timed: a row of the page's
+    /// verification costs 0.55 of a step, a native one 0.2, a draft model's token its own pass).
+    /// `fixed`: `most`.
     pub fn choose(&self, most: usize, class: usize) -> usize {
+        self.choose_behind(most, class, 0.0)
+    }
+
+    /// [`choose`](Self::choose), a draft costing `behind_ms` more than its length's time: a draft
+    /// model's catch-up on the tokens it has not seen since it last drafted.
+    fn choose_behind(&self, most: usize, class: usize, behind_ms: f64) -> usize {
         let most = most.min(self.spec.max_draft);
         if self.spec.fixed {
             return most;
@@ -274,10 +293,15 @@ impl Drafter {
         let Some(plain) = self.step_cost(0) else {
             return 0;
         };
+        if most > 0 && self.step_ms[1].is_none() {
+            // Nothing is known of a draft's cost before one is timed: one draft, once.
+            return 1;
+        }
         let a = self.kept_share(class);
         let mut best = (0, 1.0 / plain);
         for d in 1..=most {
-            let rate = expected_tokens(a, d) / self.step_cost(d).unwrap_or(f64::INFINITY);
+            let cost = self.step_cost(d).map_or(f64::INFINITY, |ms| ms + behind_ms);
+            let rate = expected_tokens(a, d) / cost;
             if rate > best.1 {
                 best = (d, rate);
             }
@@ -300,8 +324,11 @@ impl Drafter {
                     ..Draft::default()
                 })
             }
-            Some(_) => {
-                let n = self.choose(n, 0);
+            Some(state) => {
+                // Tokens it would run to catch up, beyond the two of a step after a draft.
+                let behind = history.len().saturating_sub(2 + state.cache.len());
+                let n = self.choose_behind(n, 0, behind as f64 * self.catch_up_ms);
+                self.caught_up = behind;
                 match (&mut self.model, n) {
                     (Some(state), 1..) => state.draft(history, n).await,
                     _ => Ok(Draft::default()),
@@ -310,9 +337,34 @@ impl Drafter {
         }
     }
 
+    /// A draft model reads the prompt (the prefill's share of drafting); lookup has nothing to do.
+    pub async fn prefill(&mut self, prompt: &[u32]) -> Result<()> {
+        if let Some(state) = &mut self.model {
+            let model = &state.engine.model;
+            if state.cache.is_empty() && prompt.len() < model.config.seq_len {
+                model
+                    .forward(prompt, &mut state.cache, false)
+                    .argmax()
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Learn from a step: `accepted` of `drafted` kept, the step taking `ms` (drafting,
-    /// verifying and choosing included).
-    pub fn verified(&mut self, drafted: usize, accepted: usize, ms: f64) {
+    /// verifying and choosing included), of which `catch_up_ms` a draft model's catch-up
+    /// ([`Draft::catch_up_ms`]: learnt apart, a token caught up, and left out of the length's
+    /// time).
+    pub fn verified(&mut self, drafted: usize, accepted: usize, ms: f64, catch_up_ms: f64) {
+        if drafted > 0 && self.caught_up > 0 && catch_up_ms > 0.0 {
+            let per_token = catch_up_ms / self.caught_up as f64;
+            self.catch_up_ms = if self.catch_up_ms > 0.0 {
+                self.catch_up_ms + NEW_TIME * (per_token - self.catch_up_ms)
+            } else {
+                per_token
+            };
+        }
+        let ms = ms - catch_up_ms;
         self.steps += 1;
         for count in self.kept.iter_mut().chain(&mut self.judged) {
             *count *= FORGET;
@@ -346,10 +398,21 @@ impl DraftState {
         if n == 0 {
             return Ok(Draft::default());
         }
+        // Catching up, timed apart (read back, so that a GPU's work is in its time).
+        let last = history.len().saturating_sub(2).max(seen);
+        let mut catch_up_ms = 0.0;
+        if last > seen {
+            let start = web_time::Instant::now();
+            model
+                .forward(&history[seen..last], &mut self.cache, false)
+                .argmax()
+                .await?;
+            catch_up_ms = ms_since(start);
+        }
         let greedy = self.sampler.is_greedy();
         let mut tokens = Vec::with_capacity(n);
         let mut probs = Vec::new();
-        let mut logits = model.forward(&history[seen..], &mut self.cache, false);
+        let mut logits = model.forward(&history[last..], &mut self.cache, false);
         let mut passes = 1;
         loop {
             let next = if greedy {
@@ -372,6 +435,7 @@ impl DraftState {
             tokens,
             probs: (!greedy).then_some(probs),
             passes,
+            catch_up_ms,
         })
     }
 }
@@ -520,7 +584,7 @@ mod tests {
     /// Steps verifying `d` drafts, `kept` of them kept, each taking `ms`.
     fn steps(drafter: &mut Drafter, n: usize, d: usize, kept: usize, ms: f64) {
         for _ in 0..n {
-            drafter.verified(d, kept, ms);
+            drafter.verified(d, kept, ms, 0.0);
         }
     }
 
@@ -538,9 +602,9 @@ mod tests {
     fn cheap_rows_make_long_drafts() {
         let mut drafter = drafter(8);
         assert_eq!(drafter.choose(8, 0), 0);
-        drafter.verified(0, 0, 10.0);
+        drafter.verified(0, 0, 10.0, 0.0);
         assert_eq!(drafter.choose(8, 0), 1);
-        drafter.verified(1, 1, 10.2);
+        drafter.verified(1, 1, 10.2, 0.0);
         // 0.2 ms a row, most drafts kept: the longest.
         assert_eq!(drafter.choose(8, 0), 8);
         assert_eq!(drafter.choose(3, 0), 3);
@@ -550,7 +614,7 @@ mod tests {
         // not timed lie between those that were.
         let mut drafter = self::drafter(8);
         for (d, ms) in [(0, 10.0), (1, 10.2), (2, 10.4), (8, 11.6)] {
-            drafter.verified(d, 0, ms);
+            drafter.verified(d, 0, ms, 0.0);
         }
         assert!((drafter.step_cost(5).unwrap() - 11.0).abs() < 1e-9);
         let d = drafter.choose(8, 0);
@@ -562,11 +626,11 @@ mod tests {
     #[test]
     fn costly_rows_make_one_draft_or_none() {
         let mut drafter = drafter(8);
-        drafter.verified(0, 0, 10.0);
-        drafter.verified(1, 1, 14.0);
+        drafter.verified(0, 0, 10.0, 0.0);
+        drafter.verified(1, 1, 14.0, 0.0);
         // A second row guessed at 4 ms more: tried while all are kept...
         assert_eq!(drafter.choose(8, 0), 2);
-        drafter.verified(2, 2, 24.0);
+        drafter.verified(2, 2, 24.0, 0.0);
         // ...and dropped once timed at 10 ms more (2.4 steps for 3 tokens against 1.4 for 2).
         steps(&mut drafter, 5, 1, 1, 14.0);
         assert_eq!(drafter.choose(8, 0), 1);
@@ -575,7 +639,7 @@ mod tests {
         assert_eq!(drafter.choose(8, 0), 0);
         let mut waited = 0;
         while drafter.choose(8, 0) == 0 {
-            drafter.verified(0, 0, 10.0);
+            drafter.verified(0, 0, 10.0, 0.0);
             waited += 1;
             assert!(waited < 300, "never tries a draft again");
         }
@@ -587,9 +651,9 @@ mod tests {
     #[test]
     fn one_slow_step_does_not_rule_a_length_out() {
         let mut drafter = drafter(4);
-        drafter.verified(0, 0, 10.0);
-        drafter.verified(1, 1, 11.0);
-        drafter.verified(1, 1, 1000.0);
+        drafter.verified(0, 0, 10.0, 0.0);
+        drafter.verified(1, 1, 11.0, 0.0);
+        drafter.verified(1, 1, 1000.0, 0.0);
         let cost = drafter.step_cost(1).unwrap();
         assert!((cost - 11.0 * (1.0 + NEW_TIME * (MOST_ABOVE - 1.0))).abs() < 1e-9);
         // After STALE_STEPS without a plain step, one is timed again.
@@ -611,5 +675,20 @@ mod tests {
         let history = [1, 2, 3, 1, 2];
         let draft = futures_lite::future::block_on(drafter.draft(&history, 8)).unwrap();
         assert_eq!(draft.tokens, vec![3, 1, 2]);
+    }
+
+    /// A draft model's catch-up (the history it had not seen after steps without drafts) is
+    /// learnt a token at a time and left out of the length's time; a draft that would first
+    /// catch up on much history must be worth that too.
+    #[test]
+    fn a_catch_up_is_priced_apart_from_the_draft_length() {
+        let mut drafter = drafter(8);
+        drafter.verified(0, 0, 10.0, 0.0);
+        drafter.caught_up = 30;
+        drafter.verified(1, 1, 100.0, 90.0);
+        assert_eq!(drafter.step_cost(1), Some(10.0));
+        assert_eq!(drafter.catch_up_ms, 3.0);
+        assert_eq!(drafter.choose_behind(8, 0, 0.0), 8);
+        assert_eq!(drafter.choose_behind(8, 0, 30.0 * drafter.catch_up_ms), 0);
     }
 }
