@@ -182,7 +182,7 @@ const MOST_ABOVE: f64 = 1.5;
 /// A plain step's time older than this many steps is taken again, so that the costs follow the
 /// machine; a draft length's time is replaced, not averaged, when it is timed again after this
 /// long. (Timing every length again once stale made SmolLM2's Q4_1 file, drafting for its Q8_0
-/// one, try a draft every 32 steps, each costing a catch-up of the draft model: 0.72x plain.)
+/// one, try a draft every 32 steps, each costing a catch-up of the draft model: 0.6-0.8x plain.)
 const STALE_STEPS: usize = 32;
 
 /// The tokens a draft of `d` is worth on average, when each draft is kept with chance `a` until
@@ -207,10 +207,8 @@ pub struct Draft {
     pub passes: usize,
     /// The time the draft model took to catch up on the history it had not seen after steps
     /// without drafts (more than the last two tokens): the price of drafting again, not of this
-    /// draft's length, so the drafter leaves it out of the step's time it learns from. (The
-    /// first drafting step's catch-up is the prompt's prefill: SmolLM2's Q4_1 file drafting for
-    /// its Q8_0 one, a step of 1 draft took 94.9 ms against 10.3 ms for a plain step when it was
-    /// counted, and the drafter stopped drafting.)
+    /// draft's length, so the drafter prices it apart. (The prompt is read in the prefill,
+    /// [`Drafter::prefill`].)
     pub catch_up_ms: f64,
 }
 

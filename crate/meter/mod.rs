@@ -52,10 +52,12 @@ use crate::decode::{Event, ModelInfo, ProductPasses, Sampling, StopReason};
 
 mod format;
 mod speculation;
+mod stats;
 mod words;
 
 pub use format::{human_bytes, human_count};
 pub use speculation::{SpeculationFigures, StepCost};
+pub use stats::{Percentiles, percentiles};
 pub use words::{count_words, word_ends_utf16};
 
 /// The usual mean silent-reading speed of adults, in words per minute.
@@ -163,15 +165,6 @@ impl Conditions {
                 .collect::<String>(),
         )
     }
-}
-
-/// Nearest-rank percentiles of the gaps between tokens, in ms.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Percentiles {
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub max: f64,
 }
 
 /// Every figure of one run, with its conditions. Figures that are undefined so far are `None`.
@@ -577,23 +570,6 @@ fn rate(count: usize, ms: f64) -> Option<f64> {
 
 fn gaps(times: &[f64]) -> Vec<f64> {
     times.windows(2).map(|w| w[1] - w[0]).collect()
-}
-
-/// Nearest-rank percentiles: the value at rank ceil(p * N).
-pub fn percentiles(values: &[f64]) -> Option<Percentiles> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let at =
-        |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
-    Some(Percentiles {
-        p50: at(0.50),
-        p90: at(0.90),
-        p99: at(0.99),
-        max: *sorted.last().unwrap(),
-    })
 }
 
 /// Aggregate decode tok/s of a batch: every sequence's tokens after its first, over the span from

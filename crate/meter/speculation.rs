@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::meter::stats::percentiles;
+
 /// Speculative decoding's own figures. Decode tok/s stays output tokens over time: rejected
 /// drafts cost time and add nothing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -65,16 +67,11 @@ fn step_costs(steps: &[(usize, f64)]) -> Vec<StepCost> {
     let mut lengths: Vec<usize> = steps.iter().map(|&(d, _)| d).collect();
     lengths.sort_unstable();
     lengths.dedup();
+    // Nearest-rank medians (the lower middle of an even count), as the meter's other figures.
     let median = |d: usize| {
-        let mut times: Vec<f64> = steps.iter().filter(|s| s.0 == d).map(|s| s.1).collect();
-        times.sort_by(f64::total_cmp);
-        let n = times.len();
-        let ms = if n % 2 == 1 {
-            times[n / 2]
-        } else {
-            (times[n / 2 - 1] + times[n / 2]) / 2.0
-        };
-        (n, ms)
+        let times: Vec<f64> = steps.iter().filter(|s| s.0 == d).map(|s| s.1).collect();
+        let p50 = percentiles(&times).map_or(f64::NAN, |p| p.p50);
+        (times.len(), p50)
     };
     let plain = lengths.first().filter(|&&d| d == 0).map(|_| median(0).1);
     lengths
@@ -139,15 +136,15 @@ mod tests {
         assert_eq!(
             f.step_costs,
             vec![
-                cost(0, 2, 11.0, Some(1.0)),
-                cost(1, 3, 16.0, Some(16.0 / 11.0)),
-                cost(2, 1, 23.0, Some(23.0 / 11.0)),
+                cost(0, 2, 10.0, Some(1.0)),
+                cost(1, 3, 16.0, Some(1.6)),
+                cost(2, 1, 23.0, Some(2.3)),
             ]
         );
         assert_eq!(
             f.steps_summary,
-            "step time, median: no draft 11.0 ms (2 steps), 1 draft 16.0 ms = 1.45 plain (3 steps), \
-             2 drafts 23.0 ms = 2.09 plain (1 step)"
+            "step time, median: no draft 10.0 ms (2 steps), 1 draft 16.0 ms = 1.60 plain (3 steps), \
+             2 drafts 23.0 ms = 2.30 plain (1 step)"
         );
         // Without a plain step there is nothing to compare with.
         let f = SpeculationFigures::new([1, 3, 3, 0], 4, &[(3, 20.0)]);
