@@ -310,29 +310,24 @@ impl Drafter {
     /// Draft up to `n` tokens to follow `history` (the prompt and every token so far, the last
     /// one not yet run through the model), as many as [`choose`](Self::choose) says.
     pub async fn draft(&mut self, history: &[u32], n: usize) -> Result<Draft> {
-        match &mut self.model {
-            None => {
-                // What lookup has, then the length worth verifying of it.
-                let most = n.min(self.spec.max_draft);
-                let (k, mut tokens) = lookup_match(history, self.spec.ngram, most);
-                self.class = k.saturating_sub(1);
-                tokens.truncate(self.choose(tokens.len(), self.class));
-                Ok(Draft {
-                    tokens,
-                    ..Draft::default()
-                })
-            }
-            Some(state) => {
-                // Tokens it would run to catch up, beyond the two of a step after a draft.
-                let behind = history.len().saturating_sub(2 + state.cache.len());
-                let n = self.choose_behind(n, 0, behind as f64 * self.catch_up_ms);
-                self.caught_up = behind;
-                match (&mut self.model, n) {
-                    (Some(state), 1..) => state.draft(history, n).await,
-                    _ => Ok(Draft::default()),
-                }
-            }
-        }
+        let Some(state) = &self.model else {
+            // What lookup has, then the length worth verifying of it.
+            let most = n.min(self.spec.max_draft);
+            let (k, mut tokens) = lookup_match(history, self.spec.ngram, most);
+            self.class = k.saturating_sub(1);
+            tokens.truncate(self.choose(tokens.len(), self.class));
+            return Ok(Draft {
+                tokens,
+                ..Draft::default()
+            });
+        };
+        // Tokens it would run to catch up, beyond the two of a step after a draft.
+        let behind = history.len().saturating_sub(2 + state.cache.len());
+        let n = self.choose_behind(n, 0, behind as f64 * self.catch_up_ms);
+        self.caught_up = behind;
+        // (A draft of none runs nothing.)
+        let state = self.model.as_mut().expect("a draft model");
+        state.draft(history, n).await
     }
 
     /// A draft model reads the prompt (the prefill's share of drafting); lookup has nothing to do.
@@ -388,14 +383,13 @@ impl DraftState {
     async fn draft(&mut self, history: &[u32], n: usize) -> Result<Draft> {
         let model = &self.engine.model;
         let context = model.config.seq_len;
-        // Its cache keeps what was verified; what the model went on to say is run now.
-        let seen = self.cache.len().min(history.len() - 1);
-        self.cache.truncate(seen);
-        let room = context.saturating_sub(history.len());
-        let n = n.min(room);
+        let n = n.min(context.saturating_sub(history.len()));
         if n == 0 {
             return Ok(Draft::default());
         }
+        // Its cache keeps what was verified; what the model went on to say is run now.
+        let seen = self.cache.len().min(history.len() - 1);
+        self.cache.truncate(seen);
         // Catching up, timed apart (read back, so that a GPU's work is in its time).
         let last = history.len().saturating_sub(2).max(seen);
         let mut catch_up_ms = 0.0;

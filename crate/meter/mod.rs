@@ -56,7 +56,7 @@ mod stats;
 mod words;
 
 pub use format::{human_bytes, human_count};
-pub use speculation::{SpeculationFigures, StepCost};
+pub use speculation::{SpeculationFigures, StepCost, Verification};
 pub use stats::{Percentiles, percentiles};
 pub use words::{count_words, word_ends_utf16};
 
@@ -214,10 +214,8 @@ pub struct Meter {
     token_times: Vec<f64>,
     text: String,
     done_ms: Option<f64>,
-    /// Verifications, drafts proposed, kept, and draft-model passes (speculative runs).
-    verified: [usize; 4],
-    /// Each speculative step's drafts and time.
-    steps: Vec<(usize, f64)>,
+    /// Each verification of a speculative run.
+    verifications: Vec<Verification>,
 }
 
 impl Meter {
@@ -231,8 +229,7 @@ impl Meter {
             token_times: Vec::new(),
             text: String::new(),
             done_ms: None,
-            verified: [0; 4],
-            steps: Vec::new(),
+            verifications: Vec::new(),
         }
     }
 
@@ -261,16 +258,12 @@ impl Meter {
                 draft_passes,
                 step_ms,
                 ..
-            } => {
-                self.steps.push((*drafted, *step_ms));
-                let v = &mut self.verified;
-                *v = [
-                    v[0] + 1,
-                    v[1] + drafted,
-                    v[2] + accepted,
-                    v[3] + draft_passes,
-                ];
-            }
+            } => self.verifications.push(Verification {
+                drafted: *drafted,
+                accepted: *accepted,
+                draft_passes: *draft_passes,
+                step_ms: *step_ms,
+            }),
             Event::Done {
                 reason,
                 prompt_tokens,
@@ -375,7 +368,7 @@ impl Meter {
     fn speculation_figures(&self) -> Option<SpeculationFigures> {
         self.conditions.speculation.as_ref()?;
         let decoded = self.token_times.len().saturating_sub(1);
-        Some(SpeculationFigures::new(self.verified, decoded, &self.steps))
+        Some(SpeculationFigures::new(&self.verifications, decoded))
     }
 }
 

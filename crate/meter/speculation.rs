@@ -41,13 +41,24 @@ pub struct StepCost {
     pub vs_plain: Option<f64>,
 }
 
+/// One verification as a `verify` event reports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verification {
+    pub drafted: usize,
+    pub accepted: usize,
+    pub draft_passes: usize,
+    pub step_ms: f64,
+}
+
 impl SpeculationFigures {
-    /// From `[verifications, drafted, accepted, draft passes]` counted over a run whose tokens
-    /// after the first number `decoded`, and each step's drafts and time.
-    pub fn new(counts: [usize; 4], decoded: usize, steps: &[(usize, f64)]) -> SpeculationFigures {
-        let [verifications, drafted, accepted, draft_passes] = counts;
+    /// From a run's verifications, its tokens after the first numbering `decoded`.
+    pub fn new(verified: &[Verification], decoded: usize) -> SpeculationFigures {
+        let sum = |count: fn(&Verification) -> usize| verified.iter().map(count).sum::<usize>();
+        let (verifications, drafted) = (verified.len(), sum(|v| v.drafted));
+        let (accepted, draft_passes) = (sum(|v| v.accepted), sum(|v| v.draft_passes));
         let ratio = |a: usize, b: usize| (b > 0).then(|| a as f64 / b as f64);
-        let step_costs = step_costs(steps);
+        let steps: Vec<(usize, f64)> = verified.iter().map(|v| (v.drafted, v.step_ms)).collect();
+        let step_costs = step_costs(&steps);
         SpeculationFigures {
             verifications,
             drafted,
@@ -116,6 +127,17 @@ fn steps_summary(costs: &[StepCost]) -> String {
 mod tests {
     use super::*;
 
+    /// Verifications of `(drafted, step ms)`, each keeping its first draft.
+    fn verifications(steps: &[(usize, f64)]) -> Vec<Verification> {
+        let verification = |&(drafted, step_ms): &(usize, f64)| Verification {
+            drafted,
+            accepted: drafted.min(1),
+            draft_passes: 0,
+            step_ms,
+        };
+        steps.iter().map(verification).collect()
+    }
+
     #[test]
     fn step_costs_are_medians_by_draft_length_against_the_plain_steps() {
         let steps = [
@@ -126,7 +148,10 @@ mod tests {
             (1, 30.0),
             (2, 23.0),
         ];
-        let f = SpeculationFigures::new([6, 5, 3, 0], 9, &steps);
+        let f = SpeculationFigures::new(&verifications(&steps), 9);
+        // The counts, from the verifications.
+        assert_eq!((f.verifications, f.drafted, f.accepted), (6, 5, 4));
+        assert_eq!(f.acceptance_rate, Some(0.8));
         let cost = |drafts, steps, median_ms, vs_plain| StepCost {
             drafts,
             steps,
@@ -147,12 +172,12 @@ mod tests {
              2 drafts 23.0 ms = 2.30 plain (1 step)"
         );
         // Without a plain step there is nothing to compare with.
-        let f = SpeculationFigures::new([1, 3, 3, 0], 4, &[(3, 20.0)]);
+        let f = SpeculationFigures::new(&verifications(&[(3, 20.0)]), 4);
         assert_eq!(f.step_costs, vec![cost(3, 1, 20.0, None)]);
         assert_eq!(
             f.steps_summary,
             "step time, median: 3 drafts 20.0 ms (1 step)"
         );
-        assert_eq!(SpeculationFigures::new([0; 4], 0, &[]).steps_summary, "");
+        assert_eq!(SpeculationFigures::new(&[], 0).steps_summary, "");
     }
 }
