@@ -69,10 +69,11 @@ fn same_as_plain(engine: &Engine, speculation: &Speculation, what: &str) -> usiz
 }
 
 /// Fixed draft lengths (every length the cache is rolled back from), then the lengths measured
-/// costs favour, which depend on the machine's timings: the same ids whatever was drafted.
+/// costs favour, which depend on the machine's timings: the same ids whatever was drafted. How
+/// many the measured lengths keep is not asserted: on a loaded debug build they may draft only
+/// their first probe (the choice itself is tested on given costs in `crate/decode/speculate.rs`).
 #[test]
 fn lookup_gives_plain_greedy_s_tokens_on_the_cpu() {
-    let mut measured_kept = 0;
     for quant in [Quant::F32, Quant::Q8, Quant::Q4] {
         for threads in [1, 2] {
             let backend = Backend::cpu().with_threads(Threads::new(threads).unwrap());
@@ -86,11 +87,9 @@ fn lookup_gives_plain_greedy_s_tokens_on_the_cpu() {
                 assert!(kept > 20, "{what}: only {kept} drafts kept");
             }
             let what = format!("{quant}, {threads} threads, measured lengths");
-            measured_kept += same_as_plain(&engine, &Speculation::lookup(), &what);
+            same_as_plain(&engine, &Speculation::lookup(), &what);
         }
     }
-    // Natively a drafted row costs a small part of a step: the measured lengths draft.
-    assert!(measured_kept > 20, "only {measured_kept} drafts kept");
 }
 
 /// Fixed lengths: a draft model as small as the model drafts only where its passes are cheap next
@@ -137,42 +136,48 @@ fn lookup_gives_plain_greedy_s_tokens_on_wgpu() {
     }
 }
 
-/// The meter's figures: drafts kept over drafts made, passes per decoded token below 1 when
-/// drafts are kept, decode tok/s still output tokens over time.
-#[test]
-fn the_meter_reports_what_speculation_did() {
-    let engine = engine(&Backend::cpu(), Quant::F32);
-    let speculation = Speculation::lookup();
-    let options = greedy(200);
-    let mut run = MeteredRun::start(
-        &engine,
-        PROMPTS[1],
-        options,
-        Some(&speculation),
-        238.0,
-        None,
-    )
-    .unwrap();
-    let (mut verifications, mut drafted, mut accepted, mut tokens) = (0, 0, 0, 0);
-    let report = pollster::block_on(run.run_to_end(&engine, &mut |e| {
+/// A metered run's report, with the verifications, drafts, kept drafts and tokens its events
+/// showed.
+fn metered(
+    engine: &Engine,
+    speculation: Option<&Speculation>,
+) -> (tokenometer::meter::Report, [usize; 4]) {
+    let mut run =
+        MeteredRun::start(engine, PROMPTS[1], greedy(200), speculation, 238.0, None).unwrap();
+    let mut counts = [0; 4];
+    let report = pollster::block_on(run.run_to_end(engine, &mut |e| {
         match e {
             Event::Verify {
-                drafted: d,
-                accepted: a,
+                drafted,
+                accepted,
                 step_ms,
                 ..
             } => {
-                verifications += 1;
-                drafted += d;
-                accepted += a;
+                counts[0] += 1;
+                counts[1] += drafted;
+                counts[2] += accepted;
                 assert!(*step_ms > 0.0);
             }
-            Event::Token { .. } => tokens += 1,
+            Event::Token { .. } => counts[3] += 1,
             _ => {}
         }
         Flow::Continue
     }))
     .unwrap();
+    (report, counts)
+}
+
+/// The meter's figures: drafts kept over drafts made, passes per decoded token below 1 when
+/// drafts are kept, decode tok/s still output tokens over time. Fixed lengths, so that drafts are
+/// made whatever this machine's timings (the measured lengths may draft nothing on a slow debug
+/// build: CI's did once); the measured lengths are checked for what does not depend on timings.
+#[test]
+fn the_meter_reports_what_speculation_did() {
+    let engine = engine(&Backend::cpu(), Quant::F32);
+    let mut speculation = Speculation::lookup();
+    speculation.fixed = true;
+    speculation.max_draft = 4;
+    let (report, [verifications, drafted, accepted, tokens]) = metered(&engine, Some(&speculation));
     let s = report.speculation.expect("speculation figures");
     assert_eq!(
         (s.verifications, s.drafted, s.accepted),
@@ -186,22 +191,41 @@ fn the_meter_reports_what_speculation_did() {
     );
     assert!(s.passes_per_token.unwrap() < 1.0);
     assert_eq!(s.draft_passes, 0);
-    // What the steps cost by their drafts: every step counted once; the first is plain (the
-    // drafter times a step without drafts before it weighs any).
+    // What the steps cost by their drafts: every step counted once, by at most 4 drafts.
     let steps: usize = s.step_costs.iter().map(|c| c.steps).sum();
     assert_eq!(steps, verifications);
+    assert!(s.step_costs.iter().any(|c| c.drafts > 0));
+    assert!(
+        s.step_costs
+            .iter()
+            .all(|c| c.drafts <= 4 && c.median_ms > 0.0)
+    );
+    assert!(s.steps_summary.starts_with("step time, median: "));
+    assert!(
+        report
+            .summary
+            .contains("speculative: prompt lookup (n-grams up to 3, 4 drafts a step, fixed)")
+    );
+    let span = report.decode_ms.unwrap();
+    assert_eq!(report.decode_tps, Some((tokens - 1) as f64 / span * 1e3));
+
+    // Measured lengths: the first step is plain (the drafter times a step without drafts before
+    // it weighs any), and the counts agree with the events whatever was drafted.
+    let (report, [verifications, drafted, accepted, _]) =
+        metered(&engine, Some(&Speculation::lookup()));
+    let s = report.speculation.expect("speculation figures");
+    assert_eq!(
+        (s.verifications, s.drafted, s.accepted),
+        (verifications, drafted, accepted)
+    );
     assert_eq!(s.step_costs[0].drafts, 0);
-    assert!(s.step_costs.iter().all(|c| c.median_ms > 0.0));
     assert!(s.steps_summary.starts_with("step time, median: no draft "));
     assert!(report.summary.contains(
         "speculative: prompt lookup (n-grams up to 3, drafts up to 8, as measured costs favour)"
     ));
-    let span = report.decode_ms.unwrap();
-    assert_eq!(report.decode_tps, Some((tokens - 1) as f64 / span * 1e3));
+
     // Without speculation there are no such figures.
-    let mut plain = MeteredRun::start(&engine, PROMPTS[1], options, None, 238.0, None).unwrap();
-    let report = pollster::block_on(plain.run_to_end(&engine, &mut |_| Flow::Continue)).unwrap();
-    assert!(report.speculation.is_none());
+    assert!(metered(&engine, None).0.speculation.is_none());
 }
 
 /// With temperature above 0 the rejection rule runs (drafts kept, residual draws), the run ends
