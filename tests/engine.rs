@@ -113,6 +113,28 @@ fn q4_agrees_with_f32_on_wgpu() {
     assert!(agreement(&wgpu(), Quant::Q4) >= 0.75);
 }
 
+#[path = "common/launches.rs"]
+mod launches;
+
+/// A decode step on wgpu is 13 dispatches a layer, whatever the quantization: RMSNorm twice,
+/// seven projections (each residual added in its projection's dispatch), RoPE on q and k in one,
+/// the KV store, attention, SwiGLU; then the final norm, the classifier and the argmax. (88 for
+/// stories260K's 5 layers before the residuals, the store and RoPE were fused: 68 now.)
+#[test]
+fn a_decode_step_is_13_dispatches_a_layer_on_wgpu() {
+    let gpu = wgpu();
+    for quant in [Quant::F32, Quant::Q8, Quant::Q4] {
+        let engine = engine(&gpu, quant);
+        let layers = engine.model.config.n_layers;
+        let (n, kernels) = launches::per_decode_step(&engine, "Once upon a time", 4);
+        assert_eq!(n, 13 * layers + 3, "{quant}: {kernels}");
+        assert!(
+            kernels.contains("5 x StoreKernel") && kernels.contains("5 x RopeKernel"),
+            "{kernels}"
+        );
+    }
+}
+
 #[test]
 fn q4_agrees_with_f32_on_cpu() {
     assert!(agreement(&Backend::cpu(), Quant::Q4) >= 0.75);

@@ -325,7 +325,16 @@ fn follows_llama_cpp_on_wgpu(what: &str) {
         );
     }
     println!("{}", report.join("\n"));
+    if what == "Q4_1" {
+        // Q4_1's offsets are added in the projection's own dispatch: 13 a layer, as for Q8_0.
+        let layers = engine.model.config.n_layers;
+        let (n, kernels) = launches::per_decode_step(&engine, "Hi", 2);
+        assert_eq!(n, 13 * layers + 3, "{kernels}");
+    }
 }
+
+#[path = "common/launches.rs"]
+mod launches;
 
 /// Gemma 3's 262,144-token SentencePiece vocabulary (no space prefix, BOS 2, user-defined tokens for
 /// runs of whitespace) tokenizes like llama.cpp: unicode, digits, whitespace, code, specials.

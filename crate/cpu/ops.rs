@@ -203,23 +203,25 @@ impl Ops for HostOps {
         Rows::new(t, rows, data)
     }
 
-    fn rope(&self, mut x: Rows, pass: &HostPass) -> Rows {
+    fn rope(&self, mut q: Rows, mut k: Rows, pass: &HostPass) -> (Rows, Rows) {
         let half = self.heads.head_size / 2;
-        let width = x.width;
-        for (i, row) in x.values_mut().chunks_exact_mut(width).enumerate() {
-            let (cos, sin) = (
-                &pass.cos[i * half..(i + 1) * half],
-                &pass.sin[i * half..(i + 1) * half],
-            );
-            for head in row.chunks_exact_mut(2 * half) {
-                for (p, pair) in head.chunks_exact_mut(2).enumerate() {
-                    let (even, odd) = (pair[0], pair[1]);
-                    pair[0] = even * cos[p] - odd * sin[p];
-                    pair[1] = even * sin[p] + odd * cos[p];
+        for x in [&mut q, &mut k] {
+            let width = x.width;
+            for (i, row) in x.values_mut().chunks_exact_mut(width).enumerate() {
+                let (cos, sin) = (
+                    &pass.cos[i * half..(i + 1) * half],
+                    &pass.sin[i * half..(i + 1) * half],
+                );
+                for head in row.chunks_exact_mut(2 * half) {
+                    for (p, pair) in head.chunks_exact_mut(2).enumerate() {
+                        let (even, odd) = (pair[0], pair[1]);
+                        pair[0] = even * cos[p] - odd * sin[p];
+                        pair[1] = even * sin[p] + odd * cos[p];
+                    }
                 }
             }
         }
-        x
+        (q, k)
     }
 
     fn attention(

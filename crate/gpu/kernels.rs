@@ -1,5 +1,5 @@
-//! The wgpu backend's kernels themselves, in CubeCL: a cube's reduction, RMSNorm, RoPE, SwiGLU,
-//! attention and the projections (f32, and Q8_0 / Q4_0 blocks as stored). `launch.rs` launches
+//! The wgpu backend's kernels themselves, in CubeCL: a cube's reduction, RMSNorm, RoPE, the KV
+//! cache's store, SwiGLU, attention and the projections (f32, and Q8_0 / Q4_0 blocks as stored). `launch.rs` launches
 //! them on burn's tensors.
 
 use cubecl::prelude::*;
@@ -64,28 +64,77 @@ pub(crate) fn rms_norm_kernel(
     }
 }
 
-/// One unit per pair `(2i, 2i + 1)` of a head: rotated by its row's angle `i`.
-#[cube(launch)]
-pub(crate) fn rope_kernel(
+/// Pair `p` of `x` `[rows, width]` (pairs `(2i, 2i + 1)` of each head) rotated by its row's
+/// angle `i`, into `out`.
+#[cube]
+pub(crate) fn rotate_pair(
     x: &Tensor<f32>,
     cos: &Tensor<f32>,
     sin: &Tensor<f32>,
     out: &mut Tensor<f32>,
-    pairs: u32,
+    p: usize,
     #[comptime] width: usize,
     #[comptime] half: usize,
 ) {
+    let per_row = width / 2;
+    let row = p / per_row;
+    let pair = p % per_row;
+    let angle = row * half + pair % half;
+    let (c, s) = (cos[angle], sin[angle]);
+    let at = row * width + 2 * pair;
+    let (even, odd) = (x[at], x[at + 1]);
+    out[at] = even * c - odd * s;
+    out[at + 1] = even * s + odd * c;
+}
+
+/// One unit per pair of `q` (`q_pairs` of them), then per pair of `k` (`k_pairs`): RoPE on the
+/// queries and the keys in one dispatch.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rope_kernel(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    cos: &Tensor<f32>,
+    sin: &Tensor<f32>,
+    q_out: &mut Tensor<f32>,
+    k_out: &mut Tensor<f32>,
+    q_pairs: u32,
+    k_pairs: u32,
+    #[comptime] q_width: usize,
+    #[comptime] k_width: usize,
+    #[comptime] half: usize,
+) {
     let p = ABSOLUTE_POS;
-    if p < pairs as usize {
-        let per_row = width / 2;
-        let row = p / per_row;
-        let pair = p % per_row;
-        let angle = row * half + pair % half;
-        let (c, s) = (cos[angle], sin[angle]);
-        let at = row * width + 2 * pair;
-        let (even, odd) = (x[at], x[at + 1]);
-        out[at] = even * c - odd * s;
-        out[at + 1] = even * s + odd * c;
+    if p < q_pairs as usize {
+        rotate_pair(q, cos, sin, q_out, p, q_width, half);
+    } else if p < (q_pairs + k_pairs) as usize {
+        rotate_pair(k, cos, sin, k_out, p - q_pairs as usize, k_width, half);
+    }
+}
+
+/// One unit per element of `k` and `v` `[t, n_kv_heads * head_size]` (`n` of them): stored at
+/// positions `start..start + t` of the caches `keys` and `values` `[n_kv_heads, capacity,
+/// head_size]`, in place.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn store_kernel(
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    keys: &mut Tensor<f32>,
+    values: &mut Tensor<f32>,
+    n: u32,
+    start: u32,
+    capacity: u32,
+    #[comptime] width: usize,
+    #[comptime] head_size: usize,
+) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let row = i / width;
+        let head = (i % width) / head_size;
+        let at = (head * capacity as usize + start as usize + row) * head_size + i % head_size;
+        keys[at] = k[i];
+        values[at] = v[i];
     }
 }
 
@@ -213,11 +262,12 @@ pub(crate) fn unit_col(col: usize, c: usize, n: u32, #[comptime] cols: usize) ->
 }
 
 /// Add up the `slices` partial sums of each output (one barrier), and write rows `first..` of
-/// the unit's columns.
+/// the unit's columns; with `with_residual`, each plus `residual`'s element at the same place.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn linear_finish(
     acc: &Array<f32>,
+    residual: &Tensor<f32>,
     out: &mut Tensor<f32>,
     first: usize,
     col: usize,
@@ -228,6 +278,7 @@ pub(crate) fn linear_finish(
     #[comptime] cols: usize,
     #[comptime] slices: usize,
     #[comptime] span: usize,
+    #[comptime] with_residual: bool,
 ) {
     let mut scratch = Shared::<[f32]>::new_slice(cols * slices * tile * span);
     let (ux, uy) = (UNIT_POS_X as usize, UNIT_POS_Y as usize);
@@ -248,7 +299,11 @@ pub(crate) fn linear_finish(
                     for s in 0..slices {
                         sum += scratch[((s * tile * span) + c * tile + r) * cols + ux];
                     }
-                    out[(first + r) * n as usize + column] = sum;
+                    let at = (first + r) * n as usize + column;
+                    if with_residual {
+                        sum += residual[at];
+                    }
+                    out[at] = sum;
                 }
             }
         }
@@ -272,18 +327,20 @@ pub(crate) fn x_at(
 /// A cube is `cols` x `span` output columns by `slices` slices of `k`: each unit walks its slice of
 /// its columns' weights (each read once for the whole tile of rows, each value of `x` once for all
 /// `span` columns), and the slices meet in [`linear_finish()`]. `w` is `[k, n]`, so the units of a
-/// slice read adjacent words.
+/// slice read adjacent words. With `with_residual`, `residual` `[m, n]` is added to the result.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn linear_f32_kernel(
     x: &Tensor<f32>,
     w: &Tensor<f32>,
+    residual: &Tensor<f32>,
     out: &mut Tensor<f32>,
     #[comptime] k: usize,
     #[comptime] tile: usize,
     #[comptime] cols: usize,
     #[comptime] slices: usize,
     #[comptime] span: usize,
+    #[comptime] with_residual: bool,
 ) {
     let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
     let mut acc = Array::<f32>::new(tile * span);
@@ -303,7 +360,21 @@ pub(crate) fn linear_f32_kernel(
             }
         }
     }
-    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices, span);
+    linear_finish(
+        &acc,
+        residual,
+        out,
+        first,
+        col,
+        m,
+        n,
+        valid,
+        tile,
+        cols,
+        slices,
+        span,
+        with_residual,
+    );
 }
 
 /// The column of `k` that value `j` of word `wi` (of a row's words) holds.
@@ -331,13 +402,16 @@ pub(crate) fn block_value(word: u32, #[comptime] j: usize, #[comptime] bits: usi
 
 /// As [`linear_f32_kernel()`], over Q8_0 or Q4_0 blocks (`bits` 8 or 4; see
 /// [`FusedOps::linear_blocks`](crate::gpu::launch::FusedOps::linear_blocks)): each unit takes whole words, and scales each word's dot product
-/// by its block's scale.
+/// by its block's scale. With `with_offsets`, each word also adds its block's offset times the sum
+/// of the word's values of `x` (over a block's words, the offset times the block's sum).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn linear_blocks_kernel(
     x: &Tensor<f32>,
     quants: &Tensor<u32>,
     scales: &Tensor<f32>,
+    offsets: &Tensor<f32>,
+    residual: &Tensor<f32>,
     out: &mut Tensor<f32>,
     #[comptime] k: usize,
     #[comptime] tile: usize,
@@ -345,6 +419,8 @@ pub(crate) fn linear_blocks_kernel(
     #[comptime] slices: usize,
     #[comptime] span: usize,
     #[comptime] bits: usize,
+    #[comptime] with_offsets: bool,
+    #[comptime] with_residual: bool,
 ) {
     let per_word = 32 / bits;
     let (m, n) = (x.shape(0) as u32, out.shape(1) as u32);
@@ -359,11 +435,24 @@ pub(crate) fn linear_blocks_kernel(
                 xs[r * per_word + j] = x_at(x, first, r, block_column(wi, j, bits), m, k);
             }
         }
+        let mut sums = Array::<f32>::new(tile);
+        if with_offsets {
+            #[unroll]
+            for r in 0..tile {
+                let mut sum = 0.0f32.runtime();
+                #[unroll]
+                for j in 0..per_word {
+                    sum += xs[r * per_word + j];
+                }
+                sums[r] = sum;
+            }
+        }
         #[unroll]
         for c in 0..span {
             let column = unit_col(col, c, n, cols);
             let word = quants[wi * n as usize + column];
-            let scale = scales[(wi * per_word / 32) * n as usize + column];
+            let block = (wi * per_word / 32) * n as usize + column;
+            let scale = scales[block];
             let mut q = Array::<f32>::new(per_word);
             #[unroll]
             for j in 0..per_word {
@@ -378,7 +467,28 @@ pub(crate) fn linear_blocks_kernel(
                 }
                 acc[c * tile + r] += scale * dot;
             }
+            if with_offsets {
+                let offset = offsets[block];
+                #[unroll]
+                for r in 0..tile {
+                    acc[c * tile + r] += offset * sums[r];
+                }
+            }
         }
     }
-    linear_finish(&acc, out, first, col, m, n, valid, tile, cols, slices, span);
+    linear_finish(
+        &acc,
+        residual,
+        out,
+        first,
+        col,
+        m,
+        n,
+        valid,
+        tile,
+        cols,
+        slices,
+        span,
+        with_residual,
+    );
 }

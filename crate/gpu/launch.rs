@@ -1,6 +1,7 @@
-//! The wgpu backend's own kernels, in CubeCL (burn's kernel language): RMSNorm, RoPE, SwiGLU and
-//! attention, each one dispatch where burn's tensor operations take 3 to 12, and every projection
-//! (`linear_*`: f32, and Q8_0 / Q4_0 blocks read as they are stored).
+//! The wgpu backend's own kernels, in CubeCL (burn's kernel language): RMSNorm, RoPE, the KV
+//! cache's store, SwiGLU and attention, each one dispatch where burn's tensor operations take 2 to
+//! 12, and every projection (`linear_*`: f32, and Q8_0 / Q4_0 blocks read as they are stored,
+//! with their blocks' offsets and a residual added in the same dispatch).
 //!
 //! Why: on a GPU every dispatch costs several microseconds of encoding, validation and idle time
 //! whatever its size, and for the small models the page offers that, not arithmetic, bounds a
@@ -47,30 +48,57 @@ pub trait FusedOps: burn::backend::Backend {
         eps: f32,
     ) -> FloatTensor<Self>;
 
-    /// Rotate adjacent pairs of every head of `x` `[t, heads * head_size]` by each row's angles,
-    /// `cos` and `sin` `[t, head_size / 2]`.
+    /// Rotate adjacent pairs of every head of `q` and `k` `[t, heads * head_size]` (their own
+    /// number of heads each) by each row's angles, `cos` and `sin` `[t, head_size / 2]`.
     fn fused_rope(
-        x: FloatTensor<Self>,
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
         cos: FloatTensor<Self>,
         sin: FloatTensor<Self>,
         head_size: usize,
-    ) -> FloatTensor<Self>;
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
-    /// `x` `[m, k]` times an f32 `w` `[k, n]`: `[m, n]`.
-    fn linear_f32(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `x` `[m, k]` times an f32 `w` `[k, n]`: `[m, n]`; with `with_residual`, plus `residual`
+    /// `[m, n]` (not read without).
+    fn linear_f32(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        with_residual: bool,
+    ) -> FloatTensor<Self>;
 
     /// `x` `[m, k]` times `[k, n]` in blocks of 32 along `k` with one scale each, `scales`
     /// `[k / 32, n]`, and `bits` 8 or 4 a value in `quants` `[k * bits / 32, n]` (u32 words):
     /// - Q8_0: 4 values a word, each `value + 128`, lowest byte first;
     /// - Q4_0: a block's 16 bytes in 4 words, byte `j` holding value `j` (low nibble) and `j + 16`
     ///   (high), each `value + 8`.
+    ///
+    /// With `with_offsets`, plus each block's offset `[k / 32, n]` times the sum of the block's
+    /// values of `x` (Q4_1, Q5_1, Q4_K, Q5_K); without, `offsets` is not read. `residual` as for
+    /// [`linear_f32`](FusedOps::linear_f32).
+    #[allow(clippy::too_many_arguments)]
     fn linear_blocks(
         x: FloatTensor<Self>,
         quants: IntTensor<Self>,
         scales: FloatTensor<Self>,
+        offsets: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
         n: usize,
         bits: usize,
+        with_offsets: bool,
+        with_residual: bool,
     ) -> FloatTensor<Self>;
+
+    /// Store `k` and `v` `[t, n_kv_heads * head_size]` at positions `start..start + t` of the
+    /// caches `keys` and `values` `[n_kv_heads, capacity, head_size]`, in place (one dispatch for
+    /// both); returns the caches.
+    fn fused_store(
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        start: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// `silu(gate) * up`, element by element.
     fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
@@ -173,37 +201,56 @@ impl FusedOps for CubeBackend {
     }
 
     fn fused_rope(
-        x: FloatTensor<Self>,
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
         cos: FloatTensor<Self>,
         sin: FloatTensor<Self>,
         head_size: usize,
-    ) -> FloatTensor<Self> {
-        let (x, cos, sin) = (
-            into_contiguous(x),
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (q, k, cos, sin) = (
+            into_contiguous(q),
+            into_contiguous(k),
             into_contiguous(cos),
             into_contiguous(sin),
         );
-        let [t, width] = [x.meta.shape()[0], x.meta.shape()[1]];
-        let out = empty_f32(&x, Shape::new([t, width]));
-        let pairs = t * width / 2;
+        let [t, q_width] = [q.meta.shape()[0], q.meta.shape()[1]];
+        let k_width = k.meta.shape()[1];
+        let (q_out, k_out) = (
+            empty_f32(&q, Shape::new([t, q_width])),
+            empty_f32(&k, Shape::new([t, k_width])),
+        );
+        let (q_pairs, k_pairs) = (t * q_width / 2, t * k_width / 2);
         rope_kernel::launch(
-            &x.client.clone(),
-            elementwise(&x, pairs),
+            &q.client.clone(),
+            elementwise(&q, q_pairs + k_pairs),
             CubeDim::new_1d(UNITS),
-            x.into_tensor_arg(),
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
             cos.into_tensor_arg(),
             sin.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-            pairs as u32,
-            width,
+            q_out.clone().into_tensor_arg(),
+            k_out.clone().into_tensor_arg(),
+            q_pairs as u32,
+            k_pairs as u32,
+            q_width,
+            k_width,
             head_size / 2,
         );
-        out
+        (q_out, k_out)
     }
 
-    fn linear_f32(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn linear_f32(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        with_residual: bool,
+    ) -> FloatTensor<Self> {
         let n = w.meta.shape()[1];
-        let (x, w) = (into_contiguous(x), into_contiguous(w));
+        let (x, w, residual) = (
+            into_contiguous(x),
+            into_contiguous(w),
+            into_contiguous(residual),
+        );
         let (out, cubes, shape) = linear_out(&x, n);
         // SAFETY: every index is in bounds: columns and rows are clamped to the last valid one
         // (`linear_unit`, `x_at`), the inner loop stops at `k`, and only valid units write.
@@ -214,12 +261,14 @@ impl FusedOps for CubeBackend {
                 linear_dim(),
                 x.into_tensor_arg(),
                 w.into_tensor_arg(),
+                residual.into_tensor_arg(),
                 out.clone().into_tensor_arg(),
                 shape.k,
                 shape.tile,
                 LINEAR_COLS,
                 LINEAR_SLICES,
                 shape.span,
+                with_residual,
             );
         }
         out
@@ -229,10 +278,14 @@ impl FusedOps for CubeBackend {
         x: FloatTensor<Self>,
         quants: IntTensor<Self>,
         scales: FloatTensor<Self>,
+        offsets: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
         n: usize,
         bits: usize,
+        with_offsets: bool,
+        with_residual: bool,
     ) -> FloatTensor<Self> {
-        let x = into_contiguous(x);
+        let (x, residual) = (into_contiguous(x), into_contiguous(residual));
         let (out, cubes, shape) = linear_out(&x, n);
         // SAFETY: every index is in bounds: columns and rows are clamped to the last valid one
         // (`linear_unit`, `x_at`), the inner loop stops at `k`, and only valid units write.
@@ -244,6 +297,8 @@ impl FusedOps for CubeBackend {
                 x.into_tensor_arg(),
                 quants.into_tensor_arg(),
                 scales.into_tensor_arg(),
+                offsets.into_tensor_arg(),
+                residual.into_tensor_arg(),
                 out.clone().into_tensor_arg(),
                 shape.k,
                 shape.tile,
@@ -251,9 +306,43 @@ impl FusedOps for CubeBackend {
                 LINEAR_SLICES,
                 shape.span,
                 bits,
+                with_offsets,
+                with_residual,
             );
         }
         out
+    }
+
+    fn fused_store(
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        start: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (k, v) = (into_contiguous(k), into_contiguous(v));
+        let [t, width] = [k.meta.shape()[0], k.meta.shape()[1]];
+        let [capacity, head_size] = [keys.meta.shape()[1], keys.meta.shape()[2]];
+        assert!(
+            keys.is_contiguous() && values.is_contiguous() && start + t <= capacity,
+            "the caches hold positions 0..{capacity} contiguously"
+        );
+        let n = t * width;
+        store_kernel::launch(
+            &k.client.clone(),
+            elementwise(&k, n),
+            CubeDim::new_1d(UNITS),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            keys.clone().into_tensor_arg(),
+            values.clone().into_tensor_arg(),
+            n as u32,
+            start as u32,
+            capacity as u32,
+            width,
+            head_size,
+        );
+        (keys, values)
     }
 
     fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -327,17 +416,42 @@ pub(crate) fn rms_norm(x: BurnTensor<2>, weight: BurnTensor<1>, eps: f32) -> Bur
 
 /// [`FusedOps::fused_rope`] on tensors.
 pub(crate) fn rope(
-    x: BurnTensor<2>,
+    q: BurnTensor<2>,
+    k: BurnTensor<2>,
     cos: BurnTensor<2>,
     sin: BurnTensor<2>,
     head_size: usize,
-) -> BurnTensor<2> {
-    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_rope(
-        x.into_dispatch(),
+) -> (BurnTensor<2>, BurnTensor<2>) {
+    let (q, k) = <Dispatch as FusedOps>::fused_rope(
+        q.into_dispatch(),
+        k.into_dispatch(),
         cos.into_dispatch(),
         sin.into_dispatch(),
         head_size,
-    ))
+    );
+    (BurnTensor::from_dispatch(q), BurnTensor::from_dispatch(k))
+}
+
+/// [`FusedOps::fused_store`] on tensors: `k` and `v` `[t, n_kv_heads * head_size]` written into
+/// `keys` and `values` at positions `start..`.
+pub(crate) fn store(
+    k: BurnTensor<2>,
+    v: BurnTensor<2>,
+    keys: BurnTensor<3>,
+    values: BurnTensor<3>,
+    start: usize,
+) -> (BurnTensor<3>, BurnTensor<3>) {
+    let (keys, values) = <Dispatch as FusedOps>::fused_store(
+        k.into_dispatch(),
+        v.into_dispatch(),
+        keys.into_dispatch(),
+        values.into_dispatch(),
+        start,
+    );
+    (
+        BurnTensor::from_dispatch(keys),
+        BurnTensor::from_dispatch(values),
+    )
 }
 
 /// [`FusedOps::fused_swiglu`] on tensors.
@@ -387,17 +501,39 @@ pub enum DeviceLinear {
     Parts(Vec<DeviceLinear>),
 }
 
-/// `x` `[m, k]` through the projection `w`: `[m, n]`. Blocks with offsets add each block's
-/// `offset * sum(x)`: the sums of `x` by blocks of 32 (`[m, k / 32]`) through the offsets as an f32
-/// projection.
-pub(crate) fn linear(x: BurnTensor<2>, w: &DeviceLinear) -> BurnTensor<2> {
+/// `x` `[m, k]` through the projection `w`: `[m, n]`, plus `residual` `[m, n]` where there is
+/// one; one dispatch (a part each for [`Parts`], with the residual added after them).
+///
+/// [`Parts`]: DeviceLinear::Parts
+pub(crate) fn linear(
+    x: BurnTensor<2>,
+    w: &DeviceLinear,
+    residual: Option<BurnTensor<2>>,
+) -> BurnTensor<2> {
+    let with_residual = residual.is_some();
+    // Without a residual the kernels read none: `x` stands in for the argument.
+    let residual_arg = |x: &BurnTensor<2>| {
+        residual
+            .clone()
+            .unwrap_or_else(|| x.clone())
+            .into_dispatch()
+    };
     match w {
         DeviceLinear::Parts(parts) => {
-            BurnTensor::cat(parts.iter().map(|p| linear(x.clone(), p)).collect(), 1)
+            let y = BurnTensor::cat(
+                parts.iter().map(|p| linear(x.clone(), p, None)).collect(),
+                1,
+            );
+            match residual {
+                Some(residual) => residual + y,
+                None => y,
+            }
         }
         DeviceLinear::F32(w) => BurnTensor::from_dispatch(<Dispatch as FusedOps>::linear_f32(
-            x.into_dispatch(),
+            x.clone().into_dispatch(),
             w.clone().into_dispatch(),
+            residual_arg(&x),
+            with_residual,
         )),
         DeviceLinear::Blocks {
             quants,
@@ -405,30 +541,20 @@ pub(crate) fn linear(x: BurnTensor<2>, w: &DeviceLinear) -> BurnTensor<2> {
             offsets,
             n,
             bits,
-        } => {
-            let [m, k] = x.dims();
-            let sums = offsets.as_ref().map(|_| {
-                x.clone()
-                    .reshape([m, k / 32, 32])
-                    .sum_dim(2)
-                    .reshape([m, k / 32])
-            });
-            let y = BurnTensor::from_dispatch(<Dispatch as FusedOps>::linear_blocks(
-                x.into_dispatch(),
-                quants.clone().into_dispatch(),
-                scales.clone().into_dispatch(),
-                *n,
-                *bits,
-            ));
-            match (sums, offsets) {
-                (Some(sums), Some(offsets)) => {
-                    y + BurnTensor::from_dispatch(<Dispatch as FusedOps>::linear_f32(
-                        sums.into_dispatch(),
-                        offsets.clone().into_dispatch(),
-                    ))
-                }
-                _ => y,
-            }
-        }
+        } => BurnTensor::from_dispatch(<Dispatch as FusedOps>::linear_blocks(
+            x.clone().into_dispatch(),
+            quants.clone().into_dispatch(),
+            scales.clone().into_dispatch(),
+            // Without offsets the kernel reads none: the scales stand in for the argument.
+            offsets.as_ref().map_or_else(
+                || scales.clone().into_dispatch(),
+                |o| o.clone().into_dispatch(),
+            ),
+            residual_arg(&x),
+            *n,
+            *bits,
+            offsets.is_some(),
+            with_residual,
+        )),
     }
 }

@@ -209,11 +209,21 @@ impl Ops for DeviceOps {
     }
 
     fn matmul(&self, x: &Tensor<2>, w: &DeviceLinear) -> Tensor<2> {
-        gpu_kernels::linear(x.clone(), w)
+        gpu_kernels::linear(x.clone(), w, None)
     }
 
-    fn rope(&self, x: Tensor<2>, pass: &DevicePass) -> Tensor<2> {
-        gpu_kernels::rope(x, pass.cos.clone(), pass.sin.clone(), self.heads.head_size)
+    fn matmul_add(&self, x: Tensor<2>, h: &Tensor<2>, w: &DeviceLinear) -> Tensor<2> {
+        gpu_kernels::linear(h.clone(), w, Some(x))
+    }
+
+    fn rope(&self, q: Tensor<2>, k: Tensor<2>, pass: &DevicePass) -> (Tensor<2>, Tensor<2>) {
+        gpu_kernels::rope(
+            q,
+            k,
+            pass.cos.clone(),
+            pass.sin.clone(),
+            self.heads.head_size,
+        )
     }
 
     fn attention(
@@ -290,28 +300,18 @@ impl DeviceOps {
         span: Span,
         window: Option<usize>,
     ) -> Tensor<2> {
-        let Heads {
-            n_heads,
-            n_kv_heads: n_kv,
-            head_size: hs,
-        } = self.heads;
-        let (t, start) = (span.len, span.start);
-        let k = k.reshape([t, n_kv, hs]).swap_dims(0, 1);
-        let v = v.reshape([t, n_kv, hs]).swap_dims(0, 1);
-
-        // Store: take each cache tensor out so that it has one owner and slice_assign writes in
-        // place.
-        let at = [0..n_kv, start..start + t, 0..hs];
-        for (stored, new) in [(&mut cache.keys[layer], k), (&mut cache.values[layer], v)] {
-            let all = std::mem::replace(stored, Tensor::empty([0, 0, 0], &self.device));
-            *stored = all.slice_assign(at.clone(), new);
-        }
+        let start = span.start;
+        // Store, in place, in one dispatch (two slice_assigns before).
+        let empty = || Tensor::empty([0, 0, 0], &self.device);
+        let keys = std::mem::replace(&mut cache.keys[layer], empty());
+        let values = std::mem::replace(&mut cache.values[layer], empty());
+        (cache.keys[layer], cache.values[layer]) = gpu_kernels::store(k, v, keys, values, start);
         gpu_kernels::attention(
             q,
             cache.keys[layer].clone(),
             cache.values[layer].clone(),
             start,
-            n_heads,
+            self.heads.n_heads,
             window,
         )
     }

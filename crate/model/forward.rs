@@ -249,14 +249,17 @@ impl Transformer {
                 q = ops.head_rms_norm(q, &norms.q, c.norm_eps);
                 k = ops.head_rms_norm(k, &norms.k, c.norm_eps);
             }
-            let (q, k) = (ops.rope(q, pass), ops.rope(k, pass));
+            let (q, k) = ops.rope(q, k, pass);
             let v = ops.matmul(&h, &layer.wv);
             let attention = ops.attention(q, k, v, caches, l, pass, window);
-            let mut out = ops.matmul(&attention, &layer.wo);
-            if let Some(norms) = &layer.gemma {
-                out = ops.rms_norm(&out, &norms.post_attention, c.norm_eps);
-            }
-            x = ops.add(x, out);
+            x = match &layer.gemma {
+                None => ops.matmul_add(x, &attention, &layer.wo),
+                // Gemma norms the projection before the residual.
+                Some(norms) => {
+                    let out = ops.matmul(&attention, &layer.wo);
+                    ops.add(x, ops.rms_norm(&out, &norms.post_attention, c.norm_eps))
+                }
+            };
 
             // Feed-forward: w2(silu(w1 x) * w3 x), or GELU for Gemma.
             let h = ops.rms_norm(&x, &layer.rms_ffn, c.norm_eps);
@@ -265,11 +268,13 @@ impl Transformer {
                 None => ops.swiglu(gate, up),
                 Some(_) => ops.geglu(gate, up),
             };
-            let mut out = ops.matmul(&hidden, &layer.w2);
-            if let Some(norms) = &layer.gemma {
-                out = ops.rms_norm(&out, &norms.post_ffn, c.norm_eps);
-            }
-            x = ops.add(x, out);
+            x = match &layer.gemma {
+                None => ops.matmul_add(x, &hidden, &layer.w2),
+                Some(norms) => {
+                    let out = ops.matmul(&hidden, &layer.w2);
+                    ops.add(x, ops.rms_norm(&out, &norms.post_ffn, c.norm_eps))
+                }
+            };
         }
         x
     }

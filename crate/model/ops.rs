@@ -51,9 +51,10 @@ pub trait Ops {
     /// weight for every head (Gemma's q and k norms).
     fn head_rms_norm(&self, x: Self::Act, weight: &Self::Vector, eps: f32) -> Self::Act;
     fn matmul(&self, x: &Self::Act, w: &Self::Linear) -> Self::Act;
-    /// Rotate adjacent pairs (2i, 2i+1) of each head of `x` `[t, heads * head_size]` by the
-    /// position's angle, as llama2.c does.
-    fn rope(&self, x: Self::Act, pass: &Self::Pass) -> Self::Act;
+    /// Rotate adjacent pairs (2i, 2i+1) of each head of the queries `q` and the keys `k`
+    /// (`[t, heads * head_size]`, their own number of heads each) by the position's angle, as
+    /// llama2.c does. Both at once: one dispatch on the GPU.
+    fn rope(&self, q: Self::Act, k: Self::Act, pass: &Self::Pass) -> (Self::Act, Self::Act);
     /// Store each span's `k` and `v` in `layer` of its own cache (`caches[i]` for span `i`), then
     /// attend: each query row over its sequence's keys `0..=` its position (the last `window` of
     /// them, with a window), query heads grouped onto KV heads. Returns `[t, n_heads * head_size]`.
@@ -69,6 +70,12 @@ pub trait Ops {
         window: Option<usize>,
     ) -> Self::Act;
     fn add(&self, x: Self::Act, y: Self::Act) -> Self::Act;
+    /// `x + matmul(h, w)`: a residual through a projection. The GPU adds as the projection
+    /// writes its output, one dispatch where two would be.
+    fn matmul_add(&self, x: Self::Act, h: &Self::Act, w: &Self::Linear) -> Self::Act {
+        let y = self.matmul(h, w);
+        self.add(x, y)
+    }
     /// `silu(gate) * up`.
     fn swiglu(&self, gate: Self::Act, up: Self::Act) -> Self::Act;
     /// `gelu(gate) * up`, GELU in its tanh form (Gemma).
