@@ -10,7 +10,8 @@
 #     aggregate and per-user tok/s by concurrency.
 # Random weights cost what real ones do (the same bytes read, the same work); their text means
 # nothing, and near-ties between logits may part the two backends' greedy texts late.
-# With OLD=another build, that build's wgpu decode against BIN's, interleaved (before/after).
+# With OLD=another build, that build's wgpu decode against BIN's, interleaved (before/after);
+# QUICK=1 leaves out the table of wgpu against the CPU.
 # Usage: [BIN=...] [OLD=...] [T=folder for the synthesized model] tests/bench/gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -68,8 +69,8 @@ if [ -n "${OLD:-}" ]; then
   done
 fi
 
-step "decode speed: 3 runs after a warm-up, 128 tokens, bench's default prompt"
-for q in stored q4 f32; do
+[ -n "${QUICK:-}" ] || step "decode speed: 3 runs after a warm-up, 128 tokens, bench's default prompt"
+[ -n "${QUICK:-}" ] || for q in stored q4 f32; do
   for backend in wgpu cpu; do
     echo "-- $backend, quant $q"
     timeout 240 "$BIN" bench --model "$M" --backend "$backend" --quant "$q" --runs 3 \
