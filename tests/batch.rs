@@ -146,6 +146,27 @@ fn a_batch_of_three_prompts_gives_each_its_batch_1_tokens_on_wgpu() {
     check_batch_equals_solo(&gpu());
 }
 
+#[path = "common/launches.rs"]
+mod launches;
+
+/// On wgpu a batch's sequences share each projection's dispatch; each adds two a layer, storing
+/// its keys and values in its own cache and attending over it into its rows of one output (a
+/// concatenation of the outputs took a third until 2026-11-26: 118 dispatches for 4 sequences
+/// of stories260K, 98 now).
+#[test]
+fn each_sequence_of_a_batch_adds_2_dispatches_a_layer_on_wgpu() {
+    let engine = engine(&gpu());
+    let layers = engine.model.config.n_layers;
+    for users in [1, 4] {
+        let (n, kernels) = launches::per_batched_step(&engine, users);
+        assert_eq!(
+            n,
+            11 * layers + 3 + 2 * layers * users,
+            "{users}: {kernels}"
+        );
+    }
+}
+
 #[test]
 fn a_sequence_joining_mid_run_changes_nobody_elses_tokens() {
     let engine = engine(&Backend::cpu());

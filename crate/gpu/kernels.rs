@@ -148,8 +148,10 @@ pub(crate) fn swiglu_kernel(gate: &Tensor<f32>, up: &Tensor<f32>, out: &mut Tens
     }
 }
 
-/// One cube per (query row, head): scores over the keys the row may see (positions up to its
-/// own), their softmax, and the weighted sum of the values, in chunks of `KEY_CHUNK` keys (`launch.rs`) with
+/// One cube per (query row, head) of one sequence's `rows / n_heads` rows, rows `row0..` of `q`
+/// and of `out` (a batch's rows, each sequence attending in its own dispatch into one output):
+/// scores over the keys the row may see (positions up to its own), their softmax, and the
+/// weighted sum of the values, in chunks of `KEY_CHUNK` keys (`launch.rs`) with
 /// the running maximum and sum rescaled from chunk to chunk. Each unit owns a fixed set of the
 /// output's dimensions, so it alone reads and writes them between chunks.
 #[cube(launch)]
@@ -160,6 +162,7 @@ pub(crate) fn attention_kernel(
     values: &Tensor<f32>,
     out: &mut Tensor<f32>,
     rows: u32,
+    row0: u32,
     start: u32,
     window: u32,
     capacity: u32,
@@ -177,7 +180,7 @@ pub(crate) fn attention_kernel(
     let row = cube / n_heads;
     let head = cube % n_heads;
     let kv_base = (head / rep) * capacity as usize * head_size;
-    let q_base = row * n_heads * head_size + head * head_size;
+    let q_base = (row0 as usize + row) * n_heads * head_size + head * head_size;
     let seen = start as usize + row + 1;
     // With a window (not 0), only its last `window` positions.
     let mut first = 0usize.runtime();

@@ -103,14 +103,20 @@ pub trait FusedOps: burn::backend::Backend {
     /// `silu(gate) * up`, element by element.
     fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
 
-    /// Causal attention of `q` `[t, n_heads * head_size]` (rows at positions `start..start + t`)
-    /// over the cache's `keys` and `values` `[n_kv_heads, capacity, head_size]`, filled up to
-    /// `start + t`; with a `window`, each row sees only that many positions, its own the last.
-    /// Returns `[t, n_heads * head_size]`.
+    /// Causal attention of `q`'s rows `row0..row0 + t` (`q` `[rows, n_heads * head_size]`, the
+    /// rows at positions `start..start + t`) over the cache's `keys` and `values` `[n_kv_heads,
+    /// capacity, head_size]`, filled up to `start + t`; with a `window`, each row sees only that
+    /// many positions, its own the last. Written into the same rows of `out` (`q`'s shape), in
+    /// place: a batch's sequences each attend in their own dispatch into one output. Returns
+    /// `out`.
+    #[allow(clippy::too_many_arguments)]
     fn fused_attention(
         q: FloatTensor<Self>,
         keys: FloatTensor<Self>,
         values: FloatTensor<Self>,
+        out: FloatTensor<Self>,
+        row0: usize,
+        t: usize,
         start: usize,
         n_heads: usize,
         window: Option<usize>,
@@ -366,6 +372,9 @@ impl FusedOps for CubeBackend {
         q: FloatTensor<Self>,
         keys: FloatTensor<Self>,
         values: FloatTensor<Self>,
+        out: FloatTensor<Self>,
+        row0: usize,
+        t: usize,
         start: usize,
         n_heads: usize,
         window: Option<usize>,
@@ -375,13 +384,18 @@ impl FusedOps for CubeBackend {
             into_contiguous(keys),
             into_contiguous(values),
         );
-        let [t, width] = [q.meta.shape()[0], q.meta.shape()[1]];
+        assert!(
+            out.is_contiguous()
+                && out.meta.shape() == q.meta.shape()
+                && row0 + t <= q.meta.shape()[0],
+            "attention writes rows {row0}..{} of an output shaped as q",
+            row0 + t
+        );
         let [n_kv, capacity, head_size] = [
             keys.meta.shape()[0],
             keys.meta.shape()[1],
             keys.meta.shape()[2],
         ];
-        let out = empty_f32(&q, Shape::new([t, width]));
         attention_kernel::launch(
             &q.client.clone(),
             row_cubes(&q, t * n_heads),
@@ -391,6 +405,7 @@ impl FusedOps for CubeBackend {
             values.into_tensor_arg(),
             out.clone().into_tensor_arg(),
             (t * n_heads) as u32,
+            row0 as u32,
             start as u32,
             window.unwrap_or(0) as u32,
             capacity as u32,
@@ -462,11 +477,15 @@ pub(crate) fn swiglu(gate: BurnTensor<2>, up: BurnTensor<2>) -> BurnTensor<2> {
     ))
 }
 
-/// [`FusedOps::fused_attention`] on tensors.
+/// [`FusedOps::fused_attention`] on tensors: `q`'s rows `rows` (a sequence's, at positions
+/// `start..`) attend over the cache, into the same rows of `out`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     q: BurnTensor<2>,
     keys: BurnTensor<3>,
     values: BurnTensor<3>,
+    out: BurnTensor<2>,
+    rows: std::ops::Range<usize>,
     start: usize,
     n_heads: usize,
     window: Option<usize>,
@@ -475,6 +494,9 @@ pub(crate) fn attention(
         q.into_dispatch(),
         keys.into_dispatch(),
         values.into_dispatch(),
+        out.into_dispatch(),
+        rows.start,
+        rows.len(),
         start,
         n_heads,
         window,

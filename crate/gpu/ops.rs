@@ -236,21 +236,31 @@ impl Ops for DeviceOps {
         pass: &DevicePass,
         window: Option<usize>,
     ) -> Tensor<2> {
-        if let [span] = &pass.spans[..] {
-            return self.attend(q, k, v, caches[0], layer, *span, window);
-        }
-        // Several sequences: each attends over its own cache, on its own rows.
+        // Each sequence stores its rows' keys and values in its own cache and attends over it,
+        // into its rows of one output (two dispatches a sequence; a concatenation of the
+        // sequences' outputs took one more each).
+        let mut out = Tensor::empty(q.dims(), &self.device);
         let mut row = 0;
-        let mut out = Vec::with_capacity(pass.spans.len());
         for (span, cache) in pass.spans.iter().zip(caches.iter_mut()) {
-            let rows = |x: &Tensor<2>| {
+            let rows = row..row + span.len;
+            let part = |x: &Tensor<2>| {
                 let [_, width] = x.dims();
-                x.clone().slice([row..row + span.len, 0..width])
+                x.clone().slice([rows.clone(), 0..width])
             };
-            out.push(self.attend(rows(&q), rows(&k), rows(&v), cache, layer, *span, window));
+            self.store(part(&k), part(&v), cache, layer, span.start);
+            out = gpu_kernels::attention(
+                q.clone(),
+                cache.keys[layer].clone(),
+                cache.values[layer].clone(),
+                out,
+                rows,
+                span.start,
+                self.heads.n_heads,
+                window,
+            );
             row += span.len;
         }
-        Tensor::cat(out, 0)
+        out
     }
 
     fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
@@ -286,33 +296,19 @@ impl Ops for DeviceOps {
 }
 
 impl DeviceOps {
-    /// One sequence's attention: store its keys and values at the span's positions, then attend
-    /// over positions `0..` the span's end (causally: each row up to its own position, and only
-    /// the last `window` of them with a window).
-    #[allow(clippy::too_many_arguments)]
-    fn attend(
+    /// Store one sequence's keys and values `[t, n_kv_heads * head_size]` at positions `start..`
+    /// of its cache's `layer`, in place, in one dispatch (two slice_assigns before).
+    fn store(
         &self,
-        q: Tensor<2>,
         k: Tensor<2>,
         v: Tensor<2>,
         cache: &mut DeviceCache,
         layer: usize,
-        span: Span,
-        window: Option<usize>,
-    ) -> Tensor<2> {
-        let start = span.start;
-        // Store, in place, in one dispatch (two slice_assigns before).
+        start: usize,
+    ) {
         let empty = || Tensor::empty([0, 0, 0], &self.device);
         let keys = std::mem::replace(&mut cache.keys[layer], empty());
         let values = std::mem::replace(&mut cache.values[layer], empty());
         (cache.keys[layer], cache.values[layer]) = gpu_kernels::store(k, v, keys, values, start);
-        gpu_kernels::attention(
-            q,
-            cache.keys[layer].clone(),
-            cache.values[layer].clone(),
-            start,
-            self.heads.n_heads,
-            window,
-        )
     }
 }
