@@ -534,7 +534,7 @@ pub(crate) fn linear(
 ) -> BurnTensor<2> {
     let with_residual = residual.is_some();
     // Without a residual the kernels read none: `x` stands in for the argument.
-    let residual_arg = |x: &BurnTensor<2>| {
+    let residual_arg = || {
         residual
             .clone()
             .unwrap_or_else(|| x.clone())
@@ -554,7 +554,7 @@ pub(crate) fn linear(
         DeviceLinear::F32(w) => BurnTensor::from_dispatch(<Dispatch as FusedOps>::linear_f32(
             x.clone().into_dispatch(),
             w.clone().into_dispatch(),
-            residual_arg(&x),
+            residual_arg(),
             with_residual,
         )),
         DeviceLinear::Blocks {
@@ -572,7 +572,7 @@ pub(crate) fn linear(
                 || scales.clone().into_dispatch(),
                 |o| o.clone().into_dispatch(),
             ),
-            residual_arg(&x),
+            residual_arg(),
             *n,
             *bits,
             offsets.is_some(),

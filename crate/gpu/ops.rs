@@ -1,9 +1,10 @@
 //! The forward pass's operations on burn tensors, for the wgpu backend (native Vulkan/Metal and
 //! browser WebGPU). Projections hold f32 or the Q8_0 / Q4_0 blocks the CPU kernels read
 //! (`model/quant.rs` makes them, for both backends), transposed to column-major on upload (`[in, out]`, or words and
-//! scales by column) so that neighbouring GPU units read neighbouring words. The projections,
-//! RMSNorm, RoPE, attention and SwiGLU are tokenometer's own kernels (`gpu/kernels.rs`), one
-//! dispatch each.
+//! scales by column) so that neighbouring GPU units read neighbouring words. The projections
+//! (with their blocks' offsets, and a residual where `matmul_add` asks), RMSNorm, RoPE of q and k,
+//! the KV store, attention and SwiGLU are tokenometer's own kernels (`gpu/kernels.rs`), one
+//! dispatch each: 13 a layer in a decode step, and 2 more for each further sequence of a batch.
 
 use std::ops::Range;
 
