@@ -325,6 +325,15 @@ fn follows_llama_cpp_on_wgpu(what: &str) {
         );
     }
     println!("{}", report.join("\n"));
+    if what == "Gemma 3" {
+        // 19 a layer: Llama's 13 with the q and k norms, the norms after attention and the
+        // feed-forward, and their residuals as additions; GEGLU in one dispatch (burn's operations
+        // took 9: 494 a step before, 350 now). Then the final norm, the classifier in 3 parts and
+        // their concatenation (3), and the argmax.
+        let layers = engine.model.config.n_layers;
+        let (n, kernels) = launches::per_decode_step(&engine, "Hi", 2);
+        assert_eq!(n, 19 * layers + 8, "{kernels}");
+    }
     if what == "Q4_1" {
         // Q4_1's offsets are added in the projection's own dispatch: 13 a layer, as for Q8_0.
         let layers = engine.model.config.n_layers;

@@ -1,5 +1,5 @@
 //! The wgpu backend's kernels themselves, in CubeCL: a cube's reduction, RMSNorm, RoPE, the KV
-//! cache's store, SwiGLU, attention and the projections (f32, and Q8_0 / Q4_0 blocks as stored). `launch.rs` launches
+//! cache's store, SwiGLU and GEGLU, attention and the projections (f32, and Q8_0 / Q4_0 blocks as stored). `launch.rs` launches
 //! them on burn's tensors.
 
 use cubecl::prelude::*;
@@ -138,13 +138,25 @@ pub(crate) fn store_kernel(
     }
 }
 
-/// One unit per element: `gate * sigmoid(gate) * up`, as llama2.c computes it.
+/// One unit per element: `gate * sigmoid(gate) * up`, as llama2.c computes it, or with `gelu`
+/// `gelu(gate) * up`, GELU in its tanh form (Gemma; as llama.cpp's GPU backends compute it).
 #[cube(launch)]
-pub(crate) fn swiglu_kernel(gate: &Tensor<f32>, up: &Tensor<f32>, out: &mut Tensor<f32>, n: u32) {
+pub(crate) fn gated_kernel(
+    gate: &Tensor<f32>,
+    up: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    n: u32,
+    #[comptime] gelu: bool,
+) {
     let i = ABSOLUTE_POS;
     if i < n as usize {
         let g = gate[i];
-        out[i] = g * (1.0f32 / (1.0f32 + (-g).exp())) * up[i];
+        if gelu {
+            let inner = ((g + g * g * g * 0.044715f32) * 0.797_884_6f32).tanh();
+            out[i] = g * 0.5f32 * (inner + 1.0f32) * up[i];
+        } else {
+            out[i] = g * (1.0f32 / (1.0f32 + (-g).exp())) * up[i];
+        }
     }
 }
 

@@ -100,8 +100,9 @@ pub trait FusedOps: burn::backend::Backend {
         start: usize,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
-    /// `silu(gate) * up`, element by element.
-    fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `silu(gate) * up`, or with `gelu` `gelu(gate) * up` (tanh form), element by element.
+    fn fused_gated(gate: FloatTensor<Self>, up: FloatTensor<Self>, gelu: bool)
+    -> FloatTensor<Self>;
 
     /// Causal attention of `q`'s rows `row0..row0 + t` (`q` `[rows, n_heads * head_size]`, the
     /// rows at positions `start..start + t`) over the cache's `keys` and `values` `[n_kv_heads,
@@ -351,12 +352,16 @@ impl FusedOps for CubeBackend {
         (keys, values)
     }
 
-    fn fused_swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn fused_gated(
+        gate: FloatTensor<Self>,
+        up: FloatTensor<Self>,
+        gelu: bool,
+    ) -> FloatTensor<Self> {
         let (gate, up) = (into_contiguous(gate), into_contiguous(up));
         let shape = gate.meta.shape().clone();
         let n = shape.num_elements();
         let out = empty_f32(&gate, shape);
-        swiglu_kernel::launch(
+        gated_kernel::launch(
             &gate.client.clone(),
             elementwise(&gate, n),
             CubeDim::new_1d(UNITS),
@@ -364,6 +369,7 @@ impl FusedOps for CubeBackend {
             up.into_tensor_arg(),
             out.clone().into_tensor_arg(),
             n as u32,
+            gelu,
         );
         out
     }
@@ -469,11 +475,12 @@ pub(crate) fn store(
     )
 }
 
-/// [`FusedOps::fused_swiglu`] on tensors.
-pub(crate) fn swiglu(gate: BurnTensor<2>, up: BurnTensor<2>) -> BurnTensor<2> {
-    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_swiglu(
+/// [`FusedOps::fused_gated`] on tensors.
+pub(crate) fn gated(gate: BurnTensor<2>, up: BurnTensor<2>, gelu: bool) -> BurnTensor<2> {
+    BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_gated(
         gate.into_dispatch(),
         up.into_dispatch(),
+        gelu,
     ))
 }
 

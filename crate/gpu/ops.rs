@@ -3,7 +3,7 @@
 //! (`model/quant.rs` makes them, for both backends), transposed to column-major on upload (`[in, out]`, or words and
 //! scales by column) so that neighbouring GPU units read neighbouring words. The projections
 //! (with their blocks' offsets, and a residual where `matmul_add` asks), RMSNorm, RoPE of q and k,
-//! the KV store, attention and SwiGLU are tokenometer's own kernels (`gpu/kernels.rs`), one
+//! the KV store, attention and SwiGLU (or GEGLU) are tokenometer's own kernels (`gpu/kernels.rs`), one
 //! dispatch each: 13 a layer in a decode step, and 2 more for each further sequence of a batch.
 
 use std::ops::Range;
@@ -269,17 +269,13 @@ impl Ops for DeviceOps {
     }
 
     fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
-        gpu_kernels::swiglu(gate, up)
+        gpu_kernels::gated(gate, up, false)
     }
 
     fn geglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
-        // In f32 with burn's operations (llama.cpp's GPU backends compute it so too; its CPU
-        // backend rounds through an f16 table, which `cpu/ops.rs` follows).
-        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-        let inner = (gate.clone() + gate.clone().powi_scalar(3).mul_scalar(0.044715))
-            .mul_scalar(SQRT_2_OVER_PI)
-            .tanh();
-        (gate.mul_scalar(0.5) * inner.add_scalar(1.0)) * up
+        // In f32, as llama.cpp's GPU backends compute it (its CPU backend rounds through an f16
+        // table, which `cpu/ops.rs` follows); one dispatch where burn's operations took 9.
+        gpu_kernels::gated(gate, up, true)
     }
 
     fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
