@@ -1,6 +1,6 @@
 //! The wgpu backend's kernels themselves, in CubeCL: a cube's reduction, RMSNorm, RoPE, the KV
-//! cache's store, SwiGLU and GEGLU, attention and the projections (f32, and Q8_0 / Q4_0 blocks as stored). `launch.rs` launches
-//! them on burn's tensors.
+//! cache's store, SwiGLU and GEGLU, attention and the projections (f32, and Q8_0 / Q4_0 blocks as
+//! stored). `launch.rs` launches them on burn's tensors.
 
 use cubecl::prelude::*;
 

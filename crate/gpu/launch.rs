@@ -1,7 +1,7 @@
 //! The wgpu backend's own kernels, in CubeCL (burn's kernel language): RMSNorm, RoPE, the KV
-//! cache's store, SwiGLU and attention, each one dispatch where burn's tensor operations take 2 to
-//! 12, and every projection (`linear_*`: f32, and Q8_0 / Q4_0 blocks read as they are stored,
-//! with their blocks' offsets and a residual added in the same dispatch).
+//! cache's store, SwiGLU or GEGLU and attention, each one dispatch where burn's tensor operations
+//! take 2 to 12, and every projection (`linear_*`: f32, and Q8_0 / Q4_0 blocks read as they are
+//! stored, with their blocks' offsets and a residual added in the same dispatch).
 //!
 //! Why: on a GPU every dispatch costs several microseconds of encoding, validation and idle time
 //! whatever its size, and for the small models the page offers that, not arithmetic, bounds a

@@ -3,8 +3,8 @@
 //! (`model/quant.rs` makes them, for both backends), transposed to column-major on upload (`[in, out]`, or words and
 //! scales by column) so that neighbouring GPU units read neighbouring words. The projections
 //! (with their blocks' offsets, and a residual where `matmul_add` asks), RMSNorm, RoPE of q and k,
-//! the KV store, attention and SwiGLU (or GEGLU) are tokenometer's own kernels (`gpu/kernels.rs`), one
-//! dispatch each: 13 a layer in a decode step, and 2 more for each further sequence of a batch.
+//! the KV store, attention and SwiGLU (or GEGLU) are tokenometer's own kernels (`gpu/kernels.rs`),
+//! one dispatch each: 13 a layer in a decode step, and 2 more for each further sequence of a batch.
 
 use std::ops::Range;
 
