@@ -13,6 +13,7 @@ import { Replay } from './replay.js';
 import { ConcurrencyLab } from './lab.js';
 import { cachedFiles, clearCache } from './download.js';
 import { fillDefault } from './dom.js';
+import { RoomView } from './room.js';
 
 const DEFAULT_PROMPT = 'Once upon a time';
 // The models this server has: shipped with the page (models/), or fetched from PyPI by `make
@@ -61,6 +62,8 @@ document.documentElement.classList.toggle('stage', stage);
   return `?${params}`;
 })();
 $('stage-link').textContent = stage ? 'Leave presenter mode' : 'Presenter mode';
+// Served by `tokenometer serve`, the page shows the room: every user of that server, live.
+new RoomView($('room')).start();
 const engine = new EngineClient();
 const view = new RunView($('run-view'), { wpm, pageOpen: true, label: 'The run' });
 const results = new ResultsTable($('results'));

@@ -5,5 +5,8 @@
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
 pub mod drive;
+pub mod openai;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod serve;
 #[cfg(target_arch = "wasm32")]
 pub mod web;

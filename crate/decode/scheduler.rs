@@ -214,6 +214,18 @@ impl Scheduler {
         Ok(id)
     }
 
+    /// Let sequence `id`, still waiting, go on past end-of-text tokens (see
+    /// [`Sequence::ignore_eos`]); returns whether it was waiting.
+    pub fn ignore_eos(&mut self, id: usize) -> bool {
+        match self.waiting.iter_mut().find(|w| w.seq.id == id) {
+            Some(w) => {
+                w.seq.ignore_eos = true;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// End sequence `id` now, running or waiting; returns its done event (`None` when it has
     /// already ended or never existed).
     pub fn cancel(&mut self, id: usize) -> Option<SeqEvent> {

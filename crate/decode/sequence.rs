@@ -39,6 +39,9 @@ pub struct Sequence {
     pub ids: Vec<u32>,
     /// Speculative decoding's drafter, when the request speculates.
     pub drafter: Option<Drafter>,
+    /// Go on past an end-of-text token (kept as a token, as vLLM's `ignore_eos` does), so that a
+    /// load test gets the output lengths it asked for.
+    pub ignore_eos: bool,
 }
 
 impl Sequence {
@@ -64,6 +67,7 @@ impl Sequence {
             cache,
             text: TextStream::default(),
             generated: 0,
+            ignore_eos: false,
         }
     }
 
@@ -100,38 +104,54 @@ impl Sequence {
         out: &mut Vec<SeqEvent>,
     ) -> bool {
         let reason = match id {
+            id if self.ignore_eos => {
+                self.push_token(tokenizer, id, pos, drafted, now_ms, context, out)
+            }
             id if tokenizer.is_stop(id) && Some(id) == tokenizer.specials.bos => {
                 Some(StopReason::Bos)
             }
             id if tokenizer.is_stop(id) => Some(StopReason::Eos),
-            _ => {
-                self.generated += 1;
-                let piece = self.text.push(tokenizer, Some(self.input), id);
-                self.emit(
-                    out,
-                    Event::Token {
-                        pos,
-                        id,
-                        text: piece,
-                        t_ms: self.t_ms(now_ms),
-                        drafted,
-                    },
-                );
-                self.input = id;
-                self.ids.push(id);
-                if self.generated >= self.options.max_tokens {
-                    Some(StopReason::MaxTokens)
-                } else if pos >= context {
-                    Some(StopReason::ContextFull)
-                } else {
-                    None
-                }
-            }
+            _ => self.push_token(tokenizer, id, pos, drafted, now_ms, context, out),
         };
         if let Some(reason) = reason {
             out.push(self.done(reason, now_ms));
         }
         reason.is_some()
+    }
+
+    /// A generated token's event; the reason the sequence ends with it, if it is the last.
+    #[allow(clippy::too_many_arguments)]
+    fn push_token(
+        &mut self,
+        tokenizer: &Tokenizer,
+        id: u32,
+        pos: usize,
+        drafted: bool,
+        now_ms: f64,
+        context: usize,
+        out: &mut Vec<SeqEvent>,
+    ) -> Option<StopReason> {
+        self.generated += 1;
+        let piece = self.text.push(tokenizer, Some(self.input), id);
+        self.emit(
+            out,
+            Event::Token {
+                pos,
+                id,
+                text: piece,
+                t_ms: self.t_ms(now_ms),
+                drafted,
+            },
+        );
+        self.input = id;
+        self.ids.push(id);
+        if self.generated >= self.options.max_tokens {
+            Some(StopReason::MaxTokens)
+        } else if pos >= context {
+            Some(StopReason::ContextFull)
+        } else {
+            None
+        }
     }
 
     /// The sequence's done event, ending it for `reason` at `now_ms`.

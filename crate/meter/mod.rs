@@ -51,13 +51,17 @@ use serde::Serialize;
 use crate::decode::{Event, ModelInfo, ProductPasses, Sampling, StopReason};
 
 mod format;
+mod room;
 mod speculation;
 mod stats;
+mod timings;
 mod words;
 
 pub use format::{human_bytes, human_count};
+pub use room::{ROOM_WINDOW_MS, Room, RoomFigures};
 pub use speculation::{SpeculationFigures, StepCost, Verification};
 pub use stats::{Percentiles, percentiles};
+pub use timings::LlamaTimings;
 pub use words::{count_words, word_ends_utf16};
 
 /// The usual mean silent-reading speed of adults, in words per minute.

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 mod runs;
 mod synth;
@@ -147,6 +148,14 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Serve the model over OpenAI's HTTP API (chat and text completions, streamed), every user in
+    /// one continuously batched decode, and the page beside it for a room's phones.
+    Serve {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        serve: ServeArgs,
+    },
     /// Run greedy generation several times after a warm-up and print median, min and max; with
     /// --concurrency, a load test: one row per number of simultaneous users.
     Bench {
@@ -184,6 +193,42 @@ enum Command {
     },
 }
 
+/// `tokenometer serve`'s own options (docs/serve.md).
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// The address to listen on: 127.0.0.1 lets only this machine in; 0.0.0.0 opens it to the
+    /// network (a room's phones).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// The port (0: any free one, printed at start).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// The most requests decoded together in one batch (1 to 256); the rest wait.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=MAX_USERS))]
+    parallel: u32,
+    /// The most requests waiting for a place (0 to 4096); past it the answer is 429.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    queue: u32,
+    /// `lookup`: a request that runs alone drafts from its prompt and verifies in one pass.
+    #[arg(long)]
+    speculate: Option<String>,
+    /// Origins allowed to call the API from pages served elsewhere: a comma-separated list, or *.
+    #[arg(long)]
+    cors: Option<String>,
+    /// The checkout whose www/ and pkg/ are the page (default: the one this binary was built in).
+    #[arg(long)]
+    page: Option<PathBuf>,
+    /// Stop after this many seconds (for tests and timed demonstrations).
+    #[arg(long, hide = true, value_parser = positive_seconds)]
+    exit_after: Option<f64>,
+    /// Seconds a client may take to send its headers.
+    #[arg(long, hide = true, value_parser = positive_seconds)]
+    header_timeout: Option<f64>,
+    /// Seconds a client may take to send its body.
+    #[arg(long, hide = true, value_parser = positive_seconds)]
+    body_timeout: Option<f64>,
+}
+
 /// The most timed runs `bench` takes (each one's report is kept until the summary).
 const MAX_RUNS: i64 = 10_000;
 /// The most users a load test or batch simulates (each holds its own KV cache).
@@ -200,6 +245,15 @@ fn finite_f32(s: &str) -> Result<f32, String> {
         return Err(format!(
             "{s} is not a finite number (f32 holds up to about 3.4e38)"
         ));
+    }
+    Ok(v)
+}
+
+/// A duration in seconds: positive and finite.
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(v.is_finite() && v > 0.0 && v < 1e9) {
+        return Err(format!("{s} seconds: give a positive duration"));
     }
     Ok(v)
 }
@@ -223,7 +277,7 @@ pub fn main() -> ExitCode {
         // clap answers a bare `tokenometer` with the description; that is a usage error.
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             eprintln!(
-                "tokenometer: no command given; use generate, bench or synth (--help explains them)"
+                "tokenometer: no command given; use generate, bench, serve or synth (--help explains them)"
             );
             return ExitCode::from(2);
         }
@@ -332,6 +386,7 @@ async fn run(command: Command) -> Result<(), Error> {
             q8,
         } => synth(shape, &out, seed, layers, vocab.as_deref(), q8),
         Command::Convert { model, to, out } => synth::convert(&model, to, &out),
+        Command::Serve { model, serve } => serve_model(model, serve),
         Command::Bench {
             model,
             max_tokens,
@@ -417,6 +472,48 @@ async fn load(args: &ModelArgs) -> Result<Engine, Error> {
         BackendKind::Wgpu => backend,
     };
     Engine::load(files, tokenizer.as_deref(), args.quant, &backend)
+}
+
+/// `tokenometer serve`: the engine is loaded on its own thread, the page found beside the sources.
+fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
+    let speculation = match args.speculate.as_deref() {
+        None => None,
+        Some("lookup") => Some(Speculation::lookup()),
+        Some(other) => {
+            return Err(Error::Unsupported(format!(
+                "serve --speculate {other:?}: serve speculates with lookup only"
+            )));
+        }
+    };
+    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let page = args
+        .page
+        .or_else(|| Some(checkout.clone()))
+        .filter(|root| root.join("www").join("index.html").is_file());
+    let models = page
+        .clone()
+        .unwrap_or(checkout)
+        .join(std::env::var_os("MODELS").map_or_else(|| PathBuf::from("models"), PathBuf::from));
+    let options = crate::api::serve::ServeOptions {
+        host: args.host,
+        port: args.port,
+        limits: crate::api::serve::Limits {
+            parallel: args.parallel as usize,
+            queue: args.queue as usize,
+            speculation,
+        },
+        cors: args.cors,
+        page,
+        models,
+        exit_after: args.exit_after.map(Duration::from_secs_f64),
+        header_timeout: args
+            .header_timeout
+            .map_or(crate::api::serve::HEADER_TIMEOUT, Duration::from_secs_f64),
+        body_timeout: args
+            .body_timeout
+            .map_or(crate::api::serve::BODY_TIMEOUT, Duration::from_secs_f64),
+    };
+    crate::api::serve::serve(move || pollster::block_on(load(&model)), options)
 }
 
 /// What `--speculate` asks for: `lookup`, or `draft:PATH[:QUANT]` loaded on the model's backend.

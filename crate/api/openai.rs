@@ -1,0 +1,472 @@
+//! OpenAI's chat and text completions protocol, as llama.cpp's server, vLLM and Ollama speak it:
+//! the requests we read and the responses, stream chunks and errors we write. One set of types
+//! for every front end that speaks it (`tokenometer serve` natively).
+//!
+//! Reading is lenient where the protocol is: unknown fields are ignored, `content` may be a string
+//! or an array of text parts, `stop` a string or an array, `prompt` a string or an array of one.
+//! Everything else that is wrong is an [`ApiError`] naming the field, in one sentence.
+
+use serde::{Deserialize, Serialize};
+
+use crate::decode::{Sampling, StopReason};
+use crate::meter::LlamaTimings;
+
+/// The most stop strings a request may give (OpenAI's limit).
+pub const MAX_STOPS: usize = 4;
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub messages: Vec<Message>,
+    #[serde(flatten)]
+    pub params: Params,
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub prompt: Prompt,
+    #[serde(flatten)]
+    pub params: Params,
+}
+
+/// A chat message; only its text is read.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+/// A message's content: a string, or parts of which the text ones are read.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// A completion's prompt: a string, or an array holding one string.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+}
+
+/// A string or an array of strings (`stop`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The parameters both endpoints take.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Params {
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub top_p: Option<f32>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub stop: Option<OneOrMany>,
+    #[serde(default)]
+    pub n: Option<i64>,
+    /// vLLM's and llama.cpp's extension: go on past end-of-text (load testers ask for it).
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+}
+
+/// What a request asks the engine for, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// The most tokens to generate; `None`: until the context is full.
+    pub max_tokens: Option<usize>,
+    pub sampling: Sampling,
+    pub stops: Vec<String>,
+    pub ignore_eos: bool,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+impl Params {
+    /// The parameters checked against a model whose context holds `context` tokens; `seed` is the
+    /// one used when the request gives none. OpenAI's defaults: temperature 1 and top-p 1.
+    pub fn check(&self, context: usize, seed: u64) -> Result<Checked, ApiError> {
+        if let Some(n) = self.n
+            && n != 1
+        {
+            return Err(ApiError::invalid(
+                "n",
+                format!("n is {n}; this server generates one choice a request (n: 1)"),
+            ));
+        }
+        let (field, max) = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(m), _) => ("max_completion_tokens", Some(m)),
+            (None, m) => ("max_tokens", m),
+        };
+        let max_tokens = match max {
+            None => None,
+            Some(m) if m < 1 => {
+                return Err(ApiError::invalid(
+                    field,
+                    format!("{field} is {m}; ask for at least 1 token"),
+                ));
+            }
+            Some(m) if m as u64 > context as u64 => {
+                return Err(ApiError::invalid(
+                    field,
+                    format!("{field} is {m} but the model's context holds {context} tokens"),
+                ));
+            }
+            Some(m) => Some(m as usize),
+        };
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(temperature.is_finite() && (0.0..=2.0).contains(&temperature)) {
+            return Err(ApiError::invalid(
+                "temperature",
+                format!("temperature is {temperature}; use 0 (greedy) to 2"),
+            ));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p.is_finite() && top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::invalid(
+                "top_p",
+                format!("top_p is {top_p}; use a number above 0 and at most 1"),
+            ));
+        }
+        let stops = match &self.stop {
+            None => Vec::new(),
+            Some(OneOrMany::One(s)) => vec![s.clone()],
+            Some(OneOrMany::Many(v)) => v.clone(),
+        };
+        if stops.len() > MAX_STOPS {
+            return Err(ApiError::invalid(
+                "stop",
+                format!("{} stop strings given; at most {MAX_STOPS}", stops.len()),
+            ));
+        }
+        if stops.iter().any(String::is_empty) {
+            return Err(ApiError::invalid(
+                "stop",
+                "a stop string is empty; give text to stop at",
+            ));
+        }
+        Ok(Checked {
+            max_tokens,
+            sampling: Sampling {
+                temperature,
+                top_p,
+                seed: self.seed.map_or(seed, |s| s as u64),
+            },
+            stops,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+            stream: self.stream,
+            include_usage: self
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage),
+        })
+    }
+}
+
+impl ChatRequest {
+    /// The conversation as `(role, text)` pairs; roles are `system`, `developer` (read as
+    /// system), `user` and `assistant`.
+    pub fn turns(&self) -> Result<Vec<(&str, String)>, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid(
+                "messages",
+                "messages is empty; send at least one user message",
+            ));
+        }
+        self.messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let role = match m.role.as_str() {
+                    "developer" => "system",
+                    r @ ("system" | "user" | "assistant") => r,
+                    other => {
+                        return Err(ApiError::invalid(
+                            "messages",
+                            format!(
+                                "messages[{i}] has role {other:?}; use system, user or assistant"
+                            ),
+                        ));
+                    }
+                };
+                let text = match &m.content {
+                    None => String::new(),
+                    Some(Content::Text(t)) => t.clone(),
+                    Some(Content::Parts(parts)) => {
+                        if let Some(p) = parts.iter().find(|p| p.kind != "text") {
+                            return Err(ApiError::invalid(
+                                "messages",
+                                format!(
+                                    "messages[{i}] has a {:?} part; this model reads text only",
+                                    p.kind
+                                ),
+                            ));
+                        }
+                        parts.iter().filter_map(|p| p.text.as_deref()).collect()
+                    }
+                };
+                Ok((role, text))
+            })
+            .collect()
+    }
+}
+
+impl CompletionRequest {
+    /// The prompt's text.
+    pub fn text(&self) -> Result<&str, ApiError> {
+        match &self.prompt {
+            Prompt::Text(t) => Ok(t),
+            Prompt::Texts(v) if v.len() == 1 => Ok(&v[0]),
+            Prompt::Texts(v) => Err(ApiError::invalid(
+                "prompt",
+                format!(
+                    "prompt holds {} strings; send one prompt a request",
+                    v.len()
+                ),
+            )),
+        }
+    }
+}
+
+/// Why a choice ended, in OpenAI's words: `stop` (end of text or a stop string) or `length` (max
+/// tokens or a full context).
+pub fn finish_reason(reason: StopReason) -> Option<&'static str> {
+    match reason {
+        StopReason::Eos | StopReason::Bos => Some("stop"),
+        StopReason::MaxTokens | StopReason::ContextFull => Some("length"),
+        StopReason::Cancelled => None,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+}
+
+/// The `message` of a chat choice, or a stream chunk's `delta`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// One choice of a response or chunk: chat's `message` or `delta`, or completions' `text`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Choice {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<Delta>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<Delta>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    pub logprobs: Option<()>,
+    pub finish_reason: Option<&'static str>,
+}
+
+/// A whole response (`chat.completion`, `text_completion`) or a stream chunk
+/// (`chat.completion.chunk`, `text_completion`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Completion {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    pub choices: Vec<Choice>,
+    /// A response's, or the stream's last chunk's when `stream_options.include_usage` asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// llama.cpp's timings: a response's, and the stream's last chunk's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<LlamaTimings>,
+}
+
+/// Which endpoint a response answers, for its objects' names and choices' shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Chat,
+    Text,
+}
+
+impl Kind {
+    /// A choice carrying `content` (and the role, for chat's first chunk or a whole message).
+    pub fn choice(
+        self,
+        stream: bool,
+        role: bool,
+        content: Option<String>,
+        finish: Option<&'static str>,
+    ) -> Choice {
+        let delta = Delta {
+            role: role.then_some("assistant"),
+            content,
+        };
+        let (message, delta, text) = match (self, stream) {
+            (Kind::Chat, false) => (Some(delta), None, None),
+            (Kind::Chat, true) => (None, Some(delta), None),
+            (Kind::Text, _) => (None, None, Some(delta.content.unwrap_or_default())),
+        };
+        Choice {
+            index: 0,
+            message,
+            delta,
+            text,
+            logprobs: None,
+            finish_reason: finish,
+        }
+    }
+
+    pub fn object(self, stream: bool) -> &'static str {
+        match (self, stream) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelList {
+    pub object: &'static str,
+    pub data: Vec<ModelCard>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: &'static str,
+    /// The model's context, in tokens (vLLM's `max_model_len`).
+    pub max_model_len: usize,
+}
+
+/// An error in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`, with its status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<&'static str>,
+    pub code: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorFields<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorFields<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: Option<&'a str>,
+}
+
+impl ApiError {
+    /// 400: a field's value is wrong.
+    pub fn invalid(param: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status: 400,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param),
+            code: None,
+        }
+    }
+
+    /// 400 about the request as a whole.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: 400,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: None,
+        }
+    }
+
+    pub fn with_status(mut self, status: u16, code: &'static str) -> Self {
+        self.status = status;
+        self.code = Some(code);
+        self
+    }
+
+    /// 500: the engine failed this request.
+    pub fn server(message: impl Into<String>) -> Self {
+        Self {
+            status: 500,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> String {
+        serde_json::to_string(&ErrorBody {
+            error: ErrorFields {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param,
+                code: self.code,
+            },
+        })
+        .expect("an error serializes")
+    }
+}

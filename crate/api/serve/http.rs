@@ -1,0 +1,492 @@
+//! The routes: OpenAI's chat and text completions (streamed as Server-Sent Events or whole),
+//! `/v1/models`, `/health`, `/metrics`, `/room`, and the page's files. Every error is OpenAI's
+//! shape with its status; a request's stream ends its sequence when the client leaves.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio::sync::{mpsc as tokio_mpsc, oneshot};
+
+use crate::api::openai::{
+    ApiError, ChatRequest, Completion, CompletionRequest, Kind, ModelCard, ModelList, Params,
+    Usage, finish_reason,
+};
+use crate::decode::{Event, GenerateOptions, ModelInfo};
+use crate::loading::chat::ChatTemplate;
+use crate::meter::{LlamaTimings, Report};
+
+use super::stop::StopText;
+use super::worker::{Command, Job, Shared, Update};
+
+/// The largest request body read (a conversation filling a 128k context is about 512 kB).
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+/// How long a client may take by default to send its request's headers...
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// ...and its body.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most connections served at once.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// A stream that has nothing to send (its request waits for a place) sends a comment this often,
+/// which also finds a client that has left.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
+
+/// What every handler shares.
+pub struct App {
+    pub commands: mpsc::Sender<Command>,
+    pub shared: Arc<Mutex<Shared>>,
+    pub info: ModelInfo,
+    pub chat: Option<ChatTemplate>,
+    /// When the server started (seconds since 1970), for `/v1/models`.
+    pub created: u64,
+    /// How long a body may take to arrive (for the error that says so).
+    pub body_timeout: Duration,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_REQUEST);
+        let mut response = (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            self.body(),
+        )
+            .into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// The API's routes (the page's files are added by the caller).
+pub fn api(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/room", get(room))
+        .with_state(app)
+}
+
+async fn health() -> impl IntoResponse {
+    axum::Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn models(State(app): State<Arc<App>>) -> impl IntoResponse {
+    axum::Json(ModelList {
+        object: "list",
+        data: vec![ModelCard {
+            id: app.info.name.clone(),
+            object: "model",
+            created: app.created,
+            owned_by: "tokenometer",
+            max_model_len: app.info.context_length,
+        }],
+    })
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+    let shared = app.shared.lock().unwrap();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        shared.metrics.render(shared.running, shared.waiting),
+    )
+}
+
+/// The room's figures now (docs/serve.md), with the model's conditions.
+async fn room(State(app): State<Arc<App>>) -> impl IntoResponse {
+    let mut shared = app.shared.lock().unwrap();
+    let now = shared.now_ms();
+    let (running, waiting, rates) = (shared.running, shared.waiting, shared.live_rates.clone());
+    let figures = shared.room.figures(now, running, waiting, &rates);
+    axum::Json(serde_json::json!({
+        "room": figures,
+        "model": app.info.name,
+        "quant": app.info.quant.to_string(),
+        "backend": app.info.backend.to_string(),
+        "adapter": app.info.adapter,
+    }))
+}
+
+async fn chat(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let received = Instant::now();
+    let request: ChatRequest = match parse(body, &app) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(e) = check_model(&app, request.model.as_deref()) {
+        return e.into_response();
+    }
+    let Some(template) = &app.chat else {
+        return ApiError::bad_request(format!(
+            "{} has no chat template in its file, so it cannot take messages; send a raw prompt \
+             to /v1/completions",
+            app.info.name
+        ))
+        .into_response();
+    };
+    let turns = match request.turns() {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let turns: Vec<(&str, &str)> = turns.iter().map(|(r, t)| (*r, t.as_str())).collect();
+    let prompt = template.render(&turns);
+    complete(app, Kind::Chat, prompt, true, &request.params, received).await
+}
+
+async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let received = Instant::now();
+    let request: CompletionRequest = match parse(body, &app) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(e) = check_model(&app, request.model.as_deref()) {
+        return e.into_response();
+    }
+    let prompt = match request.text() {
+        Ok(p) => p.to_string(),
+        Err(e) => return e.into_response(),
+    };
+    complete(app, Kind::Text, prompt, false, &request.params, received).await
+}
+
+/// The body as JSON of type `T`, or the error a client can act on.
+fn parse<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    app: &App,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::bad_request(format!(
+                "the request body is over {} bytes; send a shorter conversation",
+                MAX_BODY_BYTES
+            ))
+            .with_status(413, "body_too_large")
+        } else {
+            ApiError::bad_request(format!(
+                "the request body did not arrive whole within {} s",
+                app.body_timeout.as_secs_f64()
+            ))
+            .with_status(408, "body_timeout")
+        }
+    })?;
+    serde_json::from_slice(&body).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Data => "a field is missing or has the wrong type",
+            _ => "the body is not valid JSON",
+        };
+        ApiError::bad_request(format!("{what}: {e}"))
+    })
+}
+
+/// A request for another model than this server's is refused (no name, or an empty one, is this
+/// server's).
+fn check_model(app: &App, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        Some(m) if !m.is_empty() && m != app.info.name => Err(ApiError::invalid(
+            "model",
+            format!(
+                "model {:?} is not served here; this server serves {:?} (GET /v1/models)",
+                clip(m),
+                app.info.name
+            ),
+        )
+        .with_status(404, "model_not_found")),
+        _ => Ok(()),
+    }
+}
+
+/// At most 80 characters of a client's string, for an error message.
+fn clip(s: &str) -> String {
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+async fn complete(
+    app: Arc<App>,
+    kind: Kind,
+    prompt: String,
+    templated: bool,
+    params: &Params,
+    received: Instant,
+) -> Response {
+    let context = app.info.context_length;
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(42, |d| d.as_nanos() as u64);
+    let checked = match params.check(context, seed) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let (updates, inbox) = tokio_mpsc::unbounded_channel();
+    let (accepted, is_accepted) = oneshot::channel();
+    let job = Job {
+        prompt,
+        templated,
+        options: GenerateOptions {
+            max_tokens: checked.max_tokens.unwrap_or(context),
+            sampling: checked.sampling,
+            queued_ms: 0.0,
+            chat: false,
+        },
+        ignore_eos: checked.ignore_eos,
+        received,
+        updates,
+        accepted,
+    };
+    let stopped = || ApiError::server("the engine has stopped").with_status(503, "unavailable");
+    if app.commands.send(Command::Submit(Box::new(job))).is_err() {
+        return stopped().into_response();
+    }
+    let id = match is_accepted.await {
+        Ok(Ok(id)) => id,
+        Ok(Err(e)) => return e.into_response(),
+        Err(_) => return stopped().into_response(),
+    };
+    let answer = Answer {
+        kind,
+        stream: checked.stream,
+        include_usage: checked.include_usage,
+        id: format!(
+            "{}-{id}",
+            if kind == Kind::Chat {
+                "chatcmpl"
+            } else {
+                "cmpl"
+            }
+        ),
+        model: app.info.name.clone(),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        inbox,
+        stop: StopText::new(checked.stops),
+        text: String::new(),
+        guard: CancelGuard {
+            id,
+            commands: app.commands.clone(),
+            armed: true,
+        },
+        pending: VecDeque::new(),
+        role_sent: false,
+        ended: false,
+    };
+    if checked.stream {
+        let stream = futures_lite::stream::unfold(answer, |mut answer| async move {
+            answer
+                .next_sse()
+                .await
+                .map(|e| (Ok::<_, Infallible>(e), answer))
+        });
+        Sse::new(stream)
+            .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+            .into_response()
+    } else {
+        answer.whole().await
+    }
+}
+
+/// Ends the request in the engine when the client leaves (the stream or the handler is dropped
+/// before the end), so its place and KV cache go to the next.
+struct CancelGuard {
+    id: u64,
+    commands: mpsc::Sender<Command>,
+    armed: bool,
+}
+
+impl CancelGuard {
+    fn cancel(&mut self, why: &'static str) {
+        if self.armed {
+            self.armed = false;
+            let _ = self.commands.send(Command::Cancel { id: self.id, why });
+        }
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        self.cancel("abort");
+    }
+}
+
+/// One request's answer, built from the engine's updates.
+struct Answer {
+    kind: Kind,
+    stream: bool,
+    include_usage: bool,
+    id: String,
+    model: String,
+    created: u64,
+    inbox: tokio_mpsc::UnboundedReceiver<Update>,
+    stop: StopText,
+    /// The text sent so far (whole answers).
+    text: String,
+    guard: CancelGuard,
+    /// Stream events made but not yet sent.
+    pending: VecDeque<SseEvent>,
+    /// Whether chat's first chunk, with the role, has been sent.
+    role_sent: bool,
+    ended: bool,
+}
+
+/// What the next update came to.
+enum Step {
+    /// Text that may be sent now (possibly empty).
+    Text(String),
+    Done(Box<Report>),
+    Failed(ApiError),
+}
+
+impl Answer {
+    async fn next(&mut self) -> Step {
+        match self.inbox.recv().await {
+            Some(Update::Event(Event::Token { text, .. })) => {
+                let out = self.stop.push(&text);
+                if self.stop.stopped() {
+                    // The rest would be cut: end the sequence now, and wait for its report.
+                    self.guard.cancel("stop");
+                }
+                Step::Text(out)
+            }
+            Some(Update::Event(Event::Done { trailing_text, .. })) => {
+                let mut out = self.stop.push(&trailing_text);
+                out.push_str(&self.stop.finish());
+                Step::Text(out)
+            }
+            Some(Update::Event(_)) => Step::Text(String::new()),
+            Some(Update::Done(report)) => {
+                self.guard.armed = false;
+                Step::Done(report)
+            }
+            Some(Update::Failed(e)) => {
+                self.guard.armed = false;
+                Step::Failed(e)
+            }
+            None => {
+                self.guard.armed = false;
+                Step::Failed(ApiError::server("the engine stopped while answering"))
+            }
+        }
+    }
+
+    fn finish_reason(&self, report: &Report) -> Option<&'static str> {
+        if self.stop.stopped() {
+            Some("stop")
+        } else {
+            report.conditions.stop_reason.and_then(finish_reason)
+        }
+    }
+
+    fn completion(&self, choices: Vec<crate::api::openai::Choice>) -> Completion {
+        Completion {
+            id: self.id.clone(),
+            object: self.kind.object(self.stream),
+            created: self.created,
+            model: self.model.clone(),
+            system_fingerprint: concat!("tokenometer-", env!("CARGO_PKG_VERSION")).into(),
+            choices,
+            usage: None,
+            timings: None,
+        }
+    }
+
+    fn chunk(&self, completion: &Completion) -> SseEvent {
+        SseEvent::default().data(serde_json::to_string(completion).expect("a chunk serializes"))
+    }
+
+    /// The next Server-Sent Event, or `None` after `[DONE]` (or an error).
+    async fn next_sse(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            if self.ended {
+                return None;
+            }
+            if self.kind == Kind::Chat && !self.role_sent {
+                // Chat's first chunk names the role, as OpenAI's does.
+                self.role_sent = true;
+                let first = self.completion(vec![self.kind.choice(
+                    true,
+                    true,
+                    Some(String::new()),
+                    None,
+                )]);
+                return Some(self.chunk(&first));
+            }
+            match self.next().await {
+                Step::Text(t) if t.is_empty() => {}
+                Step::Text(t) => {
+                    let c = self.completion(vec![self.kind.choice(true, false, Some(t), None)]);
+                    return Some(self.chunk(&c));
+                }
+                Step::Done(report) => {
+                    self.ended = true;
+                    let timings = LlamaTimings::from_report(&report);
+                    let usage = usage(&report);
+                    let finish = self.finish_reason(&report);
+                    let content = (self.kind == Kind::Text).then(String::new);
+                    let mut last =
+                        self.completion(vec![self.kind.choice(true, false, content, finish)]);
+                    last.timings = Some(timings.clone());
+                    self.pending.push_back(self.chunk(&last));
+                    if self.include_usage {
+                        // OpenAI's usage chunk: no choices.
+                        let mut tail = self.completion(Vec::new());
+                        tail.usage = Some(usage);
+                        tail.timings = Some(timings);
+                        self.pending.push_back(self.chunk(&tail));
+                    }
+                    self.pending.push_back(SseEvent::default().data("[DONE]"));
+                }
+                Step::Failed(e) => {
+                    self.ended = true;
+                    let body = e.body();
+                    return Some(SseEvent::default().data(body));
+                }
+            }
+        }
+    }
+
+    /// The whole answer as one JSON response.
+    async fn whole(mut self) -> Response {
+        loop {
+            match self.next().await {
+                Step::Text(t) => self.text.push_str(&t),
+                Step::Failed(e) => return e.into_response(),
+                Step::Done(report) => {
+                    let finish = self.finish_reason(&report);
+                    let text = std::mem::take(&mut self.text);
+                    let mut whole =
+                        self.completion(vec![self.kind.choice(false, true, Some(text), finish)]);
+                    whole.usage = Some(usage(&report));
+                    whole.timings = Some(LlamaTimings::from_report(&report));
+                    return axum::Json(whole).into_response();
+                }
+            }
+        }
+    }
+}
+
+fn usage(report: &Report) -> Usage {
+    Usage::new(
+        report.conditions.prompt_tokens,
+        report.conditions.output_tokens,
+    )
+}

@@ -1,0 +1,232 @@
+//! `tokenometer serve`: the engine behind OpenAI's HTTP API, every connected user in one
+//! continuously batched decode (`worker.rs`), and the page served beside it so that a room's
+//! phones can open it from a laptop. docs/serve.md is the user's guide.
+//!
+//! HTTP is axum on tokio and hyper. The accept loop is our own (hyper-util) so that a client that
+//! sends half a request is cut off ([`HEADER_TIMEOUT`], [`BODY_TIMEOUT`]) and connections are
+//! capped ([`MAX_CONNECTIONS`]: past it, new ones wait in the kernel's backlog).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, HeaderValue, Method, header};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::services::ServeDir;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
+
+use crate::decode::Engine;
+use crate::error::Error;
+
+mod http;
+mod metrics;
+mod stop;
+mod worker;
+
+pub use http::{BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE, MAX_BODY_BYTES, MAX_CONNECTIONS};
+pub use worker::Limits;
+
+/// What `tokenometer serve` was asked for.
+pub struct ServeOptions {
+    pub host: String,
+    pub port: u16,
+    pub limits: Limits,
+    /// Origins allowed to call the API from another page (`*` for any); none by default.
+    pub cors: Option<String>,
+    /// The checkout whose www/ and pkg/ are the page (none: the API alone).
+    pub page: Option<PathBuf>,
+    /// The models folder the page's model list reads.
+    pub models: PathBuf,
+    /// Stop by itself after this long (tests).
+    pub exit_after: Option<Duration>,
+    /// How long a client may take to send its headers ([`HEADER_TIMEOUT`]) and its body
+    /// ([`BODY_TIMEOUT`]).
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+}
+
+/// Load the engine (on its own thread), listen, and serve until Ctrl-C (or `exit_after`).
+pub fn serve(
+    load: impl FnOnce() -> Result<Engine, Error> + Send + 'static,
+    options: ServeOptions,
+) -> Result<(), Error> {
+    if let Some(s) = &options.limits.speculation
+        && !matches!(s.source, crate::decode::DraftSource::Lookup)
+    {
+        return Err(Error::Unsupported(
+            "serve speculates with lookup only (--speculate lookup)".into(),
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Unsupported(format!("cannot start the HTTP runtime: {e}")))?;
+    runtime.block_on(async move {
+        // Bind first: a port in use is said before the model loads.
+        let listener = TcpListener::bind((options.host.as_str(), options.port))
+            .await
+            .map_err(|e| {
+                Error::Unsupported(format!(
+                    "cannot listen on {}:{} ({e}); choose another --port or --host",
+                    options.host, options.port
+                ))
+            })?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| Error::Unsupported(format!("cannot read the listening address: {e}")))?;
+        let limits = options.limits.clone();
+        let (commands, shared, info, chat) =
+            tokio::task::spawn_blocking(move || worker::start(load, limits))
+                .await
+                .map_err(|e| Error::Unsupported(format!("the engine's start failed: {e}")))??;
+        let app = Arc::new(http::App {
+            commands,
+            shared,
+            info,
+            chat,
+            body_timeout: options.body_timeout,
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        });
+        let router = router(app.clone(), &options);
+        announce(&app, address, &options);
+        let (exit_after, header_timeout) = (options.exit_after, options.header_timeout);
+        let stop = async move {
+            match exit_after {
+                Some(after) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(after) => {}
+                        _ = tokio::signal::ctrl_c() => {}
+                    }
+                }
+                None => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        };
+        accept(listener, router, header_timeout, stop).await;
+        Ok(())
+    })
+}
+
+/// The API, CORS where asked, the page's files with the headers its threads need.
+fn router(app: Arc<http::App>, options: &ServeOptions) -> Router {
+    let mut api = http::api(app)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(RequestBodyTimeoutLayer::new(options.body_timeout));
+    if let Some(origins) = &options.cors {
+        let allow = if origins.trim() == "*" {
+            AllowOrigin::any()
+        } else {
+            AllowOrigin::list(
+                origins
+                    .split(',')
+                    .filter_map(|o| HeaderValue::from_str(o.trim()).ok()),
+            )
+        };
+        api = api.layer(
+            CorsLayer::new()
+                .allow_origin(allow)
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
+        );
+    }
+    let server = HeaderValue::from_static(concat!("tokenometer/", env!("CARGO_PKG_VERSION")));
+    let api = api.layer(SetResponseHeaderLayer::overriding(header::SERVER, server));
+    let Some(root) = &options.page else {
+        return api;
+    };
+    // Cross-origin isolated (precise timers, the CPU threads' shared memory), as www/serve.mjs.
+    let isolated = |name: &'static str, value: &'static str| {
+        SetResponseHeaderLayer::overriding(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        )
+    };
+    let page = Router::new()
+        .nest_service("/pkg", ServeDir::new(root.join("pkg")))
+        .nest_service("/models", ServeDir::new(&options.models))
+        .fallback_service(ServeDir::new(root.join("www")))
+        .layer(isolated("cross-origin-opener-policy", "same-origin"))
+        .layer(isolated("cross-origin-embedder-policy", "require-corp"))
+        .layer(isolated("cross-origin-resource-policy", "same-origin"))
+        .layer(isolated("cache-control", "no-cache"));
+    api.merge(page)
+}
+
+/// Say where the server is, and who can reach it.
+fn announce(app: &http::App, address: SocketAddr, options: &ServeOptions) {
+    let url = format!("http://{address}/");
+    println!(
+        "tokenometer: serving {} ({}, {}) on {url} (API: {url}v1, room: {url}room)",
+        app.info.name, app.info.quant, app.info.backend
+    );
+    if options.page.is_none() {
+        println!("tokenometer: the page's files were not found, so only the API is served");
+    }
+    if address.ip().is_loopback() {
+        println!(
+            "tokenometer: only this machine can connect; --host 0.0.0.0 opens it to the network \
+             (a room's phones)"
+        );
+    } else {
+        println!(
+            "tokenometer: anyone who can reach this machine on port {} can use it: open \
+             http://THIS-MACHINE'S-ADDRESS:{}/ on the phones",
+            address.port(),
+            address.port()
+        );
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+}
+
+/// Serve connections until `stop` ends: each on its own task, at most [`MAX_CONNECTIONS`] at once,
+/// each cut off when its headers do not come within `header_timeout`.
+async fn accept(
+    listener: TcpListener,
+    router: Router,
+    header_timeout: Duration,
+    stop: impl Future<Output = ()>,
+) {
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(stop);
+    loop {
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            _ = &mut stop => return,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // Out of file descriptors, say: wait and try again rather than spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let mut http1 = hyper::server::conn::http1::Builder::new();
+            http1
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let _ = http1.serve_connection(TokioIo::new(stream), service).await;
+            drop(permit);
+        });
+    }
+}

@@ -1,0 +1,377 @@
+//! The engine's own thread: it owns the model and the [`Scheduler`], takes requests and cancels
+//! from the HTTP tasks over a channel, steps every running request one token at a time in one
+//! batch (continuous batching: a request that arrives while others decode joins the next step),
+//! meters each request, and sends each its own events.
+//!
+//! Between two steps it takes every command that came in, so a cancel (a client that left, a
+//! stop string) frees its place and KV cache before the next step, and a request waits at most
+//! one step to join. The queue is bounded: past `parallel + queue` requests in the engine a new
+//! one is refused (429) at once, before its prompt is tokenized.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Instant;
+
+use tokio::sync::{mpsc as tokio_mpsc, oneshot};
+
+use crate::api::openai::ApiError;
+use crate::decode::{
+    Engine, Event, GenerateOptions, ModelInfo, Request, Scheduler, SeqEvent, Speculation,
+};
+use crate::error::{Error, contain_panic};
+use crate::loading::chat::ChatTemplate;
+use crate::meter::{Conditions, DEFAULT_READING_WPM, Meter, Report, Room};
+
+use super::metrics::Metrics;
+
+/// What the engine tells one request.
+#[derive(Debug)]
+pub enum Update {
+    /// An event, as the engine emitted it (its done event included).
+    Event(Event),
+    /// The request ended (after its done event): the meter's final report.
+    Done(Box<Report>),
+    /// The engine failed while running this request.
+    Failed(ApiError),
+}
+
+/// A request for the engine.
+pub struct Job {
+    /// The text to tokenize as it is (a chat is already in its template).
+    pub prompt: String,
+    /// Whether `prompt` is a conversation in the model's chat template (for the conditions).
+    pub templated: bool,
+    pub options: GenerateOptions,
+    pub ignore_eos: bool,
+    /// When the HTTP request came in: the time before it reaches the engine is queue time.
+    pub received: Instant,
+    pub updates: tokio_mpsc::UnboundedSender<Update>,
+    /// The request's number, or why it was refused.
+    pub accepted: oneshot::Sender<Result<u64, ApiError>>,
+}
+
+pub enum Command {
+    Submit(Box<Job>),
+    /// End request `id` now; `why` is vLLM's finished reason for it: `abort` (the client left) or
+    /// `stop` (a stop string came).
+    Cancel {
+        id: u64,
+        why: &'static str,
+    },
+}
+
+/// What the HTTP side reads of the engine: counters, the room, the batch as of the last step.
+pub struct Shared {
+    pub metrics: Metrics,
+    pub room: Room,
+    pub running: usize,
+    pub waiting: usize,
+    /// The running requests' live decode rates, as of the last step.
+    pub live_rates: Vec<Option<f64>>,
+    /// The clock of the room's times.
+    pub clock: Instant,
+}
+
+impl Shared {
+    pub fn now_ms(&self) -> f64 {
+        ms_since(self.clock)
+    }
+}
+
+/// How the engine serves.
+#[derive(Clone)]
+pub struct Limits {
+    /// The most requests in one step.
+    pub parallel: usize,
+    /// The most requests waiting for a place.
+    pub queue: usize,
+    pub speculation: Option<Speculation>,
+}
+
+/// One request the engine is running or holding.
+struct Live {
+    id: u64,
+    meter: Meter,
+    updates: tokio_mpsc::UnboundedSender<Update>,
+    received: Instant,
+}
+
+struct Worker {
+    engine: Engine,
+    limits: Limits,
+    scheduler: Scheduler,
+    /// By the scheduler's sequence id.
+    live: HashMap<usize, Live>,
+    next_id: u64,
+    shared: Arc<Mutex<Shared>>,
+}
+
+/// The engine's thread, started: where to send it commands, what it shares, what it loaded, and
+/// the model's chat template.
+pub type Started = (
+    mpsc::Sender<Command>,
+    Arc<Mutex<Shared>>,
+    ModelInfo,
+    Option<ChatTemplate>,
+);
+
+/// Start the engine's thread: `load` makes the engine there (a GPU engine is not `Send`), it is
+/// warmed up, and its description comes back once it is ready to serve (or the load's error).
+pub fn start(
+    load: impl FnOnce() -> Result<Engine, Error> + Send + 'static,
+    limits: Limits,
+) -> Result<Started, Error> {
+    let (commands, inbox) = mpsc::channel();
+    let (ready, is_ready) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("tokenometer-engine".into())
+        .spawn(move || {
+            let engine = match load().and_then(|e| pollster::block_on(e.warm_up()).map(|_| e)) {
+                Ok(engine) => engine,
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            };
+            let shared = Arc::new(Mutex::new(Shared {
+                metrics: Metrics::new(&engine.info.name),
+                room: Room::default(),
+                running: 0,
+                waiting: 0,
+                live_rates: Vec::new(),
+                clock: Instant::now(),
+            }));
+            let chat = engine.tokenizer.specials.chat.clone();
+            let _ = ready.send(Ok((shared.clone(), engine.info.clone(), chat)));
+            let mut worker = Worker {
+                scheduler: Scheduler::new(limits.parallel),
+                engine,
+                limits,
+                live: HashMap::new(),
+                next_id: 0,
+                shared,
+            };
+            worker.run(inbox);
+        })
+        .map_err(|e| Error::Unsupported(format!("cannot start the engine's thread: {e}")))?;
+    let (shared, info, chat) = is_ready.recv().map_err(|_| {
+        Error::Unsupported("the engine's thread ended while loading the model".into())
+    })??;
+    Ok((commands, shared, info, chat))
+}
+
+impl Worker {
+    fn run(&mut self, inbox: mpsc::Receiver<Command>) {
+        loop {
+            if self.scheduler.is_idle() {
+                self.publish();
+                match inbox.recv() {
+                    Ok(command) => self.command(command),
+                    // Every sender is gone: the server has stopped.
+                    Err(_) => return,
+                }
+            }
+            while let Ok(command) = inbox.try_recv() {
+                self.command(command);
+            }
+            if !self.scheduler.is_idle() {
+                self.step();
+                self.publish();
+            }
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Submit(job) => self.submit(*job),
+            Command::Cancel { id, why } => {
+                let Some(seq) = self.live.iter().find(|(_, l)| l.id == id).map(|(&s, _)| s) else {
+                    return;
+                };
+                if let Some(done) = self.scheduler.cancel(seq) {
+                    self.route(vec![done], why);
+                }
+            }
+        }
+    }
+
+    fn submit(&mut self, job: Job) {
+        let Limits {
+            parallel, queue, ..
+        } = self.limits;
+        if self.scheduler.running() + self.scheduler.waiting() >= parallel + queue {
+            self.shared.lock().unwrap().metrics.rejected();
+            let _ = job.accepted.send(Err(ApiError::bad_request(format!(
+                "the server is full ({parallel} requests running and {queue} waiting); try again \
+                 in a moment"
+            ))
+            .with_status(429, "queue_full")));
+            return;
+        }
+        let mut options = job.options;
+        options.queued_ms = ms_since(job.received);
+        let request = Request {
+            prompt: job.prompt,
+            options,
+        };
+        let speculation = self.limits.speculation.as_ref();
+        let seq = match self
+            .scheduler
+            .submit_speculative(&self.engine, &request, None, speculation)
+        {
+            Ok(seq) => seq,
+            Err(e) => {
+                let _ = job.accepted.send(Err(refusal(e)));
+                return;
+            }
+        };
+        if job.ignore_eos {
+            self.scheduler.ignore_eos(seq);
+        }
+        let conditions = Conditions::new(
+            &self.engine.info,
+            options.sampling,
+            self.limits.parallel,
+            None,
+        )
+        .raw_prompt(!job.templated)
+        .speculating(speculation.map(Speculation::describe));
+        let id = self.next_id;
+        self.next_id += 1;
+        if job.accepted.send(Ok(id)).is_err() {
+            // The client left before its request was taken.
+            self.scheduler.cancel(seq);
+            return;
+        }
+        self.live.insert(
+            seq,
+            Live {
+                id,
+                meter: Meter::new(conditions, DEFAULT_READING_WPM),
+                updates: job.updates,
+                received: job.received,
+            },
+        );
+    }
+
+    /// One step of the batch; a failure (or a panic) fails the requests it ran, and the rest go on.
+    fn step(&mut self) {
+        let Self {
+            scheduler, engine, ..
+        } = self;
+        match contain_panic(|| pollster::block_on(scheduler.step(engine))) {
+            Ok(Ok(events)) => self.route(events, "abort"),
+            Ok(Err(e)) => self.fail_all(&e.to_string()),
+            Err(panic) => self.fail_all(&format!("the engine panicked ({panic})")),
+        }
+    }
+
+    /// Hand each event to its request's meter and stream; `cancelled` is the finished reason
+    /// counted for a cancelled request.
+    fn route(&mut self, events: Vec<SeqEvent>, cancelled: &'static str) {
+        let mut tokens = 0;
+        let mut gone = Vec::new();
+        let mut ended = Vec::new();
+        for SeqEvent { seq, event } in events {
+            let Some(live) = self.live.get_mut(&seq) else {
+                continue;
+            };
+            live.meter.observe(&event);
+            match &event {
+                Event::Token { .. } => {
+                    tokens += 1;
+                    if live.meter.token_times().len() == 1 {
+                        let ttft = live.meter.token_times()[0];
+                        self.shared.lock().unwrap().room.first_token(ttft);
+                    }
+                }
+                Event::Done { reason, .. } => {
+                    let why = crate::api::openai::finish_reason(*reason).unwrap_or(cancelled);
+                    ended.push((seq, why));
+                }
+                _ => {}
+            }
+            if live.updates.send(Update::Event(event)).is_err() {
+                gone.push(seq);
+            }
+        }
+        for (seq, why) in ended {
+            self.end(seq, why);
+        }
+        // A client that left: its sequence ends now, its cache freed before the next step.
+        for seq in gone {
+            if let Some(done) = self.scheduler.cancel(seq) {
+                self.route(vec![done], "abort");
+            }
+        }
+        let mut shared = self.shared.lock().unwrap();
+        let now = shared.now_ms();
+        shared.room.tokens(tokens, now);
+    }
+
+    /// Request `seq` has had its done event: count it, and send its report.
+    fn end(&mut self, seq: usize, why: &'static str) {
+        let Some(live) = self.live.remove(&seq) else {
+            return;
+        };
+        let report = live.meter.final_report();
+        let gaps: Vec<f64> = live
+            .meter
+            .token_times()
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .collect();
+        {
+            let mut shared = self.shared.lock().unwrap();
+            shared.metrics.finished(why, &report, &gaps);
+            if why != "abort" {
+                shared.room.served();
+            }
+        }
+        let _ = live.updates.send(Update::Done(Box::new(report)));
+    }
+
+    fn fail_all(&mut self, message: &str) {
+        let message = format!("the engine failed while running this request: {message}");
+        self.scheduler = Scheduler::new(self.limits.parallel);
+        let mut shared = self.shared.lock().unwrap();
+        for (_, live) in self.live.drain() {
+            shared
+                .metrics
+                .finished("error", &live.meter.final_report(), &[]);
+            let _ = live
+                .updates
+                .send(Update::Failed(ApiError::server(&message)));
+        }
+    }
+
+    /// The batch as the HTTP side sees it.
+    fn publish(&mut self) {
+        let live_rates = self
+            .live
+            .values()
+            .filter(|l| !l.meter.token_times().is_empty())
+            .map(|l| l.meter.live_decode_tps(ms_since(l.received)))
+            .collect();
+        let mut shared = self.shared.lock().unwrap();
+        shared.running = self.scheduler.running();
+        shared.waiting = self.scheduler.waiting();
+        shared.live_rates = live_rates;
+    }
+}
+
+/// A request the engine would not take, as the client should hear it.
+fn refusal(e: Error) -> ApiError {
+    match e {
+        Error::BadPrompt(m) if m.contains("context") => {
+            ApiError::bad_request(m).with_status(400, "context_length_exceeded")
+        }
+        Error::BadPrompt(m) => ApiError::bad_request(m),
+        Error::Unsupported(m) | Error::BadTokenizer(m) => ApiError::bad_request(m),
+        other => ApiError::server(other.to_string()),
+    }
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}

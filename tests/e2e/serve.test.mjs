@@ -1,0 +1,75 @@
+// The page served by `tokenometer serve` (target/debug/tokenometer, built by `cargo test`): it
+// loads with the headers its threads need, and in presenter's mode its Room view shows what the
+// server's own counters say (GET /room) while three users stream from it, then after they leave.
+// Served by www/serve.mjs (no /room) the Room view stays hidden (page.test.mjs's pages).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { launchBrowser, models, openPage, root } from './harness.mjs';
+
+const binary = resolve(root, 'target/debug/tokenometer');
+const smollm2 = resolve(models, 'cache/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf');
+let server;
+let base;
+let browser;
+
+before(async () => {
+  assert.ok(existsSync(binary), `${binary} is missing: cargo test (or cargo build) makes it`);
+  assert.ok(existsSync(smollm2), `${smollm2} is missing: run make models`);
+  server = spawn(binary, ['serve', '--model', smollm2, '--threads', '1', '--parallel', '4', '--port', '0',
+    '--exit-after', '600'], { env: { ...process.env, MODELS: models }, stdio: ['ignore', 'pipe', 'inherit'] });
+  base = await new Promise((ok, fail) => {
+    let seen = '';
+    server.stdout.on('data', (d) => {
+      seen += String(d);
+      const found = seen.match(/ on (http:\/\/127\.0\.0\.1:\d+)\//);
+      if (found) ok(found[1]);
+    });
+    server.on('exit', (code) => fail(new Error(`tokenometer serve exited ${code}`)));
+  });
+  browser = await launchBrowser();
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill();
+});
+
+/** A streamed chat request's text (read to its end). */
+async function chat(content, maxTokens) {
+  const response = await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content }], max_tokens: maxTokens, ignore_eos: true,
+      temperature: 0, stream: true }),
+  });
+  assert.equal(response.status, 200);
+  return response.text();
+}
+
+test('served by tokenometer serve, presenter mode shows the room from the server\'s own counters', async () => {
+  const { page, errors } = await openPage(browser, `${base}/?stage=1&model=stories260K&backend=cpu&quant=f32`);
+  const isolated = await page.evaluate(() => globalThis.crossOriginIsolated);
+  assert.equal(isolated, true, 'the page is cross-origin isolated (COOP/COEP from serve)');
+  const room = page.getByTestId('room');
+  await room.waitFor({ state: 'visible', timeout: 30_000 });
+  // Three users streaming 160 tokens each: the room counts them while they run.
+  const users = Promise.all(['Tell me a story.', 'Describe the sea.', 'Explain rain.'].map((q) => chat(q, 160)));
+  await page.waitForFunction(() => document.querySelector('[data-testid=room-users]').textContent === '3', null, { timeout: 60_000 });
+  await page.waitForFunction(() => Number.parseFloat(document.querySelector('[data-testid=room-aggregate_tps]').textContent) > 0,
+    null, { timeout: 30_000 });
+  const live = await (await fetch(`${base}/room`)).json();
+  assert.ok(live.room.users <= 3 && live.room.aggregate_tps > 0, JSON.stringify(live));
+  const bodies = await users;
+  for (const body of bodies) assert.ok(body.trim().endsWith('data: [DONE]'), body.slice(-200));
+  // After they leave: no users, and the three answered.
+  await page.waitForFunction(() => document.querySelector('[data-testid=room-users]').textContent === '0', null, { timeout: 30_000 });
+  await page.waitForFunction(() => /\b3 answered\b/.test(document.querySelector('#room h2 small').textContent), null, { timeout: 30_000 });
+  const done = await (await fetch(`${base}/room`)).json();
+  assert.equal(done.room.served, 3);
+  assert.equal(await page.getByTestId('room-waiting').textContent(), String(done.room.waiting));
+  assert.deepEqual(errors, []);
+  await page.close();
+});

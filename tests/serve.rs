@@ -1,0 +1,647 @@
+//! `tokenometer serve`, run as a user runs it and spoken to over HTTP on loopback: its text is
+//! `generate`'s (streamed and whole, alone and among eight), a client that leaves frees its place,
+//! the queue is bounded, every bad request gets OpenAI's error shape and the server keeps serving,
+//! and `/metrics` counts what was served. Each test starts its own server on a free port, which
+//! stops by itself (`--exit-after`) if the test does not stop it.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use common::*;
+
+struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    url: String,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tokenometer"))
+            .args(["serve", "--port", "0", "--exit-after", "900"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains(" on http://") => {
+                    let from = line.find("http://").unwrap();
+                    let url = line[from..]
+                        .split('/')
+                        .take(3)
+                        .collect::<Vec<_>>()
+                        .join("/");
+                    break url;
+                }
+                Some(Ok(_)) => {}
+                _ => {
+                    let mut stderr = String::new();
+                    child
+                        .stderr
+                        .take()
+                        .unwrap()
+                        .read_to_string(&mut stderr)
+                        .unwrap();
+                    panic!("serve did not start: {stderr}");
+                }
+            }
+        };
+        // Keep reading what it prints, so that it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, url }
+    }
+
+    fn stories() -> Server {
+        Server::start(&stories_args(&[]))
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let response = client()
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().unwrap())
+    }
+
+    fn get(&self, path: &str) -> String {
+        client()
+            .get(format!("{}{path}", self.url))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap()
+    }
+
+    /// A streamed request's `data:` payloads, `[DONE]` included.
+    fn stream(&self, path: &str, body: &Value) -> Vec<String> {
+        let response = client()
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let ctype = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(ctype.starts_with("text/event-stream"), "{ctype}");
+        data_lines(&response.text().unwrap())
+    }
+
+    /// A metric's value in `/metrics` (the first line starting with `name`).
+    fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} not in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap()
+}
+
+fn stories_args(extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "--model".to_string(),
+        stories260k("stories260K.bin").display().to_string(),
+        "--tokenizer".into(),
+        stories260k("tok512.bin").display().to_string(),
+        "--threads".into(),
+        "1".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn smollm2() -> String {
+    let path = models().join("cache/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make models` (python3 models/fetch.py)",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+fn data_lines(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The text of a stream's chunks, and its chunks as JSON (`[DONE]` left out; it must be last).
+fn streamed_text(lines: &[String]) -> (String, Vec<Value>) {
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("[DONE]"),
+        "{lines:?}"
+    );
+    let chunks: Vec<Value> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let text = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0))
+        .filter_map(|c| c["delta"]["content"].as_str().or(c["text"].as_str()))
+        .collect();
+    (text, chunks)
+}
+
+/// `tokenometer generate`'s greedy text (its JSON events' pieces).
+fn generate(args: &[String], prompt: &str, max_tokens: usize, raw: bool) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tokenometer"));
+    command.arg("generate").args(args).args([
+        "--prompt",
+        prompt,
+        "--max-tokens",
+        &max_tokens.to_string(),
+        "--json",
+    ]);
+    if raw {
+        command.arg("--raw");
+    }
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut text = String::new();
+    for line in String::from_utf8(output.stdout).unwrap().lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        match event["event"].as_str() {
+            Some("token") => text.push_str(event["text"].as_str().unwrap()),
+            Some("done") => text.push_str(event["trailing_text"].as_str().unwrap()),
+            _ => {}
+        }
+    }
+    text
+}
+
+/// A raw HTTP/1.1 request on its own connection; the response as text (until the server closes
+/// or `within` passes).
+fn raw(url: &str, request: &[u8], within: Duration) -> String {
+    let address = url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.write_all(request).unwrap();
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn greedy_text_over_http_is_generates_streamed_or_whole() {
+    let server = Server::stories();
+    let expected = generate(&stories_args(&[]), "Once upon a time", 60, true);
+    assert!(expected.len() > 100, "{expected}");
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0});
+    let (status, whole) = server.post("/v1/completions", &body);
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["object"], "text_completion");
+    assert_eq!(whole["choices"][0]["text"], expected);
+    assert_eq!(whole["choices"][0]["finish_reason"], "length");
+    assert_eq!(whole["usage"]["completion_tokens"], 60);
+    let prompt_tokens = whole["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens >= 4, "{whole}");
+    assert_eq!(whole["usage"]["total_tokens"], prompt_tokens + 60);
+    assert_eq!(whole["timings"]["predicted_n"], 60);
+    assert_eq!(whole["timings"]["prompt_n"], prompt_tokens);
+
+    let mut body = body;
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let (text, chunks) = streamed_text(&server.stream("/v1/completions", &body));
+    assert_eq!(text, expected);
+    // The last chunk before usage says why it ended and carries llama.cpp's timings; usage comes
+    // in a chunk of its own with no choices, as OpenAI sends it.
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(usage["usage"]["completion_tokens"], 60);
+    assert_eq!(usage["usage"]["prompt_tokens"], prompt_tokens);
+    let last = &chunks[chunks.len() - 2];
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    let timings = &last["timings"];
+    assert_eq!(timings["predicted_n"], 60);
+    let (n, ms) = (60.0, timings["predicted_ms"].as_f64().unwrap());
+    let rate = timings["predicted_per_second"].as_f64().unwrap();
+    assert!((rate - n / ms * 1e3).abs() < 1e-6 * rate, "{timings}");
+    // Every chunk but the usage one has exactly one choice; none before the end says why.
+    for c in &chunks[..chunks.len() - 2] {
+        assert_eq!(c["choices"][0]["finish_reason"], Value::Null, "{c}");
+        assert_eq!(c["object"], "text_completion");
+    }
+    // Without include_usage there is no usage chunk.
+    body["stream_options"] = json!({"include_usage": false});
+    let (_, chunks) = streamed_text(&server.stream("/v1/completions", &body));
+    assert!(
+        chunks.iter().all(|c| c.get("usage").is_none()),
+        "{chunks:?}"
+    );
+
+    // The server counted what it served.
+    assert_eq!(server.metric("tokenometer:generation_tokens_total"), 180.0);
+    assert_eq!(
+        server.metric("tokenometer:prompt_tokens_total"),
+        3.0 * prompt_tokens as f64
+    );
+    assert_eq!(
+        server.metric("tokenometer:request_success_total{model_name=\"stories260K\",finished_reason=\"length\"}"),
+        3.0
+    );
+    assert_eq!(
+        server.metric("tokenometer:time_to_first_token_seconds_count"),
+        3.0
+    );
+    assert_eq!(
+        server.metric("tokenometer:inter_token_latency_seconds_count"),
+        3.0 * 59.0
+    );
+    assert_eq!(server.metric("tokenometer:num_requests_running"), 0.0);
+}
+
+#[test]
+fn stop_strings_cut_the_text_and_end_the_request() {
+    let server = Server::stories();
+    let full = generate(&stories_args(&[]), "Once upon a time", 80, true);
+    // A stop string that occurs in the greedy text: the answer ends just before it.
+    let word = full.split_whitespace().nth(6).unwrap().to_string();
+    let at = full.find(&word).unwrap();
+    for stream in [false, true] {
+        let body = json!({"prompt": "Once upon a time", "max_tokens": 80, "temperature": 0,
+            "stop": [word.clone(), "never-generated"], "stream": stream});
+        let (text, finish) = if stream {
+            let (text, chunks) = streamed_text(&server.stream("/v1/completions", &body));
+            let finish = chunks.last().unwrap()["choices"][0]["finish_reason"].clone();
+            (text, finish)
+        } else {
+            let (status, whole) = server.post("/v1/completions", &body);
+            assert_eq!(status, 200, "{whole}");
+            (
+                whole["choices"][0]["text"].as_str().unwrap().to_string(),
+                whole["choices"][0]["finish_reason"].clone(),
+            )
+        };
+        assert_eq!(text, full[..at], "stream: {stream}");
+        assert_eq!(finish, "stop");
+    }
+}
+
+#[test]
+fn a_model_without_a_chat_template_refuses_chat_and_names_completions() {
+    let server = Server::stories();
+    let (status, error) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}]}),
+    );
+    assert_eq!(status, 400);
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("/v1/completions"), "{message}");
+    let models: Value = serde_json::from_str(&server.get("/v1/models")).unwrap();
+    assert_eq!(models["data"][0]["id"], "stories260K");
+    assert_eq!(models["data"][0]["max_model_len"], 512);
+    assert_eq!(server.get("/health"), r#"{"status":"ok"}"#);
+}
+
+#[test]
+fn every_bad_request_gets_openais_error_shape_and_the_server_keeps_serving() {
+    let server = Server::start(&stories_args(&[
+        "--header-timeout",
+        "1",
+        "--body-timeout",
+        "1",
+    ]));
+    let url = &server.url;
+    let completions = format!("{url}/v1/completions");
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        (
+            "malformed JSON",
+            b"{\"prompt\": ".to_vec(),
+            400,
+            "not valid JSON",
+        ),
+        (
+            "a wrong type",
+            br#"{"prompt": "x", "max_tokens": "ten"}"#.to_vec(),
+            400,
+            "wrong type",
+        ),
+        ("no prompt", br#"{"max_tokens": 4}"#.to_vec(), 400, "prompt"),
+        (
+            "an empty prompt",
+            br#"{"prompt": "  "}"#.to_vec(),
+            400,
+            "empty",
+        ),
+        (
+            "max_tokens 0",
+            br#"{"prompt": "x", "max_tokens": 0}"#.to_vec(),
+            400,
+            "at least 1",
+        ),
+        (
+            "negative max_tokens",
+            br#"{"prompt": "x", "max_tokens": -5}"#.to_vec(),
+            400,
+            "at least 1",
+        ),
+        (
+            "max_tokens over the context",
+            br#"{"prompt": "x", "max_tokens": 100000}"#.to_vec(),
+            400,
+            "context holds 512",
+        ),
+        (
+            "an unknown model",
+            br#"{"prompt": "x", "model": "gpt-4o"}"#.to_vec(),
+            404,
+            "not served here",
+        ),
+        (
+            "n of 2",
+            br#"{"prompt": "x", "n": 2}"#.to_vec(),
+            400,
+            "one choice",
+        ),
+        (
+            "temperature 5",
+            br#"{"prompt": "x", "temperature": 5}"#.to_vec(),
+            400,
+            "temperature",
+        ),
+        (
+            "top_p 0",
+            br#"{"prompt": "x", "top_p": 0}"#.to_vec(),
+            400,
+            "top_p",
+        ),
+        (
+            "5 stop strings",
+            br#"{"prompt": "x", "stop": ["a","b","c","d","e"]}"#.to_vec(),
+            400,
+            "at most 4",
+        ),
+    ];
+    for (what, body, status, says) in cases {
+        let response = client()
+            .post(&completions)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{what}");
+        let error: Value = response.json().unwrap();
+        let message = error["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{what}: {error}");
+        assert!(!message.contains('\n'), "{what}: one sentence: {message}");
+        assert!(error["error"]["type"].is_string(), "{what}: {error}");
+    }
+    // A prompt over the context.
+    let long = "Once upon a time ".repeat(300);
+    let (status, error) = server.post("/v1/completions", &json!({"prompt": long}));
+    assert_eq!(status, 400);
+    assert_eq!(error["error"]["code"], "context_length_exceeded", "{error}");
+    // Chat: no messages, an empty list, an unknown role (refused before the template is asked
+    // for, with a chat model; stories260K has none, so here the template's absence is said).
+    let (status, _) = server.post("/v1/chat/completions", &json!({"messages": []}));
+    assert_eq!(status, 400);
+    // A body over the limit.
+    let big = vec![b'a'; 5 << 20];
+    let response = client().post(&completions).body(big).send().unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    let error: Value = response.json().unwrap();
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("over"),
+        "{error}"
+    );
+
+    // Half a request: headers that never end are cut off; a body that stops coming gets 408.
+    let start = Instant::now();
+    let answer = raw(
+        url,
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "headers never ending were not cut off"
+    );
+    assert!(!answer.contains("200 OK"), "{answer}");
+    let answer = raw(
+        url,
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\"",
+        Duration::from_secs(5),
+    );
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive whole"), "{answer}");
+
+    // A thousand connections at once, each asking for its health.
+    let streams: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let mut s = TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+            s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    let ok = streams
+        .into_iter()
+        .filter(|s| {
+            let mut s = s.try_clone().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            out.starts_with("HTTP/1.1 200")
+        })
+        .count();
+    assert_eq!(ok, 1000);
+
+    // And it still serves.
+    let (status, whole) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "max_tokens": 5}),
+    );
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["usage"]["completion_tokens"], 5);
+}
+
+#[test]
+fn the_queue_is_bounded_and_a_client_that_leaves_frees_its_place() {
+    // One place, no queue: a second request while one runs is turned away with 429.
+    let server = Server::start(&[
+        "--model",
+        &smollm2(),
+        "--threads",
+        "1",
+        "--parallel",
+        "1",
+        "--queue",
+        "0",
+    ]);
+    let address = server.url.trim_start_matches("http://").to_string();
+    let body = json!({"messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": 4000, "ignore_eos": true, "stream": true, "temperature": 0})
+    .to_string();
+    let mut stream = TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // Read until three chunks have come: it is running.
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut chunks = 0;
+    while chunks < 3 {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "the stream ended early"
+        );
+        chunks += line.starts_with("data: ") as usize;
+    }
+    let response = client()
+        .post(format!("{}/v1/completions", server.url))
+        .json(&json!({"prompt": "Hello", "max_tokens": 2}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 429);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let error: Value = response.json().unwrap();
+    assert_eq!(error["error"]["code"], "queue_full", "{error}");
+    assert_eq!(server.metric("tokenometer:requests_rejected_total"), 1.0);
+
+    // The client leaves mid-stream: its sequence ends and the next request is taken.
+    drop(reader);
+    stream.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(stream);
+    let left = Instant::now();
+    let (status, whole) = loop {
+        let (status, whole) = server.post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}),
+        );
+        if status != 429 || left.elapsed() > Duration::from_secs(5) {
+            break (status, whole);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status, 200, "{whole}");
+    assert!(
+        left.elapsed() < Duration::from_secs(2),
+        "the place was freed after {:?}",
+        left.elapsed()
+    );
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["role"], "assistant");
+    let aborted = "tokenometer:request_success_total{model_name=\"SmolLM2-135M-Instruct.Q4_1\",finished_reason=\"abort\"}";
+    assert_eq!(server.metric(aborted), 1.0);
+    // It had generated far fewer than the 4000 tokens it asked for.
+    let generated = server.metric("tokenometer:generation_tokens_total");
+    assert!(generated < 1000.0, "{generated} tokens");
+}
+
+#[test]
+fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
+    let model = smollm2();
+    let args: Vec<String> = ["--model", &model, "--threads", "1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let server = Server::start(&["--model", &model, "--threads", "1", "--parallel", "8"]);
+    let question = "What is a token, in one sentence?";
+    let expected = generate(&args, question, 24, false);
+    let chat = |content: &str, stream: bool| {
+        json!({"model": "SmolLM2-135M-Instruct.Q4_1", "messages": [{"role": "user", "content": content}],
+            "max_completion_tokens": 24, "temperature": 0, "stream": stream})
+    };
+    let (status, whole) = server.post("/v1/chat/completions", &chat(question, false));
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["choices"][0]["message"]["content"], expected);
+    let (text, chunks) =
+        streamed_text(&server.stream("/v1/chat/completions", &chat(question, true)));
+    assert_eq!(text, expected);
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+
+    // Eight different questions, each alone, then all eight at once: the same texts.
+    let questions: Vec<String> = [
+        "What is a token?",
+        "Name a color.",
+        "What is 2 + 2?",
+        "Say hello.",
+        "What is the sun?",
+        "Name a fruit.",
+        "What is rain?",
+        "Count to three.",
+    ]
+    .iter()
+    .map(|q| q.to_string())
+    .collect();
+    let alone: Vec<String> = questions
+        .iter()
+        .map(|q| {
+            let (text, _) = streamed_text(&server.stream("/v1/chat/completions", &chat(q, true)));
+            text
+        })
+        .collect();
+    let url = server.url.clone();
+    let together: Vec<String> = questions
+        .iter()
+        .map(|q| {
+            let body = chat(q, true);
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let response = client()
+                    .post(format!("{url}/v1/chat/completions"))
+                    .json(&body)
+                    .send()
+                    .unwrap();
+                streamed_text(&data_lines(&response.text().unwrap())).0
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(together, alone);
+    assert!(alone.iter().all(|t| !t.is_empty()));
+    let served = "tokenometer:request_success_total{model_name=\"SmolLM2-135M-Instruct.Q4_1\"";
+    let text = server.get("/metrics");
+    let total: f64 = text
+        .lines()
+        .filter(|l| l.starts_with(served))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(total, 18.0, "{text}");
+    let room: Value = serde_json::from_str(&server.get("/room")).unwrap();
+    assert_eq!(room["room"]["served"], 18, "{room}");
+    assert_eq!(room["room"]["users"], 0, "{room}");
+}
