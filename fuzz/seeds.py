@@ -217,4 +217,16 @@ spm = [
 ]
 put("gguf", "tiny-q4_1-q5.gguf", typed_gguf(spm, len(tokens), 32, [3, 6, 7]))
 put("gguf", "tiny-k-quants.gguf", typed_gguf(spm, len(tokens), 256, [10, 11, 12, 13, 14]))
+
+# Hostile files that once loaded or were misnamed (tests/gguf.rs has each as a case): a tensor
+# named twice, two tensors over the same bytes, a big-endian header, a huge architecture name.
+row = floats(32)
+twice = [("token_embd.weight", [32, 1], 0, row), ("token_embd.weight", [32, 1], 0, row)]
+put("gguf", "hostile-twice.gguf", gguf_file([gguf_kv("general.architecture", 8, gguf_string("llama"))], twice))
+overlap = gguf_file([gguf_kv("general.architecture", 8, gguf_string("llama"))],
+                    [("token_embd.weight", [32, 2], 0, floats(64)), ("output.weight", [32, 1], 0, row)])
+at = overlap.rfind(struct.pack("<Q", 256))
+put("gguf", "hostile-overlap.gguf", overlap[:at] + struct.pack("<Q", 128) + overlap[at + 8:])
+put("gguf", "hostile-big-endian.gguf", b"GGUF" + struct.pack(">IQQ", 3, 0, 0))
+put("gguf", "hostile-long-arch.gguf", gguf_file([gguf_kv("general.architecture", 8, gguf_string("x" * 4096))], []))
 print(f"seeds written under {root}", file=sys.stderr)

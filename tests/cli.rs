@@ -233,6 +233,13 @@ fn threads_split_the_work_and_keep_the_text() {
         generate(&model(), &tok512(), "Hi", &["--threads", "0"]),
         "--threads must be at least 1",
     );
+    // Thousands of spinning threads took a minute to fail; now a bound is said at once.
+    let start = std::time::Instant::now();
+    assert_refused(
+        generate(&model(), &tok512(), "Hi", &["--threads", "100000"]),
+        "logical cores; use at most",
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
 }
 
 #[test]
@@ -506,6 +513,23 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
         ]),
         "use burst (all users at once) or poisson:RATE",
     );
+    // 1e-300 a second was an infinite sleep (a panic); tiny rates, sleeps of years.
+    for rate in ["poisson:1e-300", "poisson:0.0001"] {
+        assert_refused(
+            tokenometer(&[
+                "bench",
+                "--model",
+                &model(),
+                "--tokenizer",
+                &tok512(),
+                "--concurrency",
+                "2",
+                "--arrival",
+                rate,
+            ]),
+            "would leave users hours apart",
+        );
+    }
 }
 
 /// `synth --vocab` writes a GGUF with a vocabulary's tokenizer inside; `generate` then runs it with

@@ -297,6 +297,43 @@ fn broken_and_foreign_ggufs_are_named() {
         write_gguf(&[arch("mamba")], &[]),
         "general.architecture is \"mamba\"",
     ));
+    // A megabyte of architecture name is not quoted whole.
+    let long = "x".repeat(1 << 20);
+    cases.push((
+        write_gguf(&[arch(&long)], &[]),
+        "... (1048576 bytes)\"; this engine runs",
+    ));
+    // Big-endian: the version reads as 50331648 little-endian; it is named for what it is.
+    let mut big_endian = good.clone();
+    big_endian[4..8].copy_from_slice(&3u32.to_be_bytes());
+    cases.push((big_endian, "is big-endian"));
+    // A tensor named twice, and two tensors over the same bytes (one would read the other's).
+    let row = || vec![0u8; 32 * 4];
+    cases.push((
+        write_gguf(
+            &llama,
+            &[
+                ("token_embd.weight", vec![32, 1], 0, row()),
+                ("token_embd.weight", vec![32, 1], 0, row()),
+            ],
+        ),
+        "holds tensor token_embd.weight twice",
+    ));
+    let mut overlapping = write_gguf(
+        &llama,
+        &[
+            ("token_embd.weight", vec![32, 2], 0, [row(), row()].concat()),
+            ("output.weight", vec![32, 1], 0, row()),
+        ],
+    );
+    // The second tensor's offset (the last 8 bytes of its info, before the aligned data) is
+    // moved from 256 to 128: inside the first's 256 bytes.
+    let at = overlapping
+        .windows(8)
+        .rposition(|w| w == 256u64.to_le_bytes())
+        .unwrap();
+    overlapping[at..at + 8].copy_from_slice(&128u64.to_le_bytes());
+    cases.push((overlapping, "overlap in the file"));
     cases.push((
         write_gguf(
             &llama,

@@ -23,7 +23,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(args: &[&str]) -> Server {
+    fn start<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tokenometer"))
             .args(["serve", "--port", "0", "--exit-after", "900"])
             .args(args)

@@ -263,7 +263,10 @@ impl LoadLevel {
         while !self.is_done() {
             match self.step(engine).await? {
                 LevelStep::Wait(ms) => {
-                    std::thread::sleep(std::time::Duration::from_secs_f64(ms / 1e3))
+                    // A wait that is not a finite number of seconds is no wait (`from_secs_f64`
+                    // panics on it); arrival rates are bounded (`MIN_RATE`), so none comes.
+                    let wait = std::time::Duration::try_from_secs_f64(ms / 1e3).unwrap_or_default();
+                    std::thread::sleep(wait)
                 }
                 LevelStep::Events(events) => {
                     for e in &events {

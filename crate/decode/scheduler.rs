@@ -68,6 +68,9 @@ impl std::fmt::Display for Arrival {
     }
 }
 
+/// The slowest Poisson arrival a load test takes, in requests a second.
+pub const MIN_RATE: f64 = 1.0 / 600.0;
+
 impl std::str::FromStr for Arrival {
     type Err = Error;
 
@@ -82,11 +85,19 @@ impl std::str::FromStr for Arrival {
             None if s == "burst" => Ok(Arrival::Burst),
             Some(("poisson", rate)) => {
                 let rate: f64 = rate.parse().map_err(|_| bad())?;
-                if rate.is_finite() && rate > 0.0 {
-                    Ok(Arrival::Poisson { rate })
-                } else {
-                    Err(bad())
+                if !(rate.is_finite() && rate > 0.0) {
+                    return Err(bad());
                 }
+                // 1e-300 a second is an infinite wait as a duration (a panic), and tiny rates a
+                // wait of years: a load test's users come at least once every 1/MIN_RATE s.
+                if rate < MIN_RATE {
+                    return Err(Error::Unsupported(format!(
+                        "arrival {s:?}: {rate} requests a second would leave users hours apart; \
+                         use at least {MIN_RATE} (one every {} minutes on average)",
+                        1.0 / MIN_RATE / 60.0
+                    )));
+                }
+                Ok(Arrival::Poisson { rate })
             }
             _ => Err(bad()),
         }

@@ -222,6 +222,14 @@ impl Gguf {
         }
         let mut r = Reader { bytes, at: 4 };
         let version = r.u32("version")?;
+        let swapped = version.swap_bytes();
+        if !(2..=3).contains(&version) && (2..=3).contains(&swapped) {
+            return Err(Error::BadModel(format!(
+                "this GGUF (version {swapped}) is big-endian, written for big-endian machines; \
+                 this engine reads little-endian GGUF, as llama.cpp does here: convert the model \
+                 again on a little-endian machine"
+            )));
+        }
         if !(2..=3).contains(&version) {
             return Err(Error::BadModel(format!(
                 "GGUF version {version} is not supported (versions 2 and 3 are)"
@@ -298,6 +306,13 @@ impl Gguf {
                 )));
             }
             let size = count / per_block * block_bytes;
+            // Which of two would be read is anyone's guess, as with metadata.
+            if tensors.contains_key(&name) {
+                return Err(Error::BadModel(format!(
+                    "GGUF holds tensor {} twice; the file is corrupt",
+                    clip(&name)
+                )));
+            }
             let start = data_start.checked_add(offset);
             match start.and_then(|s| s.checked_add(size)) {
                 Some(end) if end <= file && offset.is_multiple_of(alignment) => {
@@ -319,6 +334,17 @@ impl Gguf {
                     )));
                 }
             }
+        }
+        // Each tensor's bytes are its own: one that reads another's would run on the wrong values.
+        let mut places: Vec<(&String, &TensorInfo)> = tensors.iter().collect();
+        places.sort_by_key(|(_, t)| (t.start, t.end));
+        if let Some(pair) = places.windows(2).find(|w| w[1].1.start < w[0].1.end) {
+            return Err(Error::BadModel(format!(
+                "GGUF tensors {} and {} overlap in the file (one would read the other's bytes); \
+                 the file is corrupt",
+                clip(pair[0].0),
+                clip(pair[1].0)
+            )));
         }
         Ok(Gguf {
             version,
@@ -370,8 +396,9 @@ impl Gguf {
             .unwrap_or("(none)");
         if arch != "llama" && arch != "gemma3" {
             return Err(Error::BadModel(format!(
-                "GGUF general.architecture is {arch:?}; this engine runs \"llama\" and \"gemma3\" \
-                 models"
+                "GGUF general.architecture is {:?}; this engine runs \"llama\" and \"gemma3\" \
+                 models",
+                clip(arch)
             )));
         }
         let key = |name: &str| format!("{arch}.{name}");
@@ -582,4 +609,13 @@ pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
         tensor_types: gguf.types(),
         config,
     })
+}
+
+/// At most 64 characters of a name read from a file, for a message (a hostile file may hold a
+/// megabyte where a name goes).
+fn clip(name: &str) -> String {
+    match name.char_indices().nth(64) {
+        Some((i, _)) => format!("{}... ({} bytes)", &name[..i], name.len()),
+        None => name.to_string(),
+    }
 }

@@ -206,6 +206,19 @@ pub struct Report {
     pub speculation: Option<SpeculationFigures>,
 }
 
+impl Report {
+    /// llama.cpp's `timings` for this run: the prefill as `prompt_ms`, every generated token over
+    /// the decode span (timings.rs says how that differs from decode tok/s).
+    pub fn llama_timings(&self) -> LlamaTimings {
+        LlamaTimings::new(
+            self.conditions.prompt_tokens,
+            self.prefill_ms.unwrap_or(0.0),
+            self.conditions.output_tokens,
+            self.decode_ms.unwrap_or(0.0),
+        )
+    }
+}
+
 /// Collects one request's events and turns them into a [`Report`].
 #[derive(Debug, Clone)]
 pub struct Meter {

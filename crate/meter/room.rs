@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use crate::meter::percentiles;
+use crate::meter::stats::percentiles;
 
 /// The aggregate's window.
 pub const ROOM_WINDOW_MS: f64 = 2000.0;

@@ -1,5 +1,6 @@
-//! llama.cpp's `timings` object (its server's last chunk carries one), made from a [`Report`] so
-//! that a client reading our server and llama.cpp's reads the same fields with the same meaning.
+//! llama.cpp's `timings` object (its server's last chunk carries one), made from a run's counts
+//! and spans ([`Report::llama_timings`](crate::meter::Report::llama_timings)) so that a client
+//! reading our server and llama.cpp's reads the same fields with the same meaning.
 //!
 //! llama.cpp's definitions, which are not quite the meter's:
 //! - `prompt_ms`: the prompt's processing, up to and including the first token's pick (the
@@ -12,8 +13,6 @@
 //!   higher at 64 tokens.
 
 use serde::Serialize;
-
-use crate::meter::Report;
 
 /// The `timings` object, as llama.cpp's server writes it (a rate is `null` where its time is 0).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,12 +28,9 @@ pub struct LlamaTimings {
 }
 
 impl LlamaTimings {
-    /// The timings of the run `report` describes (final or as of now).
-    pub fn from_report(report: &Report) -> Self {
-        let prompt_n = report.conditions.prompt_tokens;
-        let prompt_ms = report.prefill_ms.unwrap_or(0.0);
-        let predicted_n = report.conditions.output_tokens;
-        let predicted_ms = report.decode_ms.unwrap_or(0.0);
+    /// The timings of `prompt_n` prompt tokens read in `prompt_ms` and `predicted_n` tokens
+    /// generated, `predicted_ms` from the first to the last.
+    pub fn new(prompt_n: usize, prompt_ms: f64, predicted_n: usize, predicted_ms: f64) -> Self {
         let per_token = |ms: f64, n: usize| (n > 0).then(|| ms / n as f64);
         let per_second = |ms: f64, n: usize| (ms > 0.0).then(|| n as f64 / ms * 1e3);
         Self {

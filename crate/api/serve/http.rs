@@ -23,7 +23,7 @@ use crate::api::openai::{
 };
 use crate::decode::{Event, GenerateOptions, ModelInfo};
 use crate::loading::chat::ChatTemplate;
-use crate::meter::{LlamaTimings, Report};
+use crate::meter::Report;
 
 use super::stop::StopText;
 use super::worker::{Command, Job, Shared, Update};
@@ -438,7 +438,7 @@ impl Answer {
                 }
                 Step::Done(report) => {
                     self.ended = true;
-                    let timings = LlamaTimings::from_report(&report);
+                    let timings = report.llama_timings();
                     let usage = usage(&report);
                     let finish = self.finish_reason(&report);
                     let content = (self.kind == Kind::Text).then(String::new);
@@ -476,7 +476,7 @@ impl Answer {
                     let mut whole =
                         self.completion(vec![self.kind.choice(false, true, Some(text), finish)]);
                     whole.usage = Some(usage(&report));
-                    whole.timings = Some(LlamaTimings::from_report(&report));
+                    whole.timings = Some(report.llama_timings());
                     return axum::Json(whole).into_response();
                 }
             }

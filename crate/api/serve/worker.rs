@@ -201,11 +201,12 @@ impl Worker {
         } = self.limits;
         if self.scheduler.running() + self.scheduler.waiting() >= parallel + queue {
             self.shared.lock().unwrap().metrics.rejected();
-            let _ = job.accepted.send(Err(ApiError::bad_request(format!(
-                "the server is full ({parallel} requests running and {queue} waiting); try again \
-                 in a moment"
+            let mut full = ApiError::bad_request(format!(
+                "the server is full ({parallel} running, {queue} waiting); try again in a moment"
             ))
-            .with_status(429, "queue_full")));
+            .with_status(429, "queue_full");
+            full.kind = "rate_limit_error";
+            let _ = job.accepted.send(Err(full));
             return;
         }
         let mut options = job.options;
