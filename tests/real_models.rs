@@ -37,6 +37,10 @@ fn sha256(path: &Path) -> String {
 /// The file a fixture run names, made by `tokenometer convert` where it is a re-encoding (and
 /// checked to be the very file llama.cpp ran).
 fn model_file(run: &serde_json::Value) -> PathBuf {
+    // Two tests may want the same re-encoding at once: the first makes it while the other waits
+    // (on a fresh target folder the second once hashed the first's half-written file).
+    static CONVERTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = CONVERTING.lock().unwrap_or_else(|e| e.into_inner());
     let rel = run["file"].as_str().unwrap();
     let path = root().join(rel);
     let expected = run["sha256"].as_str().unwrap();
@@ -53,14 +57,18 @@ fn model_file(run: &serde_json::Value) -> PathBuf {
         };
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let source = root().join("models/cache/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
+        // Written whole under another name, then moved into place: never read half-written.
+        let stem = path.file_stem().unwrap().to_string_lossy();
+        let partial = path.with_file_name(format!("{stem}.partial-{}.gguf", std::process::id()));
         let status = std::process::Command::new(env!("CARGO_BIN_EXE_tokenometer"))
             .args(["convert", "--model"])
             .arg(&source)
             .args(["--to", to, "--out"])
-            .arg(&path)
+            .arg(&partial)
             .status()
             .unwrap();
         assert!(status.success(), "tokenometer convert --to {to}");
+        std::fs::rename(&partial, &path).unwrap();
     }
     assert_eq!(
         sha256(&path),

@@ -315,6 +315,25 @@ fn stop_strings_cut_the_text_and_end_the_request() {
 }
 
 #[test]
+fn ignore_eos_goes_on_to_max_tokens_where_the_text_would_end() {
+    let server = Server::stories();
+    let ask = |ignore_eos: bool| {
+        let body = json!({"prompt": "Once upon a time", "max_tokens": 480, "temperature": 0,
+            "ignore_eos": ignore_eos});
+        let (status, whole) = server.post("/v1/completions", &body);
+        assert_eq!(status, 200, "{whole}");
+        let tokens = whole["usage"]["completion_tokens"].as_u64().unwrap();
+        (tokens, whole["choices"][0]["finish_reason"].clone())
+    };
+    // The story ends by itself well before 480 tokens...
+    let (ended, why) = ask(false);
+    assert_eq!(why, "stop");
+    assert!(ended < 480, "{ended}");
+    // ...and with ignore_eos it goes on to the tokens asked for.
+    assert_eq!(ask(true), (480, json!("length")));
+}
+
+#[test]
 fn a_model_without_a_chat_template_refuses_chat_and_names_completions() {
     let server = Server::stories();
     let (status, error) = server.post(

@@ -103,55 +103,39 @@ impl Sequence {
         context: usize,
         out: &mut Vec<SeqEvent>,
     ) -> bool {
+        // With `ignore_eos` an end-of-text token is kept as a token and generation goes on.
+        let stops = tokenizer.is_stop(id) && !self.ignore_eos;
         let reason = match id {
-            id if self.ignore_eos => {
-                self.push_token(tokenizer, id, pos, drafted, now_ms, context, out)
+            id if stops && Some(id) == tokenizer.specials.bos => Some(StopReason::Bos),
+            _ if stops => Some(StopReason::Eos),
+            _ => {
+                self.generated += 1;
+                let piece = self.text.push(tokenizer, Some(self.input), id);
+                self.emit(
+                    out,
+                    Event::Token {
+                        pos,
+                        id,
+                        text: piece,
+                        t_ms: self.t_ms(now_ms),
+                        drafted,
+                    },
+                );
+                self.input = id;
+                self.ids.push(id);
+                if self.generated >= self.options.max_tokens {
+                    Some(StopReason::MaxTokens)
+                } else if pos >= context {
+                    Some(StopReason::ContextFull)
+                } else {
+                    None
+                }
             }
-            id if tokenizer.is_stop(id) && Some(id) == tokenizer.specials.bos => {
-                Some(StopReason::Bos)
-            }
-            id if tokenizer.is_stop(id) => Some(StopReason::Eos),
-            _ => self.push_token(tokenizer, id, pos, drafted, now_ms, context, out),
         };
         if let Some(reason) = reason {
             out.push(self.done(reason, now_ms));
         }
         reason.is_some()
-    }
-
-    /// A generated token's event; the reason the sequence ends with it, if it is the last.
-    #[allow(clippy::too_many_arguments)]
-    fn push_token(
-        &mut self,
-        tokenizer: &Tokenizer,
-        id: u32,
-        pos: usize,
-        drafted: bool,
-        now_ms: f64,
-        context: usize,
-        out: &mut Vec<SeqEvent>,
-    ) -> Option<StopReason> {
-        self.generated += 1;
-        let piece = self.text.push(tokenizer, Some(self.input), id);
-        self.emit(
-            out,
-            Event::Token {
-                pos,
-                id,
-                text: piece,
-                t_ms: self.t_ms(now_ms),
-                drafted,
-            },
-        );
-        self.input = id;
-        self.ids.push(id);
-        if self.generated >= self.options.max_tokens {
-            Some(StopReason::MaxTokens)
-        } else if pos >= context {
-            Some(StopReason::ContextFull)
-        } else {
-            None
-        }
     }
 
     /// The sequence's done event, ending it for `reason` at `now_ms`.

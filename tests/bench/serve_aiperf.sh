@@ -6,6 +6,9 @@
 #
 # Usage: AIPERF=.../bin/aiperf LLAMA_SERVER=.../llama-server tests/bench/serve_aiperf.sh MODEL.gguf
 #   LEVELS="1 4 8" ROUNDS=2 OSL=64 ISL=128 PARALLEL=8 THREADS=1 OUT=target/bench/serve
+# AIPerf wants a Hugging Face tokenizer (its "builtin" one downloads its encoding): the model's
+# own is written from the GGUF into $OUT/tokenizer by gguf_tokenizer_json.py, with PyPI's `gguf`
+# installed in AIPerf's environment (pip install gguf).
 # Needs target/release/tokenometer (cargo build --release). Prints one row per run and a summary,
 # and keeps AIPerf's artifacts (with raw responses, for the servers' own timings) under $OUT.
 # Traffic goes to 127.0.0.1 only.
@@ -13,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${1:?usage: serve_aiperf.sh MODEL.gguf}
 AIPERF=${AIPERF:?AIPERF= the aiperf command of its own virtual environment}
-LLAMA_SERVER=${LLAMA_SERVER:?LLAMA_SERVER= llama.cpp's llama-server}
+LLAMA_SERVER=${LLAMA_SERVER:?LLAMA_SERVER= the llama-server of llama.cpp}
 LEVELS=${LEVELS:-"1 4 8"}
 ROUNDS=${ROUNDS:-2}
 OSL=${OSL:-64}
@@ -24,6 +27,8 @@ OUT=${OUT:-target/bench/serve}
 PORT=${PORT:-18431}
 URL="http://127.0.0.1:$PORT"
 mkdir -p "$OUT"
+TOKENIZER=${TOKENIZER:-$OUT/tokenizer}
+[ -f "$TOKENIZER/tokenizer.json" ] || "$(dirname "$AIPERF")/python" tests/bench/gguf_tokenizer_json.py "$MODEL" "$TOKENIZER"
 
 wait_healthy() {
   for _ in $(seq 1 600); do
@@ -34,7 +39,8 @@ wait_healthy() {
   return 1
 }
 
-start() { # $1: ours | llama
+# Start server $1 (ours | llama) and wait until it answers /health.
+start() {
   if [ "$1" = ours ]; then
     target/release/tokenometer serve --model "$MODEL" --threads "$THREADS" --parallel "$PARALLEL" \
       --queue 256 --port "$PORT" --exit-after 1800 > "$OUT/server.log" 2>&1 &
@@ -47,9 +53,12 @@ start() { # $1: ours | llama
   wait_healthy
 }
 
+SERVER=
 stop() {
+  [ -n "$SERVER" ] || return 0
   kill "$SERVER" 2> /dev/null || true
   wait "$SERVER" 2> /dev/null || true
+  SERVER=
 }
 trap stop EXIT
 
@@ -64,7 +73,7 @@ for round in $(seq 1 "$ROUNDS"); do
         --concurrency "$c" --request-count $((c * 6)) --warmup-request-count "$c" \
         --synthetic-input-tokens-mean "$ISL" --synthetic-input-tokens-stddev 0 \
         --output-tokens-mean "$OSL" --output-tokens-stddev 0 --extra-inputs ignore_eos:true \
-        --tokenizer builtin --use-server-token-count --random-seed 7 \
+        --tokenizer "$TOKENIZER" --use-server-token-count --random-seed 7 \
         --export-level raw --artifact-dir "$dir" --ui-type none > "$dir.log" 2>&1 \
         || { echo "serve_aiperf: aiperf failed on $server at $c users (see $dir.log)" >&2; tail -20 "$dir.log" >&2; }
       stop
