@@ -216,13 +216,21 @@ impl Worker {
             options,
         };
         let speculation = self.limits.speculation.as_ref();
-        let seq = match self
-            .scheduler
-            .submit_speculative(&self.engine, &request, None, speculation)
-        {
-            Ok(seq) => seq,
-            Err(e) => {
+        // Tokenizing runs a third-party tokenizer on the client's text: a panic there fails this
+        // request alone, as one in a step fails the step's requests.
+        let submitted = contain_panic(|| {
+            self.scheduler
+                .submit_speculative(&self.engine, &request, None, speculation)
+        });
+        let seq = match submitted {
+            Ok(Ok(seq)) => seq,
+            Ok(Err(e)) => {
                 let _ = job.accepted.send(Err(refusal(e)));
+                return;
+            }
+            Err(panic) => {
+                let message = format!("the engine failed reading this request ({panic})");
+                let _ = job.accepted.send(Err(ApiError::server(message)));
                 return;
             }
         };
