@@ -9,8 +9,8 @@ const POLL_MS = 500;
 
 /** The figures shown, in order: [key in `room`, label, unit, digits]. */
 const FIGURES = /** @type {const} */ ([
-  ['users', 'users connected', '', 0],
-  ['waiting', 'waiting for a place', '', 0],
+  ['users', 'users now', '', 0],
+  ['waiting', 'waiting', '', 0],
   ['aggregate_tps', 'aggregate', 'tok/s', 1],
   ['per_user_tps_p50', 'per user, median', 'tok/s', 1],
   ['per_user_tps_min', 'per user, slowest', 'tok/s', 1],
@@ -79,6 +79,6 @@ export class RoomView {
       const value = room[key];
       dd.textContent = value === null || value === undefined ? '–' : `${format(value, digits)}${unit ? ` ${unit}` : ''}`;
     }
-    this.conditions.textContent = `${data.model}, ${data.quant}, ${data.backend}; ${room.served} answered; aggregate over the last ${format(room.window_ms / 1000, 0)} s`;
+    this.conditions.textContent = `${data.model}, ${data.quant}, ${data.backend}; ${room.served} answered; aggregate over the last ${format(room.window_ms / 1000, 1)} s`;
   }
 }
