@@ -215,11 +215,29 @@ fn smollm2_greedy_ids_follow_llama_cpp_with_the_scalar_kernels() {
 /// test so that the two run at once.
 #[test]
 fn smollm2_greedy_ids_follow_llama_cpp_with_the_vector_kernels() {
-    let vector: Vec<Isa> = Isa::available()
+    follows_llama_cpp(&vector_isas(Isa::available()));
+}
+
+/// The vector instruction sets among `available`. A CPU with none fails here: the check would
+/// otherwise run no kernel at all and pass (and Gemma's 1,110-token window, checked only here,
+/// would go unchecked).
+fn vector_isas(available: Vec<Isa>) -> Vec<Isa> {
+    let vector: Vec<Isa> = available
         .into_iter()
         .filter(|&i| i != Isa::Scalar)
         .collect();
-    follows_llama_cpp(&vector);
+    assert!(
+        !vector.is_empty(),
+        "this CPU runs no vector instruction set (AVX2 or better), so the vector kernels' check \
+         against llama.cpp would run nothing: run it on a CPU with AVX2"
+    );
+    vector
+}
+
+#[test]
+#[should_panic(expected = "runs no vector instruction set")]
+fn a_cpu_without_vector_kernels_fails_the_vector_check_instead_of_passing_empty() {
+    vector_isas(vec![Isa::Scalar]);
 }
 
 fn follows_llama_cpp(isas: &[Isa]) {
