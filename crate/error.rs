@@ -43,6 +43,15 @@ impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// At most 64 characters of text that came from outside (a file's name field, a client's
+/// string), for an error message: a hostile file or request may hold a megabyte there.
+pub fn clip(text: &str) -> String {
+    match text.char_indices().nth(64) {
+        Some((i, _)) => format!("{}... ({} bytes)", &text[..i], text.len()),
+        None => text.to_string(),
+    }
+}
+
 #[cfg(panic = "unwind")]
 thread_local! {
     static CONTAINING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::decode::{Sampling, StopReason};
+use crate::error::clip;
 use crate::meter::LlamaTimings;
 
 /// The most stop strings a request may give (OpenAI's limit).
@@ -220,7 +221,8 @@ impl ChatRequest {
                         return Err(ApiError::invalid(
                             "messages",
                             format!(
-                                "messages[{i}] has role {other:?}; use system, user or assistant"
+                                "messages[{i}] has role {:?}; use system, user or assistant",
+                                clip(other)
                             ),
                         ));
                     }
@@ -234,7 +236,7 @@ impl ChatRequest {
                                 "messages",
                                 format!(
                                     "messages[{i}] has a {:?} part; this model reads text only",
-                                    p.kind
+                                    clip(&p.kind)
                                 ),
                             ));
                         }

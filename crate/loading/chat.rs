@@ -26,21 +26,7 @@ impl ChatTemplate {
 
     /// `user` as the conversation's one user turn, ending where the assistant's reply starts.
     pub fn wrap(&self, user: &str) -> String {
-        match self {
-            ChatTemplate::ChatMl { system } => {
-                let system = system
-                    .as_ref()
-                    .map(|s| format!("<|im_start|>system\n{s}<|im_end|>\n"))
-                    .unwrap_or_default();
-                format!("{system}<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
-            }
-            ChatTemplate::Gemma => {
-                format!(
-                    "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n",
-                    user.trim()
-                )
-            }
-        }
+        self.render(&[("user", user)])
     }
 
     /// A whole conversation, `(role, content)` in order, ending where the assistant's reply
@@ -48,7 +34,7 @@ impl ChatTemplate {
     /// first when the conversation opens without one; Gemma has no system turn and, as its
     /// template does, puts a system message at the head of the first user turn, calls the
     /// assistant `model` and trims every message. A conversation of one user message is
-    /// [`wrap`](Self::wrap)'s text.
+    /// [`wrap`](Self::wrap).
     pub fn render(&self, messages: &[(&str, &str)]) -> String {
         let mut out = String::new();
         match self {
@@ -153,13 +139,20 @@ mod tests {
     use super::ChatTemplate;
 
     #[test]
-    fn one_user_message_renders_as_wrap_does() {
+    fn conversations_render_as_the_templates_write_them() {
         let chatml = ChatTemplate::ChatMl {
             system: Some("You are helpful.".into()),
         };
-        for template in [chatml.clone(), ChatTemplate::Gemma] {
-            assert_eq!(template.render(&[("user", " Hi ")]), template.wrap(" Hi "));
-        }
+        // One user message: the default system message first; Gemma trims the message.
+        assert_eq!(
+            chatml.wrap(" Hi "),
+            "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n\
+             <|im_start|>assistant\n"
+        );
+        assert_eq!(
+            ChatTemplate::Gemma.wrap(" Hi "),
+            "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+        );
         // A conversation's own system message replaces the default; turns keep their order.
         let text = chatml.render(&[
             ("system", "Be brief."),

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, clip};
 use std::sync::Arc;
 
 pub use crate::formats::TensorType;
@@ -609,13 +609,4 @@ pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
         tensor_types: gguf.types(),
         config,
     })
-}
-
-/// At most 64 characters of a name read from a file, for a message (a hostile file may hold a
-/// megabyte where a name goes).
-fn clip(name: &str) -> String {
-    match name.char_indices().nth(64) {
-        Some((i, _)) => format!("{}... ({} bytes)", &name[..i], name.len()),
-        None => name.to_string(),
-    }
 }

@@ -305,6 +305,11 @@ impl Meter {
         &self.token_times
     }
 
+    /// The gaps between consecutive tokens (ms), of which inter-token latency is made.
+    pub fn token_gaps(&self) -> Vec<f64> {
+        gaps(&self.token_times)
+    }
+
     /// When the done event came (ms since the request was made).
     pub fn done_ms(&self) -> Option<f64> {
         self.done_ms

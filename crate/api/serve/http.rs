@@ -22,6 +22,7 @@ use crate::api::openai::{
     Usage, finish_reason,
 };
 use crate::decode::{Event, GenerateOptions, ModelInfo};
+use crate::error::clip;
 use crate::loading::chat::ChatTemplate;
 use crate::meter::Report;
 
@@ -207,14 +208,6 @@ fn check_model(app: &App, model: Option<&str>) -> Result<(), ApiError> {
         )
         .with_status(404, "model_not_found")),
         _ => Ok(()),
-    }
-}
-
-/// At most 80 characters of a client's string, for an error message.
-fn clip(s: &str) -> String {
-    match s.char_indices().nth(80) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
     }
 }
 

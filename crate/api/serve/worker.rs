@@ -15,6 +15,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
 use crate::api::openai::ApiError;
+use crate::decode::engine::ms_since;
 use crate::decode::{
     Engine, Event, GenerateOptions, ModelInfo, Request, Scheduler, SeqEvent, Speculation,
 };
@@ -263,7 +264,8 @@ impl Worker {
         );
     }
 
-    /// One step of the batch; a failure (or a panic) fails the requests it ran, and the rest go on.
+    /// One step of the batch; a failure (or a panic) fails every request in the engine, running
+    /// or waiting (the scheduler's state is not to be trusted after it), and the server goes on.
     fn step(&mut self) {
         let Self {
             scheduler, engine, ..
@@ -279,6 +281,7 @@ impl Worker {
     /// counted for a cancelled request.
     fn route(&mut self, events: Vec<SeqEvent>, cancelled: &'static str) {
         let mut tokens = 0;
+        let mut first_tokens = Vec::new();
         let mut gone = Vec::new();
         let mut ended = Vec::new();
         for SeqEvent { seq, event } in events {
@@ -289,9 +292,8 @@ impl Worker {
             match &event {
                 Event::Token { .. } => {
                     tokens += 1;
-                    if live.meter.token_times().len() == 1 {
-                        let ttft = live.meter.token_times()[0];
-                        self.shared.lock().unwrap().room.first_token(ttft);
+                    if let [ttft] = live.meter.token_times() {
+                        first_tokens.push(*ttft);
                     }
                 }
                 Event::Done { reason, .. } => {
@@ -316,6 +318,9 @@ impl Worker {
         let mut shared = self.shared.lock().unwrap();
         let now = shared.now_ms();
         shared.room.tokens(tokens, now);
+        for ttft in first_tokens {
+            shared.room.first_token(ttft);
+        }
     }
 
     /// Request `seq` has had its done event: count it, and send its report.
@@ -324,15 +329,11 @@ impl Worker {
             return;
         };
         let report = live.meter.final_report();
-        let gaps: Vec<f64> = live
-            .meter
-            .token_times()
-            .windows(2)
-            .map(|w| w[1] - w[0])
-            .collect();
         {
             let mut shared = self.shared.lock().unwrap();
-            shared.metrics.finished(why, &report, &gaps);
+            shared
+                .metrics
+                .finished(why, &report, &live.meter.token_gaps());
             if why != "abort" {
                 shared.room.served();
             }
@@ -379,8 +380,4 @@ fn refusal(e: Error) -> ApiError {
         Error::Unsupported(m) | Error::BadTokenizer(m) => ApiError::bad_request(m),
         other => ApiError::server(other.to_string()),
     }
-}
-
-fn ms_since(start: Instant) -> f64 {
-    start.elapsed().as_secs_f64() * 1e3
 }
