@@ -11,7 +11,7 @@
 # Random weights cost what real ones do (the same bytes read, the same work); their text means
 # nothing, and near-ties between logits may part the two backends' greedy texts late.
 # With OLD=another build, that build's wgpu decode against BIN's, interleaved (before/after);
-# QUICK=1 leaves out the table of wgpu against the CPU.
+# and the same by concurrency (4 and 16 users); QUICK=1 leaves out the table of wgpu against the CPU.
 # Usage: [BIN=...] [OLD=...] [T=folder for the synthesized model] tests/bench/gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,6 +65,15 @@ if [ -n "${OLD:-}" ]; then
         echo "round $round $b $q: $(timeout 120 "$b" bench --model "$M" --backend wgpu --quant $q --runs 3 \
           --max-tokens 128 2>&1 | awk '/^decode tok\/s/ {print "decode tok/s median " $3 " min " $4 " max " $5}')"
       done
+    done
+  done
+  step "before/after on wgpu by concurrency (stored q8_0, 64 tokens each, burst), interleaved"
+  echo "columns: users, aggregate tok/s, per-user tok/s p50, min, TTFT p50, p99 (ms)"
+  for round in 1 2 3; do
+    for b in "$OLD" "$BIN"; do
+      echo "-- round $round $b"
+      timeout 150 "$b" bench --model "$M" --backend wgpu --max-tokens 64 --concurrency 4,16 2>&1 |
+        awk '$1 ~ /^[0-9]+$/ {print $1, $2, $3, $4, $5, $6}'
     done
   done
 fi
