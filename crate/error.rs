@@ -19,6 +19,8 @@ pub enum Error {
     Unsupported(String),
     /// The compute device could not be created, or failed.
     Device(String),
+    /// An endpoint elsewhere could not be reached, refused the request, or broke its stream.
+    Endpoint(String),
     /// The GPU device was lost (driver reset, GPU removed, browser reclaimed it). Nothing more runs
     /// on it in this process: the page restarts its worker, the CLI has to be run again.
     DeviceLost(String),
@@ -28,6 +30,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Io(m) => write!(f, "cannot read file: {m}"),
+            Error::Endpoint(m) => write!(f, "endpoint: {m}"),
             Error::Write(m) => write!(f, "cannot write file: {m}"),
             Error::BadModel(m) => write!(f, "bad model file: {m}"),
             Error::BadTokenizer(m) => write!(f, "bad tokenizer: {m}"),

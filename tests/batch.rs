@@ -100,7 +100,7 @@ fn batch(
                     o.reason = Some(reason);
                     o.ended_at = step;
                 }
-                Event::Prefill { .. } | Event::Verify { .. } => {}
+                Event::Prefill { .. } | Event::Verify { .. } | Event::Chunk { .. } => {}
             }
         }
         step += 1;

@@ -503,7 +503,7 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
     for (rate, says) in [
         (
             "poisson:-1",
-            "use burst (all users at once) or poisson:RATE",
+            "use burst (all users at once), poisson:RATE",
         ),
         ("poisson:1e-300", "would leave users hours apart"),
         ("poisson:0.0001", "would leave users hours apart"),

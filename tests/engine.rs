@@ -32,7 +32,7 @@ fn greedy(engine: &Engine, tokens: usize) -> (Vec<u32>, String, StopReason) {
                 text.push_str(piece);
             }
             Event::Done { trailing_text, .. } => text.push_str(trailing_text),
-            Event::Prefill { .. } | Event::Verify { .. } => {}
+            Event::Prefill { .. } | Event::Verify { .. } | Event::Chunk { .. } => {}
         }
         Flow::Continue
     }))

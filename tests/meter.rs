@@ -286,13 +286,14 @@ fn conditions_line_names_everything_a_figure_depends_on() {
 
 fn load_meter(users: usize) -> tokenometer::meter::BatchMeter {
     let conditions = tokenometer::meter::LoadConditions {
-        model: info(),
+        source: tokenometer::meter::Source::Engine(info()),
         users,
-        max_batch: users,
+        max_batch: Some(users),
         arrival: "burst".into(),
         max_tokens: 3,
         sampling: Sampling::default(),
         warm_up_ms: None,
+        slo: None,
     };
     tokenometer::meter::BatchMeter::new(conditions, 240.0)
 }

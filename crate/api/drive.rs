@@ -9,7 +9,9 @@ use crate::decode::{
     Arrival, Engine, Event, Flow, GenerateOptions, Request, Scheduler, SeqEvent, Speculation,
 };
 use crate::error::{Error, Result};
-use crate::meter::{BatchMeter, Conditions, LoadConditions, LoadReport, Meter, Products, Report};
+use crate::meter::{
+    BatchMeter, Conditions, LoadConditions, LoadReport, Meter, Products, Report, Slo, Source,
+};
 
 /// One request, metered from its start to its end.
 pub struct MeteredRun {
@@ -125,6 +127,8 @@ pub struct Level {
     pub reading_wpm: f64,
     /// The warm-up before the level, reported apart.
     pub warm_up_ms: Option<f64>,
+    /// Objectives to count goodput against.
+    pub slo: Option<Slo>,
 }
 
 /// What a step of a level gave.
@@ -154,13 +158,14 @@ impl LoadLevel {
     pub fn start(engine: &Engine, level: &Level) -> Result<LoadLevel> {
         let users = level.users;
         let conditions = LoadConditions {
-            model: engine.info.clone(),
+            source: Source::Engine(engine.info.clone()),
             users,
-            max_batch: level.max_batch,
+            max_batch: Some(level.max_batch),
             arrival: level.arrival.to_string(),
             max_tokens: level.options.max_tokens,
             sampling: level.options.sampling,
             warm_up_ms: level.warm_up_ms,
+            slo: level.slo,
         };
         let mut meter = BatchMeter::new(conditions, level.reading_wpm);
         let mut scheduler = Scheduler::new(level.max_batch);

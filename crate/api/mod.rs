@@ -5,6 +5,7 @@
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
 pub mod drive;
+pub mod endpoint;
 pub mod openai;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod serve;

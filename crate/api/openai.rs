@@ -79,6 +79,9 @@ pub enum OneOrMany {
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
+    /// vLLM's extension: `usage` on every chunk, so a client counts each chunk's tokens.
+    #[serde(default)]
+    pub continuous_usage_stats: bool,
 }
 
 /// The parameters both endpoints take.
@@ -117,6 +120,8 @@ pub struct Checked {
     pub ignore_eos: bool,
     pub stream: bool,
     pub include_usage: bool,
+    /// Usage on every chunk (vLLM's `continuous_usage_stats`).
+    pub continuous_usage: bool,
 }
 
 impl Params {
@@ -196,6 +201,10 @@ impl Params {
                 .stream_options
                 .as_ref()
                 .is_some_and(|o| o.include_usage),
+            continuous_usage: self
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.continuous_usage_stats),
         })
     }
 }

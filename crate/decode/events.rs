@@ -1,6 +1,7 @@
 //! What a run says as it goes: what was loaded ([`ModelInfo`]), what to generate
 //! ([`GenerateOptions`]), the timestamped [`Event`]s and why a run stopped ([`StopReason`]). The
-//! meter reads these; nothing here runs a model.
+//! meter reads these; nothing here runs a model. They are the seam under the meter: the engine
+//! says them, and so does a stream from an endpoint (`api/endpoint`), in [`Event::Chunk`]s.
 
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +84,17 @@ pub enum Event {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         drafted: bool,
     },
+    /// Part of a stream from elsewhere (a server's chunk): `tokens` tokens that arrived together
+    /// at `t_ms` (a server may send several in one chunk; counted as the run's conditions say),
+    /// `text` their text. `reasoning`: a thinking model's reasoning, which is output (its tokens
+    /// count) but not the answer, so the answer's first token is the first chunk without it.
+    Chunk {
+        tokens: usize,
+        text: String,
+        t_ms: f64,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        reasoning: bool,
+    },
     /// A speculative step's verification: one forward pass of the model over the input token and
     /// `drafted` drafts, of which it kept `accepted` (its own next token follows them);
     /// `draft_passes` is what drafting cost a draft model (0 for lookup); `step_ms` the step's
@@ -95,7 +107,8 @@ pub enum Event {
         t_ms: f64,
     },
     /// The end, always with a reason. `trailing_text` holds bytes that never completed a
-    /// character (as U+FFFD), normally empty.
+    /// character (as U+FFFD), normally empty. After [`Event::Chunk`]s, `output_tokens` is the
+    /// stream's own final count (a server's `usage`) when it has one, and the meter takes it.
     Done {
         reason: StopReason,
         prompt_tokens: usize,

@@ -51,14 +51,18 @@ use serde::Serialize;
 use crate::decode::{Event, ModelInfo, ProductPasses, Sampling, StopReason};
 
 mod format;
+mod goodput;
 mod room;
+mod source;
 mod speculation;
 mod stats;
 mod timings;
 mod words;
 
 pub use format::{human_bytes, human_count};
+pub use goodput::{Goodput, RequestRecord, Slo};
 pub use room::{ROOM_WINDOW_MS, Room, RoomFigures};
+pub use source::{EndpointInfo, Source, TokenCounts};
 pub use speculation::{SpeculationFigures, StepCost, Verification};
 pub use stats::{Percentiles, percentiles};
 pub use timings::LlamaTimings;
@@ -74,9 +78,10 @@ pub const LIVE_WINDOW_MS: f64 = 1000.0;
 /// Everything a figure depends on; it travels with every report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Conditions {
-    /// The model as loaded: name, parameters, quantization, bytes, backend and adapter, context.
+    /// What produced the tokens: the model as loaded here (name, parameters, quantization, bytes,
+    /// backend and adapter, context), or an endpoint (what it says of itself).
     #[serde(flatten)]
-    pub model: ModelInfo,
+    pub source: Source,
     pub batch_size: usize,
     pub prompt_tokens: usize,
     /// The chat template the prompt was wrapped in (its tokens count in `prompt_tokens`), if any.
@@ -102,15 +107,23 @@ impl Conditions {
         batch_size: usize,
         warm_up_ms: Option<f64>,
     ) -> Self {
+        let mut conditions = Self::of(Source::Engine(info.clone()), sampling, batch_size);
+        conditions.prompt_template = info.chat_template.clone();
+        conditions.warm_up_ms = warm_up_ms;
+        conditions
+    }
+
+    /// Conditions of a run whose tokens came from `source`, before any event.
+    pub fn of(source: Source, sampling: Sampling, batch_size: usize) -> Self {
         Self {
-            model: info.clone(),
+            source,
             batch_size,
             prompt_tokens: 0,
-            prompt_template: info.chat_template.clone(),
+            prompt_template: None,
             output_tokens: 0,
             sampling,
             stop_reason: None,
-            warm_up_ms,
+            warm_up_ms: None,
             speculation: None,
         }
     }
@@ -131,26 +144,24 @@ impl Conditions {
 
     /// One line for the top of a table or the page.
     pub fn summary(&self) -> String {
+        let (context, exceptions, counts) = match &self.source {
+            Source::Engine(m) => (
+                format!(", context {}", m.context_length),
+                m.quant_exceptions.as_slice(),
+                None,
+            ),
+            Source::Endpoint(e) => (String::new(), &[][..], Some(e.token_counts.describe())),
+        };
         format!(
-            "{} ({} {} params, {}, {}) on {} [{}]{}, batch {}, prompt {} tok{}, output {} tok, context {}, {}{}",
-            self.model.name,
-            self.model.architecture,
-            human_count(self.model.parameters as f64),
-            self.model.quant,
-            human_bytes(self.model.weight_bytes),
-            self.model.backend,
-            self.model.adapter,
-            self.model
-                .backend_note
-                .as_ref()
-                .map_or_else(String::new, |note| format!(" ({note})")),
+            "{}, batch {}, prompt {} tok{}, output {} tok{}, {}{}",
+            self.source.describe(),
             self.batch_size,
             self.prompt_tokens,
             self.prompt_template
                 .as_ref()
                 .map_or_else(String::new, |t| format!(" ({t})")),
             self.output_tokens,
-            self.model.context_length,
+            context,
             if self.sampling.temperature == 0.0 {
                 "greedy".to_string()
             } else {
@@ -160,12 +171,12 @@ impl Conditions {
                 )
             },
             // What quantization and loading did beyond the plain choice (padding, GGUF types),
-            // then speculation.
-            self.model
-                .quant_exceptions
+            // then speculation, then where an endpoint's token counts came from.
+            exceptions
                 .iter()
                 .chain(&self.speculation)
                 .map(|e| format!("; {e}"))
+                .chain(counts.map(|c| format!("; {c}")))
                 .collect::<String>(),
         )
     }
@@ -186,7 +197,24 @@ pub struct Report {
     pub decode_ms: Option<f64>,
     pub decode_tps: Option<f64>,
     pub live_decode_tps: Option<f64>,
+    /// The gaps between tokens; where a chunk carried several, its gap is shared among them.
     pub inter_token_ms: Option<Percentiles>,
+    /// The gaps between a stream's chunks as they arrived (an endpoint's run only; a chunk may
+    /// carry several tokens, so this is what vLLM's and AIPerf's ITL measure when they count
+    /// chunks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inter_chunk_ms: Option<Percentiles>,
+    /// When the first output of any kind came, where it came before the answer's first token
+    /// (a thinking model's reasoning): TTFT is the answer's, this the reasoning's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_output_ms: Option<f64>,
+    /// Output tokens that were reasoning (counted in `output_tokens` and decode tok/s).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: usize,
+    /// The server's own figures for this request, where it reports them (llama.cpp's
+    /// `timings`), beside ours.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_timings: Option<LlamaTimings>,
     pub words: usize,
     pub words_per_s: Option<f64>,
     pub tokens_per_word: Option<f64>,
@@ -227,8 +255,19 @@ pub struct Meter {
     queued_ms: Option<f64>,
     tokenize_ms: Option<f64>,
     prefill_ms: Option<f64>,
-    /// When each generated token was on the host.
+    /// When each generated token was on the host (a chunk's tokens all at its time).
     token_times: Vec<f64>,
+    /// Each arrival and how many tokens it brought: one a token for the engine, a stream's chunks.
+    chunks: Vec<(f64, usize)>,
+    /// Whether the tokens came in [`Event::Chunk`]s (a stream from elsewhere).
+    streamed: bool,
+    /// The first chunk that was the answer rather than reasoning.
+    first_answer_ms: Option<f64>,
+    reasoning_tokens: usize,
+    /// A stream's own final count (the server's usage), when it differs from the chunks'.
+    final_count: Option<usize>,
+    /// The server's own figures, where it reported them.
+    server_timings: Option<LlamaTimings>,
     text: String,
     done_ms: Option<f64>,
     /// Each verification of a speculative run.
@@ -244,6 +283,12 @@ impl Meter {
             tokenize_ms: None,
             prefill_ms: None,
             token_times: Vec::new(),
+            chunks: Vec::new(),
+            streamed: false,
+            first_answer_ms: None,
+            reasoning_tokens: 0,
+            final_count: None,
+            server_timings: None,
             text: String::new(),
             done_ms: None,
             verifications: Vec::new(),
@@ -266,8 +311,30 @@ impl Meter {
             }
             Event::Token { text, t_ms, .. } => {
                 self.token_times.push(*t_ms);
+                self.chunks.push((*t_ms, 1));
                 self.text.push_str(text);
                 self.conditions.output_tokens = self.token_times.len();
+            }
+            Event::Chunk {
+                tokens,
+                text,
+                t_ms,
+                reasoning,
+            } => {
+                self.streamed = true;
+                self.text.push_str(text);
+                if *reasoning {
+                    self.reasoning_tokens += tokens;
+                } else if self.first_answer_ms.is_none() && !text.is_empty() {
+                    self.first_answer_ms = Some(*t_ms);
+                }
+                // A chunk that brought no token (text a server held back) adds no arrival.
+                if *tokens > 0 {
+                    self.token_times
+                        .extend(std::iter::repeat_n(*t_ms, *tokens));
+                    self.chunks.push((*t_ms, *tokens));
+                    self.conditions.output_tokens = self.token_times.len();
+                }
             }
             Event::Verify {
                 drafted,
@@ -284,16 +351,31 @@ impl Meter {
             Event::Done {
                 reason,
                 prompt_tokens,
+                output_tokens,
                 t_ms,
                 trailing_text,
-                ..
             } => {
                 self.conditions.prompt_tokens = *prompt_tokens;
+                if self.streamed && *output_tokens > 0 && *output_tokens != self.token_times.len() {
+                    self.final_count = Some(*output_tokens);
+                    self.conditions.output_tokens = *output_tokens;
+                }
                 self.text.push_str(trailing_text);
                 self.conditions.stop_reason = Some(*reason);
                 self.done_ms = Some(*t_ms);
             }
         }
+    }
+
+    /// The server's own figures for this request (llama.cpp's `timings`), reported beside ours.
+    pub fn set_server_timings(&mut self, timings: Option<LlamaTimings>) {
+        self.server_timings = timings;
+    }
+
+    /// What produced the tokens, once the stream has said more of it (where its counts came
+    /// from).
+    pub fn set_source(&mut self, source: Source) {
+        self.conditions.source = source;
     }
 
     /// The generated text so far.
@@ -305,9 +387,45 @@ impl Meter {
         &self.token_times
     }
 
-    /// The gaps between consecutive tokens (ms), of which inter-token latency is made.
+    /// The gaps between consecutive tokens (ms), of which inter-token latency is made. A chunk of
+    /// k tokens gives k gaps, each its gap over k; where a stream's final count differs from the
+    /// chunks', every chunk after the first is taken to carry its share of the difference.
     pub fn token_gaps(&self) -> Vec<f64> {
-        gaps(&self.token_times)
+        let Some(&(_, first)) = self.chunks.first() else {
+            return Vec::new();
+        };
+        let counted: usize = self.chunks[1..].iter().map(|c| c.1).sum();
+        let scale = match self.final_count {
+            Some(n) if counted > 0 && n > first => (n - first) as f64 / counted as f64,
+            _ => 1.0,
+        };
+        self.chunks
+            .windows(2)
+            .flat_map(|w| {
+                let gap = (w[1].0 - w[0].0) / (w[1].1 as f64 * scale);
+                std::iter::repeat_n(gap, w[1].1)
+            })
+            .collect()
+    }
+
+    /// The gaps between a stream's arrivals (chunks; the tokens' for the engine).
+    pub fn chunk_gaps(&self) -> Vec<f64> {
+        self.chunks.windows(2).map(|w| w[1].0 - w[0].0).collect()
+    }
+
+    /// Output tokens so far: the stream's final count where it gave one, else those counted.
+    pub fn output_tokens(&self) -> usize {
+        self.final_count.unwrap_or(self.token_times.len())
+    }
+
+    /// The answer's first token: the first token, or for a stream the first chunk of the answer
+    /// (not reasoning) with text.
+    pub fn ttft_ms(&self) -> Option<f64> {
+        if self.streamed {
+            self.first_answer_ms
+        } else {
+            self.token_times.first().copied()
+        }
     }
 
     /// When the done event came (ms since the request was made).
@@ -340,9 +458,10 @@ impl Meter {
     /// The report as of `now_ms` (pass the done time, or the current time mid-run).
     pub fn report(&self, now_ms: f64) -> Report {
         let times = &self.token_times;
-        let n = times.len();
-        let ttft = times.first().copied();
-        let decode_ms = (n >= 2).then(|| times[n - 1] - times[0]);
+        let n = self.output_tokens();
+        let first_output = times.first().copied();
+        let ttft = self.ttft_ms();
+        let decode_ms = (n >= 2 && !times.is_empty()).then(|| times[times.len() - 1] - times[0]);
         let decode_tps = decode_ms.and_then(|span| rate(n - 1, span));
         let words = count_words(&self.text);
         let words_per_s = decode_ms.and_then(|span| rate(words, span));
@@ -366,7 +485,14 @@ impl Meter {
             decode_ms,
             decode_tps,
             live_decode_tps: self.live_decode_tps(now_ms),
-            inter_token_ms: percentiles(&gaps(times)),
+            inter_token_ms: percentiles(&self.token_gaps()),
+            inter_chunk_ms: self
+                .streamed
+                .then(|| percentiles(&self.chunk_gaps()))
+                .flatten(),
+            first_output_ms: first_output.filter(|&t| Some(t) != ttft && self.streamed),
+            reasoning_tokens: self.reasoning_tokens,
+            server_timings: self.server_timings.clone(),
             words,
             words_per_s,
             tokens_per_word: (words > 0).then(|| n as f64 / words as f64),
@@ -374,14 +500,16 @@ impl Meter {
             reading_speed_x: words_per_s.map(|w| w / reader_words_per_s),
             reading_time_s: words as f64 / reader_words_per_s,
             total_ms,
-            predicted_total_ms: ttft
+            predicted_total_ms: first_output
                 .zip(decode_tps)
-                .map(|(ttft, tps)| ttft + n as f64 / tps * 1e3),
-            effective_gb_per_s: decode_tps.zip(passes_per_token).map(|(tps, passes)| {
-                self.conditions.model.bytes_per_token as f64 * tps * passes / 1e9
-            }),
+                .map(|(first, tps)| first + n as f64 / tps * 1e3),
+            effective_gb_per_s: decode_tps
+                .zip(passes_per_token)
+                .zip(self.conditions.source.bytes_per_token())
+                .map(|((tps, passes), bytes)| bytes as f64 * tps * passes / 1e9),
             per_request_tps: decode_tps,
-            aggregate_tps: aggregate_decode_tps(&[times]),
+            // One request's tokens after its first over its own decode span: its decode rate.
+            aggregate_tps: decode_tps,
             speculation,
         }
     }
@@ -397,37 +525,38 @@ impl Meter {
 /// The conditions of a batch or load test: the model's, and how the users came.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoadConditions {
+    /// What produced the tokens (as in [`Conditions`]).
     #[serde(flatten)]
-    pub model: ModelInfo,
+    pub source: Source,
     pub users: usize,
-    /// The most sequences one step decodes; more users wait in a queue.
-    pub max_batch: usize,
-    /// How requests arrived: `burst` (all at once) or `poisson:R` (R a second on average).
+    /// The most sequences one step decodes; more users wait in a queue. Unknown for an endpoint
+    /// (its server decides).
+    pub max_batch: Option<usize>,
+    /// How requests arrived: `burst` (all at once), `poisson:R` (R a second on average) or
+    /// `gamma:R:S`.
     pub arrival: String,
     pub max_tokens: usize,
     pub sampling: Sampling,
     pub warm_up_ms: Option<f64>,
+    /// The service-level objectives goodput is counted against, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<Slo>,
 }
 
 impl LoadConditions {
     /// The rows of a full step: every user, up to the batch limit.
     pub fn batch_rows(&self) -> usize {
-        self.max_batch.min(self.users)
+        self.max_batch.unwrap_or(self.users).min(self.users)
     }
 
     /// One line for the top of a table or beside the figures.
     pub fn summary(&self) -> String {
         format!(
-            "{} ({} {} params, {}, {}) on {} [{}], {} users, batch limit {}, {} arrival, up to {} tokens each, {}",
-            self.model.name,
-            self.model.architecture,
-            human_count(self.model.parameters as f64),
-            self.model.quant,
-            human_bytes(self.model.weight_bytes),
-            self.model.backend,
-            self.model.adapter,
+            "{}, {} users, {}{} arrival, up to {} tokens each, {}{}",
+            self.source.describe(),
             self.users,
-            self.max_batch,
+            self.max_batch
+                .map_or_else(String::new, |n| format!("batch limit {n}, ")),
             self.arrival,
             self.max_tokens,
             if self.sampling.temperature == 0.0 {
@@ -438,6 +567,10 @@ impl LoadConditions {
                     self.sampling.temperature, self.sampling.top_p
                 )
             },
+            match &self.source {
+                Source::Endpoint(e) => format!("; {}", e.token_counts.describe()),
+                Source::Engine(_) => String::new(),
+            }
         )
     }
 }
@@ -448,8 +581,14 @@ pub struct LoadReport {
     pub conditions: LoadConditions,
     pub summary: String,
     pub users: usize,
-    /// Users whose request ended other than by cancel.
+    /// Requests made: one a user, or more where users went on sending for a duration.
+    pub requests: usize,
+    /// Users whose request ended other than by cancel or failure.
     pub requests_completed: usize,
+    /// Requests that failed (an endpoint's HTTP error, a broken stream), each message once with
+    /// how many had it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<(String, usize)>,
     pub prompt_tokens: usize,
     pub output_tokens: usize,
     pub aggregate_tps: Option<f64>,
@@ -468,6 +607,13 @@ pub struct LoadReport {
     pub itl_ms_p50: Option<f64>,
     pub itl_ms_p99: Option<f64>,
     pub wall_ms: Option<f64>,
+    /// The server's own decode rate (llama.cpp's `predicted_per_second`, the first token
+    /// counted), median across requests, where it reported one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_tps_p50: Option<f64>,
+    /// Goodput at the conditions' objectives, when they name any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<Goodput>,
     /// The ceiling of this level's step (its [`LoadConditions::batch_rows`]), measured apart by the caller once the
     /// level has run (`Engine::products_alone`); `None` until then, and on a GPU.
     pub products_alone: Option<Products>,
@@ -481,6 +627,8 @@ pub struct BatchMeter {
     reading_wpm: f64,
     /// Per sequence id: when it was made on the test's clock, and its own meter.
     users: Vec<Option<(f64, Meter)>>,
+    /// Per sequence id, why it failed, if it did.
+    failed: Vec<Option<String>>,
 }
 
 impl BatchMeter {
@@ -489,6 +637,7 @@ impl BatchMeter {
             conditions,
             reading_wpm,
             users: Vec::new(),
+            failed: Vec::new(),
         }
     }
 
@@ -498,8 +647,33 @@ impl BatchMeter {
             self.users.resize(seq + 1, None);
         }
         let c = &self.conditions;
-        let conditions = Conditions::new(&c.model, c.sampling, c.max_batch, c.warm_up_ms);
+        let mut conditions = Conditions::of(c.source.clone(), c.sampling, c.batch_rows());
+        conditions.warm_up_ms = c.warm_up_ms;
+        if let Source::Engine(info) = &c.source {
+            conditions.prompt_template = info.chat_template.clone();
+        }
         self.users[seq] = Some((made_ms, Meter::new(conditions, self.reading_wpm)));
+    }
+
+    /// Sequence `seq`'s request failed, as `why` says (it counts as a request, never as good).
+    pub fn fail(&mut self, seq: usize, why: String) {
+        if self.failed.len() <= seq {
+            self.failed.resize(seq + 1, None);
+        }
+        self.failed[seq] = Some(why);
+    }
+
+    /// What produced the tokens, once the level has ended (where an endpoint's counts came from).
+    pub fn set_source(&mut self, source: Source) {
+        for (_, meter) in self.users.iter_mut().flatten() {
+            meter.set_source(source.clone());
+        }
+        self.conditions.source = source;
+    }
+
+    /// Sequence `seq`'s own meter, to set what only its source knows (the server's timings).
+    pub fn user_mut(&mut self, seq: usize) -> Option<&mut Meter> {
+        self.users.get_mut(seq)?.as_mut().map(|(_, m)| m)
     }
 
     /// An event of sequence `seq` (which must have arrived).
@@ -532,13 +706,14 @@ impl BatchMeter {
                 .filter_map(|(made, _, m)| pick(m).map(|t| made + t))
                 .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.max(t))))
         };
+        let failed = |seq: usize| self.failed.get(seq).is_some_and(Option::is_some);
         let last_token = last(&|m| m.token_times().last().copied());
         let end = last(&|m| m.done_ms().or(m.token_times().last().copied()));
         let output_tokens: usize = users.iter().map(|u| u.1.conditions.output_tokens).sum();
         let per_user: Vec<f64> = users.iter().filter_map(|u| u.1.decode_tps).collect();
         let words: Vec<f64> = users.iter().filter_map(|u| u.1.words_per_s).collect();
         let ttft: Vec<f64> = users.iter().filter_map(|u| u.1.ttft_ms).collect();
-        let itl: Vec<f64> = users.iter().flat_map(|u| gaps(u.2.token_times())).collect();
+        let itl: Vec<f64> = users.iter().flat_map(|u| u.2.token_gaps()).collect();
         let words_p50 = percentiles(&words).map(|p| p.p50);
         let reader = self.reading_wpm / 60.0;
         // Tokens per word over every user's text together.
@@ -547,18 +722,36 @@ impl BatchMeter {
         let ttft_p = percentiles(&ttft);
         let itl_p = percentiles(&itl);
         let per_user_p = percentiles(&per_user);
+        let wall_ms = end.map(|t| t - first_request);
+        let records: Vec<RequestRecord> = self
+            .users
+            .iter()
+            .enumerate()
+            .filter_map(|(seq, u)| u.as_ref().map(|(_, m)| (seq, m.final_report())))
+            .map(|(seq, r)| RequestRecord {
+                completed: !failed(seq)
+                    && r.conditions
+                        .stop_reason
+                        .is_some_and(|r| r != StopReason::Cancelled),
+                ttft_ms: r.ttft_ms,
+                e2e_ms: r.total_ms,
+                output_tokens: r.conditions.output_tokens,
+            })
+            .collect();
+        let mut failures: Vec<(String, usize)> = Vec::new();
+        for why in self.failed.iter().flatten() {
+            match failures.iter_mut().find(|(w, _)| w == why) {
+                Some((_, n)) => *n += 1,
+                None => failures.push((why.clone(), 1)),
+            }
+        }
         LoadReport {
             summary: self.conditions.summary(),
             conditions: self.conditions.clone(),
-            users: users.len(),
-            requests_completed: users
-                .iter()
-                .filter(|u| {
-                    u.1.conditions
-                        .stop_reason
-                        .is_some_and(|r| r != StopReason::Cancelled)
-                })
-                .count(),
+            users: self.conditions.users,
+            requests: records.len(),
+            requests_completed: records.iter().filter(|r| r.completed).count(),
+            failures,
             prompt_tokens: users.iter().map(|u| u.1.conditions.prompt_tokens).sum(),
             output_tokens,
             aggregate_tps: last_token.and_then(|t| rate(output_tokens, t - first_request)),
@@ -572,19 +765,30 @@ impl BatchMeter {
             ttft_ms_p99: ttft_p.map(|p| p.p99),
             itl_ms_p50: itl_p.map(|p| p.p50),
             itl_ms_p99: itl_p.map(|p| p.p99),
-            wall_ms: end.map(|t| t - first_request),
+            wall_ms,
+            server_tps_p50: percentiles(
+                &users
+                    .iter()
+                    .filter_map(|u| u.1.server_timings.as_ref()?.predicted_per_second)
+                    .collect::<Vec<f64>>(),
+            )
+            .map(|p| p.p50),
+            goodput: self
+                .conditions
+                .slo
+                .map(|slo| Goodput::new(slo, &records, wall_ms)),
             products_alone: None,
         }
     }
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// `count` events over `ms` milliseconds, per second; `None` when the span is empty.
 fn rate(count: usize, ms: f64) -> Option<f64> {
     (ms > 0.0 && ms.is_finite()).then(|| count as f64 / ms * 1e3)
-}
-
-fn gaps(times: &[f64]) -> Vec<f64> {
-    times.windows(2).map(|w| w[1] - w[0]).collect()
 }
 
 /// Aggregate decode tok/s of a batch: every sequence's tokens after its first, over the span from

@@ -415,6 +415,7 @@ async fn run(command: Command) -> Result<(), Error> {
                 max_batch: max_batch.map(|n| n as usize),
                 prompts,
                 max_tokens,
+                slo: None,
             };
             bench_concurrency(&load(&model).await?, &load_spec, json).await
         }

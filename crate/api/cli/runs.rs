@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::api::drive::{Level, LoadLevel, MeteredRun};
 use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions, Speculation};
 use crate::error::Error;
-use crate::meter::{DEFAULT_READING_WPM, LoadReport, Report, human_bytes, human_count};
+use crate::meter::{DEFAULT_READING_WPM, LoadReport, Report, Slo, human_bytes};
 
 /// Where a run's events go.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -122,12 +122,40 @@ pub(super) fn table(r: &Report) -> String {
             fmt(r.total_ms, 1),
             fmt(r.predicted_total_ms, 1)
         ),
-        format!(
+    ];
+    if let Some(bytes) = c.source.bytes_per_token() {
+        lines.push(format!(
             "effective bandwidth {} GB/s ({} of weights per token)",
             fmt(r.effective_gb_per_s, 3),
-            human_bytes(c.model.bytes_per_token)
-        ),
-    ];
+            human_bytes(bytes)
+        ));
+    }
+    if let Some(p) = r.inter_chunk_ms {
+        lines.push(format!(
+            "inter-chunk p50 {:.2} p99 {:.2} max {:.2} ms ({} tokens in chunks as they arrived)",
+            p.p50, p.p99, p.max, c.output_tokens
+        ));
+    }
+    if r.reasoning_tokens > 0 {
+        lines.push(format!(
+            "reasoning {} tokens; its first at {} ms, the answer's at {} ms (TTFT)",
+            r.reasoning_tokens,
+            fmt(r.first_output_ms, 1),
+            fmt(r.ttft_ms, 1)
+        ));
+    }
+    if let Some(t) = &r.server_timings {
+        lines.push(format!(
+            "the server's own timings: prompt {} tok in {:.1} ms ({} tok/s), {} tok predicted in \
+             {:.1} ms ({} tok/s, the first token counted)",
+            t.prompt_n,
+            t.prompt_ms,
+            fmt(t.prompt_per_second, 1),
+            t.predicted_n,
+            t.predicted_ms,
+            fmt(t.predicted_per_second, 1)
+        ));
+    }
     if c.batch_size > 1 {
         lines.push(format!(
             "aggregate {} tok/s, per request {} tok/s",
@@ -252,6 +280,7 @@ pub(super) async fn generate_batch(
             options: *options,
             reading_wpm,
             warm_up_ms,
+            slo: None,
         },
     )?;
     let mut out = std::io::stdout().lock();
@@ -335,6 +364,7 @@ pub(super) struct Load {
     pub max_batch: Option<usize>,
     pub prompts: Vec<String>,
     pub max_tokens: usize,
+    pub slo: Option<Slo>,
 }
 
 /// One load test level: `users` users, greedy, arriving as `load.arrival` says.
@@ -358,6 +388,7 @@ async fn load_level(
             },
             reading_wpm: DEFAULT_READING_WPM,
             warm_up_ms,
+            slo: load.slo,
         },
     )?;
     level.run_to_end(engine, &mut |_, _| {}).await?;
@@ -382,12 +413,8 @@ pub(super) async fn bench_concurrency(
             if i == 0 {
                 let c = &report.conditions;
                 println!(
-                    "conditions: {} ({} params, {}) on {} [{}], {} arrival, up to {} tokens a user, greedy, batch limit {}",
-                    c.model.name,
-                    human_count(c.model.parameters as f64),
-                    c.model.quant,
-                    c.model.backend,
-                    c.model.adapter,
+                    "conditions: {}, {} arrival, up to {} tokens a user, greedy, batch limit {}",
+                    c.source.describe(),
                     c.arrival,
                     c.max_tokens,
                     load.max_batch

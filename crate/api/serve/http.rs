@@ -256,6 +256,9 @@ async fn complete(
         kind,
         stream: checked.stream,
         include_usage: checked.include_usage,
+        continuous_usage: checked.continuous_usage,
+        prompt_tokens: 0,
+        generated: 0,
         id: format!(
             "{}-{id}",
             if kind == Kind::Chat {
@@ -323,6 +326,10 @@ struct Answer {
     kind: Kind,
     stream: bool,
     include_usage: bool,
+    /// Usage on every chunk: the prompt's tokens and those generated so far.
+    continuous_usage: bool,
+    prompt_tokens: usize,
+    generated: usize,
     id: String,
     model: String,
     created: u64,
@@ -349,7 +356,12 @@ enum Step {
 impl Answer {
     async fn next(&mut self) -> Step {
         match self.inbox.recv().await {
+            Some(Update::Event(Event::Prefill { prompt_tokens, .. })) => {
+                self.prompt_tokens = prompt_tokens;
+                Step::Text(String::new())
+            }
             Some(Update::Event(Event::Token { text, .. })) => {
+                self.generated += 1;
                 let out = self.stop.push(&text);
                 if self.stop.stopped() {
                     // The rest would be cut: end the sequence now, and wait for its report.
@@ -399,8 +411,13 @@ impl Answer {
         }
     }
 
+    /// A chunk's event; with usage on every chunk, the counts so far.
     fn chunk(&self, completion: &Completion) -> SseEvent {
-        SseEvent::default().data(serde_json::to_string(completion).expect("a chunk serializes"))
+        let mut completion = completion.clone();
+        if self.continuous_usage && completion.usage.is_none() {
+            completion.usage = Some(Usage::new(self.prompt_tokens, self.generated));
+        }
+        SseEvent::default().data(serde_json::to_string(&completion).expect("a chunk serializes"))
     }
 
     /// The next Server-Sent Event, or `None` after `[DONE]` (or an error).

@@ -65,6 +65,7 @@ impl Session {
             },
             reading_wpm: options.reading_wpm,
             warm_up_ms: self.warm_up_ms.get(),
+            slo: None,
         };
         let level = LoadLevel::start(&self.engine, &level).map_err(js_error)?;
         Ok(Lab {

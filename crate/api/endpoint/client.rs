@@ -1,0 +1,314 @@
+//! The HTTP client: one request streamed from an endpoint, each read stamped with the time its
+//! bytes arrived (before they are parsed) and handed to the meter as events. Every failure is one
+//! sentence naming what to do.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::api::endpoint::base_url;
+use crate::api::endpoint::stream::{StreamReader, error_message};
+use crate::decode::{Event, Flow, Sampling};
+use crate::error::{Error, clip};
+use crate::loading::tokenizer::Tokenizer;
+use crate::meter::{EndpointInfo, LlamaTimings, Source, TokenCounts};
+
+/// An endpoint to meter: its base URL, the model asked for, and how to reach it.
+pub struct Endpoint {
+    base: String,
+    model: String,
+    key: Option<String>,
+    http: reqwest::Client,
+    /// The server's software, as its `Server` header names it.
+    server: Option<String>,
+    /// The longest wait for the next bytes of a stream (or for the answer to start).
+    stall: Duration,
+    /// Whether to ask for per-chunk counts (vLLM's `continuous_usage_stats`, llama.cpp's
+    /// `timings_per_token`); off once a server refused them.
+    ask_counts: AtomicBool,
+}
+
+/// What one request asks for.
+#[derive(Debug, Clone)]
+pub struct EndpointRequest {
+    pub prompt: String,
+    /// `/v1/chat/completions` with the prompt as the user's message; otherwise `/v1/completions`
+    /// with the prompt as it is.
+    pub chat: bool,
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    /// Ask the server to go on past end-of-text (vLLM, llama.cpp and `tokenometer serve` take it).
+    pub ignore_eos: bool,
+}
+
+/// How a streamed request ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The answer's text (reasoning apart).
+    pub text: String,
+    pub token_counts: TokenCounts,
+    pub server_timings: Option<LlamaTimings>,
+}
+
+impl Endpoint {
+    /// Reach the endpoint at `url` (the API's base): ask `/models` for the model (the one named,
+    /// or the first it lists), with the key from the environment variable `key_env` names.
+    pub async fn connect(
+        url: &str,
+        model: Option<String>,
+        key_env: Option<&str>,
+        stall: Duration,
+    ) -> Result<Endpoint, Error> {
+        let base = base_url(url).map_err(Error::Endpoint)?;
+        let key = match key_env {
+            None => None,
+            Some(var) => match std::env::var(var) {
+                Ok(key) if !key.trim().is_empty() => Some(key.trim().to_string()),
+                _ => {
+                    return Err(Error::Endpoint(format!(
+                        "--api-key-env names {var}, which is not set (export {var}=YOUR_KEY)"
+                    )));
+                }
+            },
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_max_idle_per_host(256)
+            .build()
+            .map_err(|e| Error::Endpoint(format!("cannot make an HTTP client: {e}")))?;
+        let mut endpoint = Endpoint {
+            base,
+            model: model.clone().unwrap_or_default(),
+            key,
+            http,
+            server: None,
+            stall,
+            ask_counts: AtomicBool::new(true),
+        };
+        let url = format!("{}/models", endpoint.base);
+        let response = endpoint
+            .with_key(endpoint.http.get(&url))
+            .timeout(stall)
+            .send()
+            .await
+            .map_err(|e| Error::Endpoint(endpoint.unreachable(&e)))?;
+        endpoint.server = server_name(response.headers());
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        if !status.is_success() {
+            // Some servers have no /models; a named model does without it.
+            if status.as_u16() == 404 && model.is_some() {
+                return Ok(endpoint);
+            }
+            return Err(Error::Endpoint(http_failure(&url, status.as_u16(), &body)));
+        }
+        let listed: Vec<String> = serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|v| {
+                v.get("data")?.as_array().map(|models| {
+                    models
+                        .iter()
+                        .filter_map(|m| m.get("id")?.as_str().map(str::to_string))
+                        .collect()
+                })
+            })
+            .unwrap_or_default();
+        endpoint.model = match model {
+            Some(name) => name,
+            None => listed.into_iter().next().ok_or_else(|| {
+                Error::Endpoint(format!(
+                    "{url} lists no model; name one with --endpoint-model"
+                ))
+            })?,
+        };
+        Ok(endpoint)
+    }
+
+    /// What the conditions say of this endpoint, counting as `counts` says.
+    pub fn source(&self, counts: TokenCounts) -> Source {
+        Source::Endpoint(EndpointInfo {
+            endpoint: self.base.clone(),
+            model: self.model.clone(),
+            server: self.server.clone(),
+            token_counts: counts,
+        })
+    }
+
+    fn with_key(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> String {
+        if e.is_timeout() {
+            format!(
+                "{} did not answer within {:.0} s; is it the right address, and is the server \
+                 up?",
+                self.base,
+                self.stall.as_secs_f64()
+            )
+        } else if e.is_connect() {
+            format!(
+                "cannot connect to {}: nothing answered there (is the server running, on that \
+                 host and port?)",
+                self.base
+            )
+        } else {
+            format!("cannot reach {}: {}", self.base, clip(&e.to_string()))
+        }
+    }
+
+    fn body(&self, request: &EndpointRequest, counts: bool) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "stream": true,
+            "max_tokens": request.max_tokens,
+            "temperature": request.sampling.temperature,
+            "top_p": request.sampling.top_p,
+            "seed": request.sampling.seed,
+            "stream_options": {"include_usage": true},
+        });
+        if request.chat {
+            body["messages"] = json!([{"role": "user", "content": request.prompt}]);
+        } else {
+            body["prompt"] = json!(request.prompt);
+        }
+        if request.ignore_eos {
+            body["ignore_eos"] = json!(true);
+        }
+        if counts {
+            body["stream_options"]["continuous_usage_stats"] = json!(true);
+            body["timings_per_token"] = json!(true);
+        }
+        body
+    }
+
+    /// Stream one request, handing each event to `on_event` with times in ms since `made`
+    /// (`Flow::Stop` cancels it: the connection is dropped, which cancels it on the server);
+    /// counts with `tokenizer` where the server gives none. The done event always comes last,
+    /// unless the request fails, which is an error in one sentence.
+    pub async fn stream(
+        &self,
+        request: &EndpointRequest,
+        tokenizer: Option<&Tokenizer>,
+        made: Instant,
+        on_event: &mut (dyn FnMut(&Event) -> Flow + Send),
+    ) -> Result<Outcome, Error> {
+        let path = if request.chat {
+            "chat/completions"
+        } else {
+            "completions"
+        };
+        let url = format!("{}/{path}", self.base);
+        let mut response = loop {
+            let counts = self.ask_counts.load(Ordering::Relaxed);
+            let send = self
+                .with_key(self.http.post(&url))
+                .json(&self.body(request, counts))
+                .send();
+            let response = tokio::time::timeout(self.stall, send)
+                .await
+                .map_err(|_| {
+                    Error::Endpoint(format!(
+                        "{url} did not start answering within {:.0} s",
+                        self.stall.as_secs_f64()
+                    ))
+                })?
+                .map_err(|e| Error::Endpoint(self.unreachable(&e)))?;
+            let status = response.status().as_u16();
+            if status == 200 {
+                break response;
+            }
+            let body = response.text().await.unwrap_or_default();
+            // A server that refuses the per-chunk counting fields is asked again without them,
+            // once (OpenAI's API refuses arguments it does not know).
+            if (status == 400 || status == 422) && counts {
+                self.ask_counts.store(false, Ordering::Relaxed);
+                continue;
+            }
+            return Err(Error::Endpoint(http_failure(&url, status, &body)));
+        };
+        let mut reader = StreamReader::new(tokenizer);
+        let ms = |made: Instant| made.elapsed().as_secs_f64() * 1e3;
+        let mut cancelled = false;
+        'read: loop {
+            let bytes = tokio::time::timeout(self.stall, response.chunk())
+                .await
+                .map_err(|_| {
+                    Error::Endpoint(format!(
+                        "the stream from {url} stalled: no bytes for {:.0} s",
+                        self.stall.as_secs_f64()
+                    ))
+                })?
+                .map_err(|e| {
+                    Error::Endpoint(format!(
+                        "the stream from {url} broke: {}",
+                        clip(&e.to_string())
+                    ))
+                })?;
+            // The time the bytes arrived, before any parsing.
+            let t_ms = ms(made);
+            let closed = bytes.is_none();
+            let read = match bytes {
+                Some(bytes) => reader.feed(&bytes, t_ms),
+                None => reader.finish(t_ms),
+            }
+            .map_err(Error::Endpoint)?;
+            for event in &read.events {
+                if on_event(event) == Flow::Stop {
+                    cancelled = true;
+                    break 'read;
+                }
+            }
+            // Some servers close without `[DONE]`: the end either way.
+            if read.ended || closed {
+                break;
+            }
+        }
+        let end = reader.done_event(ms(made), cancelled);
+        on_event(&end);
+        Ok(Outcome {
+            text: reader.text().to_string(),
+            token_counts: reader.token_counts(),
+            server_timings: reader.server_timings().cloned(),
+        })
+    }
+}
+
+/// The server's software from its `Server` header (`llama.cpp`, `uvicorn` for vLLM), if any.
+fn server_name(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    let server = headers.get(reqwest::header::SERVER)?.to_str().ok()?;
+    Some(clip(server))
+}
+
+/// An HTTP failure as one sentence: what the status means for the user, and the server's words.
+fn http_failure(url: &str, status: u16, body: &str) -> String {
+    let said = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").map(error_message))
+        .unwrap_or_else(|| clip(body.trim()));
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(": {said}")
+    };
+    match status {
+        401 | 403 => format!(
+            "{url} refused the request ({status}{said}); give the key in the environment \
+             variable --api-key-env names"
+        ),
+        404 => format!(
+            "{url} was not found (404{said}); is the URL the API's base (ending in /v1), and the \
+             model's name one it serves?"
+        ),
+        429 => format!(
+            "the server is busy and refused the request (429{said}); use fewer users or a slower \
+             arrival"
+        ),
+        500..=599 => format!("the server failed ({status}{said})"),
+        _ => format!("{url} answered {status}{said}"),
+    }
+}

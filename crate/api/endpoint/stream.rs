@@ -1,0 +1,397 @@
+//! An OpenAI-compatible stream, read into the meter's events: each Server-Sent Event's JSON chunk
+//! becomes an [`Event::Chunk`] (its text and how many tokens it carried), the end an
+//! [`Event::Done`] with the server's own counts. Pure (no clock, no I/O): the caller stamps each
+//! read with the time its bytes arrived, so the CLI and the page read streams the same way.
+//!
+//! Token counts, most trusted first ([`TokenCounts`]): each chunk's own count from the server
+//! (vLLM's `continuous_usage_stats` puts a cumulative `usage` on every chunk, llama.cpp's
+//! `timings_per_token` a cumulative `timings.predicted_n`), the final `usage`, the model's
+//! tokenizer over the chunks' text when the user gave it, else one token a chunk.
+
+use serde::Deserialize;
+
+use crate::api::endpoint::sse::{SseEvent, SseParser};
+use crate::decode::{Event, StopReason};
+use crate::error::clip;
+use crate::loading::tokenizer::Tokenizer;
+use crate::meter::{LlamaTimings, TokenCounts};
+
+/// What one chunk's JSON says, read leniently: every field may be absent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Chunk {
+    choices: Vec<ChunkChoice>,
+    usage: Option<ChunkUsage>,
+    timings: Option<LlamaTimings>,
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ChunkChoice {
+    delta: Option<Delta>,
+    /// `/v1/completions` streams `text` instead of a delta.
+    text: Option<String>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Delta {
+    content: Option<String>,
+    /// DeepSeek's, vLLM's and llama.cpp's name for a thinking model's reasoning...
+    reasoning_content: Option<String>,
+    /// ...and OpenRouter's and newer vLLM's.
+    reasoning: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+struct ChunkUsage {
+    prompt_tokens: usize,
+    completion_tokens: usize,
+}
+
+/// A stream being read: its parser, its counts so far, and what its end will report.
+pub struct StreamReader<'a> {
+    sse: SseParser,
+    tokenizer: Option<&'a Tokenizer>,
+    /// The server's cumulative count at the last chunk that had one.
+    last_count: usize,
+    /// Chunks with text, and of them those that carried the server's own count.
+    text_chunks: usize,
+    counted_chunks: usize,
+    /// Tokens the chunks were counted as, all told.
+    counted: usize,
+    final_usage: Option<ChunkUsage>,
+    timings: Option<LlamaTimings>,
+    finish_reason: Option<String>,
+    /// `[DONE]` came.
+    done: bool,
+    /// The chunks, for `generate`'s output: the answer's text.
+    text: String,
+}
+
+/// What a read of the stream gave: events for the meter, and whether the stream has ended.
+#[derive(Debug, Default)]
+pub struct Read {
+    pub events: Vec<Event>,
+    pub ended: bool,
+}
+
+impl<'a> StreamReader<'a> {
+    /// A reader that counts with `tokenizer` when the server gives no counts of its own.
+    pub fn new(tokenizer: Option<&'a Tokenizer>) -> Self {
+        Self {
+            sse: SseParser::new(),
+            tokenizer,
+            last_count: 0,
+            text_chunks: 0,
+            counted_chunks: 0,
+            counted: 0,
+            final_usage: None,
+            timings: None,
+            finish_reason: None,
+            done: false,
+            text: String::new(),
+        }
+    }
+
+    /// Read `bytes` that arrived at `t_ms`. A server's error object mid-stream, or bytes that are
+    /// not a stream, are an error in one sentence.
+    pub fn feed(&mut self, bytes: &[u8], t_ms: f64) -> Result<Read, String> {
+        let events = self.sse.feed(bytes)?;
+        self.read_events(events, t_ms)
+    }
+
+    /// The connection closed at `t_ms`: whatever was left unended.
+    pub fn finish(&mut self, t_ms: f64) -> Result<Read, String> {
+        let last: Vec<SseEvent> = self.sse.finish().into_iter().collect();
+        self.read_events(last, t_ms)
+    }
+
+    fn read_events(&mut self, events: Vec<SseEvent>, t_ms: f64) -> Result<Read, String> {
+        let mut read = Read::default();
+        for e in events {
+            if self.done {
+                break;
+            }
+            let data = e.data.trim();
+            if data == "[DONE]" {
+                self.done = true;
+                break;
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let chunk: Chunk = serde_json::from_str(data).map_err(|err| {
+                format!(
+                    "the stream sent {} where a JSON chunk belongs ({err})",
+                    clip(data)
+                )
+            })?;
+            if let Some(error) = chunk.error.as_ref().filter(|e| !e.is_null()) {
+                return Err(format!(
+                    "the server reported an error mid-stream: {}",
+                    error_message(error)
+                ));
+            }
+            if e.event.as_deref() == Some("error") {
+                return Err(format!(
+                    "the server reported an error mid-stream: {}",
+                    clip(data)
+                ));
+            }
+            self.read_chunk(chunk, t_ms, &mut read.events);
+        }
+        read.ended = self.done;
+        Ok(read)
+    }
+
+    fn read_chunk(&mut self, chunk: Chunk, t_ms: f64, events: &mut Vec<Event>) {
+        // The server's cumulative count, where this chunk has one.
+        let cumulative = chunk
+            .usage
+            .map(|u| u.completion_tokens)
+            .or(chunk.timings.as_ref().map(|t| t.predicted_n));
+        if chunk.choices.is_empty() {
+            // OpenAI's usage chunk: no choices, the whole request's counts.
+            if chunk.usage.is_some() {
+                self.final_usage = chunk.usage;
+            }
+        } else if let Some(usage) = chunk.usage {
+            // A usage on a chunk with choices: the counts so far (the last one is the total).
+            self.final_usage = Some(usage);
+        }
+        if chunk.timings.is_some() {
+            self.timings = chunk.timings;
+        }
+        let Some(choice) = chunk.choices.into_iter().next() else {
+            return;
+        };
+        if choice.finish_reason.is_some() {
+            self.finish_reason = choice.finish_reason;
+        }
+        let delta = choice.delta.unwrap_or_default();
+        let reasoning = delta.reasoning_content.or(delta.reasoning).unwrap_or_default();
+        let content = delta.content.or(choice.text).unwrap_or_default();
+        for (text, is_reasoning) in [(reasoning, true), (content, false)] {
+            if text.is_empty() {
+                continue;
+            }
+            self.text_chunks += 1;
+            let tokens = match cumulative {
+                Some(n) => {
+                    self.counted_chunks += 1;
+                    let new = n.saturating_sub(self.last_count);
+                    self.last_count = n;
+                    new
+                }
+                None => self
+                    .tokenizer
+                    .and_then(|t| t.tokens(&text).ok())
+                    .map_or(1, |ids| ids.len()),
+            };
+            self.counted += tokens;
+            if !is_reasoning {
+                self.text.push_str(&text);
+            }
+            events.push(Event::Chunk {
+                tokens,
+                text,
+                t_ms,
+                reasoning: is_reasoning,
+            });
+        }
+    }
+
+    /// Where this stream's counts came from.
+    pub fn token_counts(&self) -> TokenCounts {
+        if self.text_chunks > 0 && self.counted_chunks == self.text_chunks {
+            TokenCounts::ChunkUsage
+        } else if self.final_usage.is_some()
+            || self.timings.as_ref().is_some_and(|t| t.predicted_n > 0)
+        {
+            TokenCounts::FinalUsage
+        } else if self.tokenizer.is_some() {
+            TokenCounts::Tokenizer
+        } else {
+            TokenCounts::Chunks
+        }
+    }
+
+    /// The answer's text (reasoning apart).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// llama.cpp's `timings`, when the server sent them.
+    pub fn server_timings(&self) -> Option<&LlamaTimings> {
+        self.timings.as_ref()
+    }
+
+    /// Whether `[DONE]` came.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The done event at `t_ms`: why it ended (as the server said; `cancelled` when `cancelled`)
+    /// and the server's own counts where it gave them.
+    pub fn done_event(&self, t_ms: f64, cancelled: bool) -> Event {
+        let reason = if cancelled {
+            StopReason::Cancelled
+        } else {
+            match self.finish_reason.as_deref() {
+                Some("length") => StopReason::MaxTokens,
+                _ => StopReason::Eos,
+            }
+        };
+        let timings = self.timings.as_ref();
+        Event::Done {
+            reason,
+            prompt_tokens: self
+                .final_usage
+                .map(|u| u.prompt_tokens)
+                .or(timings.map(|t| t.prompt_n))
+                .unwrap_or(0),
+            output_tokens: self
+                .final_usage
+                .map(|u| u.completion_tokens)
+                .or(timings.map(|t| t.predicted_n))
+                .filter(|&n| n > 0)
+                .unwrap_or(self.counted),
+            t_ms,
+            trailing_text: String::new(),
+        }
+    }
+}
+
+/// A server's error object as one line: OpenAI's `{"message": ...}`, or the value as it is.
+pub fn error_message(error: &serde_json::Value) -> String {
+    let text = error
+        .get("message")
+        .and_then(|m| m.as_str())
+        .map(str::to_string)
+        .or_else(|| error.as_str().map(str::to_string))
+        .unwrap_or_else(|| error.to_string());
+    clip(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(events: &[Event]) -> Vec<(usize, &str, bool)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Chunk {
+                    tokens,
+                    text,
+                    reasoning,
+                    ..
+                } => Some((*tokens, text.as_str(), *reasoning)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_chat_stream_with_a_role_chunk_empty_deltas_and_final_usage() {
+        let mut r = StreamReader::new(None);
+        let stream = concat!(
+            ": keep-alive\n\n",
+            r#"data: {"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+            "\n\n",
+            r#"data: {"choices":[{"delta":{"content":"Hello"}}]}"#,
+            "\r\n\r\n",
+            r#"data: {"choices":[{"delta":{}}]}"#,
+            "\n\n",
+            r#"data: {"choices":[{"delta":{"content":" world"},"finish_reason":"length"}]}"#,
+            "\n\n",
+            r#"data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5}}"#,
+            "\n\ndata: [DONE]\n\ndata: {\"ignored\": true}\n\n"
+        );
+        let read = r.feed(stream.as_bytes(), 10.0).unwrap();
+        assert!(read.ended);
+        assert_eq!(
+            chunks(&read.events),
+            vec![(1, "Hello", false), (1, " world", false)]
+        );
+        assert_eq!(r.text(), "Hello world");
+        assert_eq!(r.token_counts(), TokenCounts::FinalUsage);
+        match r.done_event(12.0, false) {
+            Event::Done {
+                reason,
+                prompt_tokens,
+                output_tokens,
+                ..
+            } => assert_eq!((reason, prompt_tokens, output_tokens), (StopReason::MaxTokens, 7, 5)),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn per_chunk_counts_give_each_chunk_its_tokens() {
+        // vLLM's continuous usage, one chunk carrying three tokens; then llama.cpp's per-token
+        // timings for a completion, with reasoning first.
+        let mut r = StreamReader::new(None);
+        let s = concat!(
+            r#"data: {"choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
+            "\n\n",
+            r#"data: {"choices":[{"delta":{"content":"bcd"}}],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
+            "\n\n"
+        );
+        let read = r.feed(s.as_bytes(), 1.0).unwrap();
+        assert_eq!(chunks(&read.events), vec![(1, "a", false), (3, "bcd", false)]);
+        assert_eq!(r.token_counts(), TokenCounts::ChunkUsage);
+        assert!(!read.ended);
+
+        let mut r = StreamReader::new(None);
+        let s = concat!(
+            r#"data: {"choices":[{"delta":{"reasoning_content":"hmm"}}],"timings":{"prompt_n":4,"predicted_n":2}}"#,
+            "\n\n",
+            r#"data: {"choices":[{"text":"ok","finish_reason":"stop"}],"timings":{"prompt_n":4,"predicted_n":3}}"#,
+            "\n\n"
+        );
+        let read = r.feed(s.as_bytes(), 1.0).unwrap();
+        assert_eq!(chunks(&read.events), vec![(2, "hmm", true), (1, "ok", false)]);
+        assert_eq!(r.token_counts(), TokenCounts::ChunkUsage);
+        assert_eq!(r.text(), "ok");
+        assert!(matches!(
+            r.done_event(2.0, false),
+            Event::Done {
+                reason: StopReason::Eos,
+                prompt_tokens: 4,
+                output_tokens: 3,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn an_error_mid_stream_or_a_foreign_body_is_one_sentence() {
+        let mut r = StreamReader::new(None);
+        let s = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"error\":{\"message\":\"out of memory\",\"code\":500}}\n\n";
+        let e = r.feed(s.as_bytes(), 1.0).unwrap_err();
+        assert_eq!(e, "the server reported an error mid-stream: out of memory");
+        let mut r = StreamReader::new(None);
+        let e = r.feed(b"data: <html>\n\n", 1.0).unwrap_err();
+        assert!(e.starts_with("the stream sent <html> where a JSON chunk belongs"), "{e}");
+        // Without counts of any kind, chunks are counted, and the done event says as many.
+        let mut r = StreamReader::new(None);
+        r.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", 1.0)
+            .unwrap();
+        let read = r.finish(2.0).unwrap();
+        assert!(!read.ended);
+        assert_eq!(r.token_counts(), TokenCounts::Chunks);
+        assert!(matches!(
+            r.done_event(2.0, true),
+            Event::Done {
+                reason: StopReason::Cancelled,
+                output_tokens: 1,
+                ..
+            }
+        ));
+    }
+}
