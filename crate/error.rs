@@ -49,7 +49,12 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// At most 64 characters of text that came from outside (a file's name field, a client's
 /// string), for an error message: a hostile file or request may hold a megabyte there.
 pub fn clip(text: &str) -> String {
-    match text.char_indices().nth(64) {
+    clip_to(text, 64)
+}
+
+/// At most `chars` characters of `text` (a server's error message, which says more than a name).
+pub fn clip_to(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
         Some((i, _)) => format!("{}... ({} bytes)", &text[..i], text.len()),
         None => text.to_string(),
     }

@@ -501,10 +501,7 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
     assert!(stdout.contains("    2 rows: "), "{stdout}");
     // 1e-300 a second was an infinite sleep (a panic); tiny rates, sleeps of years.
     for (rate, says) in [
-        (
-            "poisson:-1",
-            "use burst (all users at once), poisson:RATE",
-        ),
+        ("poisson:-1", "use burst (all users at once), poisson:RATE"),
         ("poisson:1e-300", "would leave users hours apart"),
         ("poisson:0.0001", "would leave users hours apart"),
     ] {

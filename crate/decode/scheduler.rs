@@ -91,8 +91,8 @@ impl Uniform {
         let c = 1.0 / (9.0 * d).sqrt();
         loop {
             // A standard normal by Box and Muller.
-            let x = (-2.0 * self.next().ln()).sqrt()
-                * (2.0 * std::f64::consts::PI * self.next()).cos();
+            let x =
+                (-2.0 * self.next().ln()).sqrt() * (2.0 * std::f64::consts::PI * self.next()).cos();
             let v = (1.0 + c * x).powi(3);
             if v > 0.0 && self.next().ln() < 0.5 * x * x + d - d * v + d * v.ln() {
                 return d * v;
@@ -572,10 +572,23 @@ mod tests {
             ("gamma:4:4", 0.5),
         ] {
             let (mean, got) = gaps(arrival.parse().unwrap(), 20_000);
-            assert!((mean / 250.0 - 1.0).abs() < 0.05, "{arrival}: mean gap {mean}");
-            assert!((got / cv - 1.0).abs() < 0.08, "{arrival}: cv {got}, want {cv}");
+            assert!(
+                (mean / 250.0 - 1.0).abs() < 0.05,
+                "{arrival}: mean gap {mean}"
+            );
+            assert!(
+                (got / cv - 1.0).abs() < 0.08,
+                "{arrival}: cv {got}, want {cv}"
+            );
         }
-        for bad in ["gamma:4", "gamma:4:0", "gamma:4:50", "gamma:x:1", "burst:1", "gamma:0:1"] {
+        for bad in [
+            "gamma:4",
+            "gamma:4:0",
+            "gamma:4:50",
+            "gamma:x:1",
+            "burst:1",
+            "gamma:0:1",
+        ] {
             assert!(bad.parse::<Arrival>().is_err(), "{bad}");
         }
         assert_eq!(

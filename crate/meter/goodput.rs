@@ -37,7 +37,11 @@ impl FromStr for Slo {
                 .parse()
                 .ok()
                 .filter(|v: &f64| v.is_finite() && *v > 0.0 && *v < 1e9)
-                .ok_or_else(|| bad(format!("{value:?} is not a positive number of milliseconds")))?;
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{value:?} is not a positive number of milliseconds"
+                    ))
+                })?;
             let slot = match key.trim() {
                 "ttft" => &mut slo.ttft_ms,
                 "tpot" => &mut slo.tpot_ms,
@@ -167,7 +171,10 @@ mod tests {
                 e2e_ms: Some(5000.0)
             }
         );
-        assert_eq!(slo.to_string(), "TTFT <= 500 ms, TPOT <= 50 ms, e2e <= 5000 ms");
+        assert_eq!(
+            slo.to_string(),
+            "TTFT <= 500 ms, TPOT <= 50 ms, e2e <= 5000 ms"
+        );
         for bad in ["", "ttft", "ttft=-1", "ttft=inf", "itl=5", "ttft=abc"] {
             let e = bad.parse::<Slo>().unwrap_err().to_string();
             assert!(e.contains("--slo"), "{bad}: {e}");

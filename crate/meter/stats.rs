@@ -28,3 +28,47 @@ pub fn percentiles(values: &[f64]) -> Option<Percentiles> {
         max: *sorted.last().unwrap(),
     })
 }
+
+/// `count` events over `ms` milliseconds, per second; `None` when the span is empty.
+pub fn rate(count: usize, ms: f64) -> Option<f64> {
+    (ms > 0.0 && ms.is_finite()).then(|| count as f64 / ms * 1e3)
+}
+
+/// Aggregate decode tok/s of a batch: every sequence's tokens after its first, over the span from
+/// the earliest first token to the latest last token.
+pub fn aggregate_decode_tps(streams: &[&[f64]]) -> Option<f64> {
+    let live: Vec<&&[f64]> = streams.iter().filter(|s| !s.is_empty()).collect();
+    let tokens: usize = live.iter().map(|s| s.len() - 1).sum();
+    let start = live.iter().map(|s| s[0]).fold(f64::INFINITY, f64::min);
+    let end = live
+        .iter()
+        .map(|s| s[s.len() - 1])
+        .fold(f64::NEG_INFINITY, f64::max);
+    if tokens == 0 {
+        return None;
+    }
+    rate(tokens, end - start)
+}
+
+/// A handful of repeated measurements of one figure: how many, the median (nearest rank, as
+/// [`percentiles`] counts: the lower middle of an even count), the least and the most.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    pub n: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// The spread of `values`, ignoring any that are not finite (a figure a run did not have);
+/// `None` when none is.
+pub fn spread(values: &[f64]) -> Option<Spread> {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    let p = percentiles(&finite)?;
+    Some(Spread {
+        n: finite.len(),
+        median: p.p50,
+        min: finite.iter().copied().fold(f64::INFINITY, f64::min),
+        max: p.max,
+    })
+}

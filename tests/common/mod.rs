@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod serve;
 pub mod vocab_copies;
 
 /// `models/` in the checkout: what the project ships (README.md there).

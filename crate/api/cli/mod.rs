@@ -5,269 +5,22 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod args;
+mod remote;
 mod runs;
 mod synth;
 
 use crate::backend::{Backend, BackendChoice, BackendKind};
-use crate::cpu::{Isa, Threads};
-use crate::decode::speculate::{DEFAULT_MAX_DRAFT, DEFAULT_NGRAM};
-use crate::decode::{
-    Arrival, DEFAULT_MAX_TOKENS, DEFAULT_PROMPTS, Engine, GenerateOptions, Sampling, Speculation,
-};
+use crate::cpu::Threads;
+use crate::decode::{DEFAULT_PROMPTS, Engine, GenerateOptions, Sampling, Speculation};
 use crate::error::Error;
-use crate::loading::synth::Shape;
+use crate::loading::tokenizer::Tokenizer;
 use crate::loading::{ModelFiles, ModelFormat};
-use crate::meter::DEFAULT_READING_WPM;
 use crate::model::Quant;
-use clap::{Parser, Subcommand};
+use args::{Cli, Command, MAX_USERS, ModelArgs, ServeArgs, SpeculateArgs};
+use clap::Parser;
 use runs::{Load, Output, bench, bench_concurrency, generate, generate_batch, load_table, table};
 use synth::synth;
-
-#[derive(Parser)]
-#[command(
-    name = "tokenometer",
-    version,
-    about = "Run a small Llama model and measure what tokens per second means"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(clap::Args)]
-struct ModelArgs {
-    /// llama2.c .bin, a GGUF (its tokenizer inside), a .safetensors with config.json beside it, or
-    /// a Hugging Face model folder.
-    #[arg(long)]
-    model: PathBuf,
-    /// tokenizer.json or llama2.c tokenizer.bin; found beside the model when left out.
-    #[arg(long)]
-    tokenizer: Option<PathBuf>,
-    /// stored (each tensor as the file stores it: a GGUF's blocks run exactly, f32 stays f32),
-    /// or re-encode at load: f32, q8 (Q8_0) or q4 (Q4_0).
-    #[arg(long, default_value = "stored", value_parser = parse::<Quant>)]
-    quant: Quant,
-    #[arg(long, default_value = "cpu", value_parser = parse::<BackendChoice>)]
-    backend: BackendChoice,
-    /// The CPU backend's instruction set, to compare them: scalar, avx2, vnni (the best this CPU
-    /// runs when left out).
-    #[arg(long, value_parser = Isa::by_name)]
-    cpu_kernels: Option<Isa>,
-    /// The CPU backend's threads: each matrix product is split by rows, attention by heads, with
-    /// the same results as one thread (this machine's physical cores when left out).
-    #[arg(long)]
-    threads: Option<usize>,
-}
-
-/// Speculative decoding, for `generate` and `bench`.
-#[derive(clap::Args)]
-struct SpeculateArgs {
-    /// Speculative decoding: `lookup` (drafts from n-grams of the prompt and the output) or
-    /// `draft:PATH[:QUANT]` (a smaller or lower-precision model with the same vocabulary drafts;
-    /// QUANT as --quant, default stored). The model verifies the drafts in one pass: greedy output
-    /// is plain decoding's, token for token.
-    #[arg(long)]
-    speculate: Option<String>,
-    /// The longest draft verified in one pass (1 to 64). Each step drafts as many as the run's
-    /// measured step times and share of kept drafts favour, up to this.
-    #[arg(long, default_value_t = DEFAULT_MAX_DRAFT, requires = "speculate")]
-    draft_max: usize,
-    /// Draft --draft-max tokens whenever the drafter has them, instead of the length the measured
-    /// costs favour (to see what drafting every step costs).
-    #[arg(long, requires = "speculate")]
-    draft_fixed: bool,
-    /// `lookup`: the longest n-gram matched (1 to 16; shorter ones are tried after it).
-    #[arg(long, default_value_t = DEFAULT_NGRAM, requires = "speculate")]
-    ngram: usize,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Stream generated text to stdout, then print the meter's report.
-    Generate {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[arg(long, required_unless_present = "prompts", conflicts_with = "prompts")]
-        prompt: Option<String>,
-        /// A file of prompts, one a line: every line is its own sequence, all in one batch.
-        #[arg(long)]
-        prompts: Option<PathBuf>,
-        #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
-        max_tokens: usize,
-        /// 0 is greedy.
-        #[arg(long, default_value_t = 0.0, value_parser = finite_f32)]
-        temperature: f32,
-        #[arg(long, default_value_t = 0.9, value_parser = finite_f32)]
-        top_p: f32,
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
-        /// Reading speed for "x reading speed", words per minute.
-        #[arg(long, default_value_t = DEFAULT_READING_WPM, value_parser = reading_wpm)]
-        reading_wpm: f64,
-        /// Print one JSON object per event instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Measure a cold start: no warm-up run before the measured one.
-        #[arg(long)]
-        no_warmup: bool,
-        /// Give a chat model the prompt as it is, not wrapped in its chat template.
-        #[arg(long)]
-        raw: bool,
-        #[command(flatten)]
-        speculate: SpeculateArgs,
-    },
-    /// Write a checkpoint with seeded random weights and a real model's shape: llama2.c .bin, or a
-    /// GGUF (when --out ends in .gguf) carrying the tokenizer of --vocab.
-    Synth {
-        /// stories15M, stories42M, stories110M, smollm2-135M, smollm2-360M or tinyllama-1.1B.
-        #[arg(long, value_parser = parse::<Shape>)]
-        shape: Shape,
-        #[arg(long)]
-        out: PathBuf,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Fewer layers than the shape has (same width and vocabulary), for a quick try.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        layers: Option<u32>,
-        /// A GGUF whose tokenizer (its tokenizer.* metadata) the written GGUF carries; its
-        /// vocabulary must be the shape's size.
-        #[arg(long)]
-        vocab: Option<PathBuf>,
-        /// Write the GGUF's matrices as Q8_0 blocks (f32 otherwise).
-        #[arg(long)]
-        q8: bool,
-    },
-    /// Re-encode a llama GGUF: every matrix widened and written as F32, Q8_0 or Q4_0 blocks, its
-    /// tokenizer kept (to run llama.cpp and tokenometer on the same file).
-    Convert {
-        #[arg(long)]
-        model: PathBuf,
-        /// f32, q8 (Q8_0) or q4 (Q4_0).
-        #[arg(long, value_parser = parse::<Quant>)]
-        to: Quant,
-        #[arg(long)]
-        out: PathBuf,
-    },
-    /// Serve the model over OpenAI's HTTP API (chat and text completions, streamed), every user in
-    /// one continuously batched decode, and the page beside it for a room's phones.
-    Serve {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        serve: ServeArgs,
-    },
-    /// Run greedy generation several times after a warm-up and print median, min and max; with
-    /// --concurrency, a load test: one row per number of simultaneous users.
-    Bench {
-        #[command(flatten)]
-        model: ModelArgs,
-        /// Timed runs, 1 to 10000.
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=MAX_RUNS), conflicts_with = "concurrency")]
-        runs: u32,
-        #[arg(
-            long,
-            default_value = "Once upon a time",
-            conflicts_with = "concurrency"
-        )]
-        prompt: String,
-        #[arg(long, default_value_t = 128)]
-        max_tokens: usize,
-        /// Numbers of simultaneous users, e.g. 1,2,4,8,16: each level is one batch of that many
-        /// users (greedy, each its own prompt).
-        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=MAX_USERS))]
-        concurrency: Option<Vec<u32>>,
-        /// How the users' requests arrive: burst (all at once) or poisson:RATE (a second).
-        #[arg(long, default_value = "burst", value_parser = parse::<Arrival>, requires = "concurrency")]
-        arrival: Arrival,
-        /// The most sequences one step decodes (default: as many as there are users); the rest wait.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_USERS), requires = "concurrency")]
-        max_batch: Option<u32>,
-        /// A file of prompts, one a line, given to the users in turn (default: built-in stories).
-        #[arg(long, requires = "concurrency")]
-        prompts: Option<PathBuf>,
-        /// Print the results as JSON: an array of one object per level (or per run).
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        speculate: SpeculateArgs,
-    },
-}
-
-/// `tokenometer serve`'s own options (docs/serve.md).
-#[derive(clap::Args)]
-struct ServeArgs {
-    /// The address to listen on: 127.0.0.1 lets only this machine in; 0.0.0.0 opens it to the
-    /// network (a room's phones).
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
-    /// The port (0: any free one, printed at start).
-    #[arg(long, default_value_t = 8000)]
-    port: u16,
-    /// The most requests decoded together in one batch (1 to 256); the rest wait.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=MAX_USERS))]
-    parallel: u32,
-    /// The most requests waiting for a place (0 to 4096); past it the answer is 429.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=4096))]
-    queue: u32,
-    /// `lookup`: a request that runs alone drafts from its prompt and verifies in one pass.
-    #[arg(long)]
-    speculate: Option<String>,
-    /// Origins allowed to call the API from pages served elsewhere: a comma-separated list, or *.
-    #[arg(long)]
-    cors: Option<String>,
-    /// The checkout whose www/ and pkg/ are the page (default: the one this binary was built in).
-    #[arg(long)]
-    page: Option<PathBuf>,
-    /// Stop after this many seconds (for tests and timed demonstrations).
-    #[arg(long, hide = true, value_parser = positive_seconds)]
-    exit_after: Option<f64>,
-    /// Seconds a client may take to send its headers.
-    #[arg(long, hide = true, value_parser = positive_seconds)]
-    header_timeout: Option<f64>,
-    /// Seconds a client may take to send its body.
-    #[arg(long, hide = true, value_parser = positive_seconds)]
-    body_timeout: Option<f64>,
-}
-
-/// The most timed runs `bench` takes (each one's report is kept until the summary).
-const MAX_RUNS: i64 = 10_000;
-/// The most users a load test or batch simulates (each holds its own KV cache).
-const MAX_USERS: i64 = 256;
-
-fn parse<T: std::str::FromStr<Err = Error>>(s: &str) -> Result<T, String> {
-    s.parse().map_err(|e: Error| e.to_string())
-}
-
-/// An f32 that stays finite: `1e308` is a valid f64 but becomes infinity in f32.
-fn finite_f32(s: &str) -> Result<f32, String> {
-    let v: f32 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
-    if !v.is_finite() {
-        return Err(format!(
-            "{s} is not a finite number (f32 holds up to about 3.4e38)"
-        ));
-    }
-    Ok(v)
-}
-
-/// A duration in seconds: positive and finite.
-fn positive_seconds(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
-    if !(v.is_finite() && v > 0.0 && v < 1e9) {
-        return Err(format!("{s} seconds: give a positive duration"));
-    }
-    Ok(v)
-}
-
-/// A reading speed in words per minute: positive and finite.
-fn reading_wpm(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
-    if !(v.is_finite() && v > 0.0) {
-        return Err(format!(
-            "{s} words per minute: give a positive reading speed"
-        ));
-    }
-    Ok(v)
-}
 
 /// Parse the arguments, run, and turn any error into one line and exit code 2.
 pub fn main() -> ExitCode {
@@ -311,6 +64,10 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(command: Command) -> Result<(), Error> {
+    let command = match endpoint_run(command) {
+        Ok(done) => return done,
+        Err(local) => *local,
+    };
     match command {
         Command::Generate {
             model,
@@ -325,6 +82,7 @@ async fn run(command: Command) -> Result<(), Error> {
             no_warmup,
             raw,
             speculate,
+            endpoint: _,
         } => {
             let sampling = Sampling {
                 temperature,
@@ -396,6 +154,8 @@ async fn run(command: Command) -> Result<(), Error> {
             prompts,
             json,
             speculate,
+            slo,
+            raw,
             ..
         } => {
             if speculate.speculate.is_some() {
@@ -415,7 +175,8 @@ async fn run(command: Command) -> Result<(), Error> {
                 max_batch: max_batch.map(|n| n as usize),
                 prompts,
                 max_tokens,
-                slo: None,
+                slo,
+                chat: !raw,
             };
             bench_concurrency(&load(&model).await?, &load_spec, json).await
         }
@@ -426,6 +187,7 @@ async fn run(command: Command) -> Result<(), Error> {
             max_tokens,
             json,
             speculate,
+            raw,
             ..
         } => {
             let engine = load(&model).await?;
@@ -436,6 +198,7 @@ async fn run(command: Command) -> Result<(), Error> {
                 runs,
                 &prompt,
                 max_tokens,
+                !raw,
                 speculation.as_ref(),
                 json,
             )
@@ -444,8 +207,158 @@ async fn run(command: Command) -> Result<(), Error> {
     }
 }
 
+/// Run `command` against its endpoint, if it names one; otherwise hand it back.
+fn endpoint_run(command: Command) -> Result<Result<(), Error>, Box<Command>> {
+    let (endpoint, model) = match &command {
+        Command::Generate {
+            endpoint, model, ..
+        }
+        | Command::Bench {
+            endpoint, model, ..
+        } if endpoint.endpoint.is_some() => (endpoint, model),
+        _ => return Err(Box::new(command)),
+    };
+    let local_only = [
+        (model.quant != Quant::Stored, "--quant"),
+        (model.cpu_kernels.is_some(), "--cpu-kernels"),
+        (model.threads.is_some(), "--threads"),
+        (model.backend != BackendChoice::Cpu, "--backend"),
+    ];
+    if let Some((_, flag)) = local_only.iter().find(|(given, _)| *given) {
+        return Ok(Err(Error::Unsupported(format!(
+            "{flag} chooses how a local model runs; an endpoint's server decides that (drop {flag} \
+             or --endpoint)"
+        ))));
+    }
+    let tokenizer = match model.tokenizer.as_deref().map(counting_tokenizer) {
+        Some(Err(e)) => return Ok(Err(e)),
+        Some(Ok(t)) => Some(t),
+        None => None,
+    };
+    let target = remote::Target {
+        url: endpoint.endpoint.clone().unwrap_or_default(),
+        model: endpoint.endpoint_model.clone(),
+        key_env: endpoint.api_key_env.clone(),
+        stall: Duration::from_secs_f64(endpoint.endpoint_timeout),
+        tokenizer,
+    };
+    let speculating = |s: &SpeculateArgs| s.speculate.is_some();
+    Ok(match command {
+        Command::Generate { speculate, .. } | Command::Bench { speculate, .. }
+            if speculating(&speculate) =>
+        {
+            Err(Error::Unsupported(
+                "--speculate is how a local model decodes; an endpoint's server decides that"
+                    .into(),
+            ))
+        }
+        Command::Generate {
+            prompts: Some(_), ..
+        } => Err(Error::Unsupported(
+            "--prompts runs a local batch; to send many requests to an endpoint use bench \
+             --endpoint --concurrency N --prompts FILE"
+                .into(),
+        )),
+        Command::Generate {
+            prompt,
+            max_tokens,
+            temperature,
+            top_p,
+            seed,
+            reading_wpm,
+            json,
+            no_warmup,
+            raw,
+            ..
+        } => (|| {
+            let sampling = Sampling {
+                temperature,
+                top_p,
+                seed,
+            };
+            sampling.validate()?;
+            let request = remote_request(
+                prompt.unwrap_or_default(),
+                !raw,
+                max_tokens,
+                sampling,
+                false,
+            );
+            remote::generate(&target, &request, reading_wpm, no_warmup, json)
+        })(),
+        Command::Bench {
+            runs,
+            prompt,
+            max_tokens,
+            concurrency,
+            arrival,
+            prompts,
+            json,
+            slo,
+            duration,
+            ignore_eos,
+            raw,
+            ..
+        } => (|| {
+            let request = remote_request(prompt, !raw, max_tokens, Sampling::default(), ignore_eos);
+            let Some(levels) = concurrency else {
+                return remote::bench(&target, &request, runs as usize, json);
+            };
+            let prompts = match prompts {
+                Some(path) => read_prompts(&path)?,
+                None => DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect(),
+            };
+            let load = remote::Levels {
+                levels: levels.iter().map(|&n| n as usize).collect(),
+                arrival,
+                prompts,
+                duration: duration.map(Duration::from_secs_f64),
+                slo,
+            };
+            remote::bench_concurrency(target, &request, &load, json)
+        })(),
+        _ => unreachable!("only generate and bench name an endpoint"),
+    })
+}
+
+fn remote_request(
+    prompt: String,
+    chat: bool,
+    max_tokens: usize,
+    sampling: Sampling,
+    ignore_eos: bool,
+) -> crate::api::endpoint::EndpointRequest {
+    crate::api::endpoint::EndpointRequest {
+        prompt,
+        chat,
+        max_tokens,
+        sampling,
+        ignore_eos,
+    }
+}
+
+/// The tokenizer `--tokenizer` names for counting an endpoint's tokens: tokenizer.json,
+/// llama2.c's tokenizer.bin, or a GGUF's.
+fn counting_tokenizer(path: &Path) -> Result<Tokenizer, Error> {
+    let files = ModelFiles::from_path(path);
+    if let Ok(files) = &files
+        && matches!(files.format, ModelFormat::Gguf(_))
+    {
+        return files.embedded_tokenizer()?.ok_or_else(|| {
+            Error::BadTokenizer(format!("{} carries no tokenizer", path.display()))
+        });
+    }
+    let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    Tokenizer::from_bytes(&bytes)
+}
+
 async fn load(args: &ModelArgs) -> Result<Engine, Error> {
-    let files = ModelFiles::from_path(&args.model)?;
+    let Some(model) = &args.model else {
+        return Err(Error::Unsupported(
+            "give --model FILE (or --endpoint URL to meter a server)".into(),
+        ));
+    };
+    let files = ModelFiles::from_path(model)?;
     let read = |path: &Path| {
         std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
     };
@@ -453,7 +366,7 @@ async fn load(args: &ModelArgs) -> Result<Engine, Error> {
     let tokenizer = match &args.tokenizer {
         Some(path) => Some(read(path)?),
         None if matches!(files.format, ModelFormat::Gguf(_)) => None,
-        None => Some(read(&find_tokenizer(&args.model)?)?),
+        None => Some(read(&find_tokenizer(model)?)?),
     };
     let backend = match (args.cpu_kernels, args.backend) {
         (None, choice) => Backend::init(choice).await?,
@@ -540,7 +453,7 @@ async fn speculation(
             ));
         }
         let args = ModelArgs {
-            model: PathBuf::from(path),
+            model: Some(PathBuf::from(path)),
             tokenizer: None,
             quant,
             backend: model.backend,

@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::api::drive::{Level, LoadLevel, MeteredRun};
 use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions, Speculation};
 use crate::error::Error;
-use crate::meter::{DEFAULT_READING_WPM, LoadReport, Report, Slo, human_bytes};
+use crate::meter::{DEFAULT_READING_WPM, LoadReport, Report, Slo, Source, human_bytes};
 
 /// Where a run's events go.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -91,14 +91,21 @@ pub(super) fn table(r: &Report) -> String {
             c.stop_reason.map_or("-", |r| r.name()).replace('_', " ")
         ),
         format!("warm-up (apart): {} ms", fmt(c.warm_up_ms, 1)),
-        format!(
-            "TTFT {} ms = queue {} + tokenize {} + prefill {} (prefill {} tok/s)",
-            fmt(r.ttft_ms, 1),
-            fmt(r.queued_ms, 2),
-            fmt(r.tokenize_ms, 2),
-            fmt(r.prefill_ms, 1),
-            fmt(r.prefill_tps, 1)
-        ),
+        match c.source {
+            Source::Engine(_) => format!(
+                "TTFT {} ms = queue {} + tokenize {} + prefill {} (prefill {} tok/s)",
+                fmt(r.ttft_ms, 1),
+                fmt(r.queued_ms, 2),
+                fmt(r.tokenize_ms, 2),
+                fmt(r.prefill_ms, 1),
+                fmt(r.prefill_tps, 1)
+            ),
+            Source::Endpoint(_) => format!(
+                "TTFT {} ms from sending the request to the answer's first text (the server's \
+                 queue, tokenizing and prefill inside, and the network)",
+                fmt(r.ttft_ms, 1)
+            ),
+        },
         format!(
             "decode {} tok/s over {} ms; inter-token p50 {} p90 {} p99 {} max {} ms",
             fmt(r.decode_tps, 1),
@@ -189,12 +196,14 @@ pub(super) async fn bench(
     runs: usize,
     prompt: &str,
     max_tokens: usize,
+    chat: bool,
     speculation: Option<&Speculation>,
     json: bool,
 ) -> Result<(), Error> {
     let warm_up_ms = engine.warm_up().await?;
     let options = GenerateOptions {
         max_tokens,
+        chat,
         ..Default::default()
     };
     let mut reports = Vec::with_capacity(runs + 1);
@@ -205,14 +214,30 @@ pub(super) async fn bench(
     }
     // The first run is not counted: it compiles every kernel shape the timed runs meet.
     reports.remove(0);
+    let untimed = "one untimed run";
+    print_runs(&reports, warm_up_ms, untimed, speculation.is_some(), json);
+    Ok(())
+}
+
+/// `bench`'s runs: as JSON, or their conditions and each figure's median, min and max.
+pub(super) fn print_runs(
+    reports: &[Report],
+    warm_up_ms: f64,
+    untimed: &str,
+    speculation: bool,
+    json: bool,
+) {
     if json {
         println!("{}", serde_json::to_string_pretty(&reports).unwrap());
-        return Ok(());
+        return;
     }
-    let first = &reports[0].conditions;
-    println!("conditions: {}", first.summary());
+    let Some(first) = reports.first() else {
+        return;
+    };
+    println!("conditions: {}", first.conditions.summary());
     println!(
-        "runs: {runs} after a warm-up ({warm_up_ms:.1} ms, reported apart) and one untimed run"
+        "runs: {} after a warm-up ({warm_up_ms:.1} ms, reported apart) and {untimed}",
+        reports.len()
     );
     println!(
         "{:<16} {:>12} {:>12} {:>12}",
@@ -227,7 +252,15 @@ pub(super) async fn bench(
         ("GB/s", |r| r.effective_gb_per_s),
         ("total ms", |r| r.total_ms),
     ];
-    if speculation.is_some() {
+    if first.inter_chunk_ms.is_some() {
+        rows.push(("chunk gap p50 ms", |r| r.inter_chunk_ms.map(|p| p.p50)));
+    }
+    if first.server_timings.is_some() {
+        rows.push(("server tok/s", |r| {
+            r.server_timings.as_ref()?.predicted_per_second
+        }));
+    }
+    if speculation {
         rows.extend([
             (
                 "acceptance %",
@@ -242,6 +275,11 @@ pub(super) async fn bench(
     for (name, pick) in rows {
         let mut values: Vec<f64> = reports.iter().filter_map(pick).collect();
         values.sort_by(f64::total_cmp);
+        // An endpoint has no prefill or bandwidth of its own to show: those rows are left out.
+        let remote = matches!(first.conditions.source, Source::Endpoint(_));
+        if values.is_empty() && remote {
+            continue;
+        }
         if values.is_empty() {
             println!("{name:<16} {:>12} {:>12} {:>12}", "-", "-", "-");
             continue;
@@ -257,7 +295,6 @@ pub(super) async fn bench(
             values[values.len() - 1]
         );
     }
-    Ok(())
 }
 
 /// Run every prompt as its own sequence in one batch, writing events as `output` says.
@@ -357,6 +394,94 @@ pub(super) fn load_table(r: &LoadReport) -> String {
     .join("\n")
 }
 
+/// The lines above a load test's table: its conditions (`batch` says who batches), the warm-up,
+/// the objectives, and the columns.
+pub(super) fn print_level_header(report: &LoadReport, batch: &str, warm_up_ms: f64) {
+    let c = &report.conditions;
+    println!(
+        "conditions: {}, {} arrival, up to {} tokens a user, {}, {batch}",
+        c.source.describe(),
+        c.arrival,
+        c.max_tokens,
+        if c.sampling.temperature == 0.0 {
+            "greedy".to_string()
+        } else {
+            format!("T={} top-p={}", c.sampling.temperature, c.sampling.top_p)
+        },
+    );
+    if let Source::Endpoint(e) = &c.source {
+        println!(
+            "{}; inter-token latency shares a chunk's gap among its tokens",
+            e.token_counts.describe()
+        );
+    }
+    println!("warm-up (apart): {warm_up_ms:.1} ms; each level after an untimed run");
+    if let Some(slo) = c.slo {
+        println!(
+            "goodput: requests a second meeting {slo} (TPOT as vLLM's: after the first token)"
+        );
+    }
+    let mut columns = format!(
+        "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10} {:>13}",
+        "users",
+        "aggr tok/s",
+        "user tok/s p50",
+        "user min",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p99",
+        "x reading",
+        "wall ms",
+        "ceiling tok/s"
+    );
+    if c.slo.is_some() {
+        columns.push_str(&format!(" {:>9} {:>7}", "goodput/s", "good %"));
+    }
+    if matches!(c.source, Source::Endpoint(_)) {
+        columns.push_str(&format!(" {:>8} {:>12}", "failed", "server tok/s"));
+    }
+    println!("{columns}");
+}
+
+/// One level's row of the load test's table.
+pub(super) fn print_level_row(report: &LoadReport) {
+    let reading = report
+        .per_user_words_per_s_p50
+        .map(|w| w / (report.reading_wpm / 60.0));
+    let mut row = format!(
+        "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10} {:>13}",
+        report.users,
+        fmt(report.aggregate_tps, 1),
+        fmt(report.per_user_tps_p50, 1),
+        fmt(report.per_user_tps_min, 1),
+        fmt(report.ttft_ms_p50, 1),
+        fmt(report.ttft_ms_p99, 1),
+        fmt(report.itl_ms_p99, 2),
+        fmt(reading, 1),
+        fmt(report.wall_ms, 0),
+        fmt(report.products_alone.map(|p| p.tps), 1)
+    );
+    if let Some(g) = &report.goodput {
+        row.push_str(&format!(
+            " {:>9} {:>7}",
+            fmt(g.requests_per_s, 2),
+            format!("{:.0}", g.share * 100.0)
+        ));
+    }
+    if matches!(report.conditions.source, Source::Endpoint(_)) {
+        let failed = report.requests - report.requests_completed;
+        row.push_str(&format!(
+            " {:>8} {:>12}",
+            format!("{failed}/{}", report.requests),
+            fmt(report.server_tps_p50, 1)
+        ));
+    }
+    println!("{row}");
+    for (why, n) in &report.failures {
+        println!("      {n} failed: {why}");
+    }
+}
+
 /// A load test's settings.
 pub(super) struct Load {
     pub levels: Vec<usize>,
@@ -365,6 +490,8 @@ pub(super) struct Load {
     pub prompts: Vec<String>,
     pub max_tokens: usize,
     pub slo: Option<Slo>,
+    /// Prompts in the model's chat template (false: as they are).
+    pub chat: bool,
 }
 
 /// One load test level: `users` users, greedy, arriving as `load.arrival` says.
@@ -384,6 +511,7 @@ async fn load_level(
             prompts: load.prompts.clone(),
             options: GenerateOptions {
                 max_tokens,
+                chat: load.chat,
                 ..Default::default()
             },
             reading_wpm: DEFAULT_READING_WPM,
@@ -411,46 +539,12 @@ pub(super) async fn bench_concurrency(
         let report = level.report();
         if !json {
             if i == 0 {
-                let c = &report.conditions;
-                println!(
-                    "conditions: {}, {} arrival, up to {} tokens a user, greedy, batch limit {}",
-                    c.source.describe(),
-                    c.arrival,
-                    c.max_tokens,
-                    load.max_batch
-                        .map_or_else(|| "= users".to_string(), |n| n.to_string())
-                );
-                println!("warm-up (apart): {warm_up_ms:.1} ms; each level after an untimed run");
-                println!(
-                    "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10} {:>13}",
-                    "users",
-                    "aggr tok/s",
-                    "user tok/s p50",
-                    "user min",
-                    "TTFT p50",
-                    "TTFT p99",
-                    "ITL p99",
-                    "x reading",
-                    "wall ms",
-                    "ceiling tok/s"
-                );
+                let limit = load
+                    .max_batch
+                    .map_or_else(|| "= users".to_string(), |n| n.to_string());
+                print_level_header(&report, &format!("batch limit {limit}"), warm_up_ms);
             }
-            let reading = report
-                .per_user_words_per_s_p50
-                .map(|w| w / (report.reading_wpm / 60.0));
-            println!(
-                "{:>5} {:>11} {:>13} {:>13} {:>10} {:>10} {:>9} {:>9} {:>10} {:>13}",
-                report.users,
-                fmt(report.aggregate_tps, 1),
-                fmt(report.per_user_tps_p50, 1),
-                fmt(report.per_user_tps_min, 1),
-                fmt(report.ttft_ms_p50, 1),
-                fmt(report.ttft_ms_p99, 1),
-                fmt(report.itl_ms_p99, 2),
-                fmt(reading, 1),
-                fmt(report.wall_ms, 0),
-                fmt(report.products_alone.map(|p| p.tps), 1)
-            );
+            print_level_row(&report);
         }
         reports.push(report);
     }

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::api::endpoint::base_url;
 use crate::api::endpoint::stream::{StreamReader, error_message};
+use crate::api::endpoint::url::base_url;
 use crate::decode::{Event, Flow, Sampling};
-use crate::error::{Error, clip};
+use crate::error::{Error, clip, clip_to};
 use crate::loading::tokenizer::Tokenizer;
 use crate::meter::{EndpointInfo, LlamaTimings, Source, TokenCounts};
 
@@ -157,7 +157,11 @@ impl Endpoint {
                 self.base
             )
         } else {
-            format!("cannot reach {}: {}", self.base, clip(&e.to_string()))
+            format!(
+                "cannot reach {}: {}",
+                self.base,
+                clip_to(&e.to_string(), 240)
+            )
         }
     }
 
@@ -246,7 +250,7 @@ impl Endpoint {
                 .map_err(|e| {
                     Error::Endpoint(format!(
                         "the stream from {url} broke: {}",
-                        clip(&e.to_string())
+                        clip_to(&e.to_string(), 240)
                     ))
                 })?;
             // The time the bytes arrived, before any parsing.
@@ -289,7 +293,7 @@ fn http_failure(url: &str, status: u16, body: &str) -> String {
     let said = serde_json::from_str::<Value>(body)
         .ok()
         .and_then(|v| v.get("error").map(error_message))
-        .unwrap_or_else(|| clip(body.trim()));
+        .unwrap_or_else(|| clip_to(body.trim(), 240));
     let said = if said.is_empty() {
         String::new()
     } else {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::api::endpoint::{Endpoint, EndpointRequest};
+use crate::api::endpoint::client::{Endpoint, EndpointRequest};
 use crate::decode::{Arrival, Flow};
 use crate::loading::tokenizer::Tokenizer;
 use crate::meter::{BatchMeter, LoadConditions, LoadReport, Slo, TokenCounts};
@@ -38,7 +38,11 @@ pub async fn run_level(
         users: level.users,
         max_batch: None,
         arrival: match level.duration {
-            Some(d) => format!("{}, then closed loop for {:.0} s", level.arrival, d.as_secs_f64()),
+            Some(d) => format!(
+                "{}, then closed loop for {:.0} s",
+                level.arrival,
+                d.as_secs_f64()
+            ),
             None => level.arrival.to_string(),
         },
         max_tokens: level.request.max_tokens,

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::api::endpoint::sse::{SseEvent, SseParser};
 use crate::decode::{Event, StopReason};
-use crate::error::clip;
+use crate::error::{clip, clip_to};
 use crate::loading::tokenizer::Tokenizer;
 use crate::meter::{LlamaTimings, TokenCounts};
 
@@ -139,7 +139,7 @@ impl<'a> StreamReader<'a> {
             if e.event.as_deref() == Some("error") {
                 return Err(format!(
                     "the server reported an error mid-stream: {}",
-                    clip(data)
+                    clip_to(data, 240)
                 ));
             }
             self.read_chunk(chunk, t_ms, &mut read.events);
@@ -173,7 +173,10 @@ impl<'a> StreamReader<'a> {
             self.finish_reason = choice.finish_reason;
         }
         let delta = choice.delta.unwrap_or_default();
-        let reasoning = delta.reasoning_content.or(delta.reasoning).unwrap_or_default();
+        let reasoning = delta
+            .reasoning_content
+            .or(delta.reasoning)
+            .unwrap_or_default();
         let content = delta.content.or(choice.text).unwrap_or_default();
         for (text, is_reasoning) in [(reasoning, true), (content, false)] {
             if text.is_empty() {
@@ -274,7 +277,7 @@ pub fn error_message(error: &serde_json::Value) -> String {
         .map(str::to_string)
         .or_else(|| error.as_str().map(str::to_string))
         .unwrap_or_else(|| error.to_string());
-    clip(&text)
+    clip_to(&text, 240)
 }
 
 #[cfg(test)]
@@ -326,7 +329,10 @@ mod tests {
                 prompt_tokens,
                 output_tokens,
                 ..
-            } => assert_eq!((reason, prompt_tokens, output_tokens), (StopReason::MaxTokens, 7, 5)),
+            } => assert_eq!(
+                (reason, prompt_tokens, output_tokens),
+                (StopReason::MaxTokens, 7, 5)
+            ),
             e => panic!("{e:?}"),
         }
     }
@@ -343,7 +349,10 @@ mod tests {
             "\n\n"
         );
         let read = r.feed(s.as_bytes(), 1.0).unwrap();
-        assert_eq!(chunks(&read.events), vec![(1, "a", false), (3, "bcd", false)]);
+        assert_eq!(
+            chunks(&read.events),
+            vec![(1, "a", false), (3, "bcd", false)]
+        );
         assert_eq!(r.token_counts(), TokenCounts::ChunkUsage);
         assert!(!read.ended);
 
@@ -355,7 +364,10 @@ mod tests {
             "\n\n"
         );
         let read = r.feed(s.as_bytes(), 1.0).unwrap();
-        assert_eq!(chunks(&read.events), vec![(2, "hmm", true), (1, "ok", false)]);
+        assert_eq!(
+            chunks(&read.events),
+            vec![(2, "hmm", true), (1, "ok", false)]
+        );
         assert_eq!(r.token_counts(), TokenCounts::ChunkUsage);
         assert_eq!(r.text(), "ok");
         assert!(matches!(
@@ -377,11 +389,17 @@ mod tests {
         assert_eq!(e, "the server reported an error mid-stream: out of memory");
         let mut r = StreamReader::new(None);
         let e = r.feed(b"data: <html>\n\n", 1.0).unwrap_err();
-        assert!(e.starts_with("the stream sent <html> where a JSON chunk belongs"), "{e}");
+        assert!(
+            e.starts_with("the stream sent <html> where a JSON chunk belongs"),
+            "{e}"
+        );
         // Without counts of any kind, chunks are counted, and the done event says as many.
         let mut r = StreamReader::new(None);
-        r.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", 1.0)
-            .unwrap();
+        r.feed(
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+            1.0,
+        )
+        .unwrap();
         let read = r.finish(2.0).unwrap();
         assert!(!read.ended);
         assert_eq!(r.token_counts(), TokenCounts::Chunks);

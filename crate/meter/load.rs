@@ -1,0 +1,271 @@
+//! A batch's or load level's meter: every user's own [`Meter`], and the level's figures from
+//! them (the module's definitions, in meter/mod.rs).
+
+use serde::Serialize;
+
+use crate::decode::{Event, Sampling, StopReason};
+use crate::meter::goodput::{Goodput, RequestRecord, Slo};
+use crate::meter::products::Products;
+use crate::meter::run::{Conditions, Meter, Report};
+use crate::meter::source::Source;
+use crate::meter::stats::{percentiles, rate};
+
+/// The conditions of a batch or load test: the model's, and how the users came.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadConditions {
+    /// What produced the tokens (as in [`Conditions`]).
+    #[serde(flatten)]
+    pub source: Source,
+    pub users: usize,
+    /// The most sequences one step decodes; more users wait in a queue. Unknown for an endpoint
+    /// (its server decides).
+    pub max_batch: Option<usize>,
+    /// How requests arrived: `burst` (all at once), `poisson:R` (R a second on average) or
+    /// `gamma:R:S`.
+    pub arrival: String,
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    pub warm_up_ms: Option<f64>,
+    /// The service-level objectives goodput is counted against, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<Slo>,
+}
+
+impl LoadConditions {
+    /// The rows of a full step: every user, up to the batch limit.
+    pub fn batch_rows(&self) -> usize {
+        self.max_batch.unwrap_or(self.users).min(self.users)
+    }
+
+    /// One line for the top of a table or beside the figures.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}, {} users, {}{} arrival, up to {} tokens each, {}{}",
+            self.source.describe(),
+            self.users,
+            self.max_batch
+                .map_or_else(String::new, |n| format!("batch limit {n}, ")),
+            self.arrival,
+            self.max_tokens,
+            if self.sampling.temperature == 0.0 {
+                "greedy".to_string()
+            } else {
+                format!(
+                    "T={} top-p={}",
+                    self.sampling.temperature, self.sampling.top_p
+                )
+            },
+            match &self.source {
+                Source::Endpoint(e) => format!("; {}", e.token_counts.describe()),
+                Source::Engine(_) => String::new(),
+            }
+        )
+    }
+}
+
+/// The figures of a batch or load test (see the module's definitions), with their conditions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadReport {
+    pub conditions: LoadConditions,
+    pub summary: String,
+    pub users: usize,
+    /// Requests made: one a user, or more where users went on sending for a duration.
+    pub requests: usize,
+    /// Users whose request ended other than by cancel or failure.
+    pub requests_completed: usize,
+    /// Requests that failed (an endpoint's HTTP error, a broken stream), each message once with
+    /// how many had it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<(String, usize)>,
+    pub prompt_tokens: usize,
+    pub output_tokens: usize,
+    pub aggregate_tps: Option<f64>,
+    pub per_user_tps_p50: Option<f64>,
+    pub per_user_tps_min: Option<f64>,
+    /// Each user's words/s, median: compare with `reading_wpm / 60`.
+    pub per_user_words_per_s_p50: Option<f64>,
+    pub reading_wpm: f64,
+    /// Reading speed as a decode rate: the reader's words/s times the tokens per word the users'
+    /// text showed. A user decoding slower than this falls behind a reader.
+    pub reading_tps: Option<f64>,
+    /// Whether the median user's text came slower than a reader reads.
+    pub per_user_below_reading: Option<bool>,
+    pub ttft_ms_p50: Option<f64>,
+    pub ttft_ms_p99: Option<f64>,
+    pub itl_ms_p50: Option<f64>,
+    pub itl_ms_p99: Option<f64>,
+    pub wall_ms: Option<f64>,
+    /// The server's own decode rate (llama.cpp's `predicted_per_second`, the first token
+    /// counted), median across requests, where it reported one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_tps_p50: Option<f64>,
+    /// Goodput at the conditions' objectives, when they name any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<Goodput>,
+    /// The ceiling of this level's step (its [`LoadConditions::batch_rows`]), measured apart by the caller once the
+    /// level has run (`Engine::products_alone`); `None` until then, and on a GPU.
+    pub products_alone: Option<Products>,
+}
+
+/// Collects the events of many sequences (each with its own [`Meter`]) and turns them into a
+/// [`LoadReport`].
+#[derive(Debug, Clone)]
+pub struct BatchMeter {
+    conditions: LoadConditions,
+    reading_wpm: f64,
+    /// Per sequence id: when it was made on the test's clock, and its own meter.
+    users: Vec<Option<(f64, Meter)>>,
+    /// Per sequence id, why it failed, if it did.
+    failed: Vec<Option<String>>,
+}
+
+impl BatchMeter {
+    pub fn new(conditions: LoadConditions, reading_wpm: f64) -> Self {
+        Self {
+            conditions,
+            reading_wpm,
+            users: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+
+    /// Sequence `seq`'s request was made at `made_ms` on the test's clock.
+    pub fn arrive(&mut self, seq: usize, made_ms: f64) {
+        if self.users.len() <= seq {
+            self.users.resize(seq + 1, None);
+        }
+        let c = &self.conditions;
+        let mut conditions = Conditions::of(c.source.clone(), c.sampling, c.batch_rows());
+        conditions.warm_up_ms = c.warm_up_ms;
+        if let Source::Engine(info) = &c.source {
+            conditions.prompt_template = info.chat_template.clone();
+        }
+        self.users[seq] = Some((made_ms, Meter::new(conditions, self.reading_wpm)));
+    }
+
+    /// Sequence `seq`'s request failed, as `why` says (it counts as a request, never as good).
+    pub fn fail(&mut self, seq: usize, why: String) {
+        if self.failed.len() <= seq {
+            self.failed.resize(seq + 1, None);
+        }
+        self.failed[seq] = Some(why);
+    }
+
+    /// What produced the tokens, once the level has ended (where an endpoint's counts came from).
+    pub fn set_source(&mut self, source: Source) {
+        for (_, meter) in self.users.iter_mut().flatten() {
+            meter.set_source(source.clone());
+        }
+        self.conditions.source = source;
+    }
+
+    /// Sequence `seq`'s own meter, to set what only its source knows (the server's timings).
+    pub fn user_mut(&mut self, seq: usize) -> Option<&mut Meter> {
+        self.users.get_mut(seq)?.as_mut().map(|(_, m)| m)
+    }
+
+    /// An event of sequence `seq` (which must have arrived).
+    pub fn observe(&mut self, seq: usize, event: &Event) {
+        if let Some(Some((_, meter))) = self.users.get_mut(seq) {
+            meter.observe(event);
+        }
+    }
+
+    pub fn conditions(&self) -> &LoadConditions {
+        &self.conditions
+    }
+
+    /// Sequence `seq`'s own meter.
+    pub fn user(&self, seq: usize) -> Option<&Meter> {
+        self.users.get(seq)?.as_ref().map(|(_, m)| m)
+    }
+
+    pub fn report(&self) -> LoadReport {
+        let users: Vec<(f64, Report, &Meter)> = self
+            .users
+            .iter()
+            .flatten()
+            .map(|(made, m)| (*made, m.final_report(), m))
+            .collect();
+        let first_request = users.iter().map(|u| u.0).fold(f64::INFINITY, f64::min);
+        let last = |pick: &dyn Fn(&Meter) -> Option<f64>| {
+            users
+                .iter()
+                .filter_map(|(made, _, m)| pick(m).map(|t| made + t))
+                .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.max(t))))
+        };
+        let failed = |seq: usize| self.failed.get(seq).is_some_and(Option::is_some);
+        let last_token = last(&|m| m.token_times().last().copied());
+        let end = last(&|m| m.done_ms().or(m.token_times().last().copied()));
+        let output_tokens: usize = users.iter().map(|u| u.1.conditions.output_tokens).sum();
+        let per_user: Vec<f64> = users.iter().filter_map(|u| u.1.decode_tps).collect();
+        let words: Vec<f64> = users.iter().filter_map(|u| u.1.words_per_s).collect();
+        let ttft: Vec<f64> = users.iter().filter_map(|u| u.1.ttft_ms).collect();
+        let itl: Vec<f64> = users.iter().flat_map(|u| u.2.token_gaps()).collect();
+        let words_p50 = percentiles(&words).map(|p| p.p50);
+        let reader = self.reading_wpm / 60.0;
+        // Tokens per word over every user's text together.
+        let all_words: usize = users.iter().map(|u| u.1.words).sum();
+        let reading_tps = (all_words > 0).then(|| reader * output_tokens as f64 / all_words as f64);
+        let ttft_p = percentiles(&ttft);
+        let itl_p = percentiles(&itl);
+        let per_user_p = percentiles(&per_user);
+        let wall_ms = end.map(|t| t - first_request);
+        let records: Vec<RequestRecord> = self
+            .users
+            .iter()
+            .enumerate()
+            .filter_map(|(seq, u)| u.as_ref().map(|(_, m)| (seq, m.final_report())))
+            .map(|(seq, r)| RequestRecord {
+                completed: !failed(seq)
+                    && r.conditions
+                        .stop_reason
+                        .is_some_and(|r| r != StopReason::Cancelled),
+                ttft_ms: r.ttft_ms,
+                e2e_ms: r.total_ms,
+                output_tokens: r.conditions.output_tokens,
+            })
+            .collect();
+        let mut failures: Vec<(String, usize)> = Vec::new();
+        for why in self.failed.iter().flatten() {
+            match failures.iter_mut().find(|(w, _)| w == why) {
+                Some((_, n)) => *n += 1,
+                None => failures.push((why.clone(), 1)),
+            }
+        }
+        LoadReport {
+            summary: self.conditions.summary(),
+            conditions: self.conditions.clone(),
+            users: self.conditions.users,
+            requests: records.len(),
+            requests_completed: records.iter().filter(|r| r.completed).count(),
+            failures,
+            prompt_tokens: users.iter().map(|u| u.1.conditions.prompt_tokens).sum(),
+            output_tokens,
+            aggregate_tps: last_token.and_then(|t| rate(output_tokens, t - first_request)),
+            per_user_tps_p50: per_user_p.map(|p| p.p50),
+            per_user_tps_min: per_user.iter().copied().reduce(f64::min),
+            per_user_words_per_s_p50: words_p50,
+            reading_wpm: self.reading_wpm,
+            reading_tps,
+            per_user_below_reading: words_p50.map(|w| w < reader),
+            ttft_ms_p50: ttft_p.map(|p| p.p50),
+            ttft_ms_p99: ttft_p.map(|p| p.p99),
+            itl_ms_p50: itl_p.map(|p| p.p50),
+            itl_ms_p99: itl_p.map(|p| p.p99),
+            wall_ms,
+            server_tps_p50: percentiles(
+                &users
+                    .iter()
+                    .filter_map(|u| u.1.server_timings.as_ref()?.predicted_per_second)
+                    .collect::<Vec<f64>>(),
+            )
+            .map(|p| p.p50),
+            goodput: self
+                .conditions
+                .slo
+                .map(|slo| Goodput::new(slo, &records, wall_ms)),
+            products_alone: None,
+        }
+    }
+}
