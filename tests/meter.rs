@@ -401,3 +401,72 @@ fn a_ceiling_is_the_median_pass_as_tokens_bytes_and_multiply_adds_a_second() {
     assert_eq!(Products::new(1, &[], 1, 1), None);
     assert_eq!(Products::new(1, &[0.0, 0.0, 0.0], 1, 1), None);
 }
+
+fn endpoint_meter() -> Meter {
+    let source = tokenometer::meter::Source::Endpoint(tokenometer::meter::EndpointInfo {
+        endpoint: "http://127.0.0.1:8080/v1".into(),
+        model: "m".into(),
+        server: Some("llama.cpp".into()),
+        token_counts: tokenometer::meter::TokenCounts::FinalUsage,
+    });
+    Meter::new(Conditions::of(source, Sampling::default(), 1), 240.0)
+}
+
+fn chunk(tokens: usize, text: &str, t_ms: f64, reasoning: bool) -> Event {
+    Event::Chunk {
+        tokens,
+        text: text.into(),
+        t_ms,
+        reasoning,
+    }
+}
+
+#[test]
+fn an_endpoints_chunks_share_their_gaps_and_a_final_count_is_spread_over_them() {
+    // Three chunks 30 ms apart, counted one a chunk; the server's final usage says 7 tokens: the
+    // six after the first chunk's one are taken as three a chunk, so each token's gap is 10 ms.
+    let mut m = endpoint_meter();
+    for (i, t) in [100.0, 130.0, 160.0].into_iter().enumerate() {
+        m.observe(&chunk(1, &format!("w{i} "), t, false));
+    }
+    m.observe(&end(StopReason::Eos, 7, 170.0));
+    let r = m.final_report();
+    assert_eq!(r.conditions.output_tokens, 7);
+    assert_eq!(r.ttft_ms, Some(100.0));
+    assert_eq!(r.decode_ms, Some(60.0));
+    assert_eq!(r.decode_tps, Some(100.0)); // 6 tokens after the first over 60 ms
+    assert_eq!(r.inter_token_ms.unwrap().p50, 10.0);
+    assert_eq!(r.inter_chunk_ms.unwrap().p50, 30.0);
+    assert_eq!(
+        r.effective_gb_per_s, None,
+        "an endpoint's weight bytes are unknown"
+    );
+    assert!(
+        r.summary
+            .contains("m at http://127.0.0.1:8080/v1 (llama.cpp)"),
+        "{}",
+        r.summary
+    );
+    assert!(r.summary.contains("final usage"), "{}", r.summary);
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["conditions"]["endpoint"], "http://127.0.0.1:8080/v1");
+    assert!(json["conditions"].get("quant").is_none());
+}
+
+#[test]
+fn reasoning_counts_as_output_but_ttft_is_the_answers() {
+    let mut m = endpoint_meter();
+    m.observe(&chunk(3, "thinking", 50.0, true));
+    m.observe(&chunk(2, "", 60.0, false)); // a chunk with tokens but no text yet
+    m.observe(&chunk(1, "Yes", 80.0, false));
+    m.observe(&chunk(0, ".", 85.0, false)); // text a server held back: no tokens, no arrival
+    m.observe(&end(StopReason::Eos, 0, 90.0));
+    let r = m.final_report();
+    assert_eq!(r.conditions.output_tokens, 6);
+    assert_eq!(r.reasoning_tokens, 3);
+    assert_eq!(r.first_output_ms, Some(50.0));
+    assert_eq!(r.ttft_ms, Some(80.0));
+    assert_eq!(m.text(), "thinkingYes.");
+    // Per token: 10 ms shared by the chunk of two, 20 ms for the last: [5, 5, 20].
+    assert_eq!(m.token_gaps(), vec![5.0, 5.0, 20.0]);
+}

@@ -33,7 +33,11 @@ const MODELS = [
   { id: 'stories260K-gguf', label: 'stories260K GGUF Q8_0 (shipped, 0.5 MB, MIT, tokenizer inside)', model: 'models/stories260K/stories260K-q8_0.gguf' },
   { id: 'url', label: 'From a URL…' },
   { id: 'file', label: 'Local files…' },
+  { id: 'endpoint', label: 'An OpenAI-compatible endpoint…' },
 ];
+// Served by `tokenometer serve`, the page offers the server itself (start-up, below): the tokens
+// stream over HTTP from its engine, and the figures are this browser's own.
+const THIS_SERVER = { id: 'server', label: 'This server (tokenometer serve, over HTTP)' };
 const LISTED = MODELS.filter((m) => m.model);
 
 /** @param {string} id */
@@ -48,6 +52,7 @@ const el = {
   warmupText: $('warmup-text'), share: $('share'), shareUrl: $('share-url'), cacheList: $('cache-list'),
   clearCache: $('clear-cache'), cache: $('cache'), repeatSection: $('repeat-section'), chat: $('chat'),
   repeatRows: $('repeat-rows'), repeatN: $('repeat-n'), repeatConditions: $('repeat-conditions'),
+  endpointFields: $('endpoint-fields'), endpointUrl: $('endpoint-url'), endpointModel: $('endpoint-model'), endpointKey: $('endpoint-key'),
 };
 
 const wpm = () => Number(el.wpm.value) || 238;
@@ -63,7 +68,7 @@ document.documentElement.classList.toggle('stage', stage);
 })();
 $('stage-link').textContent = stage ? 'Leave presenter mode' : 'Presenter mode';
 // Served by `tokenometer serve`, the page shows the room: every user of that server, live.
-new RoomView($('room')).start();
+const servedByServe = new RoomView($('room')).start();
 const engine = new EngineClient();
 const view = new RunView($('run-view'), { wpm, pageOpen: true, label: 'The run' });
 const results = new ResultsTable($('results'));
@@ -86,6 +91,9 @@ const state = {
   modelTouched: false,
   /** what Share reproduces: the last experiment started */
   last: /** @type {'run' | 'repeat' | 'lanes' | null} */ (null),
+  /** the endpoint reached for the form's choice, and what it was reached for */
+  /** @type {{ key: string, endpoint: import('./protocol.js').Endpoint } | null} */
+  endpoint: null,
 };
 
 engine.onRestart = () => { state.warmUpMs = null; };
@@ -154,8 +162,32 @@ function spec({ model, backend, quant }, wanted = chosenThreads()) {
   return { ...s, backend, quant, threads, build, key: [...files, backend, quant, build, threads].join('|') };
 }
 
+/** The endpoint the form names (`server`: this page's own server), or null for a model in this tab. */
+function endpointChoice() {
+  if (el.model.value === THIS_SERVER.id) return { url: new URL('v1', location.href).href, model: '', key: '' };
+  if (el.model.value !== 'endpoint') return null;
+  if (!el.endpointUrl.value.trim()) throw new Error('enter the endpoint\'s URL (the API\'s base, such as http://127.0.0.1:8080/v1)');
+  return { url: el.endpointUrl.value.trim(), model: el.endpointModel.value.trim(), key: el.endpointKey.value };
+}
+
+/** Reach the form's endpoint (nothing to do if it was reached for the same URL, model and key). */
+async function ensureConnected(/** @type {{ url: string, model: string, key: string }} */ choice) {
+  const key = [choice.url, choice.model, choice.key].join('|');
+  if (state.endpoint?.key === key) return state.endpoint.endpoint;
+  setStatus('reaching the endpoint');
+  const endpoint = { ...(await engine.connect(choice)), key: choice.key || undefined };
+  state.endpoint = { key, endpoint };
+  state.warmUpMs = null;
+  view.setConditions(`${endpoint.model} at ${endpoint.base}${endpoint.server ? ` (${endpoint.server})` : ''}`);
+  setStatus('idle');
+  return endpoint;
+}
+
 /** Load the form's configuration in the main engine (nothing to do if it is loaded). */
 async function ensureLoaded() {
+  if (endpointChoice()) {
+    throw new Error('lanes and the concurrency lab run a model in this tab: choose one under Model (to drive concurrent streams against an endpoint, tokenometer bench --endpoint URL --concurrency 1,4,8 does)');
+  }
   const want = spec({ backend: el.backend.value, quant: el.quant.value });
   if (engine.loadedKey === want.key) return;
   setStatus('downloading');
@@ -200,21 +232,26 @@ function showProgress({ label, loaded, total, cached, uncached }) {
  */
 async function runOnce(signal) {
   const { prompt, options } = await settings();
+  const choice = endpointChoice();
+  const endpoint = choice ? await ensureConnected(choice) : null;
   view.clear(prompt);
-  // The queue starts once the model is ready: loading and warm-up are reported on their own.
-  const report = await engine.run(prompt, { ...options, requested_at: performance.timeOrigin + performance.now() }, {
+  const hooks = {
     signal,
     onEvents: (message) => {
       // The page's first token: from opening the page (navigation start) to the token on hand
       // here, with the engine's compile, the download, the load, the warm-up and the prefill.
-      if (!state.openToFirstShown && message.events.some((e) => e.event === 'token')) {
+      if (!state.openToFirstShown && message.events.some((e) => e.event === 'token' || e.event === 'chunk')) {
         state.openToFirstShown = true;
         view.setOpenToFirst(performance.now() / 1000);
       }
       view.update(message);
       if (message.report) view.setConditions(conditions(message.report));
     },
-  });
+  };
+  // The queue starts once the model is ready: loading and warm-up are reported on their own.
+  const report = endpoint
+    ? await engine.endpointRun(endpoint, prompt, options, hooks)
+    : await engine.run(prompt, { ...options, requested_at: performance.timeOrigin + performance.now() }, hooks);
   view.finish(report);
   view.setConditions(conditions(report));
   return report;
@@ -235,9 +272,14 @@ async function run() {
   const abort = new AbortController();
   state.abort = abort;
   try {
-    await ensureLoaded();
+    const choice = endpointChoice();
+    if (choice && el.speculate.value !== 'off') {
+      throw new Error('speculation is how a model in this tab decodes; an endpoint\'s server decides how it decodes (set Speculation to off)');
+    }
+    if (choice) await ensureConnected(choice);
+    else await ensureLoaded();
     // The draft model (the loaded model at q4) loads and warms up before the run, apart from it.
-    if (el.speculate.value === 'draft') await engine.draft(setStatus);
+    if (!choice && el.speculate.value === 'draft') await engine.draft(setStatus);
     if (repeats === 1) {
       setStatus('running');
       const report = await runOnce(abort.signal);
@@ -366,6 +408,12 @@ function shareUrl() {
   if (el.model.value === 'url') {
     params.set('model', el.modelUrl.value);
     if (el.tokenizerUrl.value) params.set('tokenizer', el.tokenizerUrl.value);
+  } else if (el.model.value === 'endpoint' || el.model.value === THIS_SERVER.id) {
+    // The endpoint and its model, never its key.
+    const choice = /** @type {{ url: string, model: string }} */ (endpointChoice());
+    params.set('endpoint', choice.url);
+    const model = choice.model || (state.endpoint?.endpoint.model ?? '');
+    if (model) params.set('endpoint_model', model);
   } else if (el.model.value !== 'file') {
     params.set('model', el.model.value);
   }
@@ -412,7 +460,11 @@ el.share.addEventListener('click', async () => {
 function applyPresets() {
   const params = new URLSearchParams(location.search);
   const model = params.get('model');
-  if (model && MODELS.some((m) => m.id === model)) {
+  if (params.has('endpoint')) {
+    el.model.value = 'endpoint';
+    el.endpointUrl.value = params.get('endpoint');
+    el.endpointModel.value = params.get('endpoint_model') || '';
+  } else if (model && MODELS.some((m) => m.id === model)) {
     el.model.value = model;
     offerPrompt();
   } else if (model) {
@@ -495,6 +547,7 @@ function applyPresets() {
 function showSourceFields() {
   el.urlFields.hidden = el.model.value !== 'url';
   el.fileFields.hidden = el.model.value !== 'file';
+  el.endpointFields.hidden = el.model.value !== 'endpoint';
 }
 
 // ---- the download cache -------------------------------------------------------------------
@@ -609,7 +662,8 @@ async function findFetchedModels() {
     if (answer instanceof Response && answer.ok) {
       const bytes = Number(answer.headers.get('Content-Length'));
       option.textContent = m.label.replace('(', `(local, ${formatBytes(bytes)}, `);
-      if (m.default && !new URLSearchParams(location.search).has('model') && !missing.length && !state.modelTouched) {
+      const params = new URLSearchParams(location.search);
+      if (m.default && !params.has('model') && !params.has('endpoint') && !missing.length && !state.modelTouched) {
         el.model.value = m.id;
         offerPrompt();
       }
@@ -629,6 +683,19 @@ el.model.value = 'stories260K';
 const autorun = applyPresets();
 showThreadsNote();
 const modelsFound = findFetchedModels();
+// Served by `tokenometer serve`: the server itself is a choice, and the page opens with it
+// unless the URL or the visitor chose otherwise (a phone in the room need not load a model).
+servedByServe.then(async (served) => {
+  if (!served) return;
+  const option = new Option(THIS_SERVER.label, THIS_SERVER.id);
+  el.model.add(option, 0);
+  await modelsFound;
+  const params = new URLSearchParams(location.search);
+  if (!params.has('model') && !params.has('endpoint') && !state.modelTouched && !state.running) {
+    el.model.value = THIS_SERVER.id;
+    showSourceFields();
+  }
+});
 Promise.all([engine.ready, modelsFound]).then(() => {
   setStatus('idle');
   if (autorun === 'run') run();

@@ -185,6 +185,36 @@ export class EngineClient {
   }
 
   /**
+   * Reach an OpenAI-compatible endpoint: its API's base, the model to ask for (the one named, or
+   * the first its /models lists) and the server's software where its headers say. No model loads.
+   * @param {import('./protocol.js').EndpointChoice} choice
+   * @returns {Promise<import('./protocol.js').Endpoint>}
+   */
+  async connect(choice) {
+    await this.ready;
+    const reply = await this.request({ type: 'connect', ...choice }, () => {}, (message) => message.type === 'connected');
+    return reply.endpoint;
+  }
+
+  /**
+   * Stream `prompt` from an endpoint (as `connect` gave it, with its key), metered by the engine as
+   * a local run is; `onEvents` hears each read's events with the report. Resolves to the final
+   * report (also when stopped).
+   * @param {import('./protocol.js').Endpoint} endpoint
+   * @param {string} prompt
+   * @param {object} options  crate/api/web/options.rs `RunOptions`
+   * @param {{ signal?: AbortSignal, onEvents?: (message: import('./protocol.js').Events) => void }} [hooks]
+   * @returns {Promise<any>}
+   */
+  async endpointRun(endpoint, prompt, options, hooks = {}) {
+    await this.ready;
+    const finished = await this.request({ type: 'endpoint-run', endpoint, prompt, options }, (message) => {
+      if (message.type === 'events') hooks.onEvents?.(message);
+    }, (message) => message.type === 'finished', hooks.signal);
+    return finished.report;
+  }
+
+  /**
    * Run a concurrency lab with the loaded model. Resolves to its final load report.
    * @param {object} options  crate/api/web/options.rs `LabOptions`
    * @param {{ signal?: AbortSignal, onEvents?: (message: import('./protocol.js').LabEvents) => void }} [hooks]

@@ -40,7 +40,11 @@
  * @typedef {{ type: 'spread', id: number, values: number[] }} SpreadRequest  the meter's median/min/max of repeated figures
  * @typedef {{ type: 'draft', id: number }} DraftRequest  load the draft model (the loaded model at q4) for `speculate: 'draft'`
  * @typedef {{ type: 'cancel', id: number }} CancelRequest  `id`: the run or lab to stop
- * @typedef {LoadRequest | RunRequest | LabRequest | SpreadRequest | DraftRequest | CancelRequest} Request
+ * @typedef {{ url: string, model?: string, key?: string }} EndpointChoice  an OpenAI-compatible server as the visitor named it (`key`: in memory only)
+ * @typedef {{ base: string, model: string, server: string | null, key?: string }} Endpoint  the same, reached: the API's base, the model asked for, the server's software
+ * @typedef {{ type: 'connect', id: number } & EndpointChoice} ConnectRequest  reach an endpoint (GET /models)
+ * @typedef {{ type: 'endpoint-run', id: number, endpoint: Endpoint, prompt: string, options: object }} EndpointRunRequest  stream one request from it, metered
+ * @typedef {LoadRequest | RunRequest | LabRequest | SpreadRequest | DraftRequest | CancelRequest | ConnectRequest | EndpointRunRequest} Request
  */
 
 /**
@@ -51,15 +55,16 @@
  * @typedef {{ type: 'status', id: number, status: string }} Status
  * @typedef {{ type: 'loaded', id: number, info: any, wasmMemoryBytes: number }} Loaded
  * @typedef {{ type: 'warmed', id: number, ms: number }} Warmed  the load request is done
- * @typedef {{ type: 'events', id: number, events: any[], report: any, word_ends: number[] }} Events  a run's events, in order
+ * @typedef {{ type: 'events', id: number, events: any[], report: any, word_ends: number[] }} Events  a run's events, in order (an endpoint's: `chunk` events, each with its tokens)
  * @typedef {{ type: 'finished', id: number, report: any }} Finished  the run is over (ended, or stopped): its final report
  * @typedef {{ type: 'lab-events', id: number, events: any[], users: any[] | null, report: any }} LabEvents
  * @typedef {{ type: 'lab-finished', id: number, report: any }} LabFinished
  * @typedef {{ type: 'spread', id: number, spread: { n: number, median: number, min: number, max: number } | null }} SpreadReply
  * @typedef {{ type: 'draft-loaded', id: number }} DraftLoaded  the draft model is loaded and warmed up
+ * @typedef {{ type: 'connected', id: number, endpoint: Endpoint }} Connected  the endpoint answered /models
  * @typedef {{ type: 'error', id?: number, message: string }} ErrorReply  the request failed; the worker is fine
  * @typedef {{ type: 'fatal', message: string }} Fatal  the engine trapped or lost its GPU: the worker must be replaced
- * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | DraftLoaded | ErrorReply | Fatal} Reply
+ * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | DraftLoaded | Connected | ErrorReply | Fatal} Reply
  */
 
 /**

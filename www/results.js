@@ -40,7 +40,8 @@ export function rowFromReport(report, source) {
   const c = report.conditions;
   return {
     time: new Date().toISOString(), source, model: c.model, parameters: c.parameters, quant: c.quant,
-    weight_bytes: c.weight_bytes, backend: c.backend, adapter: c.adapter, batch_size: c.batch_size,
+    // An endpoint's run: the server decides its quantization and backend; its URL is the adapter.
+    weight_bytes: c.weight_bytes, backend: c.backend ?? 'endpoint', adapter: c.adapter ?? c.endpoint, batch_size: c.batch_size,
     prompt_tokens: c.prompt_tokens, output_tokens: c.output_tokens, temperature: c.sampling.temperature,
     top_p: c.sampling.top_p, seed: c.sampling.seed, browser: browserName(), ttft_ms: report.ttft_ms,
     prefill_tps: report.prefill_tps, decode_tps: report.decode_tps, itl_p99_ms: report.inter_token_ms?.p99 ?? null,

@@ -132,6 +132,19 @@ export class RunView {
         // The live figure comes with the pump's report, so it belongs to the pump's last token.
         const live = report && i === events.length - 1 ? report.live_decode_tps : null;
         points.push({ t: event.t_ms, pos: event.pos, rate: gap !== null && gap > 0 ? 1000 / gap : null, live });
+      } else if (event.event === 'chunk') {
+        // An endpoint's chunk: its text, and its tokens (a chunk may carry several, or none yet).
+        this.text += event.text;
+        this.tokens.push({ text: event.text, t: event.t_ms });
+        if (this.readerStart === null) this.readerStart = performance.now();
+        if (event.tokens > 0) {
+          const points = this.points;
+          const last = points[points.length - 1];
+          const gap = last ? event.t_ms - last.t : null;
+          const live = report && i === events.length - 1 ? report.live_decode_tps : null;
+          const pos = (last?.pos ?? -1) + event.tokens;
+          points.push({ t: event.t_ms, pos, rate: gap !== null && gap > 0 ? (1000 * event.tokens) / gap : null, live });
+        }
       } else if (event.event === 'done') {
         this.trailing = event.trailing_text;
         this.text += event.trailing_text;

@@ -173,6 +173,100 @@ async function lab({ id, options }) {
   }
 }
 
+// ---- an OpenAI-compatible endpoint: fetched here, read and metered by the engine --------------
+
+// Endpoint requests in flight, by request id: a stop aborts the fetch at once (a read may be
+// waiting for bytes that come seconds apart).
+const aborts = new Map();
+/** @param {string | undefined} key */
+const authorization = (key) => (key ? { Authorization: `Bearer ${key}` } : {});
+/**
+ * A fetch that got no HTTP answer: the browser does not say whether nothing listened or CORS
+ * blocked it, so the sentence names both, and how each server allows this page's origin.
+ * @param {string} url
+ */
+const unreachable = (url) => `the browser could not reach ${url}: nothing answers there, or the server does not let pages from ${self.location.origin} read it (CORS). A server allows it by sending Access-Control-Allow-Origin: tokenometer serve --cors ${self.location.origin}; vLLM --allowed-origins '["${self.location.origin}"]'; Ollama OLLAMA_ORIGINS=${self.location.origin}; llama.cpp's llama-server sends it by default`;
+
+async function connect({ id, url, model, key }) {
+  await ready;
+  const { baseUrl, httpFailure } = await engine;
+  const base = baseUrl(url);
+  const listing = `${base}/models`;
+  let response;
+  try {
+    response = await fetch(listing, { headers: authorization(key) });
+  } catch {
+    throw new Error(unreachable(listing));
+  }
+  let name = model || null;
+  if (response.ok) {
+    const listed = await response.json().catch(() => null);
+    name = name || listed?.data?.[0]?.id || null;
+    if (!name) throw new Error(`${listing} lists no model; name one`);
+  } else if (!(response.status === 404 && name)) {
+    // Some servers have no /models; a named model does without it.
+    throw new Error(httpFailure(listing, response.status, await response.text()));
+  }
+  post({ type: 'connected', id, endpoint: { base, model: name, server: response.headers.get('server') } });
+}
+
+async function endpointRun({ id, endpoint, prompt, options }) {
+  await ready;
+  const { EndpointRun, httpFailure } = await engine;
+  phase = 'streaming from the endpoint';
+  const run = new EndpointRun(endpoint.base, endpoint.model, endpoint.server ?? undefined, prompt, options);
+  const abort = new AbortController();
+  aborts.set(id, abort);
+  if (cancelled.delete(id)) abort.abort();
+  // Times are from sending the request, taken as each read's bytes arrive (before they are read).
+  const start = performance.now();
+  const since = () => performance.now() - start;
+  try {
+    let response = null;
+    // Ask for each chunk's count; a server that refuses the fields (400) is asked again without.
+    for (const counts of [true, false]) {
+      if (abort.signal.aborted) break;
+      try {
+        response = await fetch(run.url(), {
+          method: 'POST', signal: abort.signal, body: run.body(counts),
+          headers: { 'Content-Type': 'application/json', ...authorization(endpoint.key) },
+        });
+      } catch (e) {
+        if (abort.signal.aborted) break;
+        throw new Error(unreachable(run.url()));
+      }
+      if (response.ok || (response.status !== 400 && response.status !== 422)) break;
+    }
+    if (response && !response.ok) throw new Error(httpFailure(run.url(), response.status, await response.text()));
+    const reader = response?.body?.getReader();
+    let ended = false;
+    while (reader && !abort.signal.aborted) {
+      let read;
+      try {
+        read = await reader.read();
+      } catch (e) {
+        if (abort.signal.aborted) break;
+        throw new Error(`the stream from ${run.url()} broke: ${e?.message ?? e}`);
+      }
+      const t = since();
+      const pumped = read.done ? run.finish(t, false) : run.feed(read.value, t);
+      post({ type: 'events', id, ...pumped });
+      if (pumped.done) {
+        ended = true;
+        break;
+      }
+    }
+    if (!ended) post({ type: 'events', id, ...run.finish(since(), true) });
+    reader?.cancel().catch(() => {});
+    post({ type: 'finished', id, report: run.report() });
+  } finally {
+    aborts.delete(id);
+    cancelled.delete(id);
+    run.free();
+    phase = 'idle';
+  }
+}
+
 // A Rust panic or a failed allocation traps the wasm instance, and a lost GPU device stays lost for
 // it: all are fatal, and the page starts a fresh worker. The engine leaves the cause of a trap in
 // `tokenometerFatalKind` / `tokenometerFatal` before it happens (the trap itself only says
@@ -210,11 +304,16 @@ self.onmessage = async ({ data }) => {
     else if (data.type === 'run') await run(data);
     else if (data.type === 'lab') await lab(data);
     else if (data.type === 'draft') await draft(data);
+    else if (data.type === 'connect') await connect(data);
+    else if (data.type === 'endpoint-run') await endpointRun(data);
     else if (data.type === 'spread') {
       await ready;
       const { spread } = await engine;
       post({ type: 'spread', id: data.id, spread: spread(Float64Array.from(data.values)) });
-    } else if (data.type === 'cancel') cancelled.add(data.id);
+    } else if (data.type === 'cancel') {
+      cancelled.add(data.id);
+      aborts.get(data.id)?.abort();
+    }
   } catch (e) {
     post({ ...failure(e), id: data.id });
   }

@@ -280,12 +280,12 @@ impl Tokenizer {
             .unwrap_or("(none)");
         // llama.cpp's split rules for these names (llama-vocab.cpp): GPT-2's regex, and for the
         // StarCoder family each digit on its own first. The same as these models' tokenizer.json.
-        let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false,
-                                "trim_offsets": true, "use_regex": true});
+        let byte_level = template(GGUF_BYTE_LEVEL);
         let pre_tokenizer = match pre {
             "gpt-2" => byte_level,
-            "starcoder" | "smollm" | "refact" => json!({"type": "Sequence", "pretokenizers": [
-                {"type": "Digits", "individual_digits": true}, byte_level]}),
+            "starcoder" | "smollm" | "refact" => {
+                json!({"type": "Sequence", "pretokenizers": [template(GGUF_DIGITS), byte_level]})
+            }
             other => {
                 return Err(bad(format!(
                     "splits text by rules {other:?} (tokenizer.ggml.pre); this engine follows \
@@ -317,17 +317,11 @@ impl Tokenizer {
                        "rstrip": false, "normalized": false, "special": *t == 3})
             })
             .collect();
-        let json = json!({
-            "version": "1.0", "truncation": null, "padding": null,
-            "added_tokens": added, "normalizer": null,
-            "pre_tokenizer": pre_tokenizer, "post_processor": null,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true,
-                        "use_regex": true},
-            "model": {"type": "BPE", "dropout": null, "unk_token": null,
-                "continuing_subword_prefix": null, "end_of_word_suffix": null,
-                "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-                "vocab": vocab, "merges": merges}
-        });
+        let mut json = template(GGUF_TOKENIZER_JSON);
+        json["added_tokens"] = serde_json::Value::Array(added);
+        json["pre_tokenizer"] = pre_tokenizer;
+        json["model"]["vocab"] = serde_json::Value::Object(vocab);
+        json["model"]["merges"] = serde_json::Value::Array(merges);
         let inner = library("the GGUF tokenizer does not convert", || {
             tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
         })?;
@@ -635,31 +629,61 @@ fn llama2c_to_tokenizer_json(pieces: &[(String, f32)]) -> serde_json::Value {
             merges.push(json!([l, r]));
         }
     }
-    let special = |id: usize, content: &str| {
-        json!({"id": id, "content": content, "single_word": false, "lstrip": false,
-               "rstrip": false, "normalized": false, "special": true})
-    };
-    json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [special(0, "<unk>"), special(1, "<s>"), special(2, "</s>")],
-        "normalizer": {"type": "Sequence", "normalizers": [
-            {"type": "Prepend", "prepend": "▁"},
-            {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
-        "pre_tokenizer": null,
-        "post_processor": {"type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
-        "decoder": {"type": "Sequence", "decoders": [
-            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
-            {"type": "ByteFallback"}, {"type": "Fuse"},
-            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
-        "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>",
-            "continuing_subword_prefix": null, "end_of_word_suffix": null,
-            "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
-            "vocab": vocab, "merges": merges}
-    })
+    let mut json = template(LLAMA2C_TOKENIZER_JSON);
+    json["model"]["vocab"] = serde_json::Value::Object(vocab);
+    json["model"]["merges"] = serde_json::Value::Array(merges);
+    json
 }
+
+/// A JSON document written as text (a template below). Kept as text and parsed rather than written
+/// as `json!` literals, which compiled to about 16 kB of the page's wasm for the llama2.c one alone
+/// (twiggy); from bytes, as every JSON this crate reads, so the wasm holds one JSON reader.
+fn template(text: &str) -> serde_json::Value {
+    serde_json::from_slice(text.as_bytes()).expect("the template is JSON")
+}
+
+/// A GGUF's byte-level tokenizer.json (llama.cpp's `gpt2` model) but its added tokens, split
+/// rules, vocabulary and merges.
+const GGUF_TOKENIZER_JSON: &str = r#"{
+  "version": "1.0", "truncation": null, "padding": null,
+  "added_tokens": [], "normalizer": null, "pre_tokenizer": null, "post_processor": null,
+  "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+  "model": {"type": "BPE", "dropout": null, "unk_token": null,
+    "continuing_subword_prefix": null, "end_of_word_suffix": null,
+    "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+    "vocab": {}, "merges": []}
+}"#;
+/// GPT-2's split rules.
+const GGUF_BYTE_LEVEL: &str =
+    r#"{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}"#;
+/// StarCoder's: each digit on its own first.
+const GGUF_DIGITS: &str = r#"{"type": "Digits", "individual_digits": true}"#;
+
+/// Everything of a llama2.c vocabulary's tokenizer.json but its vocabulary and merges.
+const LLAMA2C_TOKENIZER_JSON: &str = r#"{
+  "version": "1.0",
+  "truncation": null,
+  "padding": null,
+  "added_tokens": [
+    {"id": 0, "content": "<unk>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+    {"id": 1, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+    {"id": 2, "content": "</s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}
+  ],
+  "normalizer": {"type": "Sequence", "normalizers": [
+    {"type": "Prepend", "prepend": "▁"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+  "pre_tokenizer": null,
+  "post_processor": {"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+    "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+             {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+    "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+  "decoder": {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+  "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>",
+    "continuing_subword_prefix": null, "end_of_word_suffix": null,
+    "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+    "vocab": {}, "merges": []}
+}"#;

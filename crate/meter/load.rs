@@ -181,20 +181,24 @@ impl BatchMeter {
     }
 
     pub fn report(&self) -> LoadReport {
-        let users: Vec<(f64, Report, &Meter)> = self
+        // Each user's request: when it was made, its report, its meter, and whether it failed.
+        let users: Vec<(f64, Report, &Meter, bool)> = self
             .users
             .iter()
-            .flatten()
-            .map(|(made, m)| (*made, m.final_report(), m))
+            .enumerate()
+            .filter_map(|(seq, u)| {
+                let (made, m) = u.as_ref()?;
+                let failed = self.failed.get(seq).is_some_and(Option::is_some);
+                Some((*made, m.final_report(), m, failed))
+            })
             .collect();
         let first_request = users.iter().map(|u| u.0).fold(f64::INFINITY, f64::min);
         let last = |pick: &dyn Fn(&Meter) -> Option<f64>| {
             users
                 .iter()
-                .filter_map(|(made, _, m)| pick(m).map(|t| made + t))
+                .filter_map(|(made, _, m, _)| pick(m).map(|t| made + t))
                 .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.max(t))))
         };
-        let failed = |seq: usize| self.failed.get(seq).is_some_and(Option::is_some);
         let last_token = last(&|m| m.token_times().last().copied());
         let end = last(&|m| m.done_ms().or(m.token_times().last().copied()));
         let output_tokens: usize = users.iter().map(|u| u.1.conditions.output_tokens).sum();
@@ -211,13 +215,10 @@ impl BatchMeter {
         let itl_p = percentiles(&itl);
         let per_user_p = percentiles(&per_user);
         let wall_ms = end.map(|t| t - first_request);
-        let records: Vec<RequestRecord> = self
-            .users
+        let records: Vec<RequestRecord> = users
             .iter()
-            .enumerate()
-            .filter_map(|(seq, u)| u.as_ref().map(|(_, m)| (seq, m.final_report())))
-            .map(|(seq, r)| RequestRecord {
-                completed: !failed(seq)
+            .map(|(_, r, _, failed)| RequestRecord {
+                completed: !failed
                     && r.conditions
                         .stop_reason
                         .is_some_and(|r| r != StopReason::Cancelled),

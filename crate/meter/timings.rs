@@ -12,12 +12,10 @@
 //!   (tokens after the first over the same span) times `predicted_n / (predicted_n - 1)`, 1.6%
 //!   higher at 64 tokens.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The `timings` object, as llama.cpp's server writes it (a rate is `null` where its time is 0).
-/// Read leniently from a server (a missing field is 0 or `null`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LlamaTimings {
     pub prompt_n: usize,
     pub prompt_ms: f64,
@@ -27,12 +25,6 @@ pub struct LlamaTimings {
     pub predicted_ms: f64,
     pub predicted_per_token_ms: Option<f64>,
     pub predicted_per_second: Option<f64>,
-}
-
-impl Default for LlamaTimings {
-    fn default() -> Self {
-        LlamaTimings::new(0, 0.0, 0, 0.0)
-    }
 }
 
 impl LlamaTimings {

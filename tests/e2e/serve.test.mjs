@@ -73,3 +73,51 @@ test('served by tokenometer serve, presenter mode shows the room from the server
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('served by tokenometer serve, the page runs on this server over HTTP with this browser\'s own figures', async () => {
+  const prompt = 'What is a token?';
+  const { page, errors } = await openPage(browser, `${base}/?prompt=${encodeURIComponent(prompt)}&max=24`);
+  // The server is offered, and chosen: a phone in the room need not load a model.
+  await page.waitForFunction(() => document.querySelector('[data-testid=model]').value === 'server', null, { timeout: 60_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 60_000 });
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+  const view = page.locator('#run-view');
+  // The text is the API's own greedy answer to the same message.
+  const direct = await (await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: prompt }], max_tokens: 24, temperature: 0 }),
+  })).json();
+  const answer = direct.choices[0].message.content;
+  assert.ok(answer.length > 10, answer);
+  assert.equal(await view.getByTestId('output').textContent(), `${prompt}${answer}`);
+  const conditions = await view.getByTestId('conditions').textContent();
+  for (const part of [`at ${base}/v1 (tokenometer/`, 'tokens counted by the server, chunk by chunk', 'output 24 tok']) {
+    assert.ok(conditions.includes(part), `conditions show ${part}: ${conditions}`);
+  }
+  for (const id of ['metric-ttft-ms', 'metric-decode-tps']) {
+    const value = Number((await view.getByTestId(id).textContent()).trim());
+    assert.ok(value > 0, `${id}: ${value}`);
+  }
+  // Share names the endpoint and its model, never a key.
+  await page.getByTestId('model').selectOption('endpoint');
+  await page.getByTestId('endpoint-url').fill(`${base}/v1`);
+  await page.getByTestId('endpoint-key').fill('sekret-key');
+  await page.getByTestId('share').click();
+  const shared = new URL(await page.getByTestId('share-url').inputValue());
+  assert.equal(shared.searchParams.get('endpoint'), `${base}/v1`);
+  assert.ok(!shared.href.includes('sekret'), shared.href);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('an endpoint the browser cannot reach is one sentence that names CORS and each server\'s switch', async () => {
+  const { page } = await openPage(browser, `${base}/?endpoint=${encodeURIComponent('http://127.0.0.1:9/v1')}&autorun=1`);
+  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'error', null, { timeout: 60_000 });
+  const error = await page.getByTestId('error').textContent();
+  for (const part of ['could not reach http://127.0.0.1:9/v1/models', 'CORS', 'tokenometer serve --cors', 'OLLAMA_ORIGINS']) {
+    assert.ok(error.includes(part), `${part}: ${error}`);
+  }
+  await page.close();
+});

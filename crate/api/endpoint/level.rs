@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::api::endpoint::client::{Endpoint, EndpointRequest};
+use crate::api::endpoint::client::Endpoint;
+use crate::api::endpoint::request::EndpointRequest;
 use crate::decode::{Arrival, Flow};
 use crate::loading::tokenizer::Tokenizer;
 use crate::meter::{BatchMeter, LoadConditions, LoadReport, Slo, TokenCounts};

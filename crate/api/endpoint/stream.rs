@@ -8,7 +8,7 @@
 //! `timings_per_token` a cumulative `timings.predicted_n`), the final `usage`, the model's
 //! tokenizer over the chunks' text when the user gave it, else one token a chunk.
 
-use serde::Deserialize;
+use serde_json::Value;
 
 use crate::api::endpoint::sse::{SseEvent, SseParser};
 use crate::decode::{Event, StopReason};
@@ -16,40 +16,74 @@ use crate::error::{clip, clip_to};
 use crate::loading::tokenizer::Tokenizer;
 use crate::meter::{LlamaTimings, TokenCounts};
 
-/// What one chunk's JSON says, read leniently: every field may be absent.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+/// What one chunk's JSON says, read leniently: every field may be absent, and one of the wrong
+/// type counts as absent. Read from a `serde_json::Value` by hand: derived readers for these
+/// shapes added 26 kB (gzipped) to the page's wasm, past its size budget.
+#[derive(Debug, Default)]
 struct Chunk {
-    choices: Vec<ChunkChoice>,
+    /// Whether `choices` had any (OpenAI's usage chunk has none).
+    has_choices: bool,
+    choice: ChunkChoice,
     usage: Option<ChunkUsage>,
     timings: Option<LlamaTimings>,
-    error: Option<serde_json::Value>,
+    /// An error object's message.
+    error: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Default)]
 struct ChunkChoice {
-    delta: Option<Delta>,
-    /// `/v1/completions` streams `text` instead of a delta.
-    text: Option<String>,
+    /// `delta.content`, or `/v1/completions`'s `text`.
+    content: Option<String>,
+    /// `delta.reasoning_content` (DeepSeek's, vLLM's and llama.cpp's name for a thinking model's
+    /// reasoning) or `delta.reasoning` (OpenRouter's and newer vLLM's).
+    reasoning: Option<String>,
     finish_reason: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Delta {
-    content: Option<String>,
-    /// DeepSeek's, vLLM's and llama.cpp's name for a thinking model's reasoning...
-    reasoning_content: Option<String>,
-    /// ...and OpenRouter's and newer vLLM's.
-    reasoning: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Copy, Default)]
 struct ChunkUsage {
     prompt_tokens: usize,
     completion_tokens: usize,
+}
+
+impl Chunk {
+    fn read(v: &Value) -> Chunk {
+        let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
+        let count = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(0) as usize;
+        let ms = |v: &Value, key: &str| v.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+        let choices = v.get("choices").and_then(Value::as_array);
+        let choice = choices
+            .and_then(|c| c.first())
+            .map_or_else(ChunkChoice::default, |c| {
+                let delta = c.get("delta").unwrap_or(&Value::Null);
+                ChunkChoice {
+                    content: text(delta, "content").or_else(|| text(c, "text")),
+                    reasoning: text(delta, "reasoning_content")
+                        .or_else(|| text(delta, "reasoning")),
+                    finish_reason: text(c, "finish_reason"),
+                }
+            });
+        Chunk {
+            has_choices: choices.is_some_and(|c| !c.is_empty()),
+            choice,
+            usage: v
+                .get("usage")
+                .filter(|u| u.is_object())
+                .map(|u| ChunkUsage {
+                    prompt_tokens: count(u, "prompt_tokens"),
+                    completion_tokens: count(u, "completion_tokens"),
+                }),
+            timings: v.get("timings").filter(|t| t.is_object()).map(|t| {
+                LlamaTimings::new(
+                    count(t, "prompt_n"),
+                    ms(t, "prompt_ms"),
+                    count(t, "predicted_n"),
+                    ms(t, "predicted_ms"),
+                )
+            }),
+            error: v.get("error").filter(|e| !e.is_null()).map(error_message),
+        }
+    }
 }
 
 /// A stream being read: its parser, its counts so far, and what its end will report.
@@ -124,17 +158,16 @@ impl<'a> StreamReader<'a> {
             if data.is_empty() {
                 continue;
             }
-            let chunk: Chunk = serde_json::from_str(data).map_err(|err| {
+            // From bytes, as the tokenizer loader reads JSON: one copy of the reader in the wasm.
+            let value: Value = serde_json::from_slice(data.as_bytes()).map_err(|err| {
                 format!(
                     "the stream sent {} where a JSON chunk belongs ({err})",
                     clip(data)
                 )
             })?;
-            if let Some(error) = chunk.error.as_ref().filter(|e| !e.is_null()) {
-                return Err(format!(
-                    "the server reported an error mid-stream: {}",
-                    error_message(error)
-                ));
+            let chunk = Chunk::read(&value);
+            if let Some(error) = &chunk.error {
+                return Err(format!("the server reported an error mid-stream: {error}"));
             }
             if e.event.as_deref() == Some("error") {
                 return Err(format!(
@@ -154,30 +187,23 @@ impl<'a> StreamReader<'a> {
             .usage
             .map(|u| u.completion_tokens)
             .or(chunk.timings.as_ref().map(|t| t.predicted_n));
-        if chunk.choices.is_empty() {
-            // OpenAI's usage chunk: no choices, the whole request's counts.
-            if chunk.usage.is_some() {
-                self.final_usage = chunk.usage;
-            }
-        } else if let Some(usage) = chunk.usage {
-            // A usage on a chunk with choices: the counts so far (the last one is the total).
-            self.final_usage = Some(usage);
+        // OpenAI's usage chunk (no choices) has the whole request's counts; a usage on a chunk
+        // with choices, the counts so far (the last one is the total).
+        if chunk.usage.is_some() {
+            self.final_usage = chunk.usage;
         }
         if chunk.timings.is_some() {
             self.timings = chunk.timings;
         }
-        let Some(choice) = chunk.choices.into_iter().next() else {
+        if !chunk.has_choices {
             return;
-        };
+        }
+        let choice = chunk.choice;
         if choice.finish_reason.is_some() {
             self.finish_reason = choice.finish_reason;
         }
-        let delta = choice.delta.unwrap_or_default();
-        let reasoning = delta
-            .reasoning_content
-            .or(delta.reasoning)
-            .unwrap_or_default();
-        let content = delta.content.or(choice.text).unwrap_or_default();
+        let reasoning = choice.reasoning.unwrap_or_default();
+        let content = choice.content.unwrap_or_default();
         for (text, is_reasoning) in [(reasoning, true), (content, false)] {
             if text.is_empty() {
                 continue;

@@ -6,39 +6,32 @@
 /// that a key never travels in a URL that reports print.
 pub fn base_url(url: &str) -> Result<String, String> {
     let url = url.trim();
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| {
-            format!(
-                "{}: give the endpoint as http://HOST:PORT or https://HOST/... (the API's base, \
-                 such as http://127.0.0.1:8080/v1)",
-                crate::error::clip(url)
-            )
-        })?;
-    let scheme = &url[..url.len() - rest.len()];
-    if rest.contains(['?', '#']) {
-        return Err(
-            "the endpoint URL has a query or fragment; give only its base (.../v1)".to_string(),
-        );
-    }
+    // One sentence for every way a URL can be wrong (one message keeps the page's wasm smaller).
+    let bad = || {
+        format!(
+            "{}: give the endpoint as http://HOST:PORT/v1 or https://HOST/... (the API's base, with \
+             no credentials, query or fragment: a key goes in the environment variable \
+             --api-key-env names, or the page's key field)",
+            crate::error::clip(url)
+        )
+    };
+    let (scheme, rest) = ["http://", "https://"]
+        .into_iter()
+        .find_map(|scheme| Some((scheme, url.strip_prefix(scheme)?)))
+        .ok_or_else(bad)?;
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    if host.is_empty() || host.contains('@') || host.contains(char::is_whitespace) {
-        return Err(format!(
-            "{:?} is not a host (a key belongs in the environment variable --api-key-env \
-             names, never in the URL)",
-            crate::error::clip(host)
-        ));
+    if host.is_empty() || rest.contains(['?', '#', '@']) || rest.contains(char::is_whitespace) {
+        return Err(bad());
     }
     let mut path = path.trim_end_matches('/');
-    for suffix in ["/chat/completions", "/completions", "/models"] {
-        if let Some(p) = path.strip_suffix(suffix) {
-            path = p;
-            break;
+    for suffix in ["chat/completions", "completions", "models"] {
+        match path.strip_suffix(suffix) {
+            Some(p) if p.is_empty() || p.ends_with('/') => {
+                path = p.trim_end_matches('/');
+                break;
+            }
+            _ => {}
         }
-    }
-    if path == "chat/completions" || path == "completions" {
-        path = "";
     }
     let path = if path.is_empty() { "v1" } else { path };
     Ok(format!("{scheme}{host}/{path}"))
@@ -60,6 +53,8 @@ mod tests {
             ),
             ("https://host/openai/v1", "https://host/openai/v1"),
             (" http://[::1]:9/v1/models ", "http://[::1]:9/v1"),
+            ("http://h/my/completions2", "http://h/my/completions2"),
+            ("http://h/mycompletions", "http://h/mycompletions"),
         ] {
             assert_eq!(base_url(typed).unwrap(), base, "{typed}");
         }

@@ -1,0 +1,161 @@
+//! A run against an OpenAI-compatible endpoint, for the page: the worker fetches in JavaScript
+//! (the browser's fetch and its streams) and hands each read's bytes here with the time they
+//! arrived; the stream reader and the meter are the CLI's (crate/api/endpoint), so the page shows
+//! the same figures as `generate --endpoint`.
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use crate::api::endpoint::request::{EndpointRequest, http_failure};
+use crate::api::endpoint::stream::StreamReader;
+use crate::api::web::js::{js_error, to_js};
+use crate::api::web::options::RunOptions;
+use crate::decode::{Event, Sampling};
+use crate::meter::{Conditions, EndpointInfo, Meter, Source, TokenCounts, word_ends_utf16};
+
+/// One request to an endpoint in progress: fed the stream's bytes as they arrive.
+#[wasm_bindgen]
+pub struct EndpointRun {
+    /// The endpoint as the conditions name it (its counts' source set when the stream ends).
+    info: EndpointInfo,
+    request: EndpointRequest,
+    reader: StreamReader<'static>,
+    meter: Meter,
+    done: bool,
+}
+
+#[derive(Serialize)]
+struct Pumped<'a> {
+    events: &'a [Event],
+    report: crate::meter::Report,
+    word_ends: Vec<usize>,
+    done: bool,
+}
+
+#[wasm_bindgen]
+impl EndpointRun {
+    /// A run of `prompt` against the API at `base` (as `baseUrl` gives it), asking for `model`;
+    /// `server`: the server's software if its headers said; `options`: a run's options (max
+    /// tokens, temperature, top-p, seed, chat, reading speed).
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        base: String,
+        model: String,
+        server: Option<String>,
+        prompt: String,
+        options: JsValue,
+    ) -> Result<EndpointRun, JsError> {
+        let options: RunOptions = if options.is_undefined() || options.is_null() {
+            RunOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options).map_err(js_error)?
+        };
+        let sampling = Sampling {
+            temperature: options.temperature,
+            top_p: options.top_p,
+            seed: options.seed,
+        };
+        sampling.validate().map_err(js_error)?;
+        let request = EndpointRequest {
+            prompt,
+            chat: options.chat,
+            max_tokens: options.max_tokens,
+            sampling,
+            ignore_eos: false,
+        };
+        let info = EndpointInfo {
+            endpoint: base,
+            model,
+            server,
+            token_counts: TokenCounts::Chunks,
+        };
+        let source = Source::Endpoint(info.clone());
+        Ok(EndpointRun {
+            info,
+            request,
+            reader: StreamReader::new(None),
+            meter: Meter::new(Conditions::of(source, sampling, 1), options.reading_wpm),
+            done: false,
+        })
+    }
+
+    /// Where to POST.
+    pub fn url(&self) -> String {
+        format!("{}/{}", self.info.endpoint, self.request.path())
+    }
+
+    /// The request's JSON body; `counts`: ask for each chunk's count (a server that refuses the
+    /// fields, with 400, is asked again without).
+    pub fn body(&self, counts: bool) -> String {
+        self.request.body(&self.info.model, counts)
+    }
+
+    /// The stream's bytes that arrived at `t_ms` (since the request was sent): `{ events, report,
+    /// word_ends, done }`, as a local run's pump. An error mid-stream is an error here.
+    pub fn feed(&mut self, bytes: &[u8], t_ms: f64) -> Result<JsValue, JsError> {
+        let read = self.reader.feed(bytes, t_ms).map_err(js_error)?;
+        let mut events = read.events;
+        if read.ended {
+            events.push(self.end(t_ms, false));
+        }
+        Ok(self.pumped(&events, t_ms))
+    }
+
+    /// The stream closed (or the visitor stopped it, `cancelled`) at `t_ms`: what was left, and
+    /// the done event.
+    pub fn finish(&mut self, t_ms: f64, cancelled: bool) -> Result<JsValue, JsError> {
+        let mut events = Vec::new();
+        if !self.done {
+            if !cancelled {
+                events = self.reader.finish(t_ms).map_err(js_error)?.events;
+            }
+            events.push(self.end(t_ms, cancelled));
+        }
+        Ok(self.pumped(&events, t_ms))
+    }
+
+    /// The meter's report as of now (the final one once the run is done).
+    pub fn report(&self) -> JsValue {
+        to_js(&self.meter.final_report())
+    }
+
+    fn end(&mut self, t_ms: f64, cancelled: bool) -> Event {
+        self.done = true;
+        let done = self.reader.done_event(t_ms, cancelled);
+        self.info.token_counts = self.reader.token_counts();
+        self.meter.set_source(Source::Endpoint(self.info.clone()));
+        self.meter
+            .set_server_timings(self.reader.server_timings().cloned());
+        done
+    }
+
+    fn pumped(&mut self, events: &[Event], t_ms: f64) -> JsValue {
+        for event in events {
+            self.meter.observe(event);
+        }
+        let report = if self.done {
+            self.meter.final_report()
+        } else {
+            self.meter.report(t_ms)
+        };
+        to_js(&Pumped {
+            events,
+            report,
+            word_ends: word_ends_utf16(self.meter.text()),
+            done: self.done,
+        })
+    }
+}
+
+/// The API's base URL from what a visitor typed (`http://host:8080` is `http://host:8080/v1`), or
+/// an error in one sentence.
+#[wasm_bindgen(js_name = baseUrl)]
+pub fn base_url(url: &str) -> Result<String, JsError> {
+    crate::api::endpoint::base_url(url).map_err(js_error)
+}
+
+/// An HTTP failure of `url` (its status and body) as one sentence.
+#[wasm_bindgen(js_name = httpFailure)]
+pub fn http_failure_sentence(url: &str, status: u16, body: &str) -> String {
+    http_failure(url, status, body)
+}
