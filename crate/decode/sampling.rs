@@ -26,6 +26,30 @@ impl Default for Sampling {
 }
 
 impl Sampling {
+    /// Settings checked: a temperature of at least 0 and a top-p within 0..=1.
+    pub fn checked(temperature: f32, top_p: f32, seed: u64) -> Result<Sampling> {
+        let sampling = Sampling {
+            temperature,
+            top_p,
+            seed,
+        };
+        sampling.validate()?;
+        Ok(sampling)
+    }
+
+    /// The settings as a conditions line says them: `greedy`, or `T=0.8 top-p=0.9` (and
+    /// `seed=7` when `seed`).
+    pub fn describe(&self, seed: bool) -> String {
+        match (self.temperature == 0.0, seed) {
+            (true, _) => "greedy".to_string(),
+            (false, false) => format!("T={} top-p={}", self.temperature, self.top_p),
+            (false, true) => format!(
+                "T={} top-p={} seed={}",
+                self.temperature, self.top_p, self.seed
+            ),
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
             return Err(Error::Unsupported(format!(

@@ -47,14 +47,7 @@ impl LoadConditions {
                 .map_or_else(String::new, |n| format!("batch limit {n}, ")),
             self.arrival,
             self.max_tokens,
-            if self.sampling.temperature == 0.0 {
-                "greedy".to_string()
-            } else {
-                format!(
-                    "T={} top-p={}",
-                    self.sampling.temperature, self.sampling.top_p
-                )
-            },
+            self.sampling.describe(false),
             match &self.source {
                 Source::Endpoint(e) => format!("; {}", e.token_counts.describe()),
                 Source::Engine(_) => String::new(),

@@ -104,14 +104,7 @@ impl Conditions {
                 .map_or_else(String::new, |t| format!(" ({t})")),
             self.output_tokens,
             context,
-            if self.sampling.temperature == 0.0 {
-                "greedy".to_string()
-            } else {
-                format!(
-                    "T={} top-p={} seed={}",
-                    self.sampling.temperature, self.sampling.top_p, self.sampling.seed
-                )
-            },
+            self.sampling.describe(true),
             // What quantization and loading did beyond the plain choice (padding, GGUF types),
             // then speculation, then where an endpoint's token counts came from.
             exceptions

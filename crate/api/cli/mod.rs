@@ -84,12 +84,7 @@ async fn run(command: Command) -> Result<(), Error> {
             speculate,
             endpoint: _,
         } => {
-            let sampling = Sampling {
-                temperature,
-                top_p,
-                seed,
-            };
-            sampling.validate()?;
+            let sampling = Sampling::checked(temperature, top_p, seed)?;
             let engine = load(&model).await?;
             let speculation = speculation(&speculate, &model, &engine).await?;
             if speculation.is_some() && prompts.is_some() {
@@ -271,12 +266,7 @@ fn endpoint_run(command: Command) -> Result<Result<(), Error>, Box<Command>> {
             raw,
             ..
         } => (|| {
-            let sampling = Sampling {
-                temperature,
-                top_p,
-                seed,
-            };
-            sampling.validate()?;
+            let sampling = Sampling::checked(temperature, top_p, seed)?;
             let request = remote_request(
                 prompt.unwrap_or_default(),
                 !raw,

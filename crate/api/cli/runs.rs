@@ -403,11 +403,7 @@ pub(super) fn print_level_header(report: &LoadReport, batch: &str, warm_up_ms: f
         c.source.describe(),
         c.arrival,
         c.max_tokens,
-        if c.sampling.temperature == 0.0 {
-            "greedy".to_string()
-        } else {
-            format!("T={} top-p={}", c.sampling.temperature, c.sampling.top_p)
-        },
+        c.sampling.describe(false),
     );
     if let Source::Endpoint(e) = &c.source {
         println!(

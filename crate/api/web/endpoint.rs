@@ -10,7 +10,7 @@ use crate::api::endpoint::request::{EndpointRequest, http_failure};
 use crate::api::endpoint::stream::StreamReader;
 use crate::api::web::js::{js_error, to_js};
 use crate::api::web::options::RunOptions;
-use crate::decode::{Event, Sampling};
+use crate::decode::Event;
 use crate::meter::{Conditions, EndpointInfo, Meter, Source, TokenCounts, word_ends_utf16};
 
 /// One request to an endpoint in progress: fed the stream's bytes as they arrive.
@@ -45,17 +45,8 @@ impl EndpointRun {
         prompt: String,
         options: JsValue,
     ) -> Result<EndpointRun, JsError> {
-        let options: RunOptions = if options.is_undefined() || options.is_null() {
-            RunOptions::default()
-        } else {
-            serde_wasm_bindgen::from_value(options).map_err(js_error)?
-        };
-        let sampling = Sampling {
-            temperature: options.temperature,
-            top_p: options.top_p,
-            seed: options.seed,
-        };
-        sampling.validate().map_err(js_error)?;
+        let options = RunOptions::from_js(options)?;
+        let sampling = options.sampling()?;
         let request = EndpointRequest {
             prompt,
             chat: options.chat,

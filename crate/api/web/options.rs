@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
-use crate::api::web::js::to_js;
+use crate::api::web::js::{js_error, to_js};
 use crate::cpu::Threads;
 use crate::decode::{DEFAULT_MAX_TOKENS, GenerateOptions, Sampling};
 use crate::meter::DEFAULT_READING_WPM;
@@ -29,6 +29,21 @@ pub(crate) struct RunOptions {
     pub(crate) draft_max: usize,
     /// Draft `draft_max` tokens every step instead of the length measured costs favour.
     pub(crate) draft_fixed: bool,
+}
+
+impl RunOptions {
+    /// The options the page sent (`undefined` or `null`: the defaults).
+    pub(crate) fn from_js(options: JsValue) -> Result<RunOptions, JsError> {
+        if options.is_undefined() || options.is_null() {
+            return Ok(RunOptions::default());
+        }
+        serde_wasm_bindgen::from_value(options).map_err(js_error)
+    }
+
+    /// The sampling these options ask for, checked.
+    pub(crate) fn sampling(&self) -> Result<Sampling, JsError> {
+        Sampling::checked(self.temperature, self.top_p, self.seed).map_err(js_error)
+    }
 }
 
 impl Default for RunOptions {

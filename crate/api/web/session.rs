@@ -12,7 +12,7 @@ use crate::api::web::js::{engine_error, js_error, now_epoch_ms, to_js};
 use crate::api::web::options::RunOptions;
 use crate::backend::{Backend, BackendChoice, BackendKind};
 use crate::cpu::Threads;
-use crate::decode::{Engine, Event, GenerateOptions, ModelInfo, Sampling, Speculation};
+use crate::decode::{Engine, Event, GenerateOptions, ModelInfo, Speculation};
 use crate::loading::ModelFiles;
 use crate::model::{FileBytes, Quant};
 
@@ -176,16 +176,8 @@ impl Session {
     /// until it reports `done`, and `cancel` between pumps to stop it. A bad prompt or setting is
     /// an error here.
     pub fn start(&self, prompt: String, options: JsValue) -> Result<Run, JsError> {
-        let options: RunOptions = if options.is_undefined() || options.is_null() {
-            RunOptions::default()
-        } else {
-            serde_wasm_bindgen::from_value(options).map_err(js_error)?
-        };
-        let sampling = Sampling {
-            temperature: options.temperature,
-            top_p: options.top_p,
-            seed: options.seed,
-        };
+        let options = RunOptions::from_js(options)?;
+        let sampling = options.sampling()?;
         let queued_ms = options
             .requested_at
             .map_or(0.0, |at| (now_epoch_ms() - at).max(0.0));
