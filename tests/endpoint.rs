@@ -417,7 +417,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         (401, "--api-key-env"),
         (404, "ending in /v1"),
         (429, "fewer users"),
-        (503, "the server failed (503: loading model)"),
+        (503, "failed on the server's side (503: loading model)"),
     ] {
         let e = failure(json_error(status, "loading model"), &[]);
         assert!(e.contains(says), "{status}: {e}");

@@ -99,27 +99,26 @@ impl EndpointRequest {
 pub fn http_failure(url: &str, status: u16, body: &str) -> String {
     let said = serde_json::from_slice::<Value>(body.as_bytes())
         .ok()
-        .and_then(|v| v.get("error").map(error_message))
+        .and_then(|v| v.get("error").and_then(error_message))
         .unwrap_or_else(|| clip_to(body.trim(), 240));
-    let said = if said.is_empty() {
-        String::new()
-    } else {
-        format!(": {said}")
+    let separator = if said.is_empty() { "" } else { ": " };
+    // One sentence shape, its ending chosen by status (one format keeps the page's wasm smaller).
+    let (what, then) = match status {
+        401 | 403 => (
+            "refused the request",
+            "; give the key in the environment variable --api-key-env names (the page: its key \
+             field)",
+        ),
+        404 => (
+            "was not found",
+            "; is the URL the API's base (ending in /v1), and the model's name one it serves?",
+        ),
+        429 => (
+            "was refused: the server is busy",
+            "; use fewer users or a slower arrival",
+        ),
+        500..=599 => ("failed on the server's side", ""),
+        _ => ("answered", ""),
     };
-    match status {
-        401 | 403 => format!(
-            "{url} refused the request ({status}{said}); give the key in the environment \
-             variable --api-key-env names"
-        ),
-        404 => format!(
-            "{url} was not found (404{said}); is the URL the API's base (ending in /v1), and the \
-             model's name one it serves?"
-        ),
-        429 => format!(
-            "the server is busy and refused the request (429{said}); use fewer users or a slower \
-             arrival"
-        ),
-        500..=599 => format!("the server failed ({status}{said})"),
-        _ => format!("{url} answered {status}{said}"),
-    }
+    format!("{url} {what} ({status}{separator}{said}){then}")
 }

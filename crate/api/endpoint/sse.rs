@@ -6,7 +6,7 @@
 
 /// The longest line kept while waiting for its end; a stream that sends more without a newline
 /// is not Server-Sent Events (or is hostile).
-pub const MAX_LINE: usize = 4 << 20;
+pub const MAX_LINE: usize = 4 << 20; // the error below says 4 MiB
 
 /// One event: its `data` lines joined, and its `event:` name if it had one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,11 +51,11 @@ impl SseParser {
                 }
                 _ => {
                     if self.line.len() >= MAX_LINE {
-                        return Err(format!(
-                            "the stream sent a line longer than {} MiB without a newline: it is \
-                             not Server-Sent Events",
-                            MAX_LINE >> 20
-                        ));
+                        return Err(
+                            "the stream sent a line longer than 4 MiB without a newline: \
+                                    it is not Server-Sent Events"
+                                .to_string(),
+                        );
                     }
                     self.line.push(b);
                 }

@@ -81,7 +81,9 @@ impl Chunk {
                     ms(t, "predicted_ms"),
                 )
             }),
-            error: v.get("error").filter(|e| !e.is_null()).map(error_message),
+            error: v.get("error").filter(|e| !e.is_null()).map(|e| {
+                error_message(e).unwrap_or_else(|| "an error object with no message".to_string())
+            }),
         }
     }
 }
@@ -165,15 +167,13 @@ impl<'a> StreamReader<'a> {
                     clip(data)
                 )
             })?;
-            let chunk = Chunk::read(&value);
+            let mut chunk = Chunk::read(&value);
+            // An error object, or an event named `error` (its data as it came).
+            if e.event.as_deref() == Some("error") && chunk.error.is_none() {
+                chunk.error = Some(clip_to(data, 240));
+            }
             if let Some(error) = &chunk.error {
                 return Err(format!("the server reported an error mid-stream: {error}"));
-            }
-            if e.event.as_deref() == Some("error") {
-                return Err(format!(
-                    "the server reported an error mid-stream: {}",
-                    clip_to(data, 240)
-                ));
             }
             self.read_chunk(chunk, t_ms, &mut read.events);
         }
@@ -295,15 +295,11 @@ impl<'a> StreamReader<'a> {
     }
 }
 
-/// A server's error object as one line: OpenAI's `{"message": ...}`, or the value as it is.
-pub fn error_message(error: &serde_json::Value) -> String {
-    let text = error
-        .get("message")
-        .and_then(|m| m.as_str())
-        .map(str::to_string)
-        .or_else(|| error.as_str().map(str::to_string))
-        .unwrap_or_else(|| error.to_string());
-    clip_to(&text, 240)
+/// A server's error object's words: OpenAI's `{"message": ...}`, or a string; `None` for other shapes.
+pub fn error_message(error: &serde_json::Value) -> Option<String> {
+    // Not the object's JSON text: serializing a `Value` would add its serializer to the page's wasm.
+    let text = error.get("message").unwrap_or(error).as_str()?;
+    Some(clip_to(text, 240))
 }
 
 #[cfg(test)]
