@@ -374,6 +374,9 @@ function clearError() {
 const lanes = new LanesPanel($('lanes'), {
   models: LISTED.map(({ id, label }) => ({ id, label })),
   spec,
+  // A lane on "the model chosen above" runs against the form's endpoint when it chose one: the
+  // model in this tab beside a server, with the verdict.
+  endpoint: (config) => (config.model ? null : endpointChoice()),
   threads: chosenThreads,
   settings,
   wpm,

@@ -1,6 +1,7 @@
 // @ts-check
-// Lanes: two to four configurations (model x quantization x backend) run the same prompt side by
-// side, each in its own worker with its own view and meter, at once or one after another. After
+// Lanes: two to four configurations (model x quantization x backend, or an endpoint) run the same
+// prompt side by side, each in its own worker with its own view and meter, at once or one after
+// another. After
 // the run, one line per pair compares them: decode tok/s and TTFT as ratios of the engine's own
 // reports, and whether their first 40 tokens are the same.
 import { EngineClient } from './engine-client.js';
@@ -27,6 +28,7 @@ const SAME_TOKENS = 40;
  * @typedef {object} LanesHost
  * @property {{ id: string, label: string }[]} models  the models a lane can pick (by id)
  * @property {(config: LaneConfig, threads: number) => import('./protocol.js').LoadSpec & { key: string, build: string }} spec  what to load for a lane, on `threads` CPU threads
+ * @property {(config: LaneConfig) => { url: string, model: string, key: string } | null} endpoint  the endpoint a lane runs against: the form's, for a lane on "the model chosen above" when the form chose an endpoint; otherwise null
  * @property {() => number} threads  the CPU threads chosen in the form
  * @property {() => Promise<{ prompt: string, options: object, drafts: number | null }>} settings  the prompt and run options of the page's form, and its fixed draft length (`drafts=N`)
  * @property {() => number} wpm
@@ -201,7 +203,7 @@ export class LanesPanel {
       const configs = this.configs.map((c) => ({ ...c }));
       // Lanes at once divide the chosen CPU threads between the CPU lanes; one after another, each has them all.
       const chosen = this.host.threads();
-      const cpuLanes = configs.filter((c) => c.backend === 'cpu').length;
+      const cpuLanes = configs.filter((c) => c.backend === 'cpu' && !this.host.endpoint(c)).length;
       const each = this.mode === 'parallel' ? shareThreads(chosen, cpuLanes) : chosen;
       const threads = configs.map((c) => buildFor(c.backend, each).threads);
       const shared = this.mode === 'parallel' && cpuLanes > 1 && chosen > 1;
@@ -242,7 +244,11 @@ export class LanesPanel {
     status.setAttribute('role', 'status');
     status.textContent = 'waiting';
     const speculating = config.speculate && config.speculate !== 'off' ? `, speculating (${config.speculate})` : '';
-    const label = `${config.quant} on ${config.backend}${threads > 1 ? ` (${threads} threads)` : ''}${config.model ? `, ${config.model}` : ''}${speculating}`;
+    const endpoint = this.host.endpoint(config);
+    // A lane on an endpoint: the server decides quantization, backend and speculation.
+    const label = endpoint
+      ? `the endpoint ${endpoint.url}${endpoint.model ? ` (${endpoint.model})` : ''}`
+      : `${config.quant} on ${config.backend}${threads > 1 ? ` (${threads} threads)` : ''}${config.model ? `, ${config.model}` : ''}${speculating}`;
     head.append(`Lane ${i + 1}: ${label} · `, status);
     const error = document.createElement('p');
     error.className = 'error';
@@ -264,6 +270,21 @@ export class LanesPanel {
    */
   async runLane(lane, client, prompt, options, drafts, signal) {
     try {
+      const choice = this.host.endpoint(lane.config);
+      if (choice) {
+        lane.status.textContent = 'reaching the endpoint';
+        const endpoint = { ...(await client.connect(choice)), key: choice.key || undefined };
+        lane.view.setConditions(`${endpoint.model} at ${endpoint.base}${endpoint.server ? ` (${endpoint.server})` : ''}`);
+        if (signal.aborted) {
+          lane.status.textContent = 'stopped';
+          return;
+        }
+        lane.status.textContent = 'running';
+        lane.view.clear(prompt);
+        const report = await client.endpointRun(endpoint, prompt, options, { signal, onEvents: (message) => lane.view.update(message) });
+        this.finishLane(lane, report, report.summary);
+        return;
+      }
       lane.status.textContent = 'loading';
       const { info, warmUpMs } = await client.load(this.host.spec(lane.config, lane.threads), {
         onStatus: (status) => { lane.status.textContent = status; },
@@ -283,18 +304,28 @@ export class LanesPanel {
         signal,
         onEvents: (message) => lane.view.update(message),
       });
-      lane.view.finish(report);
-      lane.view.setConditions(`${report.summary}${note} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
-      lane.report = report;
-      this.host.addResult(rowFromReport(report, `lane ${lane.index + 1}`));
-      this.host.finished(lane.view.record());
-      lane.status.textContent = 'done';
+      this.finishLane(lane, report, `${report.summary}${note} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
     } catch (e) {
       lane.failed = true;
       lane.error.textContent = e instanceof Error ? e.message : String(e);
       lane.error.hidden = false;
       lane.status.textContent = 'error';
     }
+  }
+
+  /**
+   * A lane's run is over: its final report, its conditions line, its row and its replay.
+   * @param {ReturnType<LanesPanel['makeLane']>} lane
+   * @param {any} report
+   * @param {string} conditions
+   */
+  finishLane(lane, report, conditions) {
+    lane.view.finish(report);
+    lane.view.setConditions(conditions);
+    lane.report = report;
+    this.host.addResult(rowFromReport(report, `lane ${lane.index + 1}`));
+    this.host.finished(lane.view.record());
+    lane.status.textContent = 'done';
   }
 
   /**

@@ -121,3 +121,22 @@ test('an endpoint the browser cannot reach is one sentence that names CORS and e
   }
   await page.close();
 });
+
+test('lanes put a model in this tab beside an endpoint, with the verdict', async () => {
+  const params = new URLSearchParams({
+    endpoint: `${base}/v1`, lanes: 'cpu:f32:stories260K,cpu:stored', prompt: 'Once upon a time', max: '16', chat: '0', autorun: '1',
+  });
+  const { page, errors } = await openPage(browser, `${base}/?${params}`);
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent), null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('lanes-status').textContent(), 'done', await page.getByTestId('lanes-error').textContent());
+  const lanes = page.getByTestId('lane');
+  assert.equal(await lanes.count(), 2);
+  const local = await lanes.nth(0).getByTestId('conditions').textContent();
+  const remote = await lanes.nth(1).getByTestId('conditions').textContent();
+  assert.ok(local.includes('stories260K') && local.includes('f32'), local);
+  assert.ok(remote.includes(`at ${base}/v1 (tokenometer/`) && remote.includes('output 16 tok'), remote);
+  const verdict = await page.getByTestId('lane-verdict').textContent();
+  assert.match(verdict, /^the endpoint http:\/\/127\.0\.0\.1:\d+\/v1 \(lane 2\): \d+(\.\d+)?x the decode tok\/s of f32 on cpu, stories260K \(lane 1\)/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
