@@ -3,12 +3,11 @@
 //! arrived; the stream reader and the meter are the CLI's (crate/api/endpoint), so the page shows
 //! the same figures as `generate --endpoint`.
 
-use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use crate::api::endpoint::request::{EndpointRequest, http_failure};
 use crate::api::endpoint::stream::StreamReader;
-use crate::api::web::js::{js_error, to_js};
+use crate::api::web::js::{Pumped, js_error, to_js};
 use crate::api::web::options::RunOptions;
 use crate::decode::Event;
 use crate::meter::{Conditions, EndpointInfo, Meter, Source, TokenCounts, word_ends_utf16};
@@ -21,14 +20,6 @@ pub struct EndpointRun {
     request: EndpointRequest,
     reader: StreamReader<'static>,
     meter: Meter,
-    done: bool,
-}
-
-#[derive(Serialize)]
-struct Pumped<'a> {
-    events: &'a [Event],
-    report: crate::meter::Report,
-    word_ends: Vec<usize>,
     done: bool,
 }
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use crate::api::drive::MeteredRun;
-use crate::api::web::js::{engine_error, js_error, now_epoch_ms, to_js};
+use crate::api::web::js::{Pumped, engine_error, js_error, now_epoch_ms, to_js};
 use crate::api::web::options::RunOptions;
 use crate::backend::{Backend, BackendChoice, BackendKind};
 use crate::cpu::Threads;
@@ -268,15 +268,6 @@ impl Run {
                 if first || run.now_ms() - start >= budget_ms {
                     break;
                 }
-            }
-            #[derive(Serialize)]
-            struct Pumped<'a> {
-                events: &'a [Event],
-                report: crate::meter::Report,
-                /// Where each word of the output so far ends (UTF-16 offsets), for the page's
-                /// reading cursor: the meter's word rule, so the page needs none of its own.
-                word_ends: Vec<usize>,
-                done: bool,
             }
             let pumped = to_js(&Pumped {
                 events: &events,
