@@ -261,7 +261,8 @@ async fn a_header_whose_size_wraps_in_32_bits_is_refused_with_its_real_size() {
 async fn the_lab_batches_users_pump_by_pump_and_cancels_between_pumps() {
     let session = session(MODEL).await.unwrap();
     let options = js_sys::JSON::parse(r#"{"users": 3, "max_tokens": 40}"#).unwrap();
-    let lab = session.start_lab(options).unwrap();
+    // An objective every user meets (TTFT within 10 minutes): all three are good.
+    let lab = session.start_lab(options, Some(600_000.0), None).unwrap();
     let mut tokens = [0usize; 3];
     let mut ids: Vec<Vec<u32>> = vec![Vec::new(); 3];
     let report = loop {
@@ -283,6 +284,7 @@ async fn the_lab_batches_users_pump_by_pump_and_cancels_between_pumps() {
     assert_eq!(ids[0], reference_generated()[..40]);
     assert_eq!(get(&report, "users").as_f64(), Some(3.0));
     assert_eq!(get(&report, "output_tokens").as_f64(), Some(120.0));
+    assert_eq!(get(&get(&report, "goodput"), "good").as_f64(), Some(3.0));
     let aggregate = get(&report, "aggregate_tps").as_f64().unwrap();
     assert!(aggregate >= get(&report, "per_user_tps_p50").as_f64().unwrap());
     // Once every user has ended, the step's ceiling at its 3 rows, timed in wasm: above the
@@ -298,7 +300,7 @@ async fn the_lab_batches_users_pump_by_pump_and_cancels_between_pumps() {
 
     // Cancel between pumps: every user ends as cancelled, and the lab is done.
     let options = js_sys::JSON::parse(r#"{"users": 2, "max_tokens": 400}"#).unwrap();
-    let lab = session.start_lab(options).unwrap();
+    let lab = session.start_lab(options, None, None).unwrap();
     JsFuture::from(lab.pump(1.0)).await.unwrap();
     let cancelled: js_sys::Array = lab.cancel_all().unwrap().unchecked_into();
     assert_eq!(cancelled.length(), 2);
@@ -319,7 +321,22 @@ async fn the_lab_batches_users_pump_by_pump_and_cancels_between_pumps() {
 
     // A bad setting is a sentence.
     let bad = js_sys::JSON::parse(r#"{"users": 3, "arrival": "sometimes"}"#).unwrap();
-    let error = session.start_lab(bad).err().map(JsValue::from).unwrap();
+    let error = session
+        .start_lab(bad, None, None)
+        .err()
+        .map(JsValue::from)
+        .unwrap();
     let message = get(&error, "message").as_string().unwrap();
     assert!(message.contains("use burst"), "{message}");
+    let options = js_sys::JSON::parse(r#"{"users": 1}"#).unwrap();
+    let error = session
+        .start_lab(options, None, Some(-1.0))
+        .err()
+        .map(JsValue::from)
+        .unwrap();
+    let message = get(&error, "message").as_string().unwrap();
+    assert!(
+        message.contains("positive number of milliseconds"),
+        "{message}"
+    );
 }

@@ -35,6 +35,8 @@ const TEMPLATE = `
       </select>
     </label>
     <label>Tokens each <input data-ref="max" data-testid="lab-max" type="number" min="1" max="1024"></label>
+    <label title="A request meets its objectives when its time to first token, and its time per output token after the first (vLLM's TPOT), are within these; goodput counts the requests a second that meet all those given">Objectives: TTFT ≤ <input data-ref="sloTtft" data-testid="lab-slo-ttft" type="number" min="1" step="any" placeholder="none" size="6"> ms,
+      TPOT ≤ <input data-ref="sloTpot" data-testid="lab-slo-tpot" type="number" min="0.001" step="any" placeholder="none" size="6"> ms</label>
     <button type="button" data-testid="lab-start" data-ref="start">Start</button>
     <button type="button" data-testid="lab-sweep" data-ref="sweep">Sweep 1–16 users</button>
     <button type="button" data-testid="lab-stop" data-ref="stop" disabled>Stop</button>
@@ -54,6 +56,8 @@ const TEMPLATE = `
     <div><dt title="Gaps between tokens, every user's together">inter-token p99</dt><dd><span data-testid="lab-itl-p99-ms" data-ref="itlP99">–</span> ms</dd></div>
     <div><dt title="Reading speed as a decode rate, at the tokens per word the users' text showed">a reader</dt><dd><span data-testid="lab-reading-tps" data-ref="readingTps">–</span> tok/s</dd></div>
     <div><dt>completed</dt><dd><span data-testid="lab-completed" data-ref="completed">–</span></dd></div>
+    <div><dt title="The requests a second that met every objective given, over the level's wall time, and the share of requests that did">goodput</dt>
+      <dd><span data-testid="lab-goodput" data-ref="goodput">–</span> req/s (<span data-testid="lab-good-share" data-ref="goodShare">–</span>% good)</dd></div>
     <div><dt title="The step's matrix products alone, timed in the worker once the level has ended (CPU only): the aggregate tok/s this many users would reach if nothing else took time">ceiling: products alone</dt>
       <dd><span data-testid="lab-ceiling-tps" data-ref="ceiling">–</span> tok/s</dd></div>
   </dl>
@@ -68,7 +72,7 @@ const TEMPLATE = `
     </figure>
     <table data-testid="lab-levels" tabindex="0">
       <caption>Levels run</caption>
-      <thead><tr><th scope="col">users</th><th scope="col">aggregate tok/s</th><th scope="col">per user p50</th><th scope="col">slowest</th><th scope="col">TTFT p99 ms</th><th scope="col">keeps up with a reader</th><th scope="col" title="The step's matrix products alone, with nothing else (CPU only)">ceiling tok/s</th></tr></thead>
+      <thead><tr><th scope="col">users</th><th scope="col">aggregate tok/s</th><th scope="col">per user p50</th><th scope="col">slowest</th><th scope="col">TTFT p99 ms</th><th scope="col">keeps up with a reader</th><th scope="col" title="The step's matrix products alone, with nothing else (CPU only)">ceiling tok/s</th><th scope="col" title="Requests a second meeting the objectives given">goodput req/s</th></tr></thead>
       <tbody data-ref="levels"></tbody>
     </table>
   </div>
@@ -176,6 +180,9 @@ export class ConcurrencyLab {
       arrival: this.ref.arrival.value,
       max_tokens: Number(this.ref.max.value) || this.defaults?.max_tokens,
       reading_wpm: this.client.readingWpm(),
+      // Objectives left empty are none; the engine refuses one that is not a positive number.
+      slo_ttft_ms: this.ref.sloTtft.value === '' ? null : Number(this.ref.sloTtft.value),
+      slo_tpot_ms: this.ref.sloTpot.value === '' ? null : Number(this.ref.sloTpot.value),
     };
     this.abort = new AbortController();
     return this.client.engine().lab(options, {
@@ -250,6 +257,8 @@ export class ConcurrencyLab {
     r.itlP99.textContent = format(report.itl_ms_p99, 1);
     r.readingTps.textContent = format(report.reading_tps, 1);
     r.completed.textContent = `${report.requests_completed} of ${report.users}`;
+    r.goodput.textContent = format(report.goodput?.requests_per_s, 2);
+    r.goodShare.textContent = report.goodput ? format(100 * report.goodput.share, 0) : '–';
     r.conditions.textContent = report.summary;
     const products = report.products_alone;
     r.ceiling.textContent = format(products?.tps, 0);
@@ -272,7 +281,10 @@ export class ConcurrencyLab {
     ceiling.dataset.testid = 'lab-level-ceiling';
     ceiling.textContent = format(report.products_alone?.tps, 0);
     if (report.products_alone) ceiling.title = describeProducts(report.products_alone);
-    row.append(ceiling);
+    const goodput = document.createElement('td');
+    goodput.dataset.testid = 'lab-level-goodput';
+    goodput.textContent = format(report.goodput?.requests_per_s, 2);
+    row.append(ceiling, goodput);
     row.title = report.summary;
     this.ref.levels.append(row);
   }

@@ -36,7 +36,7 @@
  * Requests, page to worker.
  * @typedef {{ type: 'load', id: number } & LoadSpec} LoadRequest
  * @typedef {{ type: 'run', id: number, prompt: string, options: object }} RunRequest  options: crate/api/web/options.rs `RunOptions`
- * @typedef {{ type: 'lab', id: number, options: object }} LabRequest  options: crate/api/web/options.rs `LabOptions`
+ * @typedef {{ type: 'lab', id: number, options: object }} LabRequest  options: crate/api/web/options.rs `LabOptions`, and `slo_ttft_ms`, `slo_tpot_ms` (objectives in ms, or null)
  * @typedef {{ type: 'spread', id: number, values: number[] }} SpreadRequest  the meter's median/min/max of repeated figures
  * @typedef {{ type: 'draft', id: number }} DraftRequest  load the draft model (the loaded model at q4) for `speculate: 'draft'`
  * @typedef {{ type: 'cancel', id: number }} CancelRequest  `id`: the run or lab to stop

@@ -156,7 +156,9 @@ async function run({ id, prompt, options }) {
 async function lab({ id, options }) {
   if (!session) throw new Error('no model is loaded');
   phase = 'running the concurrency lab';
-  const lab = session.startLab(options);
+  // The objectives go apart from the options (crate/api/web/options.rs `lab_slo`).
+  const { slo_ttft_ms: ttft, slo_tpot_ms: tpot, ...rest } = options;
+  const lab = session.startLab(rest, ttft ?? undefined, tpot ?? undefined);
   let stopped = [];
   const job = { pump: (ms) => lab.pump(ms), cancel: () => { stopped = lab.cancelAll(); } };
   try {
@@ -240,6 +242,8 @@ async function endpointRun({ id, endpoint, prompt, options }) {
     if (response && !response.ok) throw new Error(httpFailure(run.url(), response.status, await response.text()));
     const reader = response?.body?.getReader();
     let ended = false;
+    // The final report comes with the last read's events.
+    let report = null;
     while (reader && !abort.signal.aborted) {
       let read;
       try {
@@ -251,14 +255,19 @@ async function endpointRun({ id, endpoint, prompt, options }) {
       const t = since();
       const pumped = read.done ? run.finish(t, false) : run.feed(read.value, t);
       post({ type: 'events', id, ...pumped });
+      report = pumped.report;
       if (pumped.done) {
         ended = true;
         break;
       }
     }
-    if (!ended) post({ type: 'events', id, ...run.finish(since(), true) });
+    if (!ended) {
+      const stopped = run.finish(since(), true);
+      post({ type: 'events', id, ...stopped });
+      report = stopped.report;
+    }
     reader?.cancel().catch(() => {});
-    post({ type: 'finished', id, report: run.report() });
+    post({ type: 'finished', id, report });
   } finally {
     aborts.delete(id);
     cancelled.delete(id);

@@ -125,41 +125,32 @@ impl std::str::FromStr for Arrival {
                  below 1 burstier, above 1 more even)"
             ))
         };
-        let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
-        let (rate, shape) = match kind {
-            "gamma" => {
-                let (rate, shape) = rest.split_once(':').ok_or_else(bad)?;
-                let shape: f64 = shape.parse().map_err(|_| bad())?;
-                if !(0.05..=20.0).contains(&shape) {
-                    return Err(bad());
-                }
-                (rate, Some(shape))
+        let mut parts = s.split(':');
+        let kind = parts.next().unwrap_or("");
+        let numbers = parts
+            .map(|p| p.parse::<f64>().map_err(|_| bad()))
+            .collect::<Result<Vec<f64>>>()?;
+        let (rate, arrival) = match (kind, numbers.as_slice()) {
+            ("burst", []) => return Ok(Arrival::Burst),
+            ("poisson", &[rate]) => (rate, Arrival::Poisson { rate }),
+            ("gamma", &[rate, shape]) if (0.05..=20.0).contains(&shape) => {
+                (rate, Arrival::Gamma { rate, shape })
             }
-            _ => (rest, None),
+            _ => return Err(bad()),
         };
-        match (kind, shape) {
-            ("burst", None) if rest.is_empty() => Ok(Arrival::Burst),
-            ("poisson", None) | ("gamma", Some(_)) => {
-                let rate: f64 = rate.parse().map_err(|_| bad())?;
-                if !(rate.is_finite() && rate > 0.0) {
-                    return Err(bad());
-                }
-                // 1e-300 a second is an infinite wait as a duration (a panic), and tiny rates a
-                // wait of years: a load test's users come at least once every 1/MIN_RATE s.
-                if rate < MIN_RATE {
-                    return Err(Error::Unsupported(format!(
-                        "arrival {s:?}: {rate} requests a second would leave users hours apart; \
-                         use at least {MIN_RATE} (one every {} minutes on average)",
-                        1.0 / MIN_RATE / 60.0
-                    )));
-                }
-                Ok(match shape {
-                    Some(shape) => Arrival::Gamma { rate, shape },
-                    None => Arrival::Poisson { rate },
-                })
-            }
-            _ => Err(bad()),
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(bad());
         }
+        // 1e-300 a second is an infinite wait as a duration (a panic), and tiny rates a wait of
+        // years: a load test's users come at least once every 1/MIN_RATE s.
+        if rate < MIN_RATE {
+            return Err(Error::Unsupported(format!(
+                "arrival {s:?}: {rate} requests a second would leave users hours apart; use at \
+                 least {MIN_RATE} (one every {} minutes on average)",
+                1.0 / MIN_RATE / 60.0
+            )));
+        }
+        Ok(arrival)
     }
 }
 

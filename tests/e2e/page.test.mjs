@@ -624,6 +624,8 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
   await page.getByTestId('lab-users').fill('4');
   await page.getByTestId('lab-max').fill('60');
+  // An objective every request meets: all of them are good.
+  await page.getByTestId('lab-slo-ttft').fill('600000');
   await page.getByTestId('lab-start').click();
   // Waits for the lab to end, and says why when it ended other than done (an error, a stop).
   const labDone = async () => {
@@ -659,6 +661,8 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   assert.match(await text(page, 'lab-ceiling-rates'),
     /^Ceiling, the step's matrix products alone at 4 rows: [\d.]+ ms a step, [\d.]+ GB\/s of weights, [\d.]+ billion multiply-adds\/s$/);
   assert.equal(await text(page, 'lab-completed'), '4 of 4');
+  assert.equal(await text(page, 'lab-good-share'), '100');
+  await number('lab-goodput');
   const conditions = await text(page, 'lab-conditions');
   for (const part of ['stories260K', 'f32', 'cpu', '4 users', 'batch limit 4', 'burst arrival', 'up to 60 tokens']) {
     assert.ok(conditions.includes(part), `lab conditions show ${part}: ${conditions}`);
@@ -684,6 +688,17 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   // The single run's controls come back after the lab, and every level is a row of the results.
   assert.equal(await page.getByTestId('run').isEnabled(), true);
   assert.equal(await page.getByTestId('result-row').count(), 6);
+  // A time per output token no request meets: none is good, goodput 0; a nonsense one is refused.
+  await page.getByTestId('lab-users').fill('2');
+  await page.getByTestId('lab-slo-tpot').fill('0.001');
+  await page.getByTestId('lab-start').click();
+  await labDone();
+  assert.equal(await text(page, 'lab-good-share'), '0');
+  assert.equal(await text(page, 'lab-goodput'), '0.00');
+  await page.getByTestId('lab-slo-tpot').fill('-5');
+  await page.getByTestId('lab-start').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=lab-status]').textContent === 'error', null, { timeout: 60_000 });
+  assert.match(await text(page, 'lab-error'), /an objective is a positive number of milliseconds/);
   mkdirSync(resolve(root, 'test-results'), { recursive: true });
   await page.screenshot({ path: resolve(root, 'test-results/lab.png'), fullPage: true });
   assert.deepEqual(errors, []);

@@ -96,11 +96,6 @@ impl EndpointRun {
         Ok(self.pumped(&events, t_ms))
     }
 
-    /// The meter's report as of now (the final one once the run is done).
-    pub fn report(&self) -> JsValue {
-        to_js(&self.meter.final_report())
-    }
-
     fn end(&mut self, t_ms: f64, cancelled: bool) -> Event {
         self.done = true;
         let done = self.reader.done_event(t_ms, cancelled);

@@ -9,7 +9,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::api::drive::{Level, LevelStep, LoadLevel};
 use crate::api::web::js::{engine_error, js_error, to_js};
-use crate::api::web::options::{LabOptions, MAX_LAB_USERS};
+use crate::api::web::options::{LabOptions, MAX_LAB_USERS, lab_slo};
 use crate::api::web::session::Session;
 use crate::decode::{Arrival, DEFAULT_PROMPTS, Engine, GenerateOptions, SeqEvent, StopReason};
 
@@ -35,9 +35,15 @@ struct UserFigures {
 #[wasm_bindgen]
 impl Session {
     /// Start a concurrency lab (see `LabOptions`): every user's request is submitted now, to arrive
-    /// as `arrival` says. Then call `pump` until it reports `done`.
+    /// as `arrival` says; with objectives (TTFT and time per output token, in ms), its reports
+    /// have goodput. Then call `pump` until it reports `done`.
     #[wasm_bindgen(js_name = startLab)]
-    pub fn start_lab(&self, options: JsValue) -> Result<Lab, JsError> {
+    pub fn start_lab(
+        &self,
+        options: JsValue,
+        slo_ttft_ms: Option<f64>,
+        slo_tpot_ms: Option<f64>,
+    ) -> Result<Lab, JsError> {
         let options: LabOptions = if options.is_undefined() || options.is_null() {
             LabOptions::default()
         } else {
@@ -50,6 +56,7 @@ impl Session {
             )));
         }
         let arrival: Arrival = options.arrival.parse().map_err(js_error)?;
+        let slo = lab_slo(slo_ttft_ms, slo_tpot_ms)?;
         let prompts = options
             .prompts
             .filter(|p| !p.is_empty())
@@ -65,7 +72,7 @@ impl Session {
             },
             reading_wpm: options.reading_wpm,
             warm_up_ms: self.warm_up_ms.get(),
-            slo: None,
+            slo,
         };
         let level = LoadLevel::start(&self.engine, &level).map_err(js_error)?;
         Ok(Lab {

@@ -6,7 +6,7 @@ use wasm_bindgen::prelude::*;
 use crate::api::web::js::{js_error, to_js};
 use crate::cpu::Threads;
 use crate::decode::{DEFAULT_MAX_TOKENS, GenerateOptions, Sampling};
-use crate::meter::DEFAULT_READING_WPM;
+use crate::meter::{DEFAULT_READING_WPM, Slo};
 
 /// Options for one run, as the page sends them.
 #[derive(Deserialize, Serialize)]
@@ -120,6 +120,28 @@ impl Default for LabOptions {
             reading_wpm: DEFAULT_READING_WPM,
         }
     }
+}
+
+/// A lab's service-level objectives in ms, TTFT and TPOT (`None`: not given), checked: each a
+/// positive number. With either, the lab's report has goodput. Taken as arguments of `startLab`
+/// rather than fields of its options: two fields more in the options' reader cost the page's
+/// wasm more than its size budget had left.
+pub(crate) fn lab_slo(ttft_ms: Option<f64>, tpot_ms: Option<f64>) -> Result<Option<Slo>, JsError> {
+    let given = [ttft_ms, tpot_ms];
+    if given
+        .iter()
+        .flatten()
+        .any(|ms| !(ms.is_finite() && *ms > 0.0))
+    {
+        return Err(js_error(
+            "an objective is a positive number of milliseconds (leave it empty for none)",
+        ));
+    }
+    Ok(given.iter().any(Option::is_some).then_some(Slo {
+        ttft_ms,
+        tpot_ms,
+        e2e_ms: None,
+    }))
 }
 
 /// The most users the page's lab simulates.
