@@ -204,7 +204,7 @@ impl Endpoint {
             }
             return Err(Error::Endpoint(http_failure(&url, status, &body)));
         };
-        let mut reader = StreamReader::new(tokenizer);
+        let mut reader = StreamReader::new(tokenizer, request.max_tokens);
         let ms = |made: Instant| made.elapsed().as_secs_f64() * 1e3;
         let mut cancelled = false;
         'read: loop {

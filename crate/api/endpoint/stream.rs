@@ -106,7 +106,17 @@ pub struct StreamReader<'a> {
     done: bool,
     /// The chunks, for `generate`'s output: the answer's text.
     text: String,
+    /// The most tokens the request asked for (0: no bound), and the bytes read so far: a server
+    /// that streams on past either bound is cut off, so that no stream can run forever (natively;
+    /// see `feed`).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    max_tokens: usize,
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    bytes: usize,
 }
+
+/// The most a stream may send in all: far past any answer a metered request asks for.
+pub const MAX_STREAM_BYTES: usize = 256 << 20;
 
 /// What a read of the stream gave: events for the meter, and whether the stream has ended.
 #[derive(Debug, Default)]
@@ -116,8 +126,9 @@ pub struct Read {
 }
 
 impl<'a> StreamReader<'a> {
-    /// A reader that counts with `tokenizer` when the server gives no counts of its own.
-    pub fn new(tokenizer: Option<&'a Tokenizer>) -> Self {
+    /// A reader that counts with `tokenizer` when the server gives no counts of its own, for a
+    /// request of at most `max_tokens` (0: no bound).
+    pub fn new(tokenizer: Option<&'a Tokenizer>, max_tokens: usize) -> Self {
         Self {
             sse: SseParser::new(),
             tokenizer,
@@ -130,6 +141,8 @@ impl<'a> StreamReader<'a> {
             finish_reason: None,
             done: false,
             text: String::new(),
+            max_tokens,
+            bytes: 0,
         }
     }
 
@@ -137,7 +150,26 @@ impl<'a> StreamReader<'a> {
     /// not a stream, are an error in one sentence.
     pub fn feed(&mut self, bytes: &[u8], t_ms: f64) -> Result<Read, String> {
         let events = self.sse.feed(bytes)?;
-        self.read_events(events, t_ms)
+        let read = self.read_events(events, t_ms)?;
+        // Natively only: nobody watches a load test, so a server that never ends its stream would
+        // hang it; the page has its Stop button, and its wasm no bytes to spare (this check cost
+        // 1.2 kB gzipped there).
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.bytes += bytes.len();
+            // Twice the tokens asked for, and some: a count from chunks or a tokenizer may
+            // differ a little from the server's; a server that ignores max_tokens does not.
+            if self.bytes > MAX_STREAM_BYTES
+                || (self.max_tokens > 0 && self.counted > self.max_tokens * 2 + 16)
+            {
+                return Err(
+                    "the server sent far more than the request asked for (twice its \
+                            max_tokens, or 256 MiB); the stream was cut off"
+                        .to_string(),
+                );
+            }
+        }
+        Ok(read)
     }
 
     /// The connection closed at `t_ms`: whatever was left unended.
@@ -323,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_chat_stream_with_a_role_chunk_empty_deltas_and_final_usage() {
-        let mut r = StreamReader::new(None);
+        let mut r = StreamReader::new(None, 0);
         let stream = concat!(
             ": keep-alive\n\n",
             r#"data: {"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
@@ -363,7 +395,7 @@ mod tests {
     fn per_chunk_counts_give_each_chunk_its_tokens() {
         // vLLM's continuous usage, one chunk carrying three tokens; then llama.cpp's per-token
         // timings for a completion, with reasoning first.
-        let mut r = StreamReader::new(None);
+        let mut r = StreamReader::new(None, 0);
         let s = concat!(
             r#"data: {"choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
             "\n\n",
@@ -378,7 +410,7 @@ mod tests {
         assert_eq!(r.token_counts(), TokenCounts::ChunkUsage);
         assert!(!read.ended);
 
-        let mut r = StreamReader::new(None);
+        let mut r = StreamReader::new(None, 0);
         let s = concat!(
             r#"data: {"choices":[{"delta":{"reasoning_content":"hmm"}}],"timings":{"prompt_n":4,"predicted_n":2}}"#,
             "\n\n",
@@ -404,19 +436,38 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(target_arch = "wasm32"))]
+    fn a_stream_that_goes_on_past_its_request_is_cut_off() {
+        let mut r = StreamReader::new(None, 4);
+        let chunk = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
+        let mut result = Ok(Read::default());
+        for _ in 0..30 {
+            result = r.feed(chunk, 1.0);
+            if result.is_err() {
+                break;
+            }
+        }
+        let e = result.unwrap_err();
+        assert!(
+            e.starts_with("the server sent far more than the request asked for"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn an_error_mid_stream_or_a_foreign_body_is_one_sentence() {
-        let mut r = StreamReader::new(None);
+        let mut r = StreamReader::new(None, 0);
         let s = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"error\":{\"message\":\"out of memory\",\"code\":500}}\n\n";
         let e = r.feed(s.as_bytes(), 1.0).unwrap_err();
         assert_eq!(e, "the server reported an error mid-stream: out of memory");
-        let mut r = StreamReader::new(None);
+        let mut r = StreamReader::new(None, 0);
         let e = r.feed(b"data: <html>\n\n", 1.0).unwrap_err();
         assert!(
             e.starts_with("the stream sent <html> where a JSON chunk belongs"),
             "{e}"
         );
         // Without counts of any kind, chunks are counted, and the done event says as many.
-        let mut r = StreamReader::new(None);
+        let mut r = StreamReader::new(None, 0);
         r.feed(
             b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
             1.0,

@@ -55,7 +55,7 @@ impl EndpointRun {
         Ok(EndpointRun {
             info,
             request,
-            reader: StreamReader::new(None),
+            reader: StreamReader::new(None, options.max_tokens),
             meter: Meter::new(Conditions::of(source, sampling, 1), options.reading_wpm),
             done: false,
         })
