@@ -193,13 +193,17 @@ struct Script {
     pieces: Vec<(u64, String)>,
     /// Stop writing and hold the connection open (a stalled stream).
     stall: bool,
+    /// Refuse (400) a request with fields it does not know, as OpenAI's API does: the per-chunk
+    /// counting fields.
+    strict: bool,
 }
 
 /// A server on loopback that answers `/v1/models` with one model and every POST with `script`,
-/// keeping each POST's Authorization header.
+/// keeping each request's Authorization header and each POST's body.
 struct Scripted {
     url: String,
     auth: Arc<Mutex<Vec<String>>>,
+    bodies: Arc<Mutex<Vec<String>>>,
 }
 
 impl Scripted {
@@ -207,18 +211,24 @@ impl Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let auth = Arc::new(Mutex::new(Vec::new()));
-        let seen = auth.clone();
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let (seen, posted) = (auth.clone(), bodies.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (script, seen) = (script.clone(), seen.clone());
-                std::thread::spawn(move || answer(stream, &script, &seen));
+                let (script, seen, posted) = (script.clone(), seen.clone(), posted.clone());
+                std::thread::spawn(move || answer(stream, &script, &seen, &posted));
             }
         });
-        Scripted { url, auth }
+        Scripted { url, auth, bodies }
     }
 }
 
-fn answer(mut stream: TcpStream, script: &Script, seen: &Mutex<Vec<String>>) {
+fn answer(
+    mut stream: TcpStream,
+    script: &Script,
+    seen: &Mutex<Vec<String>>,
+    posted: &Mutex<Vec<String>>,
+) {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -250,6 +260,17 @@ fn answer(mut stream: TcpStream, script: &Script, seen: &Mutex<Vec<String>>) {
             stream,
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nserver: scripted/1\r\n\r\n{body}",
             body.len()
+        );
+        return;
+    }
+    let body = String::from_utf8_lossy(&body).to_string();
+    posted.lock().unwrap().push(body.clone());
+    if script.strict && body.contains("timings_per_token") {
+        let refusal = r#"{"error":{"message":"Unrecognized request argument supplied: timings_per_token","type":"invalid_request_error"}}"#;
+        let _ = write!(
+            stream,
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{refusal}",
+            refusal.len()
         );
         return;
     }
@@ -312,6 +333,7 @@ fn a_scripted_stream_of_multi_token_chunks_pings_and_split_events_is_counted_rig
             (0, "data: [DONE]\n\n".into()),
         ],
         stall: false,
+        strict: false,
     };
     let server = Scripted::start(script);
     let out = tokenometer(&[
@@ -364,6 +386,7 @@ fn only_a_final_usage_is_spread_over_the_chunks_and_said_so() {
             (0, "data: [DONE]\n\n".into()),
         ],
         stall: false,
+        strict: false,
     };
     let server = Scripted::start(script);
     let out = tokenometer(&[
@@ -382,6 +405,48 @@ fn only_a_final_usage_is_spread_over_the_chunks_and_said_so() {
         report["summary"].as_str().unwrap().contains("final usage"),
         "{report}"
     );
+}
+
+#[test]
+fn a_server_that_refuses_the_counting_fields_is_asked_again_without_them() {
+    let c = |t: &str| {
+        sse(&format!(
+            r#"{{"choices":[{{"delta":{{"content":"{t}"}}}}]}}"#
+        ))
+    };
+    let script = Script {
+        status: 200,
+        pieces: vec![
+            (0, c("one")),
+            (
+                0,
+                sse(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#),
+            ),
+            (0, "data: [DONE]\n\n".into()),
+        ],
+        stall: false,
+        strict: true,
+    };
+    let server = Scripted::start(script);
+    let out = tokenometer(&[
+        "generate",
+        "--endpoint",
+        &server.url,
+        "--prompt",
+        "hi",
+        "--json",
+        "--no-warmup",
+    ]);
+    let (text, report) = text_and_report(&stdout_ok(&out));
+    assert_eq!(text, "one");
+    assert_eq!(report["conditions"]["output_tokens"], 2, "{report}");
+    assert_eq!(report["conditions"]["token_counts"], "final_usage");
+    let bodies = server.bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+    assert!(
+        bodies[0].contains("continuous_usage_stats") && bodies[0].contains("timings_per_token")
+    );
+    assert!(!bodies[1].contains("timings_per_token") && bodies[1].contains("include_usage"));
 }
 
 /// `generate --endpoint` against a scripted answer: its exit code 2 and its one line of error.
@@ -412,6 +477,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
             format!(r#"{{"error":{{"message":"{message}","code":{status}}}}}"#),
         )],
         stall: false,
+        strict: false,
     };
     for (status, says) in [
         (401, "--api-key-env"),
@@ -429,6 +495,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
             (0, sse(r#"{"error":{"message":"the KV cache is full"}}"#)),
         ],
         stall: false,
+        strict: false,
     };
     let e = failure(mid, &[]);
     assert!(e.contains("error mid-stream: the KV cache is full"), "{e}");
@@ -436,6 +503,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         status: 200,
         pieces: vec![(0, sse(r#"{"choices":[{"delta":{"content":"a"}}]}"#))],
         stall: true,
+        strict: false,
     };
     let e = failure(stalled, &["--endpoint-timeout", "1"]);
     assert!(e.contains("stalled: no bytes for 1 s"), "{e}");
@@ -468,6 +536,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
             (0, "data: [DONE]\n\n".into()),
         ],
         stall: false,
+        strict: false,
     };
     let server = Scripted::start(ok);
     let out = tokenometer(&[
