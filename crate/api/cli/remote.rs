@@ -195,23 +195,27 @@ pub(super) fn bench_concurrency(
         let tokenizer = target.tokenizer.map(Arc::new);
         let mut reports = Vec::with_capacity(load.levels.len());
         for (i, &users) in load.levels.iter().enumerate() {
-            let mut level = EndpointLevel {
+            let level = EndpointLevel {
                 users,
                 arrival: load.arrival,
                 prompts: load.prompts.clone(),
                 request: request.clone(),
-                duration: None,
+                duration: load.duration,
                 slo: load.slo,
                 reading_wpm: DEFAULT_READING_WPM,
             };
-            // An untimed run of the level's concurrency first, two tokens each (as a local
-            // level's), so that the server's batch shapes are warm.
-            level.request.max_tokens = 2;
-            level.arrival = Arrival::Burst;
-            run_level(endpoint.clone(), &level, None).await;
-            level.request.max_tokens = request.max_tokens;
-            level.arrival = load.arrival;
-            level.duration = load.duration;
+            // An untimed run of the level's concurrency first, two tokens each, all at once (as a
+            // local level's), so that the server's batch shapes are warm.
+            let warm = EndpointLevel {
+                arrival: Arrival::Burst,
+                request: EndpointRequest {
+                    max_tokens: 2,
+                    ..request.clone()
+                },
+                duration: None,
+                ..level.clone()
+            };
+            run_level(endpoint.clone(), &warm, None).await;
             let mut report = run_level(endpoint.clone(), &level, tokenizer.clone()).await;
             report.conditions.warm_up_ms = Some(warm_up_ms);
             if !json {

@@ -30,11 +30,9 @@ pub struct Endpoint {
     ask_counts: AtomicBool,
 }
 
-/// How a streamed request ended.
+/// How a streamed request ended (its text is in its events, and so in the meter).
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// The answer's text (reasoning apart).
-    pub text: String,
     pub token_counts: TokenCounts,
     pub server_timings: Option<LlamaTimings>,
 }
@@ -244,7 +242,6 @@ impl Endpoint {
         let end = reader.done_event(ms(made), cancelled);
         on_event(&end);
         Ok(Outcome {
-            text: reader.text().to_string(),
             token_counts: reader.token_counts(),
             server_timings: reader.server_timings().cloned(),
         })

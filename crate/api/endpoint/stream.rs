@@ -104,8 +104,6 @@ pub struct StreamReader<'a> {
     finish_reason: Option<String>,
     /// `[DONE]` came.
     done: bool,
-    /// The chunks, for `generate`'s output: the answer's text.
-    text: String,
     /// The most tokens the request asked for (0: no bound), and the bytes read so far: a server
     /// that streams on past either bound is cut off, so that no stream can run forever (natively;
     /// see `feed`).
@@ -140,7 +138,6 @@ impl<'a> StreamReader<'a> {
             timings: None,
             finish_reason: None,
             done: false,
-            text: String::new(),
             max_tokens,
             bytes: 0,
         }
@@ -254,9 +251,6 @@ impl<'a> StreamReader<'a> {
                     .map_or(1, |ids| ids.len()),
             };
             self.counted += tokens;
-            if !is_reasoning {
-                self.text.push_str(&text);
-            }
             events.push(Event::Chunk {
                 tokens,
                 text,
@@ -279,11 +273,6 @@ impl<'a> StreamReader<'a> {
         } else {
             TokenCounts::Chunks
         }
-    }
-
-    /// The answer's text (reasoning apart).
-    pub fn text(&self) -> &str {
-        &self.text
     }
 
     /// llama.cpp's `timings`, when the server sent them.
@@ -338,6 +327,15 @@ pub fn error_message(error: &serde_json::Value) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// The answer's text (reasoning apart) the events carry.
+    fn answer(events: &[Event]) -> String {
+        chunks(events)
+            .into_iter()
+            .filter(|c| !c.2)
+            .map(|c| c.1)
+            .collect()
+    }
+
     fn chunks(events: &[Event]) -> Vec<(usize, &str, bool)> {
         events
             .iter()
@@ -375,7 +373,7 @@ mod tests {
             chunks(&read.events),
             vec![(1, "Hello", false), (1, " world", false)]
         );
-        assert_eq!(r.text(), "Hello world");
+        assert_eq!(answer(&read.events), "Hello world");
         assert_eq!(r.token_counts(), TokenCounts::FinalUsage);
         match r.done_event(12.0, false) {
             Event::Done {
@@ -423,7 +421,7 @@ mod tests {
             vec![(2, "hmm", true), (1, "ok", false)]
         );
         assert_eq!(r.token_counts(), TokenCounts::ChunkUsage);
-        assert_eq!(r.text(), "ok");
+        assert_eq!(answer(&read.events), "ok");
         assert!(matches!(
             r.done_event(2.0, false),
             Event::Done {
