@@ -412,8 +412,7 @@ impl Answer {
     }
 
     /// A chunk's event; with usage on every chunk, the counts so far.
-    fn chunk(&self, completion: &Completion) -> SseEvent {
-        let mut completion = completion.clone();
+    fn chunk(&self, mut completion: Completion) -> SseEvent {
         if self.continuous_usage && completion.usage.is_none() {
             completion.usage = Some(Usage::new(self.prompt_tokens, self.generated));
         }
@@ -438,13 +437,13 @@ impl Answer {
                     Some(String::new()),
                     None,
                 )]);
-                return Some(self.chunk(&first));
+                return Some(self.chunk(first));
             }
             match self.next().await {
                 Step::Text(t) if t.is_empty() => {}
                 Step::Text(t) => {
                     let c = self.completion(vec![self.kind.choice(true, false, Some(t), None)]);
-                    return Some(self.chunk(&c));
+                    return Some(self.chunk(c));
                 }
                 Step::Done(report) => {
                     self.ended = true;
@@ -455,13 +454,13 @@ impl Answer {
                     let mut last =
                         self.completion(vec![self.kind.choice(true, false, content, finish)]);
                     last.timings = Some(timings.clone());
-                    self.pending.push_back(self.chunk(&last));
+                    self.pending.push_back(self.chunk(last));
                     if self.include_usage {
                         // OpenAI's usage chunk: no choices.
                         let mut tail = self.completion(Vec::new());
                         tail.usage = Some(usage);
                         tail.timings = Some(timings);
-                        self.pending.push_back(self.chunk(&tail));
+                        self.pending.push_back(self.chunk(tail));
                     }
                     self.pending.push_back(SseEvent::default().data("[DONE]"));
                 }
