@@ -657,6 +657,12 @@ document.addEventListener('keydown', (/** @type {KeyboardEvent} */ e) => {
  * that `make models` fetches it. Without a `model` in the URL the first one present is the
  * default; when none is, stories260K is, and the page says why.
  */
+/** Whether the page's URL names what to run on (a model, or an endpoint): the page's defaults give way to it. */
+function urlChoseModel() {
+  const params = new URLSearchParams(location.search);
+  return params.has('model') || params.has('endpoint');
+}
+
 async function findFetchedModels() {
   const missing = [];
   for (const m of MODELS.filter((m) => m.fetched)) {
@@ -665,8 +671,7 @@ async function findFetchedModels() {
     if (answer instanceof Response && answer.ok) {
       const bytes = Number(answer.headers.get('Content-Length'));
       option.textContent = m.label.replace('(', `(local, ${formatBytes(bytes)}, `);
-      const params = new URLSearchParams(location.search);
-      if (m.default && !params.has('model') && !params.has('endpoint') && !missing.length && !state.modelTouched) {
+      if (m.default && !urlChoseModel() && !missing.length && !state.modelTouched) {
         el.model.value = m.id;
         offerPrompt();
       }
@@ -693,8 +698,7 @@ servedByServe.then(async (served) => {
   const option = new Option(THIS_SERVER.label, THIS_SERVER.id);
   el.model.add(option, 0);
   await modelsFound;
-  const params = new URLSearchParams(location.search);
-  if (!params.has('model') && !params.has('endpoint') && !state.modelTouched && !state.running) {
+  if (!urlChoseModel() && !state.modelTouched && !state.running) {
     el.model.value = THIS_SERVER.id;
     showSourceFields();
   }
