@@ -473,12 +473,13 @@ fn packing_keeps_every_block() {
     }
 }
 
-/// Every instruction set's packed kernel against the row-major scalar kernel, and each
-/// activation row of a batch against the row alone.
+/// Every instruction set's packed kernel against the row-major scalar kernel, each activation row
+/// of a batch against the row alone, and (x86) VNNI's packed tiles against AVX2's, bit for bit: 11
+/// rows, more than one tile of either (4 and 8 rows).
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 fn packed_products_match_the_row_major_ones() {
-    let (rows, cols, t) = (67, 288, 6);
+    let (rows, cols, t) = (67, 288, 11);
     let x = values(t * cols, 5);
     let mut xq = Q8Rows::default();
     kernels::quantize_rows_q8(&x, cols, &mut xq);
@@ -498,9 +499,11 @@ fn packed_products_match_the_row_major_ones() {
             &mut expected,
         );
         let top = expected.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let mut by_isa = Vec::new();
         for isa in Isa::available() {
             let mut got = vec![f32::NAN; t * rows];
             tokenometer::cpu::packed::matmul(isa, &packed, &xq, t, &mut got);
+            by_isa.push((isa, got.clone()));
             for (a, b) in got.iter().zip(&expected) {
                 assert!(
                     (a - b).abs() <= 1e-5 * top,
@@ -517,6 +520,14 @@ fn packed_products_match_the_row_major_ones() {
                     got[i * rows..(i + 1) * rows],
                     "{isa:?} {format:?} row {i}"
                 );
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let of = |isa| by_isa.iter().find(|(i, _)| *i == isa).map(|(_, got)| got);
+            if let (Some(avx2), Some(vnni)) = (of(Isa::Avx2), of(Isa::Avx512Vnni)) {
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(avx2), bits(vnni), "{format:?}: VNNI's packed tiles");
             }
         }
     }

@@ -256,11 +256,12 @@ fn matmul_of<F: PackedFormat>(isa: Isa, w: PackedRows, xq: &Q8Rows, t: usize, ou
     let blocks = cols / BLOCK;
     assert!(xq.quants.len() >= t * cols && xq.scales.len() >= t * blocks);
     assert_eq!(out.len(), t * rows);
-    // What each block's integer sum starts from: `-BIAS * sum(x)`, the codes' bias taken back.
-    let offsets: Vec<i32> = if F::BIAS != 0 {
+    // What each block's integer sum starts from: `-bias * sum(x)`, the codes' bias taken back.
+    let bias = codes_bias::<F>(isa);
+    let offsets: Vec<i32> = if bias != 0 {
         xq.quants[..t * cols]
             .chunks_exact(BLOCK)
-            .map(|block| -F::BIAS * block.iter().map(|&v| v as i32).sum::<i32>())
+            .map(|block| -bias * block.iter().map(|&v| v as i32).sum::<i32>())
             .collect()
     } else {
         vec![0; t * blocks]
@@ -295,7 +296,20 @@ fn matmul_of<F: PackedFormat>(isa: Isa, w: PackedRows, xq: &Q8Rows, t: usize, ou
 }
 
 /// The most activation rows one kernel call takes.
-const TILE: usize = 4;
+const TILE: usize = 8;
+
+/// What `isa`'s kernel for `F` adds to the codes it multiplies (its sums start from `-bias *
+/// sum(x)`): VNNI's unsigned operand where the format has a VNNI kernel, else the format's own.
+fn codes_bias<F: PackedFormat>(isa: Isa) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni
+        && let Some(bias) = F::VNNI_BIAS
+    {
+        return bias;
+    }
+    let _ = isa;
+    F::BIAS
+}
 
 /// A format's packed kernels on every instruction set: one implementation a format, in the
 /// instruction set's file (`avx2.rs`, `wasm.rs`).
@@ -311,14 +325,19 @@ pub(crate) trait PackedFormat: RunFormat {}
 impl<F: RunFormat> PackedFormat for F {}
 
 /// How many activation rows `isa`'s kernel takes at once: 4 with AVX2's 16 registers of 256
-/// bits; in wasm as the format's kernel there says (`wasm.rs`).
+/// bits, 8 with VNNI's kernel and AVX-512's 32; in wasm as the format's kernel there says
+/// (`wasm.rs`).
 fn tile_rows<F: PackedFormat>(isa: Isa) -> usize {
     #[cfg(target_arch = "wasm32")]
     if isa == Isa::Simd128 {
         return F::TILE_ROWS;
     }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && F::VNNI_BIAS.is_some() {
+        return 8;
+    }
     let _ = isa;
-    TILE
+    4
 }
 
 /// One group of 8 weight rows against up to [`TILE`] activation rows.
@@ -329,6 +348,12 @@ fn tile_of<F: PackedFormat>(
     x: &[Act],
     out: &mut [[f32; GROUP]],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && F::VNNI_BIAS.is_some() {
+        // SAFETY: only produced after detecting AVX2, FMA, AVX512-VNNI and AVX512-VL.
+        unsafe { avx2::tile_vnni::<F>(scales, quants, x, out) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) {
         // SAFETY: both are only produced after detecting AVX2 and FMA.
