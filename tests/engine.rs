@@ -179,8 +179,10 @@ fn scalar_and_vector_cpu_kernels_both_meet_the_bars() {
 }
 
 /// Two and three threads give the very logits one thread gives, bit for bit, on every instruction
-/// set and precision: a prompt of 64 tokens (products split by rows into whole packed groups,
-/// a batch's parts put in place after; attention split by heads), then 32 decode steps.
+/// set and precision: a prompt of 64 tokens (on 2 threads the products split by activation rows,
+/// each part quantizing its own; on 3, fewer than 32 rows a thread, by weight rows into whole
+/// packed groups, put in place after; the element-wise steps by rows on 2; attention split by
+/// heads), then 32 decode steps.
 #[test]
 fn threads_give_the_bits_of_one_thread() {
     use tokenometer::cpu::{Isa, Threads};

@@ -35,10 +35,35 @@ impl HostOps {
             threads,
         }
     }
+
+    /// `f(first row, rows)` over `data`'s rows of `width`: on the threads, whole rows a part,
+    /// where there are enough of them (a prompt's), else all at once on this thread.
+    fn for_rows(
+        &self,
+        data: &mut [f32],
+        width: usize,
+        f: impl Fn(usize, &mut [f32]) + Sync + Send,
+    ) {
+        let (t, n) = (data.len() / width.max(1), self.threads.count());
+        if n > 1 && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * n {
+            let part = t.div_ceil(n);
+            self.threads
+                .for_pieces(data, part * width, |p, piece| f(p * part, piece));
+        } else {
+            f(0, data);
+        }
+    }
 }
 
 /// The fewest rows of a product a thread takes: a smaller matrix runs on one thread.
 const MIN_ROWS_A_THREAD: usize = 32;
+
+/// The fewest activation rows a thread for a product to be split by activation rows (a prompt's):
+/// fewer (batched decode) are split by weight rows.
+const MIN_ACTIVATION_ROWS_TO_SPLIT: usize = 32;
+
+/// The parts each thread takes, on average, of a product split by activation rows.
+const PARTS_A_THREAD: usize = 2;
 
 /// The least attention work (multiply-adds of scores and sums) worth splitting over threads.
 const MIN_ATTENTION_WORK: usize = 1 << 17;
@@ -150,7 +175,9 @@ impl Ops for HostOps {
 
     fn rms_norm(&self, x: &Rows, weight: &Vec<f32>, eps: f32) -> Rows {
         let mut data = x.data.clone();
-        rms_norm_rows(self.isa, &mut data, weight, eps);
+        self.for_rows(&mut data, x.width, |_, rows| {
+            rms_norm_rows(self.isa, rows, weight, eps)
+        });
         Rows::new(x.t, x.width, data)
     }
 
@@ -159,19 +186,46 @@ impl Ops for HostOps {
         x
     }
 
-    /// Split by rows over the threads (whole packed groups, at least `MIN_ROWS_A_THREAD` a
-    /// thread): at batch 1 each part writes its own piece of the output; a batch's parts are
-    /// made apart and put in place after.
+    /// Split over the threads by activation rows where there are many (a prompt's), else by
+    /// weight rows (whole packed groups, at least `MIN_ROWS_A_THREAD` a thread): at batch 1 each
+    /// part writes its own piece of the output; a batch's parts are made apart and put in place
+    /// after.
     fn matmul(&self, x: &Rows, w: &HostLinear) -> Rows {
         assert_eq!(x.width, w.cols, "a projection's input width");
         let none = Q8Rows::default();
-        let quantized = if matches!(w.weights, HostMatrix::F32(_)) {
+        let f32_weights = matches!(w.weights, HostMatrix::F32(_));
+        let (rows, cols, t, xs) = (w.rows, w.cols, x.t, &x.data);
+        let weights = w.weights.rows();
+        let mut data = vec![0.0; t * rows];
+        if self.threads.count() > 1 && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * self.threads.count() {
+            // A prompt: each thread takes whole activation rows against every weight row, its
+            // piece of the output contiguous (no copy after), a few parts a thread so that one
+            // that starts late or runs slower is made up for. Every thread reads every weight,
+            // which a prompt's products (compute-bound, reading each weight once per chunk of
+            // rows) do not notice; batched decode keeps the split by weight rows, where reading
+            // the weights is the time. Each part quantizes its own rows (q, k and v each again: a
+            // thread's share of the work, rather than all of it on one thread before the product).
+            // Measured (SmolLM2, 530-token prompt, 2 threads, prefill tok/s, one run each, with
+            // the element-wise steps split by rows too): Q8_0 729 -> 928, F32 418 -> 502.
+            let part = t
+                .div_ceil(PARTS_A_THREAD * self.threads.count())
+                .next_multiple_of(8);
+            self.threads.for_pieces(&mut data, part * rows, |p, out| {
+                let n = out.len() / rows;
+                let xs = &xs[p * part * cols..(p * part + n) * cols];
+                let mut xq = Q8Rows::default();
+                if !f32_weights {
+                    quantize_rows_q8_with(self.isa, xs, cols, &mut xq);
+                }
+                matmul::matmul(self.isa, weights, rows, cols, xs, &xq, n, out);
+            });
+            return Rows::new(t, rows, data);
+        }
+        let quantized = if f32_weights {
             &none
         } else {
             x.quantized(self.isa)
         };
-        let (rows, cols, t, xs) = (w.rows, w.cols, x.t, &x.data);
-        let weights = w.weights.rows();
         let product = |range: Range<usize>, out: &mut [f32]| {
             let weights = weights.range(range.clone(), cols);
             matmul::matmul(self.isa, weights, range.len(), cols, xs, quantized, t, out);
@@ -179,7 +233,6 @@ impl Ops for HostOps {
         let size = self
             .threads
             .part_size(rows, weights.part_rows(), MIN_ROWS_A_THREAD);
-        let mut data = vec![0.0; t * rows];
         if size >= rows {
             product(0..rows, &mut data);
         } else if t == 1 {
@@ -290,30 +343,39 @@ impl Ops for HostOps {
     }
 
     fn add(&self, mut x: Rows, y: Rows) -> Rows {
-        for (a, b) in x.values_mut().iter_mut().zip(&y.data) {
-            *a += b;
-        }
+        let width = x.width;
+        self.for_rows(x.values_mut(), width, |first, rows| {
+            for (a, b) in rows.iter_mut().zip(&y.data[first * width..]) {
+                *a += b;
+            }
+        });
         x
     }
 
     fn swiglu(&self, mut gate: Rows, up: Rows) -> Rows {
-        for (g, u) in gate.values_mut().iter_mut().zip(&up.data) {
-            *g = *g / (1.0 + (-*g).exp()) * u;
-        }
+        let width = gate.width;
+        self.for_rows(gate.values_mut(), width, |first, rows| {
+            for (g, u) in rows.iter_mut().zip(&up.data[first * width..]) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+        });
         gate
     }
 
     fn geglu(&self, mut gate: Rows, up: Rows) -> Rows {
         let gelu = gelu_table();
-        for (g, u) in gate.values_mut().iter_mut().zip(&up.data) {
-            *g = if *g <= -10.0 {
-                0.0
-            } else if *g >= 10.0 {
-                *g * u
-            } else {
-                gelu[half::f16::from_f32(*g).to_bits() as usize] * u
-            };
-        }
+        let width = gate.width;
+        self.for_rows(gate.values_mut(), width, |first, rows| {
+            for (g, u) in rows.iter_mut().zip(&up.data[first * width..]) {
+                *g = if *g <= -10.0 {
+                    0.0
+                } else if *g >= 10.0 {
+                    *g * u
+                } else {
+                    gelu[half::f16::from_f32(*g).to_bits() as usize] * u
+                };
+            }
+        });
         gate
     }
 
