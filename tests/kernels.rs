@@ -532,3 +532,65 @@ fn packed_products_match_the_row_major_ones() {
         }
     }
 }
+
+/// Attention with its keys taken a block at a time (the softmax online) against the softmax of
+/// all the scores at once in f64, for every instruction set: positions over several blocks and
+/// a part of one, from position 0 and from a window's first key inside a block.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn attention_in_key_blocks_matches_one_softmax() {
+    use kernels::attention::{HeadCache, KEY_BLOCK, Running};
+    let (hs, stride) = (64, 64 * 3);
+    for (first, seen) in [(0, 1), (0, 100), (37, 130), (40, 41)] {
+        // Scores large enough that the largest moves from block to block.
+        let query: Vec<f32> = values(hs, 3).iter().map(|v| v * 4.0).collect();
+        let keys = values(seen * stride, 4);
+        let vals = values(seen * stride, 5);
+        let scale = 1.0 / (hs as f64).sqrt();
+        let scores: Vec<f64> = (first..seen)
+            .map(|j| {
+                (0..hs)
+                    .map(|d| query[d] as f64 * keys[j * stride + d] as f64)
+                    .sum::<f64>()
+                    * scale
+            })
+            .collect();
+        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        let exact: Vec<f32> = (0..hs)
+            .map(|d| {
+                (first..seen)
+                    .zip(&weights)
+                    .map(|(j, w)| w * vals[j * stride + d] as f64)
+                    .sum::<f64>()
+                    / total
+            })
+            .map(|v| v as f32)
+            .collect();
+        for isa in Isa::available() {
+            let head = HeadCache {
+                keys: &keys,
+                values: &vals,
+                stride,
+            };
+            let (mut running, mut out, mut part) =
+                (Running::default(), vec![f32::NAN; hs], vec![0.0; hs]);
+            for block in (first / KEY_BLOCK)..seen.div_ceil(KEY_BLOCK) {
+                let positions = (block * KEY_BLOCK).max(first)..((block + 1) * KEY_BLOCK).min(seen);
+                running.add(
+                    isa,
+                    &query,
+                    head,
+                    positions,
+                    scale as f32,
+                    &mut out,
+                    &mut part,
+                );
+            }
+            running.finish(&mut out);
+            let error = relative_error(&out, &exact);
+            assert!(error < 1e-5, "{isa:?} keys {first}..{seen}: {error}");
+        }
+    }
+}

@@ -65,3 +65,91 @@ pub fn weighted_sum(isa: Isa, p: &[f32], values: &[f32], stride: usize, out: &mu
         Isa::Scalar => scalar::weighted_sum_from(0, p, values, stride, out),
     }
 }
+
+/// The positions of keys attention takes a block at a time ([`Running::add`]). A block's keys
+/// and values (32 positions of a 64-wide head: 16 KB) stay in L1 while every query of a prompt
+/// that sees them takes them, where a query walking all its keys read them from L2 once a query.
+/// Measured against that (this project's 2-core AMD EPYC, SmolLM2 Q8_0, 1 thread, prefill tok/s,
+/// rounds interleaved): a 530-token prompt 478 / 486 / 482 -> 503 / 488 / 519, a 1,981-token one
+/// 217 / 219 -> 244 / 238. The scores' dot products are the time left (a 64-wide dot product of
+/// 8 multiply-adds, its 16 loads and its share of a horizontal sum, per score).
+pub const KEY_BLOCK: usize = 32;
+
+/// One query's attention with its keys taken a block at a time (the softmax online, as
+/// FlashAttention's): the largest score so far, the sum of `exp(score - largest)`, and, in the
+/// caller's output row, the values weighted by those exponentials. A query's arithmetic depends
+/// only on its own keys, taken in blocks of [`KEY_BLOCK`] positions counted from position 0, so it
+/// is the same bits in a prompt (queries in any groups, on any thread) and alone in decode.
+#[derive(Clone, Copy, Debug)]
+pub struct Running {
+    max: f32,
+    sum: f32,
+    started: bool,
+}
+
+impl Default for Running {
+    fn default() -> Self {
+        Running {
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+            started: false,
+        }
+    }
+}
+
+/// A head's cached keys and values: position `j`'s row at `j * stride` of each.
+#[derive(Clone, Copy)]
+pub struct HeadCache<'a> {
+    pub keys: &'a [f32],
+    pub values: &'a [f32],
+    pub stride: usize,
+}
+
+impl Running {
+    /// Takes the keys and values at `positions` (within one block) into the query's attention;
+    /// `out` holds the weighted sum so far, `part` is room for one row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add(
+        &mut self,
+        isa: Isa,
+        query: &[f32],
+        head: HeadCache,
+        positions: std::ops::Range<usize>,
+        scale: f32,
+        out: &mut [f32],
+        part: &mut [f32],
+    ) {
+        let mut scores = [0.0f32; KEY_BLOCK];
+        let scores = &mut scores[..positions.len()];
+        let at = positions.start * head.stride;
+        attention_scores(isa, query, &head.keys[at..], head.stride, scale, scores);
+        let max = scores.iter().copied().fold(self.max, f32::max);
+        let mut sum = 0.0;
+        for s in scores.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        if !self.started {
+            weighted_sum(isa, scores, &head.values[at..], head.stride, out);
+            self.sum = sum;
+        } else {
+            weighted_sum(isa, scores, &head.values[at..], head.stride, part);
+            // What the earlier blocks' exponentials become against the new largest score.
+            let rescale = (self.max - max).exp();
+            for (o, p) in out.iter_mut().zip(part.iter()) {
+                *o = *o * rescale + p;
+            }
+            self.sum = self.sum * rescale + sum;
+        }
+        self.max = max;
+        self.started = true;
+    }
+
+    /// The attention's output: the weighted sum over the sum of the weights.
+    pub fn finish(&self, out: &mut [f32]) {
+        let inv = 1.0 / self.sum;
+        for o in out.iter_mut() {
+            *o *= inv;
+        }
+    }
+}

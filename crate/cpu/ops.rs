@@ -11,7 +11,7 @@
 use std::cell::OnceCell;
 use std::ops::Range;
 
-use crate::cpu::attention;
+use crate::cpu::attention::{self, KEY_BLOCK};
 use crate::cpu::isa::Isa;
 use crate::cpu::matmul;
 use crate::cpu::matrix::{HostLinear, HostMatrix};
@@ -67,11 +67,6 @@ const PARTS_A_THREAD: usize = 2;
 
 /// The least attention work (multiply-adds of scores and sums) worth splitting over threads.
 const MIN_ATTENTION_WORK: usize = 1 << 17;
-
-thread_local! {
-    /// A thread's attention scores, kept between steps.
-    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 /// `t` rows of `width` values, row-major, and their int8 blocks once a quantized projection has
 /// read them: q, k and v read the same normed rows, as do the feed-forward's gate and up, and
@@ -304,38 +299,64 @@ impl Ops for HostOps {
             keys[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&k.data[new.clone()]);
             values[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&v.data[new]);
             let (keys, values) = (&keys[..], &values[..]);
-            // Query `i` of the span, head `h`, into `o`.
-            let head = |i: usize, h: usize, o: &mut [f32], scores: &mut Vec<f32>| {
-                // Keys `first..seen`: every earlier position, or the window's last ones.
+            // Query `i` of the span sees keys `first..seen`: every earlier position, or the
+            // window's last ones.
+            let sees = |i: usize| {
                 let seen = start + i + 1;
-                let first = window.map_or(0, |w| seen.saturating_sub(w));
-                let query = &q.data[(row + i) * q.width + h * hs..][..hs];
-                let kv = first * kv_dim + (h / rep) * hs;
-                scores.resize(seen - first, 0.0);
-                attention::attention_scores(self.isa, query, &keys[kv..], kv_dim, scale, scores);
-                softmax(scores);
-                attention::weighted_sum(self.isa, scores, &values[kv..], kv_dim, o);
+                (window.map_or(0, |w| seen.saturating_sub(w)), seen)
             };
-            // One piece of the output a (query, head), split over the threads by heads where
-            // the span's work is worth it. A prompt's later queries attend over more keys, so its
-            // parts are a quarter of a thread's share, taken as threads free up (measured, SmolLM2
-            // Q8_0, 900-token prompt, 2 threads, 3 interleaved rounds: prefill 316 / 404 / 358 ->
-            // 406 / 442 / 402 tok/s; decode, one query, lost a little with them: 77 / 94 / 70 ->
-            // 74 / 84 / 70, so it keeps a part a thread).
+            // The output's rows of `hs` are units, unit `u` query `u / n_heads` of head
+            // `u % n_heads`; a part of the units goes key head by key head and, for each, key
+            // block by key block through every unit that sees the block (see `Running`).
+            // Split over the threads by units where the span's work is worth it. A prompt's
+            // later queries attend over more keys, so its parts are a quarter of a thread's
+            // share, taken as threads free up (measured, SmolLM2 Q8_0, 900-token prompt, 2
+            // threads, 3 interleaved rounds: prefill 316 / 404 / 358 -> 406 / 442 / 402 tok/s;
+            // decode, one query, lost a little with them: 77 / 94 / 70 -> 74 / 84 / 70, so it
+            // keeps a part a thread).
             let work = t * n_heads * (start + t) * hs;
-            let heads = match self.threads.part_size(t * n_heads, 1, 1) {
+            let units = match self.threads.part_size(t * n_heads, 1, 1) {
                 _ if work < MIN_ATTENTION_WORK => t * n_heads,
                 share if t > 1 => share.div_ceil(4),
                 share => share,
             };
             let span_out = &mut out[row * n_heads * hs..(row + t) * n_heads * hs];
-            self.threads.for_pieces(span_out, heads * hs, |p, piece| {
-                SCORES.with_borrow_mut(|scores| {
-                    for (j, o) in piece.chunks_exact_mut(hs).enumerate() {
-                        let j = p * heads + j;
-                        head(j / n_heads, j % n_heads, o, scores);
+            self.threads.for_pieces(span_out, units * hs, |p, piece| {
+                let first_unit = p * units;
+                let mut running = vec![attention::Running::default(); piece.len() / hs];
+                let mut part = vec![0.0; hs];
+                for g in 0..n_kv_heads {
+                    let mine: Vec<usize> = (0..running.len())
+                        .filter(|u| (first_unit + u) % n_heads / rep == g)
+                        .collect();
+                    let (Some(&lo), Some(&hi)) = (mine.first(), mine.last()) else {
+                        continue;
+                    };
+                    let (first, _) = sees((first_unit + lo) / n_heads);
+                    let (_, last) = sees((first_unit + hi) / n_heads);
+                    let head = attention::HeadCache {
+                        keys: &keys[g * hs..],
+                        values: &values[g * hs..],
+                        stride: kv_dim,
+                    };
+                    for block in (first / KEY_BLOCK)..last.div_ceil(KEY_BLOCK) {
+                        let block = block * KEY_BLOCK..(block + 1) * KEY_BLOCK;
+                        for &u in &mine {
+                            let (i, h) = ((first_unit + u) / n_heads, (first_unit + u) % n_heads);
+                            let (first, seen) = sees(i);
+                            let positions = block.start.max(first)..block.end.min(seen);
+                            if positions.is_empty() {
+                                continue;
+                            }
+                            let query = &q.data[(row + i) * q.width + h * hs..][..hs];
+                            let o = &mut piece[u * hs..][..hs];
+                            running[u].add(self.isa, query, head, positions, scale, o, &mut part);
+                        }
                     }
-                })
+                }
+                for (running, o) in running.iter().zip(piece.chunks_exact_mut(hs)) {
+                    running.finish(o);
+                }
             });
             row += t;
         }
@@ -428,18 +449,4 @@ fn gelu_table() -> &'static [f32] {
             })
             .collect()
     })
-}
-
-/// Softmax in place, shifted by the maximum.
-fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
 }
