@@ -119,16 +119,14 @@ impl Running {
         out: &mut [f32],
         part: &mut [f32],
     ) {
-        let mut scores = [0.0f32; KEY_BLOCK];
-        let scores = &mut scores[..positions.len()];
+        let mut all_scores = [0.0f32; KEY_BLOCK];
+        let scores = &mut all_scores[..positions.len()];
         let at = positions.start * head.stride;
         attention_scores(isa, query, &head.keys[at..], head.stride, scale, scores);
         let max = scores.iter().copied().fold(self.max, f32::max);
-        let mut sum = 0.0;
-        for s in scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
+        exp_shifted(isa, &mut all_scores, positions.len(), max);
+        let scores = &all_scores[..positions.len()];
+        let sum: f32 = scores.iter().sum();
         if !self.started {
             weighted_sum(isa, scores, &head.values[at..], head.stride, out);
             self.sum = sum;
@@ -150,6 +148,23 @@ impl Running {
         let inv = 1.0 / self.sum;
         for o in out.iter_mut() {
             *o *= inv;
+        }
+    }
+}
+
+/// `exp(x - max)` of the first `n` of `x` in place (AVX2: 8 at a time, on all of `x`, which is
+/// whole vectors; the values past `n` are not read after).
+fn exp_shifted(isa: Isa, x: &mut [f32; KEY_BLOCK], n: usize, max: f32) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both are only produced after detecting AVX2 and FMA.
+        Isa::Avx2 | Isa::Avx512Vnni => unsafe {
+            avx2::exp_shifted(&mut x[..n.next_multiple_of(8)], max)
+        },
+        _ => {
+            for v in &mut x[..n] {
+                *v = (*v - max).exp();
+            }
         }
     }
 }

@@ -466,3 +466,54 @@ block_matmul!(
     dot_q_tile_vnni,
     "avx2,fma,avx512vnni,avx512vl"
 );
+
+/// `exp(x - max)` of every value of `x` in place, 8 at a time: Cephes' `expf` (the exponent's
+/// integer part as `n ln 2`, the rest by a degree-6 polynomial, `2^n` made in the exponent bits),
+/// within 2 units in the last place of `f32::exp` for what attention gives it (`x - max <= 0`;
+/// below -87.3 the result is the smallest normal number, not 0). Measured as libm's `expf`, one
+/// call a score, it was 6.5% of a 530-token prefill's profile; with this one, prefill 1.08-1.13x
+/// (SmolLM2 Q8_0, 530 tokens, 1 thread, 3 rounds interleaved: 518 / 512 / 525 -> 580 / 577 / 569).
+#[target_feature(enable = "avx2,fma")]
+pub fn exp_shifted(x: &mut [f32], max: f32) {
+    assert!(x.len().is_multiple_of(8));
+    let (low, log2e, ln2_hi, ln2_lo) = (
+        _mm256_set1_ps(-87.33654),
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+        _mm256_set1_ps(0.693_359_4),
+        _mm256_set1_ps(-2.121_944_4e-4),
+    );
+    let c = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ]
+    .map(|c| _mm256_set1_ps(c));
+    let shift = _mm256_set1_ps(max);
+    for chunk in x.chunks_exact_mut(8) {
+        // SAFETY: the chunk holds 8 values.
+        let v = unsafe { _mm256_loadu_ps(chunk.as_ptr()) };
+        let v = _mm256_max_ps(_mm256_sub_ps(v, shift), low);
+        let n = _mm256_round_ps(
+            _mm256_mul_ps(v, log2e),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+        );
+        let r = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, v));
+        let mut p = c[0];
+        for c in &c[1..] {
+            p = _mm256_fmadd_ps(p, r, *c);
+        }
+        let y = _mm256_add_ps(
+            _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r),
+            _mm256_set1_ps(1.0),
+        );
+        let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+            23,
+        ));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), _mm256_mul_ps(y, pow2)) };
+    }
+}
