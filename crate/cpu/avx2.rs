@@ -405,6 +405,24 @@ pub fn matmul_f32(m: &Matmul, data: &[f32], out: &mut [f32]) {
     m.f32_tiled(data, out, Kernels::new(grid, (4, 1), grid, (2, 4)));
 }
 
+/// Every row of `w` against every row of `x` as [`f32_grid`], up to 4 x 4, compiled with AVX-512
+/// VL: EVEX's 32 vector registers hold a 4 x 4 grid's 16 accumulators, its 4 weight pieces and an
+/// activation piece, 8 loads for 16 multiply-adds where AVX2's 2 x 4 takes 6 for 8. Measured (SmolLM2
+/// F32, 530-token prompt, 1 thread, 3 rounds interleaved, prefill tok/s): 274 / 278 / 266 with
+/// AVX2's 2 x 4 against 303 / 293 / 306.
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+fn f32_grid_evex(w: &[&[f32]], x: &[&[f32]], out: &mut [f32]) {
+    f32_grid_shapes!(@all dot_f32_grid, w, x, out)
+}
+
+/// The product of f32 weights for a prompt on an AVX-512 machine: 4 x 4 grids ([`f32_grid_evex`];
+/// the same sums in the same order as [`matmul_f32`]'s, so the same bits).
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+pub fn matmul_f32_evex(m: &Matmul, data: &[f32], out: &mut [f32]) {
+    let grid = |w: &[&[f32]], x: &[&[f32]], o: &mut [f32]| f32_grid_evex(w, x, o);
+    m.f32_tiled(data, out, Kernels::new(grid, (4, 1), grid, (4, 4)));
+}
+
 block_matmul!(
     /// The whole product of blocks for AVX2: block tiles of up to 4 activation rows (`prepared`
     /// is empty: the tiles read the activations as they are).

@@ -21,6 +21,7 @@ impl Isa {
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             if std::is_x86_feature_detected!("avx512vnni")
                 && std::is_x86_feature_detected!("avx512vl")
+                && std::is_x86_feature_detected!("avx512f")
             {
                 return Isa::Avx512Vnni;
             }

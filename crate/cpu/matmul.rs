@@ -159,6 +159,12 @@ fn add_offsets(isa: Isa, offsets: &[f32], m: &Matmul, out: &mut [f32]) {
     }
 }
 
+/// The fewest activation rows that take AVX-512's f32 grids (`avx2::matmul_f32_evex`): a prompt's.
+/// Batched decode keeps AVX2's (compiled with AVX-512 enabled, its loops decoded stories15M f32 a
+/// tenth slower at 8 users).
+#[cfg(target_arch = "x86_64")]
+const EVEX_F32_ROWS: usize = 16;
+
 /// The product of f32 weights `data` with `isa`'s f32 kernels.
 fn f32_product(isa: Isa, m: &Matmul, data: &[f32], out: &mut [f32]) {
     match isa {
@@ -172,6 +178,10 @@ fn f32_product(isa: Isa, m: &Matmul, data: &[f32], out: &mut [f32]) {
                 (1, TILE),
             ),
         ),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only produced after detecting AVX2, FMA, AVX512-VNNI and AVX512-VL (which
+        // implies AVX512F). A prompt's rows take 4 x 4 grids in EVEX's 32 registers.
+        Isa::Avx512Vnni if m.t >= EVEX_F32_ROWS => unsafe { avx2::matmul_f32_evex(m, data, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: both are only produced after detecting AVX2 and FMA. f32 weights take
         // the AVX2 loops on a VNNI machine too (compiled with AVX-512 enabled, they

@@ -20,13 +20,19 @@ macro_rules! f32_grid_shapes {
         f32_grid_shapes!(@arms $grid, $w, $x, $out;
             (1, 1) (2, 1) (3, 1) (4, 1) (1, 2) (2, 2) (1, 3) (2, 3) (1, 4) (2, 4))
     };
+    // Every shape up to 4 x 4 (a grid with 32 vector registers).
+    (@all $grid:ident, $w:expr, $x:expr, $out:expr) => {
+        f32_grid_shapes!(@arms $grid, $w, $x, $out;
+            (1, 1) (2, 1) (3, 1) (4, 1) (1, 2) (2, 2) (3, 2) (4, 2)
+            (1, 3) (2, 3) (3, 3) (4, 3) (1, 4) (2, 4) (3, 4) (4, 4))
+    };
     (@arms $grid:ident, $w:expr, $x:expr, $out:expr; $(($m:literal, $n:literal))*) => {{
         let (w, x, out): (&[&[f32]], &[&[f32]], &mut [f32]) = ($w, $x, $out);
         match (w.len(), x.len()) {
             $(($m, $n) => out.copy_from_slice(
                 $grid::<$m, $n>(w.try_into().unwrap(), x.try_into().unwrap()).as_flattened(),
             ),)*
-            _ => panic!("an f32 grid holds up to 4 x 1 or 2 x 4 rows"),
+            _ => panic!("an f32 grid holds up to 4 x 4 rows"),
         }
     }};
 }

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-2}
 threads=${THREADS:-1 2}
-bench=${LLAMA_BENCH:?set LLAMA_BENCH to llama.cpp's llama-bench}
+bench=${LLAMA_BENCH:?set LLAMA_BENCH to the path of llama-bench}
 src=models/cache/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
 gemma=models/cache/gemma3-270m/gemma-3-270m-q4_k_m.gguf
 mkdir -p target/real
