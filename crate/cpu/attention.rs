@@ -127,18 +127,19 @@ impl Running {
         exp_shifted(isa, &mut all_scores, positions.len(), max);
         let scores = &all_scores[..positions.len()];
         let sum: f32 = scores.iter().sum();
-        if !self.started {
-            weighted_sum(isa, scores, &head.values[at..], head.stride, out);
-            self.sum = sum;
+        weighted_sum(isa, scores, &head.values[at..], head.stride, part);
+        // What the earlier blocks' exponentials become against the new largest score (before
+        // the first block: 0, and `out` starts at 0, so it becomes this block's sum exactly).
+        let rescale = if self.started {
+            (self.max - max).exp()
         } else {
-            weighted_sum(isa, scores, &head.values[at..], head.stride, part);
-            // What the earlier blocks' exponentials become against the new largest score.
-            let rescale = (self.max - max).exp();
-            for (o, p) in out.iter_mut().zip(part.iter()) {
-                *o = *o * rescale + p;
-            }
-            self.sum = self.sum * rescale + sum;
+            out.fill(0.0);
+            0.0
+        };
+        for (o, p) in out.iter_mut().zip(part.iter()) {
+            *o = *o * rescale + p;
         }
+        self.sum = self.sum * rescale + sum;
         self.max = max;
         self.started = true;
     }

@@ -38,14 +38,11 @@ impl HostOps {
 
     /// `f(first row, rows)` over `data`'s rows of `width`: on the threads, whole rows a part,
     /// where there are enough of them (a prompt's), else all at once on this thread.
-    fn for_rows(
-        &self,
-        data: &mut [f32],
-        width: usize,
-        f: impl Fn(usize, &mut [f32]) + Sync + Send,
-    ) {
+    /// (`f` is a trait object: one copy of the loop for every step that uses it, which the page's
+    /// download notices.)
+    fn for_rows(&self, data: &mut [f32], width: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
         let (t, n) = (data.len() / width.max(1), self.threads.count());
-        if n > 1 && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * n {
+        if Threads::MANY && n > 1 && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * n {
             let part = t.div_ceil(n);
             self.threads
                 .for_pieces(data, part * width, |p, piece| f(p * part, piece));
@@ -170,7 +167,7 @@ impl Ops for HostOps {
 
     fn rms_norm(&self, x: &Rows, weight: &Vec<f32>, eps: f32) -> Rows {
         let mut data = x.data.clone();
-        self.for_rows(&mut data, x.width, |_, rows| {
+        self.for_rows(&mut data, x.width, &|_, rows| {
             rms_norm_rows(self.isa, rows, weight, eps)
         });
         Rows::new(x.t, x.width, data)
@@ -192,7 +189,11 @@ impl Ops for HostOps {
         let (rows, cols, t, xs) = (w.rows, w.cols, x.t, &x.data);
         let weights = w.weights.rows();
         let mut data = vec![0.0; t * rows];
-        if self.threads.count() > 1 && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * self.threads.count() {
+        // (`Threads::MANY`: the page's builds without threads leave this code out.)
+        if Threads::MANY
+            && self.threads.count() > 1
+            && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * self.threads.count()
+        {
             // A prompt: each thread takes whole activation rows against every weight row, its
             // piece of the output contiguous (no copy after), a few parts a thread so that one
             // that starts late or runs slower is made up for. Every thread reads every weight,
@@ -365,7 +366,7 @@ impl Ops for HostOps {
 
     fn add(&self, mut x: Rows, y: Rows) -> Rows {
         let width = x.width;
-        self.for_rows(x.values_mut(), width, |first, rows| {
+        self.for_rows(x.values_mut(), width, &|first, rows| {
             for (a, b) in rows.iter_mut().zip(&y.data[first * width..]) {
                 *a += b;
             }
@@ -375,7 +376,7 @@ impl Ops for HostOps {
 
     fn swiglu(&self, mut gate: Rows, up: Rows) -> Rows {
         let width = gate.width;
-        self.for_rows(gate.values_mut(), width, |first, rows| {
+        self.for_rows(gate.values_mut(), width, &|first, rows| {
             for (g, u) in rows.iter_mut().zip(&up.data[first * width..]) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
@@ -386,7 +387,7 @@ impl Ops for HostOps {
     fn geglu(&self, mut gate: Rows, up: Rows) -> Rows {
         let gelu = gelu_table();
         let width = gate.width;
-        self.for_rows(gate.values_mut(), width, |first, rows| {
+        self.for_rows(gate.values_mut(), width, &|first, rows| {
             for (g, u) in rows.iter_mut().zip(&up.data[first * width..]) {
                 *g = if *g <= -10.0 {
                     0.0

@@ -1,4 +1,4 @@
-// Decode speed in headless Chromium: tokenometer's page worker (CPU backend) beside llama.cpp
+// Decode and prefill speed in headless Chromium: tokenometer's page worker (CPU backend) beside llama.cpp
 // compiled to wasm (@wllama/wllama, one thread), on the same model, in the same tab, interleaved.
 // `make bench-browser` prepares the files; by hand:
 //   node tests/bench/browser.mjs MODEL.bin TOKENIZER.bin F32.gguf Q8_0.gguf [Q4_0.gguf]
@@ -64,8 +64,8 @@ if (result.error) {
 const median = (xs) => { const s = xs.filter((x) => x != null).sort((a, b) => a - b); return s.length ? s[Math.floor((s.length - 1) / 2)] : null; };
 const fmt = (x) => (x == null ? '-' : x.toFixed(1));
 console.log(`\n${result.userAgent}\nprompt "${result.prompt}", ${result.maxTokens} tokens, greedy, ${result.runs} runs each after one untimed run, interleaved\n`);
-console.log('| engine | adapter | tokens | decode tok/s median [min-max] | its own figure (median) |');
-console.log('| --- | --- | --- | --- | --- |');
+console.log('| engine | adapter | tokens | decode tok/s median [min-max] | its own figure (median) | prefill tok/s, its own (median [min-max]) |');
+console.log('| --- | --- | --- | --- | --- | --- |');
 const byQuant = {};
 for (const row of result.rows) {
   const tps = row.samples.map((s) => s.decode_tps);
@@ -73,7 +73,9 @@ for (const row of result.rows) {
   ((byQuant[row.quant] ??= {})[row.threads] ??= []).push(m);
   const acceptance = median(row.samples.map((s) => s.acceptance));
   const kept = acceptance == null ? '' : ` (drafts kept ${(acceptance * 100).toFixed(0)}%)`;
-  console.log(`| ${row.engine}${kept} | ${row.adapter} | ${row.samples[0].tokens} | ${fmt(m)} [${fmt(Math.min(...tps))}-${fmt(Math.max(...tps))}] | ${fmt(median(row.samples.map((s) => s.own_tps)))} |`);
+  const pp = row.samples.map((s) => s.prefill_tps).filter((x) => x != null);
+  const ppCell = pp.length ? `${fmt(median(pp))} [${fmt(Math.min(...pp))}-${fmt(Math.max(...pp))}]` : '-';
+  console.log(`| ${row.engine}${kept} | ${row.adapter} | ${row.samples[0].tokens} | ${fmt(m)} [${fmt(Math.min(...tps))}-${fmt(Math.max(...tps))}] | ${fmt(median(row.samples.map((s) => s.own_tps)))} | ${ppCell} |`);
 }
 console.log('');
 for (const row of result.rows) if (row.memory) console.log(`${row.engine}: ${row.memory}`);

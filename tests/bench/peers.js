@@ -77,7 +77,7 @@ async function tokenometer(quant, threads, choice = 'off') {
       worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0, chat, speculate, ...(draftMax ? { draft_max: parseInt(draftMax, 10), draft_fixed: draftMax.endsWith('!') } : {}) } });
       const { report } = await once(worker, 'finished');
       worker.removeEventListener('message', listener);
-      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms, acceptance: report.speculation?.acceptance_rate ?? null };
+      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms, prefill_tps: report.prefill_tps ?? null, acceptance: report.speculation?.acceptance_rate ?? null };
     },
     close() { worker.terminate(); },
   };
@@ -85,7 +85,8 @@ async function tokenometer(quant, threads, choice = 'off') {
 
 async function wllama(quant, gguf, threads) {
   const engine = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { suppressNativeLog: true });
-  await engine.loadModelFromUrl(`/files/${gguf}`, { n_threads: threads, n_ctx: 512, useCache: false });
+  // Room for a long prompt (PROMPT of ~500 tokens for prefill) and its output.
+  await engine.loadModelFromUrl(`/files/${gguf}`, { n_threads: threads, n_ctx: 2048, useCache: false });
   if (engine.getNumThreads() !== threads) throw new Error(`wllama runs ${engine.getNumThreads()} threads, not ${threads}`);
   return {
     name: `wllama ${quant} ${threads}t`,
@@ -96,12 +97,15 @@ async function wllama(quant, gguf, threads) {
       let timings = null;
       const stream = await engine.createCompletion({
         prompt, max_tokens: maxTokens, temp: 0, temperature: 0, ignore_eos: true, stream: true,
+        // Every run reads its whole prompt, as ours does: with its prompt cache the runs after
+        // the first read one token of it (prompt_n 1, a prefill figure of ~10 tok/s).
+        cache_prompt: false,
       });
       for await (const chunk of stream) {
         if (chunk.choices?.[0]?.text !== undefined && chunk.choices[0].text !== '') times.push(performance.now() - start);
         if (chunk.timings) timings = chunk.timings;
       }
-      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: timings?.predicted_per_second ?? null, ttft_ms: times[0] ?? null };
+      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: timings?.predicted_per_second ?? null, ttft_ms: times[0] ?? null, prefill_tps: timings?.prompt_per_second ?? null, prompt_n: timings?.prompt_n ?? null };
     },
     close() { return engine.exit(); },
   };
@@ -122,7 +126,7 @@ async function main() {
       for (const [k, e] of engines.entries()) {
         const r = await e.run();
         samples[k].push(r);
-        log(`${e.name} run ${i + 1}: ${r.tokens} tokens, decode ${r.decode_tps?.toFixed(1)} tok/s (engine's own figure ${r.own_tps?.toFixed(1)})`);
+        log(`${e.name} run ${i + 1}: ${r.tokens} tokens, decode ${r.decode_tps?.toFixed(1)} tok/s (engine's own figure ${r.own_tps?.toFixed(1)}), prefill ${r.prefill_tps?.toFixed(1)} tok/s (engine's own${r.prompt_n != null ? `, over ${r.prompt_n} prompt tokens` : ''})`);
       }
     }
     for (const [k, e] of engines.entries()) {

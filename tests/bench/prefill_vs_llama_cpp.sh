@@ -7,7 +7,7 @@
 # Files: SmolLM2 135M as shipped (Q4_1) and re-encoded (F32, Q8_0: `tokenometer convert`), and
 # Gemma 3 270M as shipped (Q4_K_M). Needs `make models`, `cargo build --release` and llama.cpp's
 # `llama-bench` (README: "References"), its path in LLAMA_BENCH.
-# Usage: LLAMA_BENCH=path/to/llama-bench [BEFORE=path/to/old/tokenometer] [THREADS="1 2"]
+# Usage: LLAMA_BENCH=path/to/llama-bench [BEFORE=path/to/old/tokenometer] [THREADS="1 2"] [FILES="a.gguf b.gguf"]
 #        tests/bench/prefill_vs_llama_cpp.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +35,7 @@ ours() { # binary label file threads
       END { print "round " r ": " l " " f " threads " t " prompt " p " prefill " pp " decode " tg }'
 }
 for round in $(seq "$rounds"); do
-  for f in target/real/smollm2-f32.gguf target/real/smollm2-q8.gguf $src $gemma; do
+  for f in ${FILES:-target/real/smollm2-f32.gguf target/real/smollm2-q8.gguf $src $gemma}; do
     for t in $threads; do
       "$bench" -m "$f" -p 512 -n 0 -t "$t" -r 3 -o csv 2>/dev/null | awk -F, -v r="$round" -v f="$f" -v t="$t" \
         'NR > 1 { gsub(/"/, ""); print "round " r ": llama.cpp " f " threads " t " pp512 " $(NF-1) " +- " $NF }'
