@@ -126,7 +126,7 @@ async function main() {
       for (const [k, e] of engines.entries()) {
         const r = await e.run();
         samples[k].push(r);
-        log(`${e.name} run ${i + 1}: ${r.tokens} tokens, decode ${r.decode_tps?.toFixed(1)} tok/s (engine's own figure ${r.own_tps?.toFixed(1)}), prefill ${r.prefill_tps?.toFixed(1)} tok/s (engine's own${r.prompt_n != null ? `, over ${r.prompt_n} prompt tokens` : ''})`);
+        log(`${e.name} run ${i + 1}: ${r.tokens} tokens, decode ${r.decode_tps?.toFixed(1)} tok/s (engine's own figure ${r.own_tps?.toFixed(1)}), TTFT ${r.ttft_ms?.toFixed(0)} ms, prefill ${r.prefill_tps?.toFixed(1)} tok/s (engine's own${r.prompt_n != null ? `, over ${r.prompt_n} prompt tokens` : ''})`);
       }
     }
     for (const [k, e] of engines.entries()) {
