@@ -229,4 +229,7 @@ at = overlap.rfind(struct.pack("<Q", 256))
 put("gguf", "hostile-overlap.gguf", overlap[:at] + struct.pack("<Q", 128) + overlap[at + 8:])
 put("gguf", "hostile-big-endian.gguf", b"GGUF" + struct.pack(">IQQ", 3, 0, 0))
 put("gguf", "hostile-long-arch.gguf", gguf_file([gguf_kv("general.architecture", 8, gguf_string("x" * 4096))], []))
+# A Q8_0 block whose f16 scale is NaN (tests/gguf.rs: a NaN or an infinity in a weight is refused).
+put("gguf", "hostile-nan-scale.gguf", gguf_file([gguf_kv("general.architecture", 8, gguf_string("llama"))],
+                                               [("token_embd.weight", [32, 1], 8, struct.pack("<H", 0x7E00) + bytes(32))]))
 print(f"seeds written under {root}", file=sys.stderr)

@@ -297,6 +297,31 @@ fn broken_and_foreign_ggufs_are_named() {
         write_gguf(&[arch("mamba")], &[]),
         "general.architecture is \"mamba\"",
     ));
+    // A NaN block scale in a Q8_0 matrix, and an infinity in an F32 norm: refused, not run.
+    let parsed = tokenometer::loading::gguf::Gguf::parse(&good).unwrap();
+    let first_of = |kind: tokenometer::formats::TensorType| {
+        let mut names: Vec<_> = parsed
+            .tensors
+            .iter()
+            .filter(|(_, t)| t.kind == kind)
+            .map(|(n, t)| (n.clone(), t.start))
+            .collect();
+        names.sort();
+        names.remove(0)
+    };
+    let (q8_name, q8_start) = first_of(tokenometer::formats::TensorType::Q8_0);
+    let mut nan_scale = good.clone();
+    nan_scale[q8_start..q8_start + 2].copy_from_slice(&half::f16::NAN.to_le_bytes());
+    let nan_message: &'static str =
+        Box::leak(format!("GGUF tensor {q8_name} holds NaN at its block scale 0").into_boxed_str());
+    cases.push((nan_scale, nan_message));
+    let (f32_name, f32_start) = first_of(tokenometer::formats::TensorType::F32);
+    let mut infinite = good.clone();
+    infinite[f32_start + 4..f32_start + 8].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    let inf_message: &'static str = Box::leak(
+        format!("GGUF tensor {f32_name} holds an infinity at its value 1").into_boxed_str(),
+    );
+    cases.push((infinite, inf_message));
     // A megabyte of architecture name is not quoted whole.
     let long = "x".repeat(1 << 20);
     cases.push((

@@ -521,16 +521,35 @@ impl Gguf {
         let raw = &file.bytes()[info.start..info.end];
         // F32 is used where it lies; a format the kernels run as stored keeps its blocks (scales
         // widened); anything else is widened by its format's reference.
+        // A NaN or an infinity in a weight (or a block's scale or offset) would run and print
+        // garbage: the file is refused where it says so.
+        let finite = |values: &[f32], what: &str| match values.iter().position(|v| !v.is_finite()) {
+            None => Ok(()),
+            Some(at) => Err(Error::BadModel(format!(
+                "GGUF tensor {name} holds {} at its {what} {at}; the file is damaged (download or convert it again)",
+                if values[at].is_nan() {
+                    "NaN"
+                } else {
+                    "an infinity"
+                }
+            ))),
+        };
         if info.kind == TensorType::F32 {
-            return Ok(Matrix::new(
-                rows,
-                cols,
-                Values::in_file(file, info.start, rows * cols),
-            ));
+            let values = Values::in_file(file, info.start, rows * cols);
+            finite(&values, "value")?;
+            return Ok(Matrix::new(rows, cols, values));
         }
         Ok(match info.kind.run_blocks(raw) {
-            Some(blocks) => Matrix::quantized(rows, cols, blocks),
-            None => Matrix::new(rows, cols, info.kind.dequantize(raw)),
+            Some(blocks) => {
+                finite(&blocks.scales, "block scale")?;
+                finite(&blocks.offsets, "block offset")?;
+                Matrix::quantized(rows, cols, blocks)
+            }
+            None => {
+                let values = info.kind.dequantize(raw);
+                finite(&values, "value")?;
+                Matrix::new(rows, cols, values)
+            }
         })
     }
 
