@@ -696,4 +696,21 @@ fn speculate_keeps_the_text_and_reports_its_drafts() {
         &["--speculate", &format!("draft:{}", other.display())],
         "a draft model must share the model's tokenizer",
     );
+    // As many tokens (512) but other ones: stories260K beside a word-level tokenizer.json.
+    let same_size = dir.join("words");
+    std::fs::create_dir_all(&same_size).unwrap();
+    std::fs::copy(model(), same_size.join("stories260K.bin")).unwrap();
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        (0..512u64).map(|i| (format!("w{i}"), i.into())).collect();
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+        "decoder": null, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"}
+    });
+    std::fs::write(same_size.join("tokenizer.json"), json.to_string()).unwrap();
+    let draft = same_size.join("stories260K.bin");
+    refused(
+        &["--speculate", &format!("draft:{}", draft.display())],
+        "as many tokens as the model but not the same ones (token 3 is \"w3\" there",
+    );
 }

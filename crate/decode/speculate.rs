@@ -34,7 +34,8 @@ use std::sync::Arc;
 use crate::backend::KvCache;
 use crate::decode::engine::{Engine, ms_since};
 use crate::decode::sampling::{Sampler, Sampling};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, clip_to};
+use crate::loading::tokenizer::Tokenizer;
 
 /// Where drafts come from.
 #[derive(Clone)]
@@ -92,6 +93,16 @@ impl Speculation {
             return Err(Error::Unsupported(format!(
                 "the draft model {name} has a vocabulary of {theirs} tokens and the model {ours}: \
                  a draft model must share the model's tokenizer"
+            )));
+        }
+        // The same count of tokens is not the same tokens: a draft's ids would mean other text.
+        if let Some(id) = target.tokenizer.first_difference(&draft.tokenizer) {
+            let show = |t: &Tokenizer| clip_to(&format!("{:?}", t.piece_text(id)), 32);
+            return Err(Error::Unsupported(format!(
+                "the draft model {name} has as many tokens as the model but not the same ones \
+                 (token {id} is {} there, {} here): a draft model must share the model's tokenizer",
+                show(&draft.tokenizer),
+                show(&target.tokenizer)
             )));
         }
         Ok(Speculation {

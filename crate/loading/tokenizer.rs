@@ -415,6 +415,14 @@ impl Tokenizer {
         self.piece_bytes.get(id as usize).map_or(&[], Vec::as_slice)
     }
 
+    /// The first id whose bytes differ from `other`'s, if any, and one id's bytes as text.
+    pub fn first_difference(&self, other: &Tokenizer) -> Option<u32> {
+        (0..self.vocab_size() as u32).find(|&id| self.piece_bytes(id) != other.piece_bytes(id))
+    }
+    pub fn piece_text(&self, id: u32) -> String {
+        String::from_utf8_lossy(self.piece_bytes(id)).into_owned()
+    }
+
     /// Decode a whole sequence the way llama2.c prints it (the space after BOS dropped).
     pub fn decode(&self, ids: &[u32]) -> String {
         let mut stream = TextStream::default();
