@@ -123,10 +123,8 @@ impl Running {
         let scores = &mut all_scores[..positions.len()];
         let at = positions.start * head.stride;
         attention_scores(isa, query, &head.keys[at..], head.stride, scale, scores);
-        let max = scores.iter().copied().fold(self.max, f32::max);
-        exp_shifted(isa, &mut all_scores, positions.len(), max);
+        let (max, sum) = exponentials(isa, &mut all_scores, positions.len(), self.max);
         let scores = &all_scores[..positions.len()];
-        let sum: f32 = scores.iter().sum();
         weighted_sum(isa, scores, &head.values[at..], head.stride, part);
         // What the earlier blocks' exponentials become against the new largest score (before
         // the first block: 0, and `out` starts at 0, so it becomes this block's sum exactly).
@@ -153,19 +151,20 @@ impl Running {
     }
 }
 
-/// `exp(x - max)` of the first `n` of `x` in place (AVX2: 8 at a time, on all of `x`, which is
-/// whole vectors; the values past `n` are not read after).
-fn exp_shifted(isa: Isa, x: &mut [f32; KEY_BLOCK], n: usize, max: f32) {
+/// The largest of the first `n` scores of `x` and `max`, then `exp(score - largest)` of each in
+/// place and their sum. AVX2: 8 lanes at a time for all three (the other lanes of `x` padded out),
+/// where one score after another took a chain of dependent additions a block; elsewhere one by one.
+fn exponentials(isa: Isa, x: &mut [f32; KEY_BLOCK], n: usize, max: f32) -> (f32, f32) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: both are only produced after detecting AVX2 and FMA.
-        Isa::Avx2 | Isa::Avx512Vnni => unsafe {
-            avx2::exp_shifted(&mut x[..n.next_multiple_of(8)], max)
-        },
+        Isa::Avx2 | Isa::Avx512Vnni => unsafe { avx2::exponentials(x, n, max) },
         _ => {
+            let max = x[..n].iter().copied().fold(max, f32::max);
             for v in &mut x[..n] {
                 *v = (*v - max).exp();
             }
+            (max, x[..n].iter().sum())
         }
     }
 }
