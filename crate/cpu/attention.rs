@@ -71,8 +71,7 @@ pub fn weighted_sum(isa: Isa, p: &[f32], values: &[f32], stride: usize, out: &mu
 /// that sees them takes them, where a query walking all its keys read them from L2 once a query.
 /// Measured against that (this project's 2-core AMD EPYC, SmolLM2 Q8_0, 1 thread, prefill tok/s,
 /// rounds interleaved): a 530-token prompt 478 / 486 / 482 -> 503 / 488 / 519, a 1,981-token one
-/// 217 / 219 -> 244 / 238. The scores' dot products are the time left (a 64-wide dot product of
-/// 8 multiply-adds, its 16 loads and its share of a horizontal sum, per score).
+/// 217 / 219 -> 244 / 238 (the scores' own kernel, `avx2.rs`, then took it to 329 / 338).
 pub const KEY_BLOCK: usize = 32;
 
 /// One query's attention with its keys taken a block at a time (the softmax online, as
