@@ -375,6 +375,30 @@ fn prefill_in_chunks_equals_one_pass_on_cpu() {
     check_chunked_prefill(&Backend::cpu(), Quant::F32);
 }
 
+/// On the CPU a prompt's pass gives the very bits of the same tokens run one at a time (decode's
+/// one-row products and one-query attention), on every instruction set and precision: a product's
+/// (weight row, activation row) sum is the same in any tile, and a query's attention takes its
+/// keys in the same blocks. 200 tokens: attention over 7 key blocks, products over the chunks of
+/// activation rows and (on AVX-512) the f32 grids a prompt takes.
+#[test]
+fn prefill_gives_the_bits_of_decode_steps_on_cpu() {
+    use tokenometer::cpu::Isa;
+    let (_, sequence) = reference_ids();
+    let ids = &sequence[..200];
+    for isa in Isa::available() {
+        for quant in [Quant::F32, Quant::Q8, Quant::Q4] {
+            let engine = engine(&Backend::cpu_with(isa), quant);
+            let logits = |chunk: usize| -> Vec<u32> {
+                let mut cache = engine.model.new_cache();
+                let t = engine.model.forward_in_chunks(ids, &mut cache, true, chunk);
+                let v = pollster::block_on(t.into_vec()).unwrap();
+                v.iter().map(|x| x.to_bits()).collect()
+            };
+            assert!(logits(200) == logits(1), "{isa:?} {quant}");
+        }
+    }
+}
+
 #[test]
 fn prefill_in_chunks_equals_one_pass_on_wgpu() {
     let gpu = wgpu();
