@@ -17,7 +17,7 @@ use crate::cpu::matmul;
 use crate::cpu::matrix::{HostLinear, HostMatrix};
 use crate::cpu::quantize::quantize_rows_q8_with;
 use crate::cpu::threads::Threads;
-use crate::cpu::tile::Q8Rows;
+use crate::cpu::tile::{Q8Rows, chunk_rows};
 use crate::model::ops::{Heads, Ops, Span};
 use crate::model::{Logits, Matrix, QuantPlan};
 
@@ -189,11 +189,18 @@ impl Ops for HostOps {
         let (rows, cols, t, xs) = (w.rows, w.cols, x.t, &x.data);
         let weights = w.weights.rows();
         let mut data = vec![0.0; t * rows];
+        let threads = self.threads.count();
         // (`Threads::MANY`: the page's builds without threads leave this code out.)
-        if Threads::MANY
-            && self.threads.count() > 1
-            && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * self.threads.count()
-        {
+        let by_threads =
+            Threads::MANY && threads > 1 && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * threads;
+        // Natively a prompt's rows go in chunks that stay in L2 (`chunk_rows`), each against every
+        // weight; in the page (not measured there) the rows go whole, and this code is left out.
+        let chunk = if cfg!(target_arch = "wasm32") {
+            usize::MAX
+        } else {
+            chunk_rows(if f32_weights { 4 * cols } else { cols }, 8)
+        };
+        if by_threads || t > chunk {
             // A prompt: each thread takes whole activation rows against every weight row, its
             // piece of the output contiguous (no copy after), a few parts a thread so that one
             // that starts late or runs slower is made up for. Every thread reads every weight,
@@ -203,9 +210,12 @@ impl Ops for HostOps {
             // thread's share of the work, rather than all of it on one thread before the product).
             // Measured (SmolLM2, 530-token prompt, 2 threads, prefill tok/s, one run each, with
             // the element-wise steps split by rows too): Q8_0 729 -> 928, F32 418 -> 502.
-            let part = t
-                .div_ceil(PARTS_A_THREAD * self.threads.count())
-                .next_multiple_of(8);
+            let part = if by_threads {
+                t.div_ceil(PARTS_A_THREAD * threads).next_multiple_of(8)
+            } else {
+                t
+            }
+            .min(chunk);
             self.threads.for_pieces(&mut data, part * rows, |p, out| {
                 let n = out.len() / rows;
                 let xs = &xs[p * part * cols..(p * part + n) * cols];

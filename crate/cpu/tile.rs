@@ -117,7 +117,6 @@ pub(crate) struct Matmul<'a> {
 pub(crate) fn grouped<W: Copy, X: Copy>(
     rows: usize,
     x: &[X],
-    row_bytes: usize,
     kernel: Kernel<impl Fn(&[W], &[X], &mut [f32])>,
     weight_row: impl Fn(usize) -> W,
     out: &mut [f32],
@@ -131,49 +130,32 @@ pub(crate) fn grouped<W: Copy, X: Copy>(
     let stride = rows.div_ceil(m);
     let mut ws = [weight_row(0); TILE];
     let mut results = [0.0f32; TILE * TILE];
-    let chunk_len = if t == 1 { 1 } else { chunk_rows(row_bytes, n) };
-    for chunk in (0..t).step_by(chunk_len).map(|i| i..(i + chunk_len).min(t)) {
-        for r in 0..stride {
-            let mw = (0..m).filter(|k| r + k * stride < rows).count();
-            for (k, w) in ws[..mw].iter_mut().enumerate() {
-                *w = weight_row(r + k * stride);
+    for r in 0..stride {
+        let mw = (0..m).filter(|k| r + k * stride < rows).count();
+        for (k, w) in ws[..mw].iter_mut().enumerate() {
+            *w = weight_row(r + k * stride);
+        }
+        if t == 1 {
+            // Decode at batch 1 without the loop over activation groups below (the same work
+            // for one row; measured in the page without this path, 3 rounds: q8 718 -> 649
+            // tok/s, q4 605 -> 584).
+            kernel(&ws[..mw], x, &mut results[..mw]);
+            for (k, v) in results[..mw].iter().enumerate() {
+                out[r + k * stride] = *v;
             }
-            if t == 1 {
-                // Decode at batch 1 without the loop over activation groups below (the same work
-                // for one row; measured in the page without this path, 3 rounds: q8 718 -> 649
-                // tok/s, q4 605 -> 584).
-                kernel(&ws[..mw], x, &mut results[..mw]);
-                for (k, v) in results[..mw].iter().enumerate() {
-                    out[r + k * stride] = *v;
-                }
-                continue;
-            }
-            for i in (chunk.clone()).step_by(n) {
-                let nx = (chunk.end - i).min(n);
-                kernel(&ws[..mw], &x[i..i + nx], &mut results[..mw * nx]);
-                for (k, row) in results[..mw * nx].chunks_exact(nx).enumerate() {
-                    for (j, v) in row.iter().enumerate() {
-                        out[(i + j) * rows + r + k * stride] = *v;
-                    }
+            continue;
+        }
+        for i in (0..t).step_by(n) {
+            let nx = (t - i).min(n);
+            kernel(&ws[..mw], &x[i..i + nx], &mut results[..mw * nx]);
+            for (k, row) in results[..mw * nx].chunks_exact(nx).enumerate() {
+                for (j, v) in row.iter().enumerate() {
+                    out[(i + j) * rows + r + k * stride] = *v;
                 }
             }
         }
     }
 }
-
-/// How many activation rows of `row_bytes` each a product takes against every weight row before
-/// the next ones: as many as fill [`CHUNK_BYTES`], a multiple of `tile` (at least one tile).
-/// Without the chunks a prompt's activations (530 rows of 576 f32, 1.2 MB; 3.2 MB into the FFN's
-/// down projection) were read again from L3 for every group of weight rows; in chunks they stay in
-/// L2 and the weights are read once a chunk. The arithmetic of each (weight row, activation row)
-/// pair is the same.
-pub(crate) fn chunk_rows(row_bytes: usize, tile: usize) -> usize {
-    (CHUNK_BYTES / row_bytes.max(1)).max(tile) / tile * tile
-}
-
-/// The bytes of activations a product keeps in L2 at once (see [`chunk_rows`]): half of the
-/// smallest L2 of the x86 cores this runs on (512 KB), leaving room for the weights streaming past.
-pub(crate) const CHUNK_BYTES: usize = 256 * 1024;
 
 impl<'a> Matmul<'a> {
     /// The product of f32 weights `data` (`[rows, cols]`) with an instruction set's f32 kernels (see [`grouped`]).
@@ -192,9 +174,9 @@ impl<'a> Matmul<'a> {
         let x: Vec<&[f32]> = (0..t).map(|i| &self.x[i * cols..][..cols]).collect();
         let weight_row = |r: usize| &data[r * cols..(r + 1) * cols];
         if t == 1 {
-            grouped(rows, &x, 4 * cols, f32s.one, weight_row, out);
+            grouped(rows, &x, f32s.one, weight_row, out);
         } else {
-            grouped(rows, &x, 4 * cols, f32s.many, weight_row, out);
+            grouped(rows, &x, f32s.many, weight_row, out);
         }
     }
 
@@ -240,9 +222,9 @@ impl<'a> Matmul<'a> {
             scales: &scales[r * blocks_per_row..(r + 1) * blocks_per_row],
         };
         if t == 1 {
-            grouped(rows, &x, cols, blocks.one, weight_row, out);
+            grouped(rows, &x, blocks.one, weight_row, out);
         } else {
-            grouped(rows, &x, cols, blocks.many, weight_row, out);
+            grouped(rows, &x, blocks.many, weight_row, out);
         }
     }
 }
@@ -284,3 +266,17 @@ pub(crate) fn grid_len(w: &[&[f32]], x: &[&[f32]]) -> usize {
     assert!(w.iter().all(|w| w.len() == n) && x.iter().all(|x| x.len() == n));
     n
 }
+
+/// How many activation rows of `row_bytes` each a product takes against every weight row before
+/// the next ones (`cpu/ops.rs` splits a prompt so, natively): as many as fill [`CHUNK_BYTES`], a
+/// multiple of `tile` (at least one tile). Without the chunks a prompt's activations (530 rows of
+/// 576 f32, 1.2 MB; 3.2 MB into the FFN's down projection) were read again from L3 for every group
+/// of weight rows; in chunks they stay in L2 and the weights are read once a chunk. The arithmetic
+/// of each (weight row, activation row) pair is the same.
+pub(crate) fn chunk_rows(row_bytes: usize, tile: usize) -> usize {
+    (CHUNK_BYTES / row_bytes.max(1)).max(tile) / tile * tile
+}
+
+/// The bytes of activations a product keeps in L2 at once (see [`chunk_rows`]): half of the
+/// smallest L2 of the x86 cores this runs on (512 KB), leaving room for the weights streaming past.
+pub(crate) const CHUNK_BYTES: usize = 256 * 1024;

@@ -37,7 +37,7 @@ pub use group::GROUP;
 
 use crate::cpu::isa::Isa;
 use crate::cpu::packed::group::Act;
-use crate::cpu::tile::{Q8Rows, chunk_rows};
+use crate::cpu::tile::Q8Rows;
 use crate::formats::{BLOCK, Blocks, Format, RunFormat, with_format};
 
 /// A Q8_0 or Q4_0 matrix in groups of 8 interleaved rows (see the module's documentation).
@@ -275,25 +275,20 @@ fn matmul_of<F: PackedFormat>(isa: Isa, w: PackedRows, xq: &Q8Rows, t: usize, ou
         .collect();
     let mut results = [[0.0f32; GROUP]; TILE];
     let tile = tile_rows::<F>(isa);
-    // A prompt's activation rows in chunks that stay in L2, each against every group (see
-    // `chunk_rows`).
-    let chunk = chunk_rows(cols, tile);
-    for (c, chunk_acts) in acts.chunks(chunk).enumerate() {
-        for g in 0..rows.div_ceil(GROUP) {
-            let (scales, quants) = w.group(g);
-            let lanes = (rows - g * GROUP).min(GROUP);
-            for (i, acts) in chunk_acts.chunks(tile).enumerate() {
-                let results = &mut results[..acts.len()];
-                tile_of::<F>(isa, scales, quants, acts, results);
-                for (j, lane_results) in results.iter().enumerate() {
-                    let at = (c * chunk + i * tile + j) * rows + g * GROUP;
-                    if lanes == GROUP {
-                        // A copy of constant length, made in registers (a call to `memcpy` for
-                        // each group took 2% of a q4 step at 8 users).
-                        out[at..at + GROUP].copy_from_slice(lane_results);
-                    } else {
-                        out[at..at + lanes].copy_from_slice(&lane_results[..lanes]);
-                    }
+    for g in 0..rows.div_ceil(GROUP) {
+        let (scales, quants) = w.group(g);
+        let lanes = (rows - g * GROUP).min(GROUP);
+        for (i, acts) in acts.chunks(tile).enumerate() {
+            let results = &mut results[..acts.len()];
+            tile_of::<F>(isa, scales, quants, acts, results);
+            for (j, lane_results) in results.iter().enumerate() {
+                let at = (i * tile + j) * rows + g * GROUP;
+                if lanes == GROUP {
+                    // A copy of constant length, made in registers (a call to `memcpy` for
+                    // each group took 2% of a q4 step at 8 users).
+                    out[at..at + GROUP].copy_from_slice(lane_results);
+                } else {
+                    out[at..at + lanes].copy_from_slice(&lane_results[..lanes]);
                 }
             }
         }
