@@ -299,6 +299,27 @@ fn sse(json: &str) -> String {
     format!("data: {json}\r\n\r\n")
 }
 
+/// A chunk of `text` alone, no counts.
+fn content(text: &str) -> String {
+    sse(&format!(
+        r#"{{"choices":[{{"delta":{{"content":"{text}"}}}}]}}"#
+    ))
+}
+
+/// `generate --json` against a scripted server: the text and the report.
+fn generate_json(server: &Scripted) -> (String, Value) {
+    let out = tokenometer(&[
+        "generate",
+        "--endpoint",
+        &server.url,
+        "--prompt",
+        "hi",
+        "--json",
+        "--no-warmup",
+    ]);
+    text_and_report(&stdout_ok(&out))
+}
+
 #[test]
 fn a_scripted_stream_of_multi_token_chunks_pings_and_split_events_is_counted_right() {
     let chunk = |text: &str, n: usize| {
@@ -336,16 +357,7 @@ fn a_scripted_stream_of_multi_token_chunks_pings_and_split_events_is_counted_rig
         strict: false,
     };
     let server = Scripted::start(script);
-    let out = tokenometer(&[
-        "generate",
-        "--endpoint",
-        &server.url,
-        "--prompt",
-        "hi",
-        "--json",
-        "--no-warmup",
-    ]);
-    let (text, report) = text_and_report(&stdout_ok(&out));
+    let (text, report) = generate_json(&server);
     assert_eq!(text, "abcde");
     let c = &report["conditions"];
     assert_eq!(c["output_tokens"], 5, "{report}");
@@ -369,16 +381,11 @@ fn a_scripted_stream_of_multi_token_chunks_pings_and_split_events_is_counted_rig
 #[test]
 fn only_a_final_usage_is_spread_over_the_chunks_and_said_so() {
     // A server without per-chunk counts: two chunks, then a final usage of 7 tokens.
-    let c = |t: &str| {
-        sse(&format!(
-            r#"{{"choices":[{{"delta":{{"content":"{t}"}}}}]}}"#
-        ))
-    };
     let script = Script {
         status: 200,
         pieces: vec![
-            (0, c("one")),
-            (30, c(" two three")),
+            (0, content("one")),
+            (30, content(" two three")),
             (
                 0,
                 sse(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}"#),
@@ -389,16 +396,7 @@ fn only_a_final_usage_is_spread_over_the_chunks_and_said_so() {
         strict: false,
     };
     let server = Scripted::start(script);
-    let out = tokenometer(&[
-        "generate",
-        "--endpoint",
-        &server.url,
-        "--prompt",
-        "hi",
-        "--json",
-        "--no-warmup",
-    ]);
-    let (_, report) = text_and_report(&stdout_ok(&out));
+    let (_, report) = generate_json(&server);
     assert_eq!(report["conditions"]["output_tokens"], 7, "{report}");
     assert_eq!(report["conditions"]["token_counts"], "final_usage");
     assert!(
@@ -409,15 +407,10 @@ fn only_a_final_usage_is_spread_over_the_chunks_and_said_so() {
 
 #[test]
 fn a_server_that_refuses_the_counting_fields_is_asked_again_without_them() {
-    let c = |t: &str| {
-        sse(&format!(
-            r#"{{"choices":[{{"delta":{{"content":"{t}"}}}}]}}"#
-        ))
-    };
     let script = Script {
         status: 200,
         pieces: vec![
-            (0, c("one")),
+            (0, content("one")),
             (
                 0,
                 sse(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#),
@@ -428,16 +421,7 @@ fn a_server_that_refuses_the_counting_fields_is_asked_again_without_them() {
         strict: true,
     };
     let server = Scripted::start(script);
-    let out = tokenometer(&[
-        "generate",
-        "--endpoint",
-        &server.url,
-        "--prompt",
-        "hi",
-        "--json",
-        "--no-warmup",
-    ]);
-    let (text, report) = text_and_report(&stdout_ok(&out));
+    let (text, report) = generate_json(&server);
     assert_eq!(text, "one");
     assert_eq!(report["conditions"]["output_tokens"], 2, "{report}");
     assert_eq!(report["conditions"]["token_counts"], "final_usage");
