@@ -7,7 +7,7 @@
 #  2. SmolLM2-135M's shape with seeded random weights (`synth`: 30 layers, Q8_0 blocks, SmolLM2's
 #     tokenizer): the same check on 64 tokens, then decode speed (bench: 3 runs after a warm-up,
 #     128 tokens) on wgpu and on the CPU, stored Q8_0 and re-encoded Q4_0 / f32, and wgpu's
-#     aggregate and per-user tok/s by concurrency.
+#     aggregate and per-user tok/s by concurrency; prefill of a long prompt on both.
 # Random weights cost what real ones do (the same bytes read, the same work); their text means
 # nothing, and near-ties between logits may part the two backends' greedy texts late.
 # With OLD=another build, that build's wgpu decode against BIN's, interleaved (before/after);
@@ -84,6 +84,21 @@ fi
     echo "-- $backend, quant $q"
     timeout 240 "$BIN" bench --model "$M" --backend "$backend" --quant "$q" --runs 3 \
       --max-tokens 128 2>&1 | grep -v "^$" | tail -12
+  done
+done
+
+step "prefill: 500 seeded random words (the tokens printed), 8 tokens out, 3 runs after a warm-up"
+words=(the dragon learned to read books in the village by the sea where every child and every
+  fisherman told stories about storms ships gold and long winters)
+RANDOM=1
+long=''  # in this shell, not a subshell: bash re-seeds RANDOM in each subshell
+for _ in $(seq 500); do long+="${words[RANDOM % ${#words[@]}]} "; done
+for q in stored q4 f32; do
+  for backend in wgpu cpu; do
+    echo "-- $backend, quant $q: $(timeout 240 "$BIN" bench --model "$M" --backend "$backend" --quant "$q" \
+      --runs 3 --max-tokens 8 --prompt "$long" 2>&1 | awk '/^conditions/ {match($0, /prompt [0-9]+ tok/);
+      p = substr($0, RSTART, RLENGTH)} /^(TTFT ms|prefill tok)/ {printf "%s %s median %s min %s max %s; ",
+      $1, $2, $3, $4, $5} END {print p}')"
   done
 done
 
