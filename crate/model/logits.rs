@@ -30,7 +30,17 @@ impl Logits {
                     .into_data_async()
                     .await
                     .map_err(device_error)?;
-                Ok(data.iter::<i64>().map(|id| id as u32).collect())
+                // The backend's integer type (i32 on wgpu), read as it is: burn's converting
+                // iterator links a cast for every element type, 2 kB of the page's wasm.
+                let ids = match data.as_slice::<i32>() {
+                    Ok(ids) => Ok(ids.iter().map(|&id| id as u32).collect()),
+                    Err(_) => data
+                        .as_slice::<i64>()
+                        .map(|ids| ids.iter().map(|&id| id as u32).collect()),
+                };
+                ids.map_err(|e| {
+                    Error::Device(format!("reading the picked tokens back failed: {e:?}"))
+                })
             }
             Logits::Host { vocab, data, .. } => Ok(data.chunks_exact(vocab).map(argmax).collect()),
         }
@@ -42,7 +52,8 @@ impl Logits {
             #[cfg(feature = "gpu")]
             Logits::Device(t) => {
                 let data = (*t).into_data_async().await.map_err(device_error)?;
-                Ok(data.iter::<f32>().collect())
+                data.try_into_vec::<f32>()
+                    .map_err(|e| Error::Device(format!("reading the logits back failed: {e:?}")))
             }
             Logits::Host { data, .. } => Ok(data),
         }
