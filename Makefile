@@ -17,7 +17,7 @@ WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: serve test test-native test-wasm test-wasm-threads test-e2e pkg models nightly-tools bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
+.PHONY: test-size serve test test-native test-wasm test-wasm-threads test-e2e pkg models nightly-tools bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
 
 # Without PyPI the page still serves: its default is then stories260K (shipped), and it says why.
 serve: setup-serve pkg
@@ -32,7 +32,16 @@ test: setup models
 	cargo test
 	$(MAKE) test-wasm
 	$(MAKE) pkg
+	$(MAKE) test-size
 	$(MAKE) test-e2e
+
+# The page's download budget: each wasm engine a visitor may fetch at most 2,500,000 bytes
+# gzipped (gzip -9; docs/build.md says what it holds and what was cut to stay under).
+WASM_BUDGET := 2500000
+test-size:
+	@for f in pkg/tokenometer_bg.wasm pkg/relaxed/tokenometer_bg.wasm pkg/threads/tokenometer_bg.wasm; do \
+		[ -f $$f ] || continue; s=$$(gzip -9c $$f | wc -c); echo "$$f: $$s bytes gzipped"; \
+		[ $$s -le $(WASM_BUDGET) ] || { echo "$$f is $$s bytes gzipped, over the page's budget of $(WASM_BUDGET): see docs/build.md"; exit 1; }; done
 
 test-native:
 	cargo test
