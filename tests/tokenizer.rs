@@ -185,11 +185,12 @@ fn byte_level(name: &str) -> Tokenizer {
     Tokenizer::from_gguf(&byte_level_vocab(name)).unwrap()
 }
 
-/// llama.cpp's own vectors for its byte-level BPE vocabularies (GPT-2's split rules, and
-/// StarCoder's, which SmolLM2 shares), encoded by the vocabulary inside each GGUF.
+/// llama.cpp's own vectors for its byte-level BPE vocabularies (GPT-2's split rules,
+/// StarCoder's, which SmolLM2 shares, Qwen2's and Llama 3's), encoded by the vocabulary inside
+/// each GGUF.
 #[test]
 fn byte_level_gguf_vocabularies_encode_like_llama_cpp() {
-    for name in ["gpt-2", "starcoder"] {
+    for name in ["gpt-2", "starcoder", "qwen2", "llama-bpe"] {
         let tokenizer = byte_level(name);
         let vectors = vectors_of(gguf_vocab(&format!("ggml-vocab-{name}.gguf")));
         assert!(vectors.len() >= 40, "{name}: {} vectors", vectors.len());
@@ -216,6 +217,13 @@ fn byte_level_gguf_vocabularies_encode_like_llama_cpp() {
 
 #[test]
 fn byte_level_specials_come_from_the_gguf() {
+    // Llama 3's vocabulary says nothing of BOS: llama.cpp then adds it (128000) for its split
+    // rules; Qwen2's adds nothing, and its <|endoftext|> stops.
+    let llama3 = byte_level("llama-bpe");
+    assert_eq!(llama3.encode("Hello").unwrap(), [128000, 9906]);
+    let qwen2 = byte_level("qwen2");
+    assert_eq!(qwen2.encode("Hello").unwrap(), [9707]);
+    assert!(qwen2.is_stop(151643));
     let starcoder = byte_level("starcoder");
     // StarCoder: <|endoftext|> (0) is BOS and EOS; nothing is added to a prompt.
     assert_eq!(starcoder.specials.bos, Some(0));
@@ -268,14 +276,14 @@ fn unknown_byte_level_split_rules_are_refused() {
     let mut vocab = byte_level_vocab("starcoder");
     vocab.metadata.insert(
         "tokenizer.ggml.pre".into(),
-        tokenometer::loading::gguf::Value::Str("llama-bpe".into()),
+        tokenometer::loading::gguf::Value::Str("chatglm-bpe".into()),
     );
     let error = Tokenizer::from_gguf(&vocab)
         .err()
         .expect("refused")
         .to_string();
     assert!(
-        error.contains("\"llama-bpe\"") && error.contains("tokenizer.json"),
+        error.contains("\"chatglm-bpe\"") && error.contains("tokenizer.json"),
         "{error}"
     );
 }
@@ -354,7 +362,7 @@ fn hostile_byte_level_vocabularies_are_errors() {
             with("tokenizer.ggml.tokens", text("a")),
             "has no tokenizer.ggml.tokens list",
         ),
-        (with("tokenizer.ggml.pre", text("qwen2")), "\"qwen2\""),
+        (with("tokenizer.ggml.pre", text("tekken")), "\"tekken\""),
     ] {
         let error = Tokenizer::from_gguf(&case)
             .err()

@@ -278,18 +278,30 @@ impl Tokenizer {
             .get("tokenizer.ggml.pre")
             .and_then(Value::as_str)
             .unwrap_or("(none)");
-        // llama.cpp's split rules for these names (llama-vocab.cpp): GPT-2's regex, and for the
-        // StarCoder family each digit on its own first. The same as these models' tokenizer.json.
+        // llama.cpp's split rules for these names (llama-vocab.cpp): GPT-2's regex, for the
+        // StarCoder family each digit on its own first, and Qwen's and Llama 3's regexes (digits
+        // alone, or in threes). The same as these models' tokenizer.json. Llama 3 also takes a
+        // piece that is a whole token as it is, before any merge (llama.cpp's `ignore_merges`).
         let byte_level = template(GGUF_BYTE_LEVEL);
-        let pre_tokenizer = match pre {
-            "gpt-2" => byte_level,
-            "starcoder" | "smollm" | "refact" => {
-                json!({"type": "Sequence", "pretokenizers": [template(GGUF_DIGITS), byte_level]})
-            }
+        let split = |digits: &str| {
+            let regex = GGUF_QWEN_LLAMA3_SPLIT.replace("{digits}", digits);
+            json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false},
+                template(GGUF_BYTES_ONLY)]})
+        };
+        let (pre_tokenizer, ignore_merges) = match pre {
+            "gpt-2" => (byte_level, false),
+            "starcoder" | "smollm" | "refact" => (
+                json!({"type": "Sequence", "pretokenizers": [template(GGUF_DIGITS), byte_level]}),
+                false,
+            ),
+            "qwen2" | "deepseek-r1-qwen" => (split(""), false),
+            "llama-bpe" | "llama3" | "llama-v3" => (split("{1,3}"), true),
             other => {
                 return Err(bad(format!(
                     "splits text by rules {other:?} (tokenizer.ggml.pre); this engine follows \
-                     \"gpt-2\", \"starcoder\" and \"smollm\"; give the model's tokenizer.json instead"
+                     \"gpt-2\", \"starcoder\", \"smollm\", \"qwen2\" and \"llama-bpe\"; give the \
+                     model's tokenizer.json instead"
                 )));
             }
         };
@@ -322,6 +334,7 @@ impl Tokenizer {
         json["pre_tokenizer"] = pre_tokenizer;
         json["model"]["vocab"] = serde_json::Value::Object(vocab);
         json["model"]["merges"] = serde_json::Value::Array(merges);
+        json["model"]["ignore_merges"] = json!(ignore_merges);
         let inner = library("the GGUF tokenizer does not convert", || {
             tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
         })?;
@@ -351,10 +364,11 @@ impl Tokenizer {
             piece_bytes,
             specials: Specials {
                 bos,
-                add_bos: matches!(
-                    gguf.get("tokenizer.ggml.add_bos_token"),
-                    Some(Value::Bool(true))
-                ) && bos.is_some(),
+                // As llama.cpp: the file's word, or by default BOS for Llama 3's rules only.
+                add_bos: match gguf.get("tokenizer.ggml.add_bos_token") {
+                    Some(Value::Bool(add)) => *add,
+                    _ => ignore_merges,
+                } && bos.is_some(),
                 stops,
                 strip_space_after_bos: false,
                 chat,
@@ -664,6 +678,12 @@ const GGUF_TOKENIZER_JSON: &str = r#"{
 /// GPT-2's split rules.
 const GGUF_BYTE_LEVEL: &str =
     r#"{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}"#;
+/// Bytes to GPT-2's characters, after a split of its own (Qwen's, Llama 3's).
+const GGUF_BYTES_ONLY: &str =
+    r#"{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}"#;
+/// Qwen2's and Llama 3's split (their tokenizer.json's), `{digits}` after `\p{N}`: nothing (each
+/// digit alone, Qwen) or `{1,3}` (Llama 3).
+const GGUF_QWEN_LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// StarCoder's: each digit on its own first.
 const GGUF_DIGITS: &str = r#"{"type": "Digits", "individual_digits": true}"#;
 
