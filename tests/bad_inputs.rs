@@ -15,7 +15,7 @@ use std::process::Command;
 
 use common::*;
 use tokenometer::loading::llama2c;
-use tokenometer::model::{Family, LlamaConfig};
+use tokenometer::model::{LlamaConfig, Recipe};
 
 /// The address-space cap every case runs under, in KiB: 3 GiB. A run that needs more is a bug
 /// (no case needs more than a few hundred MB), and an allocation past it fails as it would in a
@@ -78,7 +78,7 @@ fn config(
     seq_len: usize,
 ) -> LlamaConfig {
     LlamaConfig {
-        family: Family::Llama,
+        recipe: Recipe::llama("llama"),
         dim,
         hidden_dim: hidden,
         n_layers: layers,
@@ -88,6 +88,7 @@ fn config(
         seq_len,
         shared_classifier: true,
         rope_theta: 10000.0,
+        rope_factors: None,
         norm_eps: 1e-5,
     }
 }

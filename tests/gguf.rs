@@ -416,7 +416,7 @@ fn broken_and_foreign_ggufs_are_named() {
             6,
             30f32.to_le_bytes().to_vec(),
         )),
-        "has gemma3.final_logit_softcapping (Gemma 2's logit softcapping)",
+        "has gemma3's logit softcapping (Gemma 2's)",
     ));
     cases.push((
         with(dims("gemma3.attention.sliding_window_pattern", 0)),
@@ -588,7 +588,7 @@ fn another_architecture_is_named_before_its_tokenizer() {
     };
     let bytes = write_gguf(
         &[
-            ("general.architecture", 8, text("qwen2")),
+            ("general.architecture", 8, text("phi3")),
             ("tokenizer.ggml.model", 8, text("llama")),
             (
                 "tokenizer.ggml.bos_token_id",
@@ -601,6 +601,45 @@ fn another_architecture_is_named_before_its_tokenizer() {
     let error = load_error(bytes, false);
     assert_eq!(
         error,
-        "bad model file: GGUF general.architecture is \"qwen2\"; this engine runs \"llama\" and \"gemma3\" models"
+        "bad model file: GGUF general.architecture is \"phi3\"; this engine runs \"llama\" (Llama 2 \
+         and 3, SmolLM2, TinyLlama), \"gemma3\" (Gemma 3), \"qwen2\" (Qwen2, Qwen2.5), \"qwen3\" (Qwen3)"
     );
+}
+
+/// Llama 3's `rope_freqs` divides each pair's RoPE frequency: a factor of 0 (or less) is refused
+/// by name, and one of the wrong length as any tensor of the wrong shape; the right ones load.
+#[test]
+fn rope_frequency_factors_are_checked() {
+    use tokenometer::loading::gguf_writer;
+    let mut config = tokenometer::loading::synth::Shape::Stories15M.config();
+    config.n_layers = 1;
+    let half = config.head_size() / 2;
+    let load = |factors: Vec<f32>| {
+        let mut config = config.clone();
+        config.rope_factors = Some(factors);
+        let weights = tokenometer::loading::synth::weights(&config, 1);
+        let metadata = gguf_writer::llama_metadata("stories15M", &config, None);
+        let mut bytes = Vec::new();
+        gguf_writer::write_model(&weights, &metadata, None, &mut bytes).unwrap();
+        let file = std::sync::Arc::new(tokenometer::model::FileBytes::from(bytes.as_slice()));
+        tokenometer::loading::gguf::load(&file, &Gguf::parse(&bytes).unwrap())
+            .map(|w| w.config.rope_factors)
+            .map_err(|e| e.to_string())
+    };
+    let good: Vec<f32> = (0..half).map(|i| 1.0 + i as f32).collect();
+    assert_eq!(load(good.clone()), Ok(Some(good)));
+    let mut zero = vec![1.0; half];
+    zero[3] = 0.0;
+    let error = load(zero).unwrap_err();
+    assert!(
+        error.contains("rope_freqs.weight holds a factor of 0 or less"),
+        "{error}"
+    );
+    let error = load(vec![1.0; half + 1]).unwrap_err();
+    assert!(
+        error.contains("GGUF tensor rope_freqs.weight has dimensions"),
+        "{error}"
+    );
+    let error = load(vec![f32::NAN; half]).unwrap_err();
+    assert!(error.contains("rope_freqs.weight holds NaN"), "{error}");
 }

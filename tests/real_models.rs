@@ -12,26 +12,20 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 mod common;
+#[path = "common/llama_cpp.rs"]
+mod llama_cpp;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use sha2::{Digest, Sha256};
-use tokenometer::cpu::Isa;
-use tokenometer::{Backend, Engine, Event, Flow, GenerateOptions, ModelFiles, Quant};
+use llama_cpp::{along, sha256, short, vector_isas};
 
 /// Ids that must agree with llama.cpp's.
 const AGREE: usize = 16;
+use tokenometer::cpu::Isa;
+use tokenometer::{Backend, Engine, ModelFiles, Quant};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn sha256(path: &Path) -> String {
-    let bytes = common::read(path.to_path_buf());
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The file a fixture run names, made by `tokenometer convert` where it is a re-encoding (and
@@ -82,15 +76,6 @@ fn model_file(run: &serde_json::Value) -> PathBuf {
 /// fixture's first ones, which are short.
 const SLOW_PATH_PROMPTS: usize = 2;
 
-/// A prompt for a report line: quoted, at most 60 characters.
-fn short(prompt: &str) -> String {
-    let quoted = format!("{prompt:?}");
-    match quoted.char_indices().nth(56) {
-        Some((at, _)) => format!("{}...", &quoted[..at]),
-        None => quoted,
-    }
-}
-
 /// The fixture's runs of one model file, by the start of their `what`.
 fn runs_of(fixture: &serde_json::Value, what: &str) -> Vec<serde_json::Value> {
     fixture["runs"]
@@ -107,94 +92,6 @@ fn fixture() -> serde_json::Value {
         root().join("tests/fixtures/llama_cpp_greedy.json"),
     ))
     .unwrap()
-}
-
-/// Greedy ids; where generation ends on a stop token (which the engine does not stream), the
-/// stop token llama.cpp listed there, if it is one of ours.
-fn greedy(engine: &Engine, prompt: &str, steps: usize, expected: &[u32]) -> Vec<u32> {
-    let options = GenerateOptions {
-        max_tokens: steps,
-        sampling: tokenometer::Sampling {
-            temperature: 0.0,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let mut ids = Vec::new();
-    let mut eos = false;
-    pollster::block_on(engine.generate(prompt, &options, &mut |e| {
-        match e {
-            Event::Token { id, .. } => ids.push(*id),
-            Event::Done { reason, .. } => eos = *reason == tokenometer::StopReason::Eos,
-            _ => {}
-        }
-        Flow::Continue
-    }))
-    .unwrap();
-    // The engine ends at a stop token without streaming it; llama.cpp's list has it.
-    if eos {
-        ids.push(
-            expected
-                .get(ids.len())
-                .copied()
-                .filter(|&id| engine.tokenizer.is_stop(id))
-                .unwrap_or(u32::MAX),
-        );
-    }
-    ids
-}
-
-/// What one run along llama.cpp's ids shows: free-running agreement, and teacher-forced top-1
-/// agreement with the largest logit gap where the two differ.
-struct Along {
-    free: usize,
-    forced: usize,
-    positions: usize,
-    worst_gap: f32,
-}
-
-fn along(engine: &Engine, run: &serde_json::Value) -> Along {
-    let prompt = run["prompt"].as_str().unwrap();
-    let prompt_ids: Vec<u32> = serde_json::from_value(run["prompt_ids"].clone()).unwrap();
-    let expected: Vec<u32> = serde_json::from_value(run["ids"].clone()).unwrap();
-    assert_eq!(
-        engine.prompt_text(prompt, true),
-        run["text"].as_str().unwrap()
-    );
-    assert_eq!(
-        engine.encode_prompt(prompt, true).unwrap(),
-        prompt_ids,
-        "{prompt:?} tokenized unlike llama.cpp"
-    );
-    // Free-running for the first AGREE tokens (the scalar kernels decode slowly: CI's time).
-    let got = greedy(engine, prompt, expected.len().min(AGREE), &expected);
-    let free = got
-        .iter()
-        .zip(&expected)
-        .take_while(|(a, b)| a == b)
-        .count();
-    // Teacher-forced along llama.cpp's sequence: at each output position, our argmax, and how far
-    // llama.cpp's choice is below it.
-    let all: Vec<u32> = prompt_ids.iter().chain(&expected).copied().collect();
-    let from = prompt_ids.len() - 1;
-    let logits = pollster::block_on(engine.logits_along(&all[..all.len() - 1], from)).unwrap();
-    let vocab = logits.len() / expected.len();
-    let (mut forced, mut worst_gap) = (0, 0.0f32);
-    for (k, &next) in expected.iter().enumerate() {
-        let row = &logits[k * vocab..][..vocab];
-        let best = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let gap = best - row[next as usize];
-        if gap == 0.0 {
-            forced += 1;
-        }
-        worst_gap = worst_gap.max(gap);
-    }
-    Along {
-        free,
-        forced,
-        positions: expected.len(),
-        worst_gap,
-    }
 }
 
 /// llama.cpp's greedy ids, against tokenometer's on every instruction set:
@@ -216,28 +113,6 @@ fn smollm2_greedy_ids_follow_llama_cpp_with_the_scalar_kernels() {
 #[test]
 fn smollm2_greedy_ids_follow_llama_cpp_with_the_vector_kernels() {
     follows_llama_cpp(&vector_isas(Isa::available()));
-}
-
-/// The vector instruction sets among `available`. A CPU with none fails here: the check would
-/// otherwise run no kernel at all and pass (and Gemma's 1,110-token window, checked only here,
-/// would go unchecked).
-fn vector_isas(available: Vec<Isa>) -> Vec<Isa> {
-    let vector: Vec<Isa> = available
-        .into_iter()
-        .filter(|&i| i != Isa::Scalar)
-        .collect();
-    assert!(
-        !vector.is_empty(),
-        "this CPU runs no vector instruction set (AVX2 or better), so the vector kernels' check \
-         against llama.cpp would run nothing: run it on a CPU with AVX2"
-    );
-    vector
-}
-
-#[test]
-#[should_panic(expected = "runs no vector instruction set")]
-fn a_cpu_without_vector_kernels_fails_the_vector_check_instead_of_passing_empty() {
-    vector_isas(vec![Isa::Scalar]);
 }
 
 fn follows_llama_cpp(isas: &[Isa]) {
@@ -268,7 +143,7 @@ fn follows_llama_cpp(isas: &[Isa]) {
                 if isa == Isa::Scalar && what.starts_with("Gemma") && n >= SLOW_PATH_PROMPTS {
                     continue;
                 }
-                let a = along(&engine, run);
+                let a = along(&engine, run, AGREE);
                 let f32 = what.starts_with("F32");
                 report.push(format!(
                     "{:>7} {what:<36} {:<60} free {:>2}/{:<2} forced {:>2}/{n:<2} worst gap {:.3}",
@@ -334,7 +209,7 @@ fn follows_llama_cpp_on_wgpu(what: &str) {
         runs.len()
     };
     for run in runs.iter().take(prompts) {
-        let a = along(&engine, run);
+        let a = along(&engine, run, AGREE);
         report.push(format!(
             "wgpu {what} {:<60} free {:>2}/{:<2} forced {:>2}/{:<2} worst gap {:.3}",
             short(run["prompt"].as_str().unwrap()),

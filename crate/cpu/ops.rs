@@ -384,6 +384,15 @@ impl Ops for HostOps {
         x
     }
 
+    fn add_bias(&self, mut x: Rows, bias: &Vec<f32>) -> Rows {
+        for row in x.values_mut().chunks_exact_mut(bias.len()) {
+            for (a, b) in row.iter_mut().zip(bias) {
+                *a += b;
+            }
+        }
+        x
+    }
+
     fn swiglu(&self, mut gate: Rows, up: Rows) -> Rows {
         let width = gate.width;
         self.for_rows(gate.values_mut(), width, &|first, rows| {

@@ -98,7 +98,7 @@ impl Engine {
         let embedding_bytes = model.embedding_bytes();
         let info = ModelInfo {
             name,
-            architecture: config.family.name().to_string(),
+            architecture: config.recipe.name.to_string(),
             parameters: config.parameter_count(),
             quant,
             weight_bytes: model.quant.device_bytes + embedding_bytes,

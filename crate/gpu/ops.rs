@@ -268,6 +268,10 @@ impl Ops for DeviceOps {
         x + y
     }
 
+    fn add_bias(&self, x: Tensor<2>, bias: &Tensor<1>) -> Tensor<2> {
+        x + bias.clone().unsqueeze::<2>()
+    }
+
     fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
         gpu_kernels::gated(gate, up, false)
     }

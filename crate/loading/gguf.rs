@@ -1,12 +1,13 @@
 //! GGUF (v2 and v3), llama.cpp's file format: a header of typed key/value metadata and tensor
 //! descriptions, then the tensors' data, aligned.
 //!
-//! We read the `llama` and `gemma3` architectures: the shape from the metadata
-//! (`llama.embedding_length`, `gemma3.attention.sliding_window`, ...), tensors of every non-IQ type
+//! We read the architectures of `loading/arch/` (`llama`, `gemma3`, `qwen2`, `qwen3`): the shape
+//! from the metadata (`llama.embedding_length`, ...; what an architecture adds, such as
+//! `gemma3.attention.sliding_window`, its own file reads), tensors of every non-IQ type
 //! (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K), and the tokenizer inside
 //! (`tokenizer.ggml.*`). llama.cpp's `llama` architecture rotates adjacent pairs, as llama2.c does,
-//! so its q/k rows are used as stored; `gemma3` rotates halves (NEOX), so its q/k rows and norms are
-//! put in pairs at load. Every count, length and offset is checked against the file's length
+//! so its q/k rows are used as stored; the others rotate halves (NEOX), so their q/k rows, biases
+//! and norms are put in pairs at load. Every count, length and offset is checked against the file's length
 //! before anything is allocated: a header can claim anything.
 //!
 //! Tensors of the types the kernels run (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) are kept in
@@ -23,9 +24,7 @@ use std::sync::Arc;
 
 pub use crate::formats::TensorType;
 use crate::model::config::FieldNames;
-use crate::model::{
-    Family, FileBytes, GemmaNorms, HostWeights, LayerWeights, LlamaConfig, Matrix, Values,
-};
+use crate::model::{Extras, FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 /// Limits no real file comes near; past them a header is corrupt.
@@ -33,36 +32,16 @@ const MAX_TENSORS: u64 = 1 << 16;
 const MAX_METADATA: u64 = 1 << 16;
 const MAX_DEPTH: usize = 4;
 
-/// GGUF's names for the config fields, for errors in the file's own words.
-const GGUF_FIELDS: FieldNames = FieldNames {
-    prefix: "GGUF",
-    names: [
-        "llama.embedding_length",
-        "llama.feed_forward_length",
-        "llama.block_count",
-        "llama.attention.head_count",
-        "llama.attention.head_count_kv",
-        "vocabulary size (token_embd rows)",
-        "llama.context_length",
-    ],
-};
-const GEMMA3_FIELDS: FieldNames = FieldNames {
-    prefix: "GGUF",
-    names: [
-        "gemma3.embedding_length",
-        "gemma3.feed_forward_length",
-        "gemma3.block_count",
-        "gemma3.attention.head_count",
-        "gemma3.attention.head_count_kv",
-        "vocabulary size (token_embd rows)",
-        "gemma3.context_length",
-    ],
-};
-
-/// Gemma 3 values llama.cpp fixes in code rather than reading (`llama-model.cpp`), used where a
-/// file does not say: every 6th layer global, the local layers' RoPE base 10,000.
-const GEMMA3_GLOBAL_EVERY: usize = 6;
-const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
+/// GGUF's names for the config fields (after `{arch}.`), for errors in the file's own words.
+const GGUF_FIELDS: [&str; 7] = [
+    "embedding_length",
+    "feed_forward_length",
+    "block_count",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "vocabulary size (token_embd rows)",
+    "context_length",
+];
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -388,57 +367,34 @@ impl Gguf {
         })
     }
 
-    /// The model's shape from its metadata: the `llama` or `gemma3` architecture's keys.
+    /// The model's shape from its metadata: its architecture's keys (`loading/arch/`).
     pub fn config(&self) -> Result<LlamaConfig> {
-        let arch = self
+        let name = self
             .get("general.architecture")
             .and_then(Value::as_str)
             .unwrap_or("(none)");
-        if arch != "llama" && arch != "gemma3" {
-            return Err(Error::BadModel(format!(
-                "GGUF general.architecture is {:?}; this engine runs \"llama\" and \"gemma3\" \
-                 models",
-                clip(arch)
-            )));
-        }
-        let key = |name: &str| format!("{arch}.{name}");
+        let arch = crate::loading::arch::find(name)?;
+        let arch_name = arch.name;
+        let key = |name: &str| format!("{arch_name}.{name}");
         let embedding = self.tensor("token_embd.weight")?;
         let heads = self.required(&key("attention.head_count"))?;
-        let family = if arch == "gemma3" {
-            let head_size = self.required(&key("attention.key_length"))?;
-            let value_size = self
-                .count(&key("attention.value_length"))?
-                .unwrap_or(head_size);
-            if value_size != head_size {
-                return Err(Error::BadModel(format!(
-                    "GGUF gemma3.attention.value_length {value_size} differs from key_length \
-                     {head_size}; this engine needs them equal"
-                )));
-            }
-            for capping in ["final_logit_softcapping", "attn_logit_softcapping"] {
-                if self.get(&key(capping)).is_some() {
-                    return Err(Error::BadModel(format!(
-                        "GGUF has gemma3.{capping} (Gemma 2's logit softcapping), which this \
-                         engine does not run"
-                    )));
-                }
-            }
-            Family::Gemma3(crate::model::Gemma3 {
-                head_size,
-                sliding_window: self.required(&key("attention.sliding_window"))?,
-                global_every: self
-                    .count(&key("attention.sliding_window_pattern"))?
-                    .unwrap_or(GEMMA3_GLOBAL_EVERY),
-                rope_theta_local: self.float(&key("rope.freq_base_swa"), GEMMA3_LOCAL_ROPE_BASE)?,
-            })
-        } else {
-            Family::Llama
-        };
+        let mut recipe = (arch.recipe)(self)?;
+        // A head size of its own where the file gives one (Gemma 3, Qwen3); the values' the same.
+        let key_length = self.count(&key("attention.key_length"))?;
+        if let (Some(k), Some(v)) = (key_length, self.count(&key("attention.value_length"))?)
+            && k != v
+        {
+            return Err(Error::BadModel(format!(
+                "GGUF {arch_name}.attention.value_length {v} differs from key_length {k}; this \
+                 engine needs them equal"
+            )));
+        }
+        recipe.head_size = key_length;
         if let Some(factor) = self.get(&key("rope.scaling.factor"))
             && factor.as_f64() != Some(1.0)
         {
             return Err(Error::BadModel(format!(
-                "GGUF {arch}.rope.scaling.factor is {factor:?}; scaled RoPE is not supported"
+                "GGUF {arch_name}.rope.scaling.factor is {factor:?}; scaled RoPE is not supported"
             )));
         }
         let config = LlamaConfig {
@@ -458,22 +414,20 @@ impl Gguf {
             seq_len: self.required(&key("context_length"))?,
             shared_classifier: !self.tensors.contains_key("output.weight"),
             rope_theta: self.float(&key("rope.freq_base"), 10000.0)?,
-            norm_eps: self.float(
-                &key("attention.layer_norm_rms_epsilon"),
-                if arch == "gemma3" { 1e-6 } else { 1e-5 },
-            )?,
-            family,
+            rope_factors: None,
+            norm_eps: self.float(&key("attention.layer_norm_rms_epsilon"), arch.default_eps)?,
+            recipe,
         };
-        config.validate(if arch == "gemma3" {
-            &GEMMA3_FIELDS
-        } else {
-            &GGUF_FIELDS
+        config.validate(&FieldNames {
+            prefix: "GGUF",
+            names: GGUF_FIELDS,
+            key_prefix: Some(arch_name),
         })?;
         if let Some(rope) = self.count(&key("rope.dimension_count"))?
             && rope != config.head_size()
         {
             return Err(Error::BadModel(format!(
-                "GGUF {arch}.rope.dimension_count {rope} differs from the head size {}: partial \
+                "GGUF {arch_name}.rope.dimension_count {rope} differs from the head size {}: partial \
                  rotary embeddings are not supported",
                 config.head_size()
             )));
@@ -566,35 +520,59 @@ impl Gguf {
     }
 }
 
-/// Load a `llama` or `gemma3` GGUF's weights from `file`, whose header `gguf` is: F32 tensors used
-/// where they lie, the types the kernels run kept in their blocks ([`TensorType::run_blocks`]), the
-/// others widened to f32.
+/// Load a GGUF's weights from `file`, whose header `gguf` is: F32 tensors used where they lie, the
+/// types the kernels run kept in their blocks ([`TensorType::run_blocks`]), the others widened to
+/// f32; the norms and biases its recipe adds under llama.cpp's names.
 pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
-    let config = gguf.config()?;
-    let (d, h, v, kv, q) = (
+    let mut config = gguf.config()?;
+    // Llama 3's RoPE scaling, as llama.cpp's converter fixes it: a factor a pair of a head
+    // (finite: `matrix` checks; above 0, as the pass divides by it).
+    if gguf.tensors.contains_key("rope_freqs.weight") {
+        let half = config.head_size() / 2;
+        let factors = gguf.matrix(file, "rope_freqs.weight", 1, half)?;
+        let factors = factors.into_values().into_vec();
+        if factors.iter().any(|f| *f <= 0.0) {
+            return Err(Error::BadModel(
+                "GGUF tensor rope_freqs.weight holds a factor of 0 or less; RoPE divides by it"
+                    .into(),
+            ));
+        }
+        config.rope_factors = Some(factors);
+    }
+    let (d, h, v, kv, q, hs) = (
         config.dim,
         config.hidden_dim,
         config.vocab_size,
         config.kv_dim(),
         config.q_dim(),
+        config.head_size(),
     );
-    let gemma = matches!(config.family, Family::Gemma3(_));
+    let recipe = &config.recipe;
     let vector = |name: &str, len: usize| -> Result<Vec<f32>> {
         Ok(gguf.matrix(file, name, 1, len)?.into_values().into_vec())
     };
-    // Gemma's q and k rotate halves of each head: put their rows (and norms) in pairs.
-    let pairs = |m: Matrix, heads: usize| if gemma { m.halves_to_pairs(heads) } else { m };
+    // NEOX files' q and k rotate halves of each head: put their rows (biases, norms) in pairs.
+    let pairs = |m: Matrix, heads: usize| {
+        if recipe.rope_halves {
+            m.halves_to_pairs(heads)
+        } else {
+            m
+        }
+    };
     let mut layers = Vec::with_capacity(config.n_layers);
     for i in 0..config.n_layers {
         let m = |w: &str, rows, cols| gguf.matrix(file, &format!("blk.{i}.{w}.weight"), rows, cols);
         let norm = |w: &str, len| vector(&format!("blk.{i}.{w}.weight"), len);
-        let head_norm = |w: &str| -> Result<Vec<f32>> {
-            let hs = config.head_size();
-            Ok(pairs(Matrix::new(hs, 1, norm(w, hs)?), 1)
+        // A vector of `heads` heads, as q's and k's rows are.
+        let per_head = |name: String, heads: usize| -> Result<Vec<f32>> {
+            let values = vector(&name, heads * hs)?;
+            Ok(pairs(Matrix::new(heads * hs, 1, values), heads)
                 .into_values()
                 .into_vec())
         };
-        layers.push(LayerWeights {
+        let bias = |w: &str, heads| per_head(format!("blk.{i}.{w}.bias"), heads);
+        let head_norm = |w: &str| per_head(format!("blk.{i}.{w}.weight"), 1);
+        let mut layer = LayerWeights {
             rms_att: norm("attn_norm", d)?,
             wq: pairs(m("attn_q", q, d)?, config.n_heads),
             wk: pairs(m("attn_k", kv, d)?, config.n_kv_heads),
@@ -604,17 +582,27 @@ pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
             w1: m("ffn_gate", h, d)?,
             w2: m("ffn_down", d, h)?,
             w3: m("ffn_up", h, d)?,
-            gemma: if gemma {
-                Some(GemmaNorms {
-                    q: head_norm("attn_q_norm")?,
-                    k: head_norm("attn_k_norm")?,
-                    post_attention: norm("post_attention_norm", d)?,
-                    post_ffn: norm("post_ffw_norm", d)?,
-                })
-            } else {
-                None
+            extras: Extras::NONE,
+        };
+        layer.extras = Extras {
+            qkv_bias: match recipe.qkv_bias {
+                true => Some([
+                    bias("attn_q", config.n_heads)?,
+                    bias("attn_k", config.n_kv_heads)?,
+                    vector(&format!("blk.{i}.attn_v.bias"), kv)?,
+                ]),
+                false => None,
             },
-        });
+            qk_norm: match recipe.qk_norm {
+                true => Some([head_norm("attn_q_norm")?, head_norm("attn_k_norm")?]),
+                false => None,
+            },
+            post_norms: match recipe.post_norms {
+                true => Some([norm("post_attention_norm", d)?, norm("post_ffw_norm", d)?]),
+                false => None,
+            },
+        };
+        layers.push(layer);
     }
     Ok(HostWeights {
         token_embedding: gguf.matrix(file, "token_embd.weight", v, d)?,
@@ -628,4 +616,19 @@ pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
         tensor_types: gguf.types(),
         config,
     })
+}
+
+impl crate::loading::arch::Metadata for Gguf {
+    fn has(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+    fn count(&self, key: &str) -> Result<Option<usize>> {
+        Gguf::count(self, key)
+    }
+    fn required(&self, key: &str) -> Result<usize> {
+        Gguf::required(self, key)
+    }
+    fn float(&self, key: &str, default: f32) -> Result<f32> {
+        Gguf::float(self, key, default)
+    }
 }

@@ -1,4 +1,4 @@
-//! Writing GGUF files of the `llama` architecture, for synthetic models (`tokenometer synth
+//! Writing GGUF files of the architectures we read (their recipe's tensors and keys), for synthetic models (`tokenometer synth
 //! --vocab`): a real model's shape and tokenizer with seeded random weights, so that speed and the
 //! whole path from file to text can be tried at shapes whose real weights are not at hand
 //! (SmolLM2-135M), and re-encodings of real models (`tokenometer convert`). Tensors are written
@@ -12,6 +12,8 @@ use half::f16;
 
 use crate::formats::{BLOCK, Blocks, Format};
 use crate::loading::gguf::Value;
+use std::borrow::Cow;
+
 use crate::model::{HostWeights, LlamaConfig, Matrix};
 
 const ALIGNMENT: u64 = 32;
@@ -28,37 +30,50 @@ fn file_type(form: Option<Format>) -> u64 {
     }
 }
 
-/// The metadata that describes `config` as llama.cpp's `llama` architecture, its matrices `form`
-/// (`None`: F32).
+/// The metadata that describes `config` as llama.cpp's architecture of its recipe (`llama`,
+/// `qwen2`, ...), its matrices `form` (`None`: F32).
 pub fn llama_metadata(
     name: &str,
     config: &LlamaConfig,
     form: Option<Format>,
 ) -> Vec<(String, Value)> {
     let count = |n: usize| Value::Uint(n as u64);
-    let entries = [
-        ("general.architecture", Value::Str("llama".into())),
+    let arch = config.recipe.name;
+    let mut entries = vec![
+        ("general.architecture", Value::Str(arch.into())),
         ("general.name", Value::Str(name.into())),
-        ("llama.context_length", count(config.seq_len)),
-        ("llama.embedding_length", count(config.dim)),
-        ("llama.block_count", count(config.n_layers)),
-        ("llama.feed_forward_length", count(config.hidden_dim)),
-        ("llama.attention.head_count", count(config.n_heads)),
-        ("llama.attention.head_count_kv", count(config.n_kv_heads)),
-        ("llama.rope.dimension_count", count(config.head_size())),
+        ("context_length", count(config.seq_len)),
+        ("embedding_length", count(config.dim)),
+        ("block_count", count(config.n_layers)),
+        ("feed_forward_length", count(config.hidden_dim)),
+        ("attention.head_count", count(config.n_heads)),
+        ("attention.head_count_kv", count(config.n_kv_heads)),
+        ("rope.dimension_count", count(config.head_size())),
+        ("rope.freq_base", Value::Float(config.rope_theta as f64)),
         (
-            "llama.rope.freq_base",
-            Value::Float(config.rope_theta as f64),
-        ),
-        (
-            "llama.attention.layer_norm_rms_epsilon",
+            "attention.layer_norm_rms_epsilon",
             Value::Float(config.norm_eps as f64),
         ),
         ("general.file_type", Value::Uint(file_type(form))),
     ];
+    if let Some(hs) = config.recipe.head_size {
+        entries.push(("attention.key_length", count(hs)));
+        entries.push(("attention.value_length", count(hs)));
+    }
+    if let Some(s) = &config.recipe.sliding {
+        entries.push(("attention.sliding_window", count(s.window)));
+        entries.push(("attention.sliding_window_pattern", count(s.global_every)));
+        entries.push((
+            "rope.freq_base_swa",
+            Value::Float(s.rope_theta_local as f64),
+        ));
+    }
     entries
         .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
+        .map(|(k, v)| match k.starts_with("general.") {
+            true => (k.to_string(), v),
+            false => (format!("{arch}.{k}"), v),
+        })
         .collect()
 }
 
@@ -70,35 +85,64 @@ pub fn write_model(
     form: Option<Format>,
     out: &mut impl Write,
 ) -> io::Result<()> {
-    // The norm vectors as 1-row matrices: each layer's attention and FFN norms, and the final one.
-    let vector = |v: &[f32]| Matrix::new(1, v.len(), v.to_vec());
-    let layer_norms: Vec<[Matrix; 2]> = weights
-        .layers
-        .iter()
-        .map(|l| [vector(&l.rms_att), vector(&l.rms_ffn)])
-        .collect();
-    let output_norm = vector(&weights.rms_final);
-    let mut tensors: Vec<(String, &Matrix)> =
-        vec![("token_embd.weight".into(), &weights.token_embedding)];
-    for (i, (l, [attn_norm, ffn_norm])) in weights.layers.iter().zip(&layer_norms).enumerate() {
-        tensors.push((format!("blk.{i}.attn_norm.weight"), attn_norm));
-        for (what, m) in [
-            ("attn_q", &l.wq),
-            ("attn_k", &l.wk),
-            ("attn_v", &l.wv),
-            ("attn_output", &l.wo),
-        ] {
-            tensors.push((format!("blk.{i}.{what}.weight"), m));
+    let config = &weights.config;
+    let (recipe, hs) = (&config.recipe, config.head_size());
+    // Vectors as 1-row matrices (always F32). A NEOX file's q and k rotate halves of each head:
+    // their rows (biases, norms) go back from the pairs loading made.
+    let vector = |v: &[f32]| Cow::Owned(Matrix::new(1, v.len(), v.to_vec()));
+    let halves = |m: &Matrix, heads: usize| -> Matrix {
+        match recipe.rope_halves {
+            true => m.pairs_to_halves(heads),
+            false => m.clone(),
         }
-        tensors.push((format!("blk.{i}.ffn_norm.weight"), ffn_norm));
-        for (what, m) in [("ffn_gate", &l.w1), ("ffn_down", &l.w2), ("ffn_up", &l.w3)] {
-            tensors.push((format!("blk.{i}.{what}.weight"), m));
+    };
+    let head_vector = |v: &[f32], heads: usize| {
+        let m = halves(&Matrix::new(heads * hs, 1, v.to_vec()), heads);
+        vector(&m.into_values().into_vec())
+    };
+    let mut tensors: Vec<(String, Cow<Matrix>)> = vec![(
+        "token_embd.weight".into(),
+        Cow::Borrowed(&weights.token_embedding),
+    )];
+    for (i, l) in weights.layers.iter().enumerate() {
+        let add = |what: &str, m| (format!("blk.{i}.{what}"), m);
+        let mut layer = vec![
+            add("attn_norm.weight", vector(&l.rms_att)),
+            add("attn_q.weight", Cow::Owned(halves(&l.wq, config.n_heads))),
+            add(
+                "attn_k.weight",
+                Cow::Owned(halves(&l.wk, config.n_kv_heads)),
+            ),
+            add("attn_v.weight", Cow::Borrowed(&l.wv)),
+            add("attn_output.weight", Cow::Borrowed(&l.wo)),
+            add("ffn_norm.weight", vector(&l.rms_ffn)),
+            add("ffn_gate.weight", Cow::Borrowed(&l.w1)),
+            add("ffn_down.weight", Cow::Borrowed(&l.w2)),
+            add("ffn_up.weight", Cow::Borrowed(&l.w3)),
+        ];
+        if let Some([q, k, v]) = &l.extras.qkv_bias {
+            layer.push(add("attn_q.bias", head_vector(q, config.n_heads)));
+            layer.push(add("attn_k.bias", head_vector(k, config.n_kv_heads)));
+            layer.push(add("attn_v.bias", vector(v)));
         }
+        if let Some([q, k]) = &l.extras.qk_norm {
+            layer.push(add("attn_q_norm.weight", head_vector(q, 1)));
+            layer.push(add("attn_k_norm.weight", head_vector(k, 1)));
+        }
+        if let Some([attention, ffn]) = &l.extras.post_norms {
+            layer.push(add("post_attention_norm.weight", vector(attention)));
+            layer.push(add("post_ffw_norm.weight", vector(ffn)));
+        }
+        tensors.extend(layer);
     }
-    tensors.push(("output_norm.weight".into(), &output_norm));
+    tensors.push(("output_norm.weight".into(), vector(&weights.rms_final)));
+    if let Some(factors) = &config.rope_factors {
+        tensors.push(("rope_freqs.weight".into(), vector(factors)));
+    }
     if let Some(classifier) = &weights.classifier {
-        tensors.push(("output.weight".into(), classifier));
+        tensors.push(("output.weight".into(), Cow::Borrowed(classifier)));
     }
+    let tensors: Vec<(String, &Matrix)> = tensors.iter().map(|(n, m)| (n.clone(), &**m)).collect();
     write(metadata, &tensors, form, out)
 }
 

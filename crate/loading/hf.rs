@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::model::config::FieldNames;
-use crate::model::{Family, HostWeights, LayerWeights, LlamaConfig, Matrix};
+use crate::model::{Extras, HostWeights, LayerWeights, LlamaConfig, Matrix, Recipe};
 
 /// `config.json`'s names for the fields, so that its errors quote them.
 const HF_FIELDS: FieldNames = FieldNames {
@@ -23,6 +23,7 @@ const HF_FIELDS: FieldNames = FieldNames {
         "vocab_size",
         "max_position_embeddings",
     ],
+    key_prefix: None,
 };
 
 #[derive(Deserialize)]
@@ -52,7 +53,7 @@ pub fn parse_config(json: &[u8]) -> Result<LlamaConfig> {
         )));
     }
     let config = LlamaConfig {
-        family: Family::Llama,
+        recipe: Recipe::llama("llama"),
         dim: hf.hidden_size,
         hidden_dim: hf.intermediate_size,
         n_layers: hf.num_hidden_layers,
@@ -62,6 +63,7 @@ pub fn parse_config(json: &[u8]) -> Result<LlamaConfig> {
         seq_len: hf.max_position_embeddings,
         shared_classifier: hf.tie_word_embeddings.unwrap_or(false),
         rope_theta: hf.rope_theta.unwrap_or(10000.0),
+        rope_factors: None,
         norm_eps: hf.rms_norm_eps.unwrap_or(1e-5),
     };
     config.validate(&HF_FIELDS)?;
@@ -98,7 +100,7 @@ pub fn load(config_json: &[u8], safetensors: &[u8]) -> Result<HostWeights> {
             w1: get(&format!("{p}.mlp.gate_proj.weight"), h, d)?,
             w2: get(&format!("{p}.mlp.down_proj.weight"), d, h)?,
             w3: get(&format!("{p}.mlp.up_proj.weight"), h, d)?,
-            gemma: None,
+            extras: Extras::NONE,
         });
     }
     let rms_final = vector("model.norm.weight")?;

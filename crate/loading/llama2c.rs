@@ -7,7 +7,9 @@ use crate::error::{Error, Result};
 use std::sync::Arc;
 
 use crate::model::config::LLAMA2C_FIELDS;
-use crate::model::{Family, FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values};
+use crate::model::{
+    Extras, FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Recipe, Values,
+};
 
 pub const HEADER_BYTES: usize = 7 * 4;
 /// `ak42`: the magic of llama2.c's newer export versions, which `run.c` itself does not read.
@@ -38,7 +40,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<LlamaConfig> {
     };
     let vocab = field(5);
     let config = LlamaConfig {
-        family: Family::Llama,
+        recipe: Recipe::llama("llama"),
         dim: positive(0, "dim")?,
         hidden_dim: positive(1, "hidden_dim")?,
         n_layers: positive(2, "n_layers")?,
@@ -48,6 +50,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<LlamaConfig> {
         seq_len: positive(6, "seq_len")?,
         shared_classifier: vocab > 0,
         rope_theta: 10000.0,
+        rope_factors: None,
         norm_eps: 1e-5,
     };
     config.validate(&LLAMA2C_FIELDS)?;
@@ -141,7 +144,7 @@ pub fn load(file: &Arc<FileBytes>) -> Result<HostWeights> {
             w1: Matrix::new(h, d, w1),
             w2: Matrix::new(d, h, w2),
             w3: Matrix::new(h, d, w3),
-            gemma: None,
+            extras: Extras::NONE,
         });
     }
     Ok(HostWeights {

@@ -1,5 +1,6 @@
 //! Model files in the formats we read, from bytes (the browser hands over fetched buffers) or paths.
 
+pub mod arch;
 pub mod chat;
 pub mod gguf;
 pub mod gguf_writer;
@@ -8,6 +9,7 @@ pub mod llama2c;
 pub mod spm;
 pub mod synth;
 pub mod tokenizer;
+mod tokenizer_json;
 
 #[cfg(not(target_arch = "wasm32"))]
 use crate::error::Error;

@@ -5,11 +5,11 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
-/// The hyper-parameters of a Llama-2 style model, and what its family changes in the pass.
+/// The hyper-parameters of a Llama-2 style model, and what its architecture changes in the pass.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LlamaConfig {
-    /// Llama, or a family whose layers differ ([`Family`]).
-    pub family: Family,
+    /// What the architecture adds to Llama's block ([`Recipe`]).
+    pub recipe: Recipe,
     pub dim: usize,
     pub hidden_dim: usize,
     pub n_layers: usize,
@@ -21,41 +21,73 @@ pub struct LlamaConfig {
     /// True when the output classifier reuses the token embedding.
     pub shared_classifier: bool,
     pub rope_theta: f32,
+    /// What each pair's RoPE frequency is divided by (`[head_size / 2]`, GGUF's `rope_freqs`
+    /// tensor: Llama 3's long-context scaling, fixed at conversion; `gguf::load` checks it).
+    pub rope_factors: Option<Vec<f32>>,
     pub norm_eps: f32,
 }
 
-/// What a family changes in the one forward pass (`model/forward.rs` reads it top to bottom).
+/// What an architecture changes in the one forward pass, as fields `model/forward.rs` reads top to
+/// bottom (it never asks for an architecture by name). Each architecture is one file of
+/// `loading/arch/` that reads its GGUF metadata into one of these; Llama 2's block (SwiGLU, one
+/// RMSNorm before attention and one before the feed-forward, head size `dim / n_heads`) is
+/// [`Recipe::llama`], and the others say what they change.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub enum Family {
-    /// Llama 2 (and SmolLM2, TinyLlama): SwiGLU, one RMSNorm before attention and one before the
-    /// feed-forward, head size `dim / n_heads`.
-    Llama,
-    /// Gemma 3 (llama.cpp's `gemma3`): RMSNorm on each head of q and k, norms after attention and
-    /// after the feed-forward too, a GELU-gated feed-forward, embeddings scaled by sqrt(dim), a head
-    /// size of its own, and sliding-window attention on all but every `global_every`-th layer.
-    Gemma3(Gemma3),
+pub struct Recipe {
+    /// llama.cpp's architecture name, for conditions lines.
+    pub name: &'static str,
+    /// A head size of its own (`{arch}.attention.key_length`) instead of `dim / n_heads`.
+    pub head_size: Option<usize>,
+    /// Biases added to the q, k and v projections (Qwen2).
+    pub qkv_bias: bool,
+    /// RMSNorm on each head of q and k before RoPE, one `[head_size]` weight each (Gemma 3, Qwen3).
+    pub qk_norm: bool,
+    /// RMSNorm of attention's and the feed-forward's outputs before each residual (Gemma 3).
+    pub post_norms: bool,
+    /// The feed-forward's gate.
+    pub activation: Activation,
+    /// Embedding rows multiplied by sqrt(dim) (Gemma).
+    pub embedding_scale: bool,
+    /// The file's q and k rows rotate halves of each head (llama.cpp's NEOX RoPE: Gemma, Qwen):
+    /// loading puts them in the adjacent pairs the pass rotates.
+    pub rope_halves: bool,
+    /// Sliding-window attention on some layers (Gemma 3).
+    pub sliding: Option<Sliding>,
 }
 
-/// Gemma 3's shape beyond Llama's, from its GGUF metadata.
+/// The feed-forward's gate: `act(gate) * up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Activation {
+    /// SiLU (SwiGLU): Llama, Qwen.
+    Silu,
+    /// GELU in its tanh form (GeGLU): Gemma.
+    GeluTanh,
+}
+
+/// Local layers that attend to a window of recent positions with a RoPE base of their own.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Gemma3 {
-    /// `gemma3.attention.key_length` (256 for the 270M model, whose dim / heads is 160).
-    pub head_size: usize,
-    /// `gemma3.attention.sliding_window`: a local layer's query sees this many positions, its own
-    /// included.
-    pub sliding_window: usize,
+pub struct Sliding {
+    /// A local layer's query sees this many positions, its own included.
+    pub window: usize,
     /// Every this-many-th layer (the 6th, 12th, ...) attends globally; the others locally.
     pub global_every: usize,
     /// The local layers' RoPE base (the global ones use `rope_theta`).
     pub rope_theta_local: f32,
 }
 
-impl Family {
-    /// The name in conditions lines: llama.cpp's architecture name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Family::Llama => "llama",
-            Family::Gemma3(_) => "gemma3",
+impl Recipe {
+    /// Llama 2's block, named `name`; an architecture changes what differs.
+    pub const fn llama(name: &'static str) -> Recipe {
+        Recipe {
+            name,
+            head_size: None,
+            qkv_bias: false,
+            qk_norm: false,
+            post_norms: false,
+            activation: Activation::Silu,
+            embedding_scale: false,
+            rope_halves: false,
+            sliding: None,
         }
     }
 }
@@ -77,6 +109,21 @@ pub struct FieldNames {
     pub prefix: &'static str,
     /// dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len in the file's naming.
     pub names: [&'static str; 7],
+    /// What goes before each name but the vocabulary's: a GGUF's architecture (`qwen2.`).
+    pub key_prefix: Option<&'static str>,
+}
+
+/// A field's name as a file writes it, `arch.name` where the file's keys carry the architecture.
+#[derive(Clone, Copy)]
+struct Field<'a>(Option<&'a str>, &'a str);
+
+impl std::fmt::Display for Field<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(arch) => write!(f, "{arch}.{}", self.1),
+            None => f.write_str(self.1),
+        }
+    }
 }
 
 /// llama2.c's header names.
@@ -91,14 +138,12 @@ pub const LLAMA2C_FIELDS: FieldNames = FieldNames {
         "vocab_size",
         "seq_len",
     ],
+    key_prefix: None,
 };
 
 impl LlamaConfig {
     pub fn head_size(&self) -> usize {
-        match &self.family {
-            Family::Llama => self.dim / self.n_heads,
-            Family::Gemma3(g) => g.head_size,
-        }
+        self.recipe.head_size.unwrap_or(self.dim / self.n_heads)
     }
 
     /// The width of the queries (and of attention's output): every head's.
@@ -108,9 +153,9 @@ impl LlamaConfig {
 
     /// Layer `l`'s attention window (`None`: every earlier position) and RoPE base.
     pub fn layer_attention(&self, l: usize) -> (Option<usize>, f32) {
-        match &self.family {
-            Family::Gemma3(g) if !(l + 1).is_multiple_of(g.global_every) => {
-                (Some(g.sliding_window), g.rope_theta_local)
+        match &self.recipe.sliding {
+            Some(s) if !(l + 1).is_multiple_of(s.global_every) => {
+                (Some(s.window), s.rope_theta_local)
             }
             _ => (None, self.rope_theta),
         }
@@ -118,10 +163,9 @@ impl LlamaConfig {
 
     /// What multiplies each embedding row: Gemma's sqrt(dim), in f32 as llama.cpp computes it.
     pub fn embedding_scale(&self) -> Option<f32> {
-        match self.family {
-            Family::Llama => None,
-            Family::Gemma3(_) => Some((self.dim as f32).sqrt()),
-        }
+        self.recipe
+            .embedding_scale
+            .then(|| (self.dim as f32).sqrt())
     }
 
     pub fn kv_dim(&self) -> usize {
@@ -131,7 +175,9 @@ impl LlamaConfig {
     /// Reject shapes that cannot be a Llama model, before anything is allocated. `fields` names the
     /// fields as the file does.
     pub fn validate(&self, fields: &FieldNames) -> Result<()> {
-        let [dim, hidden, layers, heads, kv_heads, vocab, seq_len] = fields.names;
+        // The vocabulary's size is not a key of the file's.
+        let field = |i: usize| Field(fields.key_prefix.filter(|_| i != 5), fields.names[i]);
+        let [dim, hidden, layers, heads, kv_heads, vocab, seq_len] = std::array::from_fn(field);
         let prefix = fields.prefix;
         let bad = |m: String| Err(Error::BadModel(m));
         let ranges = [
@@ -162,13 +208,16 @@ impl LlamaConfig {
                 ));
             }
         }
-        if let Family::Gemma3(g) = &self.family {
-            if !(1..=MAX_DIM).contains(&g.head_size) || g.sliding_window == 0 || g.global_every == 0
-            {
+        if let Some(hs) = self.recipe.head_size
+            && !(1..=MAX_DIM).contains(&hs)
+        {
+            return bad(format!("{prefix} head size {hs} is outside 1..={MAX_DIM}"));
+        }
+        if let Some(g) = &self.recipe.sliding {
+            if g.window == 0 || g.global_every == 0 {
                 return bad(format!(
-                    "Gemma 3 head size {}, sliding window {} and global layer pattern {} must each \
-                     be at least 1",
-                    g.head_size, g.sliding_window, g.global_every
+                    "sliding window {} and global layer pattern {} must each be at least 1",
+                    g.window, g.global_every
                 ));
             }
             if !(g.rope_theta_local.is_finite() && g.rope_theta_local > 1.0) {
@@ -177,7 +226,8 @@ impl LlamaConfig {
                     g.rope_theta_local
                 ));
             }
-        } else if !self.dim.is_multiple_of(self.n_heads) {
+        }
+        if self.recipe.head_size.is_none() && !self.dim.is_multiple_of(self.n_heads) {
             return bad(format!(
                 "{dim} {} is not a multiple of {heads} {}",
                 self.dim, self.n_heads
@@ -217,11 +267,14 @@ impl LlamaConfig {
         let [d, h, l, v] =
             [self.dim, self.hidden_dim, self.n_layers, self.vocab_size].map(|x| x as u64);
         let (kv, q) = (self.kv_dim() as u64, self.q_dim() as u64);
-        let extra_norms = match self.family {
-            Family::Llama => 0,
-            Family::Gemma3(_) => 2 * d + 2 * self.head_size() as u64,
-        };
-        let per_layer = 2 * d + 2 * q * d + 2 * kv * d + 3 * h * d + extra_norms;
+        let r = &self.recipe;
+        let extras = [
+            (r.post_norms, 2 * d),
+            (r.qk_norm, 2 * self.head_size() as u64),
+            (r.qkv_bias, q + 2 * kv),
+        ];
+        let extras: u64 = extras.iter().filter(|(on, _)| *on).map(|(_, n)| n).sum();
+        let per_layer = 2 * d + 2 * q * d + 2 * kv * d + 3 * h * d + extras;
         let classifier = if self.shared_classifier { 0 } else { v * d };
         v * d + l * per_layer + d + classifier
     }
@@ -236,7 +289,11 @@ impl LlamaConfig {
     pub fn rope_frequencies_for(&self, theta: f32) -> Vec<f32> {
         let hs = self.head_size();
         (0..hs / 2)
-            .map(|i| 1.0 / theta.powf((2 * i) as f32 / hs as f32))
+            .map(|i| {
+                let freq = 1.0 / theta.powf((2 * i) as f32 / hs as f32);
+                // As llama.cpp's `ggml_rope_ext` applies `freq_factors`.
+                self.rope_factors.as_ref().map_or(freq, |f| freq / f[i])
+            })
             .collect()
     }
 

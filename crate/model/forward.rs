@@ -1,9 +1,10 @@
 //! The Llama-2 transformer, read top to bottom like llama2.c's `forward()`: embedding, then per
 //! layer RMSNorm, attention with RoPE and a KV cache, a residual, RMSNorm, SwiGLU feed-forward, a
-//! residual; last, the final norm and the classifier. Gemma 3 is the same pass with what its
-//! family adds ([`Family`](crate::model::Family)): embeddings scaled, q and k normed per head,
-//! norms after attention and the feed-forward, GELU in place of SiLU, and a sliding window with its
-//! own RoPE base on the local layers.
+//! residual; last, the final norm and the classifier. Every other architecture is the same pass
+//! with what its recipe ([`Recipe`](crate::model::Recipe)) adds, read as fields: embeddings
+//! scaled, biases on q, k and v, q and k normed per head, norms after attention and the
+//! feed-forward, GELU in place of SiLU, and a sliding window with its own RoPE base on the local
+//! layers.
 //!
 //! The pass is written once, over the operations of [`Ops`]; each backend supplies them:
 //! - `gpu/ops.rs`: burn tensors (wgpu, natively and in WebGPU) and tokenometer's own kernels,
@@ -13,11 +14,12 @@
 //! `backend/llama.rs` holds a model on the backend it was loaded on and calls this pass. The token
 //! embedding stays on the host for both: a step reads one row of it, not the whole table.
 
+use crate::model::config::Activation;
 use crate::model::config::{LlamaConfig, rope_angles};
 use crate::model::logits::Logits;
 use crate::model::ops::{Ops, Span};
 use crate::model::quant::QuantPlan;
-use crate::model::weights::{GemmaNorms, LayerWeights, Matrix};
+use crate::model::weights::{Extras, LayerWeights, Matrix};
 
 /// A transformer block's weights in a backend's form.
 pub struct Layer<O: Ops> {
@@ -30,7 +32,7 @@ pub struct Layer<O: Ops> {
     pub w1: O::Linear,
     pub w2: O::Linear,
     pub w3: O::Linear,
-    pub gemma: Option<GemmaNorms<O::Vector>>,
+    pub extras: Extras<O::Vector>,
 }
 
 /// The weights a backend runs, with its operations.
@@ -243,36 +245,43 @@ impl Transformer {
                 (Some(_), Some(local)) => local,
                 _ => &global,
             };
-            let h = ops.rms_norm(&x, &layer.rms_att, c.norm_eps);
+            let (h, extras) = (ops.rms_norm(&x, &layer.rms_att, c.norm_eps), &layer.extras);
             let (mut q, mut k) = (ops.matmul(&h, &layer.wq), ops.matmul(&h, &layer.wk));
-            if let Some(norms) = &layer.gemma {
-                q = ops.head_rms_norm(q, &norms.q, c.norm_eps);
-                k = ops.head_rms_norm(k, &norms.k, c.norm_eps);
+            let mut v = ops.matmul(&h, &layer.wv);
+            if let Some([bq, bk, bv]) = &extras.qkv_bias {
+                (q, k, v) = (
+                    ops.add_bias(q, bq),
+                    ops.add_bias(k, bk),
+                    ops.add_bias(v, bv),
+                );
+            }
+            if let Some([nq, nk]) = &extras.qk_norm {
+                q = ops.head_rms_norm(q, nq, c.norm_eps);
+                k = ops.head_rms_norm(k, nk, c.norm_eps);
             }
             let (q, k) = ops.rope(q, k, pass);
-            let v = ops.matmul(&h, &layer.wv);
             let attention = ops.attention(q, k, v, caches, l, pass, window);
-            x = match &layer.gemma {
+            x = match &extras.post_norms {
                 None => ops.matmul_add(x, &attention, &layer.wo),
                 // Gemma norms the projection before the residual.
-                Some(norms) => {
+                Some([after_attention, _]) => {
                     let out = ops.matmul(&attention, &layer.wo);
-                    ops.add(x, ops.rms_norm(&out, &norms.post_attention, c.norm_eps))
+                    ops.add(x, ops.rms_norm(&out, after_attention, c.norm_eps))
                 }
             };
 
-            // Feed-forward: w2(silu(w1 x) * w3 x), or GELU for Gemma.
+            // Feed-forward: w2(act(w1 x) * w3 x), SiLU or GELU.
             let h = ops.rms_norm(&x, &layer.rms_ffn, c.norm_eps);
             let (gate, up) = (ops.matmul(&h, &layer.w1), ops.matmul(&h, &layer.w3));
-            let hidden = match layer.gemma {
-                None => ops.swiglu(gate, up),
-                Some(_) => ops.geglu(gate, up),
+            let hidden = match c.recipe.activation {
+                Activation::Silu => ops.swiglu(gate, up),
+                Activation::GeluTanh => ops.geglu(gate, up),
             };
-            x = match &layer.gemma {
+            x = match &extras.post_norms {
                 None => ops.matmul_add(x, &hidden, &layer.w2),
-                Some(norms) => {
+                Some([_, after_ffn]) => {
                     let out = ops.matmul(&hidden, &layer.w2);
-                    ops.add(x, ops.rms_norm(&out, &norms.post_ffn, c.norm_eps))
+                    ops.add(x, ops.rms_norm(&out, after_ffn, c.norm_eps))
                 }
             };
         }
@@ -304,10 +313,10 @@ impl<O: Ops> Weights<O> {
                 w3: linear("w3", l.w3),
                 rms_att: ops.vector(&l.rms_att),
                 rms_ffn: ops.vector(&l.rms_ffn),
-                gemma: l.gemma.as_ref().map(|n| {
-                    plan.add_f32(2 * dim + n.q.len() + n.k.len());
-                    n.map(|v| ops.vector(v))
-                }),
+                extras: {
+                    plan.add_f32(l.extras.value_count());
+                    l.extras.map(|v| ops.vector(v))
+                },
             });
             plan.add_f32(2 * dim);
         }

@@ -10,7 +10,7 @@ pub mod ops;
 pub mod quant;
 pub mod weights;
 
-pub use config::{Family, Gemma3, LlamaConfig};
+pub use config::{Activation, LlamaConfig, Recipe, Sliding};
 pub use logits::Logits;
 pub use quant::{Quant, QuantPlan, Stored};
-pub use weights::{FileBytes, GemmaNorms, HostWeights, LayerWeights, Matrix, Values};
+pub use weights::{Extras, FileBytes, HostWeights, LayerWeights, Matrix, Values};

@@ -70,6 +70,8 @@ pub trait Ops {
         window: Option<usize>,
     ) -> Self::Act;
     fn add(&self, x: Self::Act, y: Self::Act) -> Self::Act;
+    /// `bias` `[width]` added to every row of `x` `[t, width]` (Qwen2's q, k and v).
+    fn add_bias(&self, x: Self::Act, bias: &Self::Vector) -> Self::Act;
     /// `x + matmul(h, w)`: a residual through a projection. The GPU adds as the projection
     /// writes its output, one dispatch where two would be.
     fn matmul_add(&self, x: Self::Act, h: &Self::Act, w: &Self::Linear) -> Self::Act {

@@ -295,29 +295,48 @@ pub struct LayerWeights {
     pub w2: Matrix,
     /// Up projection.
     pub w3: Matrix,
-    /// Gemma 3's four more norms; `None` for Llama.
-    pub gemma: Option<GemmaNorms<Vec<f32>>>,
+    /// The norms and biases the architecture adds.
+    pub extras: Extras<Vec<f32>>,
 }
 
-/// The norms a Gemma 3 layer has beyond Llama's (`V`: a norm's weight, on the host or a device).
+/// The norms and biases a layer has beyond Llama's, as its architecture's recipe says
+/// ([`Recipe`](crate::model::Recipe)); `V`: a weight, on the host or a device.
 #[derive(Debug, Clone)]
-pub struct GemmaNorms<V> {
-    /// Each head of q and of k, before RoPE: `[head_size]`, the same weight for every head.
-    pub q: V,
-    pub k: V,
-    /// Attention's output, and the feed-forward's, before each is added to the residual: `[dim]`.
-    pub post_attention: V,
-    pub post_ffn: V,
+pub struct Extras<V> {
+    /// Biases of the q, k and v projections: `[q_dim]`, `[kv_dim]`, `[kv_dim]` (Qwen2).
+    pub qkv_bias: Option<[V; 3]>,
+    /// Each head of q and of k, before RoPE: `[head_size]`, the same weight for every head
+    /// (Gemma 3, Qwen3).
+    pub qk_norm: Option<[V; 2]>,
+    /// Attention's output, and the feed-forward's, before each is added to the residual: `[dim]`
+    /// (Gemma 3).
+    pub post_norms: Option<[V; 2]>,
 }
 
-impl<V> GemmaNorms<V> {
-    pub fn map<W>(&self, f: impl Fn(&V) -> W) -> GemmaNorms<W> {
-        GemmaNorms {
-            q: f(&self.q),
-            k: f(&self.k),
-            post_attention: f(&self.post_attention),
-            post_ffn: f(&self.post_ffn),
+impl<V> Extras<V> {
+    /// Llama's: none.
+    pub const NONE: Extras<V> = Extras {
+        qkv_bias: None,
+        qk_norm: None,
+        post_norms: None,
+    };
+
+    pub fn map<W>(&self, f: impl Fn(&V) -> W) -> Extras<W> {
+        Extras {
+            qkv_bias: self.qkv_bias.as_ref().map(|b| b.each_ref().map(&f)),
+            qk_norm: self.qk_norm.as_ref().map(|n| n.each_ref().map(&f)),
+            post_norms: self.post_norms.as_ref().map(|n| n.each_ref().map(&f)),
         }
+    }
+}
+
+impl Extras<Vec<f32>> {
+    /// How many values the weights hold.
+    pub fn value_count(&self) -> usize {
+        let sum = |v: &[Vec<f32>]| v.iter().map(Vec::len).sum::<usize>();
+        self.qkv_bias.as_ref().map_or(0, |b| sum(b))
+            + self.qk_norm.as_ref().map_or(0, |n| sum(n))
+            + self.post_norms.as_ref().map_or(0, |n| sum(n))
     }
 }
 
