@@ -26,7 +26,7 @@ mod llama_cpp;
 
 use std::path::{Path, PathBuf};
 
-use llama_cpp::{along, sha256, short, vector_isas};
+use llama_cpp::{along, report_and_judge, sha256, short, vector_isas};
 use tokenometer::cpu::Isa;
 use tokenometer::{Backend, Engine, ModelFiles, Quant};
 
@@ -137,11 +137,7 @@ fn follows_llama_cpp(file: &str, backends: &[(String, Backend)]) {
             }
         }
     }
-    println!(
-        "tokenometer against llama.cpp's greedy ids:\n{}",
-        report.join("\n")
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    report_and_judge(&report, &failures);
 }
 
 /// Every CPU instruction set this machine runs, the scalar kernels included.

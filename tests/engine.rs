@@ -509,24 +509,18 @@ fn auto_does_not_pick_a_software_gpu() {
 /// the sequence changes no position before 8 and every position after.
 #[test]
 fn gemma3_layers_and_sliding_window_on_wgpu_match_the_cpu() {
-    use tokenometer::model::{Activation, Recipe, Sliding};
+    use tokenometer::model::{Recipe, Sliding};
     let mut config = tokenometer::loading::synth::Shape::Stories15M.config();
     (config.dim, config.hidden_dim, config.n_layers) = (64, 128, 4);
     (config.n_heads, config.n_kv_heads, config.vocab_size) = (4, 2, 512);
     (config.seq_len, config.rope_theta) = (256, 1e6);
     let gemma = |window: usize| Recipe {
         head_size: Some(32),
-        qk_norm: true,
-        post_norms: true,
-        activation: Activation::GeluTanh,
-        embedding_scale: true,
-        rope_halves: true,
-        sliding: Some(Sliding {
+        ..tokenometer::loading::arch::gemma3::with_window(Sliding {
             window,
             global_every: 2,
             rope_theta_local: 10_000.0,
-        }),
-        ..Recipe::llama("gemma3")
+        })
     };
     let tokens: Vec<u32> = (0..40u32).map(|i| (i * 37 + 11) % 512).collect();
     let logits = |window: usize, backend: &Backend, chunk: usize| -> Vec<f32> {

@@ -17,7 +17,7 @@ mod llama_cpp;
 
 use std::path::PathBuf;
 
-use llama_cpp::{along, sha256, short, vector_isas};
+use llama_cpp::{along, report_and_judge, sha256, short, vector_isas};
 
 /// Ids that must agree with llama.cpp's.
 const AGREE: usize = 16;
@@ -166,11 +166,7 @@ fn follows_llama_cpp(isas: &[Isa]) {
             }
         }
     }
-    println!(
-        "tokenometer against llama.cpp's greedy ids:\n{}",
-        report.join("\n")
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    report_and_judge(&report, &failures);
 }
 
 /// The shipped Q4_1 file on wgpu (our kernels on burn's wgpu backend; here Mesa's llvmpipe): the

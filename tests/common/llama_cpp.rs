@@ -152,3 +152,12 @@ pub fn vector_isas(available: Vec<Isa>) -> Vec<Isa> {
 fn a_cpu_without_vector_kernels_fails_the_vector_check_instead_of_passing_empty() {
     vector_isas(vec![Isa::Scalar]);
 }
+
+/// Print every run's line, then fail with the lines of the runs that failed, if any.
+pub fn report_and_judge(report: &[String], failures: &[String]) {
+    println!(
+        "tokenometer against llama.cpp's greedy ids:\n{}",
+        report.join("\n")
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -28,19 +28,25 @@ fn recipe(gguf: &dyn Metadata) -> Result<Recipe> {
     }
     // A head size of its own (256 for the 270M model, whose dim / heads is 160).
     gguf.required("gemma3.attention.key_length")?;
-    Ok(Recipe {
+    Ok(with_window(Sliding {
+        window: gguf.required("gemma3.attention.sliding_window")?,
+        global_every: gguf
+            .count("gemma3.attention.sliding_window_pattern")?
+            .unwrap_or(GLOBAL_EVERY),
+        rope_theta_local: gguf.float("gemma3.rope.freq_base_swa", LOCAL_ROPE_BASE)?,
+    }))
+}
+
+/// Gemma 3's recipe with `sliding` windows (and the file's head size, which `loading/gguf.rs`
+/// reads into `head_size`).
+pub fn with_window(sliding: Sliding) -> Recipe {
+    Recipe {
         qk_norm: true,
         post_norms: true,
         activation: Activation::GeluTanh,
         embedding_scale: true,
         rope_halves: true,
-        sliding: Some(Sliding {
-            window: gguf.required("gemma3.attention.sliding_window")?,
-            global_every: gguf
-                .count("gemma3.attention.sliding_window_pattern")?
-                .unwrap_or(GLOBAL_EVERY),
-            rope_theta_local: gguf.float("gemma3.rope.freq_base_swa", LOCAL_ROPE_BASE)?,
-        }),
+        sliding: Some(sliding),
         ..Recipe::llama(ARCH.name)
-    })
+    }
 }
