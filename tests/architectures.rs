@@ -81,8 +81,7 @@ fn synthesize(file: &str, sha: &str) -> Synthesized {
     } else {
         "qwen2"
     };
-    let vocab = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("models/gguf-vocab/ggml-vocab-{vocab}.gguf"));
+    let vocab = common::gguf_vocab(&format!("ggml-vocab-{vocab}.gguf"));
     let mut synth = std::process::Command::new(env!("CARGO_BIN_EXE_tokenometer"));
     synth
         .args(["synth", "--shape", shape, "--layers", "2", "--vocab"])

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The architectures of loading/arch/ on wgpu against the CPU, on a lent GPU machine: the real shapes
 # of Qwen2.5-0.5B, Qwen3-0.6B and Llama-3.2-1B with seeded random weights (`synth --q8`, the real
-# vocabularies from models/gguf-vocab/), for each: greedy text on wgpu against the CPU's (32
+# vocabularies `make models` fetches into models/cache/gguf-vocab/: a device run carries that
+# folder), for each: greedy text on wgpu against the CPU's (32
 # tokens, as stored and re-encoded f32), decode (64 tokens) and prefill of 500 seeded words, 3
 # runs after a warm-up. Needs a release binary (BIN) and nothing else beside the checkout.
 # Usage: [BIN=...] tests/bench/gpu_architectures.sh
@@ -13,7 +14,7 @@ RANDOM=1; long=""  # in this shell, not a subshell: bash re-seeds RANDOM in each
 for _ in $(seq 500); do long+="${words[RANDOM % ${#words[@]}]} "; done
 for s in qwen2.5-0.5B:qwen2 qwen3-0.6B:qwen2 llama3.2-1B:llama-bpe; do
   sh=${s%:*}; M=$T/$sh-q8.gguf
-  $BIN synth --shape $sh --vocab models/gguf-vocab/ggml-vocab-${s#*:}.gguf --q8 --out $M 2>&1 | tail -1
+  $BIN synth --shape $sh --vocab models/cache/gguf-vocab/ggml-vocab-${s#*:}.gguf --q8 --out $M 2>&1 | tail -1
   for q in stored f32; do
     cpu=$(timeout 120 $BIN generate --backend cpu --model $M --quant $q --raw --prompt "The capital of France is" --max-tokens 32 2>/dev/null)
     gpu=$(timeout 120 $BIN generate --backend wgpu --model $M --quant $q --raw --prompt "The capital of France is" --max-tokens 32 2>/dev/null)

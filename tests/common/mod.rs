@@ -20,8 +20,14 @@ pub fn llama2_tokenizer(file: &str) -> PathBuf {
     models().join("llama2-tokenizer").join(file)
 }
 
+/// A llama.cpp vocabulary file: GPT-2's and StarCoder's ship in models/gguf-vocab/; Qwen2's and
+/// Llama 3's (13.7 MB) are fetched by `make models` into models/cache/gguf-vocab/.
 pub fn gguf_vocab(file: &str) -> PathBuf {
-    models().join("gguf-vocab").join(file)
+    let shipped = models().join("gguf-vocab").join(file);
+    match shipped.exists() {
+        true => shipped,
+        false => models().join("cache/gguf-vocab").join(file),
+    }
 }
 
 /// The metadata of llama.cpp's byte-level vocabulary `ggml-vocab-{name}.gguf` (`gpt-2`,
