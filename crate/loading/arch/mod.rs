@@ -1,5 +1,5 @@
 //! The architectures a GGUF may name in `general.architecture`, one file each: what its metadata
-//! says beyond Llama's shape, read into the [`Recipe`] the forward pass follows. The shape's
+//! says beyond Llama's shape, read into the [`Recipe`](crate::model::Recipe) the forward pass follows. The shape's
 //! common keys (`{arch}.embedding_length`, `.block_count`, ...) and the tensors' names are
 //! llama.cpp's for every architecture, read once by `loading/gguf.rs`: the norms and biases a
 //! recipe adds are `blk.N.attn_{q,k,v}.bias`, `blk.N.attn_{q,k}_norm.weight` and
