@@ -7,6 +7,6 @@ pub mod quant;
 #[path = "../../../crate/model/weights.rs"]
 pub mod weights;
 
-pub use config::{Family, Gemma3, LlamaConfig};
+pub use config::{Activation, LlamaConfig, Recipe, Sliding};
 pub use quant::{Quant, QuantPlan, Stored};
-pub use weights::{FileBytes, GemmaNorms, HostWeights, LayerWeights, Matrix, Values};
+pub use weights::{Extras, FileBytes, HostWeights, LayerWeights, Matrix, Values};
