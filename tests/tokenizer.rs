@@ -468,3 +468,44 @@ fn a_gguf_vocabulary_with_gemma_turns_and_template_chats_in_them() {
     assert!(gemma.is_stop(end) && gemma.is_stop(2));
     assert!(with(None).specials.chat.is_none());
 }
+
+/// Llama 3's header turns: the vocabulary of llama.cpp's Llama 3 file with the head of Llama 3.2
+/// Instruct's Jinja template added. The rendered conversation and its ids are llama.cpp's
+/// (`llama_chat_apply_template("llama3")` and `tokenize(special=True)` through llama-cpp-python
+/// 0.3.36, recorded 2026-11-27), and `<|eot_id|>` ends the reply.
+#[test]
+fn llama3_header_turns_render_and_encode_as_llama_cpp_does() {
+    use tokenometer::loading::gguf::{Gguf, Value};
+    let bytes = read(gguf_vocab("ggml-vocab-llama-bpe.gguf"));
+    let mut metadata = Gguf::parse(&bytes).unwrap().into_tokenizer_metadata();
+    let template = "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + \
+        message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}\
+        {%- endfor %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}";
+    metadata.push((
+        "tokenizer.chat_template".into(),
+        Value::Str(template.into()),
+    ));
+    let mut file = Vec::new();
+    tokenometer::loading::gguf_writer::write(&metadata, &[], None, &mut file).unwrap();
+    let llama3 = Tokenizer::from_gguf(&Gguf::parse(&file).unwrap()).unwrap();
+    let chat = llama3.specials.chat.clone().expect("Llama 3's template");
+    assert_eq!(chat.name(), "Llama 3");
+    let text = chat.render(&[("system", " Be brief. "), ("user", "What is 2+2?")]);
+    assert_eq!(
+        text,
+        "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>\
+         user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant\
+         <|end_header_id|>\n\n"
+    );
+    assert_eq!(
+        llama3.encode(&text).unwrap(),
+        [
+            128000, 128006, 9125, 128007, 271, 3513, 10015, 13, 128009, 128006, 882, 128007, 271,
+            3923, 374, 220, 17, 10, 17, 30, 128009, 128006, 78191, 128007, 271
+        ]
+    );
+    assert!(
+        llama3.is_stop(128009),
+        "<|eot_id|> ends the assistant's turn"
+    );
+}

@@ -426,6 +426,56 @@ impl FusedOps for CubeBackend {
     }
 }
 
+/// Tensors made on one device from host values, their bytes as they are. burn's
+/// `Tensor::from_data` passes every upload through `TensorData::convert_dtype`, which links a cast
+/// between every pair of element types whatever the upload's type: 120 kB of the page's wasm
+/// (`try_cast_clone` and `try_cast_inplace`, measured with twiggy on 2026-11-27).
+pub(crate) struct Uploads {
+    client: cubecl::client::Client,
+    device: burn_cubecl::CubeDevice,
+}
+
+impl Uploads {
+    /// The device's compute client, taken from an empty tensor: the wgpu backend's tensors are
+    /// CubeCL's.
+    pub(crate) fn new(device: &burn::tensor::Device) -> Self {
+        let probe = BurnTensor::<1>::empty([1], device)
+            .try_into_primitive::<CubeBackend>()
+            .expect("the wgpu backend's tensors are CubeCL tensors");
+        Self {
+            client: probe.client,
+            device: probe.device,
+        }
+    }
+
+    fn tensor(&self, bytes: &[u8], shape: &[usize], dtype: DType) -> CubeTensor {
+        let handle = self.client.create_from_slice(bytes);
+        CubeTensor::new_contiguous(
+            self.client.clone(),
+            self.device.clone(),
+            Shape::from(shape.to_vec()),
+            handle,
+            dtype,
+        )
+    }
+
+    /// `values` as an f32 tensor of `shape`.
+    pub(crate) fn floats<const D: usize>(
+        &self,
+        values: &[f32],
+        shape: [usize; D],
+    ) -> BurnTensor<D> {
+        let tensor = self.tensor(bytemuck::cast_slice(values), &shape, DType::F32);
+        BurnTensor::from_primitive::<CubeBackend>(tensor)
+    }
+
+    /// `values` as a u32 vector.
+    pub(crate) fn words(&self, values: &[u32]) -> BurnTensor<1, burn::tensor::Int> {
+        let tensor = self.tensor(bytemuck::cast_slice(values), &[values.len()], DType::U32);
+        BurnTensor::from_primitive::<CubeBackend>(tensor)
+    }
+}
+
 /// [`FusedOps::fused_rms_norm`] on tensors.
 pub(crate) fn rms_norm(x: BurnTensor<2>, weight: BurnTensor<1>, eps: f32) -> BurnTensor<2> {
     BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_rms_norm(

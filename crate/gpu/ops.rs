@@ -9,10 +9,9 @@
 use std::ops::Range;
 
 use burn::prelude::*;
-use burn::tensor::DType;
 
 use crate::formats::{Blocks, Format};
-use crate::gpu::launch::{self as gpu_kernels, DeviceLinear};
+use crate::gpu::launch::{self as gpu_kernels, DeviceLinear, Uploads};
 use crate::model::ops::{Heads, Ops, Span};
 use crate::model::{Logits, Matrix, QuantPlan, Stored};
 
@@ -22,11 +21,17 @@ const PART_BYTES: usize = 64 << 20;
 pub struct DeviceOps {
     heads: Heads,
     device: Device,
+    uploads: Uploads,
 }
 
 impl DeviceOps {
     pub fn new(heads: Heads, device: Device) -> Self {
-        Self { heads, device }
+        let uploads = Uploads::new(&device);
+        Self {
+            heads,
+            device,
+            uploads,
+        }
     }
 
     /// The `n` rows' bytes as little-endian u32 words, each XORed with `flip`, transposed to
@@ -36,11 +41,7 @@ impl DeviceOps {
             .chunks_exact(4)
             .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) ^ flip)
             .collect();
-        let len = words.len();
-        Tensor::from_data(
-            TensorData::new(transpose(&words, n), [len]),
-            (&self.device, DType::U32),
-        )
+        self.uploads.words(&transpose(&words, n))
     }
 
     /// One projection's weights `[n, cols]` as stored, on the device.
@@ -53,10 +54,8 @@ impl DeviceOps {
             offsets,
         } = match stored {
             Stored::F32(values) => {
-                return DeviceLinear::F32(Tensor::from_data(
-                    TensorData::new(transpose(&values, n), [cols, n]),
-                    &self.device,
-                ));
+                let values = transpose(&values, n);
+                return DeviceLinear::F32(self.uploads.floats(&values, [cols, n]));
             }
             Stored::Blocks(blocks) => blocks,
         };
@@ -69,10 +68,8 @@ impl DeviceOps {
         };
         // Offsets `[blocks a row, n]`, the `k` of an f32 projection of the activations' block sums.
         let offsets = (!offsets.is_empty()).then(|| {
-            Tensor::from_data(
-                TensorData::new(transpose(&offsets, n), [offsets.len() / n, n]),
-                &self.device,
-            )
+            let shape = [offsets.len() / n, n];
+            self.uploads.floats(&transpose(&offsets, n), shape)
         });
         DeviceLinear::Blocks {
             quants: self.words(&quants, n, flip),
@@ -122,7 +119,7 @@ impl Ops for DeviceOps {
     type Cache = DeviceCache;
 
     fn vector(&self, v: &[f32]) -> Tensor<1> {
-        Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), &self.device)
+        self.uploads.floats(v, [v.len()])
     }
 
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
@@ -183,14 +180,13 @@ impl Ops for DeviceOps {
 
     fn embed(&self, rows: Vec<f32>, t: usize) -> Tensor<2> {
         let dim = rows.len() / t;
-        Tensor::from_data(TensorData::new(rows, [t, dim]), &self.device)
+        self.uploads.floats(&rows, [t, dim])
     }
 
     fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> DevicePass {
         let half = self.heads.head_size / 2;
         let t = cos.len() / half;
-        let angles =
-            |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, [t, half]), &self.device);
+        let angles = |v: Vec<f32>| self.uploads.floats(&v, [t, half]);
         DevicePass {
             spans: spans.to_vec(),
             cos: angles(cos),

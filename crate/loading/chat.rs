@@ -13,6 +13,10 @@ pub enum ChatTemplate {
     /// `<start_of_turn>user\ncontent<end_of_turn>\n<start_of_turn>model\n` (Gemma), the message
     /// trimmed as Gemma's template does.
     Gemma,
+    /// `<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>` turns (Llama 3.x), each
+    /// message trimmed, as llama.cpp writes Llama 3's format without running the file's Jinja: no
+    /// system turn is added (Llama 3.2's Jinja adds one with today's date, which no test can pin).
+    Llama3,
 }
 
 impl ChatTemplate {
@@ -21,6 +25,7 @@ impl ChatTemplate {
         match self {
             ChatTemplate::ChatMl { .. } => "ChatML",
             ChatTemplate::Gemma => "Gemma",
+            ChatTemplate::Llama3 => "Llama 3",
         }
     }
 
@@ -66,6 +71,15 @@ impl ChatTemplate {
                 }
                 out.push_str("<start_of_turn>model\n");
             }
+            ChatTemplate::Llama3 => {
+                for (role, content) in messages {
+                    out.push_str(&format!(
+                        "<|start_header_id|>{role}<|end_header_id|>\n\n{}<|eot_id|>",
+                        content.trim()
+                    ));
+                }
+                out.push_str("<|start_header_id|>assistant<|end_header_id|>\n\n");
+            }
         }
         out
     }
@@ -86,12 +100,19 @@ impl ChatTemplate {
     }
 
     /// Recognize a Jinja chat template (GGUF `tokenizer.chat_template`) we can follow without
-    /// running Jinja: ChatML, when the vocabulary has its two markers. The default system message
+    /// running Jinja: Llama 3's header turns or ChatML, when the vocabulary has their markers
+    /// (llama.cpp tells Llama 3's by the same two headers). ChatML's default system message
     /// is the literal text the template writes in a system turn of its own, if it has one.
     pub(crate) fn recognize(
         template: &str,
         has_token: impl Fn(&str) -> bool,
     ) -> Option<ChatTemplate> {
+        let headers = ["<|start_header_id|>", "<|end_header_id|>"];
+        if headers.iter().all(|h| template.contains(h))
+            && headers.iter().chain(&["<|eot_id|>"]).all(|t| has_token(t))
+        {
+            return Some(ChatTemplate::Llama3);
+        }
         if !(template.contains("<|im_start|>")
             && has_token("<|im_start|>")
             && has_token("<|im_end|>"))
@@ -170,5 +191,38 @@ mod tests {
             text,
             "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
         );
+        // Llama 3: every turn in headers, trimmed, as llama.cpp's llm_chat_apply_template.
+        let text = ChatTemplate::Llama3.render(&[("system", " Be brief. "), ("user", "Hi\n")]);
+        assert_eq!(
+            text,
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>\
+             <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>\
+             <|start_header_id|>assistant<|end_header_id|>\n\n"
+        );
+    }
+
+    #[test]
+    fn templates_are_told_apart_by_their_markers_and_the_vocabulary() {
+        // The head of Llama 3.2 Instruct's Jinja template.
+        let llama3 = "{{- bos_token }}{%- if messages[0]['role'] == 'system' %}\
+            {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}\
+            {{- message['content'] | trim + '<|eot_id|>' }}";
+        let all = |_: &str| true;
+        assert_eq!(
+            ChatTemplate::recognize(llama3, all),
+            Some(ChatTemplate::Llama3)
+        );
+        // Without the end-of-turn marker in the vocabulary, generation could not stop.
+        assert_eq!(
+            ChatTemplate::recognize(llama3, |t: &str| t != "<|eot_id|>"),
+            None
+        );
+        let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\
+            <|im_end|>\n{% endfor %}";
+        assert_eq!(
+            ChatTemplate::recognize(chatml, all),
+            Some(ChatTemplate::ChatMl { system: None })
+        );
+        assert_eq!(ChatTemplate::recognize("{{ messages }}", all), None);
     }
 }
