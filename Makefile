@@ -59,13 +59,14 @@ test-wasm: test-wasm-threads
 test-wasm-threads: nightly-tools
 	@if $(HAVE_NIGHTLY); then set -x; WASM_BINDGEN_TEST_TIMEOUT=600 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
 		$(THREADS_CARGO) test $(THREADS_FLAGS) --test web_threads; \
-	else echo "make test-wasm-threads: no nightly Rust with rust-src here, so the threaded build and its test are skipped"; fi
+	else $(call NO_THREADS,make test-wasm-threads: no nightly Rust with rust-src here$(comma) so the threaded build and its test are skipped); fi
 
 # The page's third build, pkg/threads/: the CPU engine on several threads, Web Workers sharing the
 # module's memory (crate/cpu/threads/). Its std is rebuilt with atomics (-Z build-std), which takes
 # nightly Rust and its rust-src; it has no WebGPU (wgpu does not build with wasm threads), so it is
 # built without the `gpu` feature. Without nightly the page runs one thread and says why.
 NIGHTLY ?= nightly
+comma := ,
 THREADS_TARGET_DIR := target/wasm-threads
 THREADS_RUSTFLAGS := -C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128,+relaxed-simd \
 	-C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
@@ -74,6 +75,11 @@ THREADS_RUSTFLAGS := -C target-feature=+atomics,+bulk-memory,+mutable-globals,+s
 THREADS_CARGO := RUSTFLAGS="$(THREADS_RUSTFLAGS)" CARGO_TARGET_DIR=$(THREADS_TARGET_DIR) cargo +$(NIGHTLY)
 THREADS_FLAGS := -Z build-std=panic_abort,std --profile web --target wasm32-unknown-unknown --no-default-features
 HAVE_NIGHTLY := rustup component list --toolchain $(NIGHTLY) --installed 2>/dev/null | grep -q '^rust-src'
+# CI (.ci/run) sets REQUIRE_THREADS=1: CI has nightly and rust-src, so there a skipped threaded build
+# or threads test is a failure; for a user without nightly, `make test` skips them with a line.
+REQUIRE_THREADS ?=
+export REQUIRE_THREADS
+NO_THREADS = { echo "$(1)"; if [ -n "$(REQUIRE_THREADS)" ]; then echo "REQUIRE_THREADS is set (CI): the threaded build is required, so this is a failure"; exit 1; fi; }
 
 # nightly and its rust-src where rustup can get them; where it cannot, a line says so and the
 # threaded build is skipped (nothing fails).
@@ -107,7 +113,7 @@ pkg: nightly-tools
 	wasm-bindgen --target web --remove-name-section --out-dir pkg/relaxed $(WASM)
 	@if $(HAVE_NIGHTLY); then set -x; $(THREADS_CARGO) build $(THREADS_FLAGS) --lib && \
 		wasm-bindgen --target web --remove-name-section --out-dir pkg/threads $(THREADS_TARGET_DIR)/wasm32-unknown-unknown/web/tokenometer.wasm; \
-	else rm -rf pkg/threads; echo "make pkg: no nightly Rust with rust-src here, so no threaded build (pkg/threads/): the page runs the CPU engine on one thread and says so"; fi
+	else rm -rf pkg/threads; $(call NO_THREADS,make pkg: no nightly Rust with rust-src here$(comma) so no threaded build (pkg/threads/): the page runs the CPU engine on one thread and says so); fi
 
 bench: setup-serve
 	cargo build --release

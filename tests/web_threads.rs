@@ -90,11 +90,15 @@ async fn two_threads_give_the_bits_of_one_on_every_quantization() {
         let model =
             |threads: &Threads| Llama::new(weights(&small, 7), quant, None, Isa::detect(), threads);
         let one = logit_bits(&model(&Threads::one()), &ids[..200], &ids[200..]).await;
+        let before = two.parts_taken();
         let many = logit_bits(&model(&two), &ids[..200], &ids[200..]).await;
         assert!(
             one == many,
             "stories15M shape, {quant}: 2 threads differ from 1"
         );
+        // The same bits would come from the caller alone: the Web Worker must have run parts.
+        let worker = two.parts_taken()[1] - before[1];
+        assert!(worker > 0, "{quant}: the Web Worker ran no part of the run");
 
         let engine = |backend: &Backend| {
             Engine::load(

@@ -2,7 +2,8 @@
 // Web Workers sharing the module's memory, in a cross-origin isolated page). threads=2 gives the
 // text of one thread, says so in the conditions and in Share; lanes at once divide the threads;
 // a page that cannot share memory, or a host without the threaded build, runs one thread and says
-// why. Needs `make pkg` with nightly Rust (skipped, with a line, without pkg/threads/).
+// why. Needs `make pkg` with nightly Rust (skipped, with a line, without pkg/threads/, except where
+// REQUIRE_THREADS is set, as CI sets it).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -26,6 +27,11 @@ after(async () => {
 });
 
 const open = (query, prepare) => openPage(browser, `${base}/?${query}`, prepare);
+
+// CI sets REQUIRE_THREADS (.ci/run): there a missing threaded build fails instead of skipping.
+test('the threaded build is here where REQUIRE_THREADS asks for it', { skip: !process.env.REQUIRE_THREADS && 'REQUIRE_THREADS is not set' }, () => {
+  assert.ok(threaded, 'REQUIRE_THREADS is set (CI), but pkg/threads/ is missing: make pkg needs nightly Rust with rust-src');
+});
 
 const text = (page, id) => page.locator('#run-view').getByTestId(id).textContent();
 const finished = (page) => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });

@@ -100,6 +100,17 @@ impl Threads {
         Ok(pool.state.started.load(std::sync::atomic::Ordering::SeqCst))
     }
 
+    /// The parts of jobs each thread has run so far: the caller's first, then each worker's in
+    /// the order they started; empty for one thread.
+    pub fn parts_taken(&self) -> Vec<usize> {
+        self.pool.as_ref().map_or(Vec::new(), |pool| {
+            let taken = pool.state.taken.iter();
+            taken
+                .map(|n| n.load(std::sync::atomic::Ordering::SeqCst))
+                .collect()
+        })
+    }
+
     /// This machine's physical cores (the default): on Linux the distinct (package, core) pairs
     /// of /proc/cpuinfo, elsewhere the threads the OS offers.
     pub fn physical_cores() -> usize {

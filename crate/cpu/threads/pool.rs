@@ -47,6 +47,9 @@ pub struct State {
     sleepers: AtomicUsize,
     /// Workers that have started taking parts.
     pub(super) started: AtomicUsize,
+    /// The parts each thread has run: the caller's first, then each worker's in the order they
+    /// started (a test's proof that the workers work: the caller alone gives the same bits).
+    pub(super) taken: Box<[AtomicUsize]>,
     /// Set (by a Web Worker's JavaScript, `web.rs`) when a worker failed: in wasm a panic traps
     /// its instance, and a part it had taken would never be done.
     pub(super) failed: AtomicU32,
@@ -55,8 +58,8 @@ pub struct State {
 }
 
 impl State {
-    /// Take a part of the current job and run it; false when none is left.
-    fn take_one(&self) -> bool {
+    /// Take a part of the current job and run it as thread `who`; false when none is left.
+    fn take_one(&self, who: usize) -> bool {
         let word = self.word.load(Acquire);
         let (next, parts) = ((word >> 16) & 0xffff, word & 0xffff);
         if next >= parts {
@@ -76,6 +79,7 @@ impl State {
         if ran.is_err() {
             self.panicked.store(true, Release);
         }
+        self.taken[who].fetch_add(1, Relaxed);
         self.done.fetch_add(1, Release);
         true
     }
@@ -105,6 +109,7 @@ impl Pool {
             stop: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             started: AtomicUsize::new(0),
+            taken: (0..=workers).map(|_| AtomicUsize::new(0)).collect(),
             failed: AtomicU32::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -156,7 +161,7 @@ impl Pool {
             let _guard = state.lock.lock().unwrap_or_else(|e| e.into_inner());
             state.wake.notify_all();
         }
-        while state.take_one() {}
+        while state.take_one(0) {}
         while state.done.load(Acquire) < parts {
             std::hint::spin_loop();
             if state.failed.load(Relaxed) != 0 {
@@ -186,9 +191,9 @@ impl Drop for Pool {
 /// A worker: take parts while there are any, spin a while, then sleep until woken; returns when
 /// the pool is dropped.
 pub fn work(state: &State) {
-    state.started.fetch_add(1, SeqCst);
+    let who = (state.started.fetch_add(1, SeqCst) + 1).min(state.taken.len() - 1);
     loop {
-        while state.take_one() {}
+        while state.take_one(who) {}
         let idle = Instant::now();
         while !state.has_work() && idle.elapsed() < SPIN {
             for _ in 0..64 {
