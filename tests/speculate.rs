@@ -258,3 +258,65 @@ fn sampling_with_drafts_runs_to_its_length_and_a_seed_repeats() {
         );
     }
 }
+
+/// The default drafter (lookup, its lengths chosen from the steps' measured costs) drafts on
+/// grounded prompts when the clock says a drafted row is cheap next to a step, and stops after its
+/// one probe when the clock says every row costs as much as a step (then no draft can pay). The
+/// clock is the test's (`Clock::Passes`), so this machine's speed cannot decide it: with the real
+/// clock a loaded debug build drafted only its first probe, and the check had been dropped.
+#[test]
+fn the_default_drafter_drafts_where_the_clock_says_drafts_pay() {
+    use tokenometer::decode::Clock;
+    use tokenometer::{Request, Scheduler};
+    let engine = engine(&Backend::cpu(), Quant::F32);
+    // (verifications with drafts, drafts made, drafts kept, the longest draft, the ids)
+    let clocked = |prompt: &str, pass_ms: f64, row_ms: f64| {
+        let clock = Clock::Passes {
+            now_ms: 0.0,
+            pass_ms,
+            row_ms,
+        };
+        let mut scheduler = Scheduler::with_clock(1, clock);
+        let request = Request {
+            prompt: prompt.into(),
+            options: greedy(120),
+        };
+        let lookup = Speculation::lookup();
+        scheduler
+            .submit_speculative(&engine, &request, None, Some(&lookup))
+            .unwrap();
+        let (mut counts, mut ids) = ([0; 4], Vec::new());
+        while !scheduler.is_idle() {
+            for e in pollster::block_on(scheduler.step(&engine)).unwrap() {
+                match e.event {
+                    Event::Verify {
+                        drafted, accepted, ..
+                    } if drafted > 0 => {
+                        counts[0] += 1;
+                        counts[1] += drafted;
+                        counts[2] += accepted;
+                        counts[3] = counts[3].max(drafted);
+                    }
+                    Event::Token { id, .. } => ids.push(id),
+                    _ => {}
+                }
+            }
+        }
+        (counts, ids)
+    };
+    // Measured on 2026-11-27 (the clock makes them the same on every machine): a step of 10 ms
+    // and 1 ms a row drafted 101 and 116 tokens in 42 and 25 verifications, kept 37 and 50, up to
+    // 4 and 8 at once; rows of 10 ms and no fixed cost, the one probe (kept 0).
+    for prompt in &PROMPTS[1..3] {
+        let (plain, _) = run(&engine, prompt, &greedy(120), None);
+        let ([verifications, _, kept, longest], ids) = clocked(prompt, 10.0, 1.0);
+        assert_eq!(ids, plain, "{prompt:?}");
+        assert!(
+            verifications >= 20 && kept >= 30 && longest >= 4,
+            "{prompt:?}: cheap rows, {verifications} verifications, {kept} kept, at most {longest}"
+        );
+        let ([_, drafted, ..], ids) = clocked(prompt, 0.0, 10.0);
+        assert_eq!(ids, plain, "{prompt:?}");
+        assert!(drafted <= 1, "{prompt:?}: {drafted} drafted where no draft pays");
+    }
+}

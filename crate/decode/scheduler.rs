@@ -189,8 +189,40 @@ struct Waiting {
     ready_ms: f64,
 }
 
+/// Where a scheduler's times come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Clock {
+    /// The machine's, from when the scheduler was made.
+    Real(Instant),
+    /// A clock a test controls: it stands still but for the forward passes, each of which moves
+    /// it `pass_ms` plus `row_ms` a row, so what the drafter measures is what the test says and
+    /// not what a loaded debug build happens to take.
+    Passes { now_ms: f64, pass_ms: f64, row_ms: f64 },
+}
+
+impl Clock {
+    fn now_ms(&self) -> f64 {
+        match self {
+            Clock::Real(start) => ms_since(*start),
+            Clock::Passes { now_ms, .. } => *now_ms,
+        }
+    }
+
+    /// A forward pass over `rows` rows has run.
+    fn passed(&mut self, rows: usize) {
+        if let Clock::Passes {
+            now_ms,
+            pass_ms,
+            row_ms,
+        } = self
+        {
+            *now_ms += *pass_ms + *row_ms * rows as f64;
+        }
+    }
+}
+
 pub struct Scheduler {
-    clock: Instant,
+    clock: Clock,
     max_batch: usize,
     next_id: usize,
     /// In order of `ready_ms`.
@@ -202,8 +234,13 @@ impl Scheduler {
     /// A scheduler running at most `max_batch` sequences in a step (at least 1). Its clock starts
     /// now.
     pub fn new(max_batch: usize) -> Self {
+        Self::with_clock(max_batch, Clock::Real(Instant::now()))
+    }
+
+    /// [`new`](Self::new) on `clock`.
+    pub fn with_clock(max_batch: usize, clock: Clock) -> Self {
         Self {
-            clock: Instant::now(),
+            clock,
             max_batch: max_batch.max(1),
             next_id: 0,
             waiting: Vec::new(),
@@ -213,7 +250,7 @@ impl Scheduler {
 
     /// Milliseconds since the scheduler was made.
     pub fn now_ms(&self) -> f64 {
-        ms_since(self.clock)
+        self.clock.now_ms()
     }
 
     pub fn max_batch(&self) -> usize {
@@ -347,6 +384,7 @@ impl Scheduler {
             let start = self.now_ms();
             let logits = model.forward(&seq.prompt_ids, &mut seq.cache, false);
             let id = seq.sampler.sample(logits).await?;
+            self.clock.passed(seq.prompt_ids.len());
             prefill_draft(&mut seq).await?;
             let now = self.now_ms();
             prefilled(&seq, ready_ms, start, now, &mut out);
@@ -383,6 +421,8 @@ impl Scheduler {
             .chain(short.iter_mut().map(|w| &mut w.seq.sampler))
             .collect();
         let ids = Sampler::sample_rows(&mut samplers, logits).await?;
+        let rows = short.iter().map(|w| w.seq.prompt_ids.len()).sum::<usize>();
+        self.clock.passed(decoding + rows);
         for w in short.iter_mut() {
             prefill_draft(&mut w.seq).await?;
         }
@@ -426,7 +466,7 @@ impl Scheduler {
         let mut out = Vec::new();
         let seq = &mut self.running[0];
         let mut drafter = seq.drafter.take().expect("a speculating sequence");
-        let began = ms_since(self.clock);
+        let began = self.clock.now_ms();
         let start = seq.cache.len();
         // Room for the drafts and the model's own token after them: within max tokens, and the
         // input at `start` and the drafts after it within the context.
@@ -446,7 +486,8 @@ impl Scheduler {
             let probs = draft.probs.as_deref();
             accept_sampled(&mut seq.sampler, &draft.tokens, probs, &rows, vocab)
         };
-        let now = ms_since(self.clock);
+        self.clock.passed(tokens.len());
+        let now = self.clock.now_ms();
         seq.cache.truncate(start + 1 + kept);
         let step_ms = now - began;
         drafter.verified(k, kept, step_ms, draft.catch_up_ms);
