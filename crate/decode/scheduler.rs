@@ -197,7 +197,11 @@ pub enum Clock {
     /// A clock a test controls: it stands still but for the forward passes, each of which moves
     /// it `pass_ms` plus `row_ms` a row, so what the drafter measures is what the test says and
     /// not what a loaded debug build happens to take.
-    Passes { now_ms: f64, pass_ms: f64, row_ms: f64 },
+    Passes {
+        now_ms: f64,
+        pass_ms: f64,
+        row_ms: f64,
+    },
 }
 
 impl Clock {
