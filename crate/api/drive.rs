@@ -2,8 +2,8 @@
 //! to its end, its meter fed every event) and a load-test level ([`LoadLevel`]: many users'
 //! requests arriving into one batch, the batch meter fed, and the level's ceiling measured once
 //! every user has ended). The CLI runs them to the end; the wasm API pumps them a slice of time
-//! at a time so that the worker hears a cancel between pumps. Neither computes a figure: the
-//! meter does.
+//! at a time ([`slice`], in the state [`pumping`] holds) so that the worker hears a cancel between
+//! pumps. Neither computes a figure: the meter does.
 
 use crate::decode::{
     Arrival, Engine, Event, Flow, GenerateOptions, Request, Scheduler, SeqEvent, Speculation,
@@ -113,6 +113,108 @@ impl MeteredRun {
     }
 }
 
+#[cfg(any(target_arch = "wasm32", test))]
+/// A driver as a pump advances it, a slice of time at a time: a run or a load-test level.
+pub(crate) trait Stepped {
+    type Event;
+    /// One step: its events, or how long until something can run when nothing can yet.
+    async fn step_or_wait(&mut self, engine: &Engine) -> Result<LevelStep<Self::Event>>;
+    fn now_ms(&self) -> f64;
+    fn is_done(&self) -> bool;
+    /// Whether these events end the slice at once (a run's prefill: the first token shows
+    /// without waiting out the slice).
+    fn ends_slice(_events: &[Self::Event]) -> bool {
+        false
+    }
+}
+
+#[cfg(any(target_arch = "wasm32", test))]
+/// What a slice of steps gave: the events in order, and the wait it stopped for, if it did.
+pub(crate) struct Slice<E> {
+    pub events: Vec<E>,
+    pub wait_ms: Option<f64>,
+}
+
+#[cfg(any(target_arch = "wasm32", test))]
+/// Steps of `driver` for about `budget_ms` (at least one), until it ends, must wait or a step
+/// ends the slice. A failed step's error is returned, the events before it with it lost; the
+/// driver is as its last good step left it.
+pub(crate) async fn slice<D: Stepped>(
+    driver: &mut D,
+    engine: &Engine,
+    budget_ms: f64,
+) -> Result<Slice<D::Event>> {
+    let start = driver.now_ms();
+    let mut events = Vec::new();
+    while !driver.is_done() {
+        match driver.step_or_wait(engine).await? {
+            LevelStep::Wait(ms) => {
+                return Ok(Slice {
+                    events,
+                    wait_ms: Some(ms),
+                });
+            }
+            LevelStep::Events(step) => {
+                let ends = D::ends_slice(&step);
+                events.extend(step);
+                if ends || driver.now_ms() - start >= budget_ms {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(Slice {
+        events,
+        wait_ms: None,
+    })
+}
+
+#[cfg(any(target_arch = "wasm32", test))]
+/// Run `pump` on the state `cell` holds, taken out meanwhile so that a second pump, a cancel or a
+/// report is refused with `busy`, and put back whatever `pump` returns, an error included: the
+/// next pump, cancel or report finds it.
+pub(crate) async fn pumping<S, T, E>(
+    cell: &std::cell::RefCell<Option<S>>,
+    busy: impl FnOnce() -> E,
+    pump: impl AsyncFnOnce(&mut S) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    let mut state = cell.borrow_mut().take().ok_or_else(busy)?;
+    let out = pump(&mut state).await;
+    *cell.borrow_mut() = Some(state);
+    out
+}
+
+#[cfg(any(target_arch = "wasm32", test))]
+impl Stepped for MeteredRun {
+    type Event = Event;
+    async fn step_or_wait(&mut self, engine: &Engine) -> Result<LevelStep<Event>> {
+        self.step(engine).await.map(LevelStep::Events)
+    }
+    fn now_ms(&self) -> f64 {
+        MeteredRun::now_ms(self)
+    }
+    fn is_done(&self) -> bool {
+        MeteredRun::is_done(self)
+    }
+    fn ends_slice(events: &[Event]) -> bool {
+        events.iter().any(|e| matches!(e, Event::Prefill { .. }))
+    }
+}
+
+#[cfg(any(target_arch = "wasm32", test))]
+impl Stepped for LoadLevel {
+    type Event = SeqEvent;
+    async fn step_or_wait(&mut self, engine: &Engine) -> Result<LevelStep<SeqEvent>> {
+        self.step(engine).await
+    }
+    fn now_ms(&self) -> f64 {
+        LoadLevel::now_ms(self)
+    }
+    fn is_done(&self) -> bool {
+        LoadLevel::is_done(self)
+    }
+}
+
 /// What a load-test level simulates.
 #[derive(Debug, Clone)]
 pub struct Level {
@@ -131,10 +233,10 @@ pub struct Level {
     pub slo: Option<Slo>,
 }
 
-/// What a step of a level gave.
-pub enum LevelStep {
+/// What a step of a level (or a run) gave.
+pub enum LevelStep<E = SeqEvent> {
     /// Its events, each already metered.
-    Events(Vec<SeqEvent>),
+    Events(Vec<E>),
     /// Nothing could run: no user is running and the next arrives in this many milliseconds.
     Wait(f64),
 }
@@ -281,5 +383,76 @@ impl LoadLevel {
             }
         }
         Ok(self.report())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A driver whose steps give their number, the third failing once; 1 ms a step.
+    struct Counting {
+        steps: usize,
+        failed: bool,
+    }
+
+    impl Stepped for Counting {
+        type Event = usize;
+        async fn step_or_wait(&mut self, _: &Engine) -> Result<LevelStep<usize>> {
+            if self.steps == 2 && !self.failed {
+                self.failed = true;
+                return Err(Error::Device("the device was lost".into()));
+            }
+            self.steps += 1;
+            Ok(LevelStep::Events(vec![self.steps]))
+        }
+        fn now_ms(&self) -> f64 {
+            self.steps as f64
+        }
+        fn is_done(&self) -> bool {
+            self.steps == 5
+        }
+    }
+
+    /// A failed step leaves the state where the pump found it, for the next pump (the lab's pump
+    /// returned before putting it back, so every later pump, cancel or report said "busy").
+    #[test]
+    fn a_pump_keeps_its_state_when_a_step_fails() {
+        let engine = crate::Engine::load(
+            crate::ModelFiles::llama2c(
+                "stories260K",
+                std::fs::read("models/stories260K/stories260K.bin").unwrap(),
+            ),
+            Some(&std::fs::read("models/stories260K/tok512.bin").unwrap()),
+            crate::Quant::F32,
+            &crate::Backend::cpu(),
+        )
+        .unwrap();
+        let cell = RefCell::new(Some(Counting {
+            steps: 0,
+            failed: false,
+        }));
+        let pump = |budget_ms| {
+            pollster::block_on(pumping(
+                &cell,
+                || "busy".to_string(),
+                async |d| {
+                    slice(d, &engine, budget_ms)
+                        .await
+                        .map(|s| {
+                            assert_eq!(s.wait_ms, None);
+                            s.events
+                        })
+                        .map_err(|e| e.to_string())
+                },
+            ))
+        };
+        assert_eq!(pump(1.0), Ok(vec![1]));
+        let failed = pump(10.0).unwrap_err();
+        assert!(failed.contains("lost"), "{failed}");
+        // The state is back: the next pump goes on from the last good step.
+        assert_eq!(pump(10.0), Ok(vec![3, 4, 5]));
+        assert!(cell.borrow().as_ref().is_some_and(|d| d.is_done()));
     }
 }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use crate::api::drive::{Level, LevelStep, LoadLevel};
+use crate::api::drive::{Level, LoadLevel, pumping, slice};
 use crate::api::web::js::{engine_error, js_error, to_js};
 use crate::api::web::options::{LabOptions, MAX_LAB_USERS, lab_slo};
 use crate::api::web::session::Session;
@@ -93,42 +93,28 @@ impl Lab {
         let state = self.state.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let busy = || JsValue::from(js_error("the lab is already being pumped"));
-            let mut lab = state.borrow_mut().take().ok_or_else(busy)?;
-            let start = lab.now_ms();
-            let mut events = Vec::new();
-            let mut wait_ms = None;
-            while !lab.is_done() {
-                match lab.step(&engine).await.map_err(engine_error)? {
-                    LevelStep::Wait(ms) => {
-                        wait_ms = Some(ms);
-                        break;
-                    }
-                    LevelStep::Events(step) => events.extend(step),
+            pumping(&state, busy, async |lab: &mut LoadLevel| {
+                let slice = slice(lab, &engine, budget_ms).await.map_err(engine_error)?;
+                // About 0.2 s of the products alone, after the last user's end: the level's own
+                // figures are already fixed.
+                lab.measure_ceiling(&engine);
+                #[derive(Serialize)]
+                struct Pumped<'a> {
+                    events: &'a [SeqEvent],
+                    users: Vec<UserFigures>,
+                    report: crate::meter::LoadReport,
+                    done: bool,
+                    wait_ms: Option<f64>,
                 }
-                if lab.now_ms() - start >= budget_ms {
-                    break;
-                }
-            }
-            // About 0.2 s of the products alone, after the last user's end: the level's own
-            // figures are already fixed.
-            lab.measure_ceiling(&engine);
-            #[derive(Serialize)]
-            struct Pumped<'a> {
-                events: &'a [SeqEvent],
-                users: Vec<UserFigures>,
-                report: crate::meter::LoadReport,
-                done: bool,
-                wait_ms: Option<f64>,
-            }
-            let pumped = to_js(&Pumped {
-                events: &events,
-                users: figures(&lab),
-                report: lab.report(),
-                done: lab.is_done(),
-                wait_ms,
-            });
-            *state.borrow_mut() = Some(lab);
-            Ok(pumped)
+                Ok(to_js(&Pumped {
+                    events: &slice.events,
+                    users: figures(lab),
+                    report: lab.report(),
+                    done: lab.is_done(),
+                    wait_ms: slice.wait_ms,
+                }))
+            })
+            .await
         })
     }
 

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use crate::api::drive::MeteredRun;
+use crate::api::drive::{MeteredRun, pumping, slice};
 use crate::api::web::js::{Pumped, engine_error, js_error, now_epoch_ms, to_js};
 use crate::api::web::options::RunOptions;
 use crate::backend::{Backend, BackendChoice, BackendKind};
 use crate::cpu::Threads;
-use crate::decode::{Engine, Event, GenerateOptions, ModelInfo, Speculation};
+use crate::decode::{Engine, GenerateOptions, ModelInfo, Speculation};
 use crate::loading::ModelFiles;
 use crate::model::{FileBytes, Quant};
 
@@ -252,31 +252,16 @@ impl Run {
         let state = self.state.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let busy = || JsValue::from(js_error("the run is already being pumped"));
-            let mut run = state.borrow_mut().take().ok_or_else(busy)?;
-            let start = run.now_ms();
-            let mut events = Vec::new();
-            while !run.is_done() {
-                let step = match run.step(&engine).await {
-                    Ok(step) => step,
-                    Err(e) => {
-                        *state.borrow_mut() = Some(run);
-                        return Err(engine_error(e));
-                    }
-                };
-                let first = step.iter().any(|e| matches!(e, Event::Prefill { .. }));
-                events.extend(step);
-                if first || run.now_ms() - start >= budget_ms {
-                    break;
-                }
-            }
-            let pumped = to_js(&Pumped {
-                events: &events,
-                report: run.report(),
-                word_ends: crate::meter::word_ends_utf16(run.text()),
-                done: run.is_done(),
-            });
-            *state.borrow_mut() = Some(run);
-            Ok(pumped)
+            pumping(&state, busy, async |run: &mut MeteredRun| {
+                let slice = slice(run, &engine, budget_ms).await.map_err(engine_error)?;
+                Ok(to_js(&Pumped {
+                    events: &slice.events,
+                    report: run.report(),
+                    word_ends: crate::meter::word_ends_utf16(run.text()),
+                    done: run.is_done(),
+                }))
+            })
+            .await
         })
     }
 
