@@ -714,3 +714,116 @@ fn speculate_keeps_the_text_and_reports_its_drafts() {
         "as many tokens as the model but not the same ones (token 3 is \"w3\" there",
     );
 }
+
+/// `score` along run.c's greedy sequence: at every position our choice is the given id, with its
+/// log-probability; another id scores lower; and ids outside the vocabulary, or none, are refused.
+#[test]
+fn score_prints_each_position_s_choice_and_log_probabilities() {
+    let (_, sequence) = reference_ids();
+    let join = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
+    let (prompt, given) = (join(&sequence[..20]), join(&sequence[20..60]));
+    let out = succeeded(tokenometer(&[
+        "score",
+        "--model",
+        &model(),
+        "--tokenizer",
+        &tok512(),
+        "--prompt-ids",
+        &prompt,
+        "--ids",
+        &given,
+        "--json",
+    ]));
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 40);
+    for (k, line) in lines.iter().enumerate() {
+        assert_eq!(line["position"], k);
+        assert_eq!(line["id"], sequence[20 + k], "{line}");
+        assert_eq!(line["argmax"], line["id"], "greedy's own sequence: {line}");
+        assert_eq!(line["logprob"], line["argmax_logprob"]);
+        assert!(line["logprob"].as_f64().unwrap() <= 0.0, "{line}");
+    }
+    // Another id than greedy's at the first position scores below greedy's choice.
+    let other = (sequence[20] + 1) % 512;
+    let out = succeeded(tokenometer(&[
+        "score",
+        "--model",
+        &model(),
+        "--tokenizer",
+        &tok512(),
+        "--prompt-ids",
+        &prompt,
+        "--ids",
+        &other.to_string(),
+        "--json",
+    ]));
+    let line: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(
+        line["logprob"].as_f64() < line["argmax_logprob"].as_f64(),
+        "{line}"
+    );
+    // The table form says how many positions agree.
+    let table = succeeded(tokenometer(&[
+        "score",
+        "--model",
+        &model(),
+        "--tokenizer",
+        &tok512(),
+        "--prompt-ids",
+        &prompt,
+        "--ids",
+        &given,
+    ]));
+    assert!(table.contains("40 of 40 positions"), "{table}");
+    let refuse = |ids: &str, expected: &str| {
+        assert_refused(
+            tokenometer(&[
+                "score",
+                "--model",
+                &model(),
+                "--tokenizer",
+                &tok512(),
+                "--prompt-ids",
+                "1",
+                "--ids",
+                ids,
+            ]),
+            expected,
+        )
+    };
+    refuse("5 512", "outside the model's vocabulary of 512");
+    refuse("5 -3", "\"-3\" is not a token id");
+    refuse("", "give at least one prompt id and one id to score");
+}
+
+/// `perplexity` refuses a text too short for two windows and a window out of bounds, each in a
+/// sentence that says what to give.
+#[test]
+fn perplexity_refuses_short_texts_and_absurd_windows() {
+    let text = scratch("short.txt", b"Once upon a time, there was a cat.");
+    let run = |ctx: &str| {
+        tokenometer(&[
+            "perplexity",
+            "--model",
+            &model(),
+            "--tokenizer",
+            &tok512(),
+            "--file",
+            &text,
+            "--ctx",
+            ctx,
+        ])
+    };
+    assert_refused(
+        run("64"),
+        "needs at least 128 (a longer file, or a smaller --ctx)",
+    );
+    assert_refused(
+        run("4"),
+        "--ctx 4: give 8 to the model's context of 512 tokens",
+    );
+    assert_refused(run("100000"), "--ctx 100000: give 8 to");
+}

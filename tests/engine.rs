@@ -615,3 +615,41 @@ fn gemma3_layers_and_sliding_window_on_wgpu_match_the_cpu() {
         );
     }
 }
+
+/// Perplexity's windows, checked by another path: each window's estimate is the exponential of
+/// the mean negative log-probability `score` gives its second half, with the window's first token
+/// replaced by BOS (stories260K's vocabulary adds BOS, so that replacement is exercised here;
+/// SmolLM2's, which tests/real_models.rs compares against llama.cpp, adds none).
+#[test]
+fn perplexity_is_the_score_of_each_window_s_second_half() {
+    let engine = engine(&Backend::cpu(), Quant::F32);
+    let text = "Once upon a time, there was a little girl named Lily. She loved to play outside \
+        in the sun. One day, she saw a big red ball in the park. She ran to the ball and kicked it \
+        very high. The ball flew over the tree and landed in the pond. Lily was sad, but her \
+        friend Ben came to help. Ben found a long stick and pulled the ball out of the water. \
+        Lily smiled and said thank you. They played with the ball all day, and they were very \
+        happy. When the sun went down, Lily went home and told her mom about her new friend.";
+    let ctx = 64;
+    let ours = pollster::block_on(engine.perplexity(text, ctx, &mut |_, _| {})).unwrap();
+    let tokens = engine.tokenizer.encode(text).unwrap();
+    assert_eq!(tokens[0], 1, "BOS first");
+    assert_eq!(ours.chunks, tokens.len() / ctx);
+    assert!(ours.chunks >= 2, "{} tokens", tokens.len());
+    let (mut nll, mut scored) = (0.0, 0);
+    for (w, window) in tokens.chunks_exact(ctx).enumerate() {
+        let mut window = window.to_vec();
+        window[0] = 1;
+        let first = ctx / 2;
+        let s = pollster::block_on(engine.score(&window[..=first], &window[first + 1..])).unwrap();
+        nll -= s.iter().map(|s| s.logprob).sum::<f64>();
+        scored += s.len();
+        let estimate = (nll / scored as f64).exp();
+        assert!(
+            (ours.running[w] / estimate - 1.0).abs() < 1e-12,
+            "window {w}: {} against {estimate}",
+            ours.running[w]
+        );
+    }
+    assert_eq!(ours.scored, scored);
+    assert_eq!(ours.ppl, *ours.running.last().unwrap());
+}

@@ -1,9 +1,10 @@
 //! Generation: a model and its tokenizer ([`engine`]), requests stepped one token at a time in
 //! one batch ([`scheduler`], [`sequence`]), how each next token is picked ([`sampling`]), and
-//! what a run says as it goes ([`events`]). Below: `backend/` and `loading/`; above: `meter/`.
+//! what a run says as it goes ([`events`]), and what a quantization costs in quality ([`quality`]). Below: `backend/` and `loading/`; above: `meter/`.
 
 pub mod engine;
 pub mod events;
+pub mod quality;
 pub mod sampling;
 pub mod scheduler;
 pub mod sequence;

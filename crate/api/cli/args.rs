@@ -161,6 +161,36 @@ pub(super) enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Score a continuation teacher-forced: per position our choice and the log-probabilities of the
+    /// given id and of ours, after the prompt ids as they are (no template, no BOS added).
+    Score {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The prompt's token ids, separated by spaces or commas.
+        #[arg(long)]
+        prompt_ids: String,
+        /// The continuation's token ids to score, separated by spaces or commas.
+        #[arg(long)]
+        ids: String,
+        /// One JSON object a position (JSON lines) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Perplexity of a text file as llama.cpp's llama-perplexity defines it: windows of --ctx
+    /// tokens, each starting from BOS, the second half of each scored.
+    Perplexity {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The text file (UTF-8), at least twice --ctx tokens long.
+        #[arg(long)]
+        file: PathBuf,
+        /// Tokens a window (llama-perplexity's -c).
+        #[arg(long, default_value_t = 512)]
+        ctx: usize,
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the model over OpenAI's HTTP API (chat and text completions, streamed), every user in
     /// one continuously batched decode, and the page beside it for a room's phones.
     Serve {

@@ -1,4 +1,5 @@
-//! The native command line (`tokenometer generate | synth | bench`), shared by the binary.
+//! The native command line (`tokenometer generate | bench | serve | score | perplexity | synth |
+//! convert`), shared by the binary.
 //! Bad input ends with a one-line error on stderr and exit code 2.
 
 use std::path::{Path, PathBuf};
@@ -6,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod args;
+mod quality;
 mod remote;
 mod runs;
 mod synth;
@@ -140,6 +142,18 @@ async fn run(command: Command) -> Result<(), Error> {
         } => synth(shape, &out, seed, layers, vocab.as_deref(), q8),
         Command::Convert { model, to, out } => synth::convert(&model, to, &out),
         Command::Serve { model, serve } => serve_model(model, serve),
+        Command::Score {
+            model,
+            prompt_ids,
+            ids,
+            json,
+        } => quality::score(&load(&model).await?, &prompt_ids, &ids, json).await,
+        Command::Perplexity {
+            model,
+            file,
+            ctx,
+            json,
+        } => quality::perplexity(&load(&model).await?, &file, ctx, json).await,
         Command::Bench {
             model,
             max_tokens,
