@@ -633,6 +633,13 @@ showThreadsNote();
 el.run.addEventListener('click', run);
 // "Feel a speed": the last run replayed at 5, 20 or 200 tok/s, in the replay's own view (the URL
 // names the section).
+// Their titles compare each rate with a reader, as the meter words it (`meter::pace`).
+engine.defaults.then((d) => {
+  for (const [rate, title] of d.feel) {
+    const button = document.querySelector(`button.feel[data-rate="${rate}"]`);
+    if (button) /** @type {HTMLElement} */ (button).title = title;
+  }
+});
 for (const button of document.querySelectorAll('button.feel')) {
   button.addEventListener('click', () => {
     location.hash = 'replay';

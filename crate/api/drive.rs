@@ -2,7 +2,7 @@
 //! to its end, its meter fed every event) and a load-test level ([`LoadLevel`]: many users'
 //! requests arriving into one batch, the batch meter fed, and the level's ceiling measured once
 //! every user has ended). The CLI runs them to the end; the wasm API pumps them a slice of time
-//! at a time ([`slice`], in the state [`pumping`] holds) so that the worker hears a cancel between
+//! at a time (`slice`, in the state `pumping` holds) so that the worker hears a cancel between
 //! pumps. Neither computes a figure: the meter does.
 
 use crate::decode::{

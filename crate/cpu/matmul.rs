@@ -1,5 +1,6 @@
-//! Matrix products on the CPU: f32 rows, and Q8_0 / Q4_0 weight blocks against int8-quantized
-//! activations, each instruction set's kernels (`scalar.rs`, `avx2.rs`, `simd128.rs`; packed
+//! Matrix products on the CPU: f32 rows, and weight blocks against int8-quantized activations
+//! (Q8_0's bytes, which also hold Q5_0, Q5_1 and Q5_K's values; Q4_0's nibbles, which also hold
+//! Q4_1 and Q4_K's; Q6_K's; each block with its offset where the stored type has minimums), each instruction set's kernels (`scalar.rs`, `avx2.rs`, `simd128.rs`; packed
 //! groups of 8 rows in `packed/`) run over tiles of weight rows and activation rows here.
 //!
 //! Quantized dot products follow the idea of llama.cpp's `ggml_vec_dot_q8_0_q8_0`: both sides are

@@ -2,7 +2,7 @@
 //!
 //! Each operation is one loop over plain `Vec<f32>` rows: RMSNorm, RoPE, SwiGLU and the residual
 //! are fused loops, the projections stream each weight row once for every activation row (f32, or
-//! Q8_0 / Q4_0 blocks against int8 activations), and attention of a query walks its head's cache
+//! the block forms of `cpu/matmul.rs` against int8 activations), and attention of a query walks its head's cache
 //! rows directly. burn's CPU backend paid an allocation and a dispatch for every tensor op, which
 //! a 288-wide decode step cannot hide: in the page's worker it decoded stories15M f32 at 180-190
 //! tok/s where llama.cpp in wasm (wllama) reached 213-233, and this code 247-295 (one run, rounds

@@ -29,7 +29,8 @@ pub struct ModelFiles {
 }
 
 pub enum ModelFormat {
-    /// A GGUF file (`llama` architecture), tokenizer usually inside.
+    /// A GGUF file of an architecture `loading/arch/` names (llama, gemma3, qwen2, qwen3), its
+    /// tokenizer usually inside.
     Gguf(Arc<FileBytes>),
     /// A llama2.c version-0 `.bin`.
     Llama2c(Arc<FileBytes>),

@@ -68,4 +68,4 @@ pub use source::{EndpointInfo, Source, TokenCounts};
 pub use speculation::{SpeculationFigures, StepCost, Verification};
 pub use stats::{Percentiles, Spread, aggregate_decode_tps, percentiles, spread};
 pub use timings::LlamaTimings;
-pub use words::{count_words, word_ends_utf16};
+pub use words::{FEEL_RATES, TYPICAL_TOKENS_PER_WORD, count_words, pace, word_ends_utf16};

@@ -7,9 +7,13 @@
 //! layers.
 //!
 //! The pass is written once, over the operations of [`Ops`]; each backend supplies them:
-//! - `gpu/ops.rs`: burn tensors (wgpu, natively and in WebGPU) and tokenometer's own kernels,
-//!   f32, Q8_0 or Q4_0.
-//! - `cpu/ops.rs`: the CPU, on host arrays with the kernels of `cpu/`, f32, Q8_0 or Q4_0.
+//! - `gpu/ops.rs`: burn tensors (wgpu, natively and in WebGPU) and tokenometer's own kernels.
+//! - `cpu/ops.rs`: the CPU, on host arrays with the kernels of `cpu/`.
+//!
+//! Both multiply f32 and the kernels' block forms ([`Format`](crate::formats::Format)): Q8_0's
+//! bytes (Q8_0, and Q5_0, Q5_1 and Q5_K's 5-bit values held a byte each), Q4_0's nibbles (Q4_0,
+//! and Q4_1 and Q4_K), with each block's offset where the stored type has minimums, and on the
+//! CPU Q6_K's (the GPU widens Q6_K to f32).
 //!
 //! `backend/llama.rs` holds a model on the backend it was loaded on and calls this pass. The token
 //! embedding stays on the host for both: a step reads one row of it, not the whole table.
@@ -75,7 +79,7 @@ impl Positions {
 const PREFILL_CHUNK_BYTES: u64 = 64 << 20;
 
 /// What the pass needs whatever the backend: the shape, the token embedding `[vocab, dim]` (often
-/// lying in the file's bytes, or in the file's Q8_0/Q4_0 blocks: a step widens only the rows it
+/// lying in the file's bytes, or in the kernels' blocks: a step widens only the rows it
 /// reads; SmolLM2-135M's table is 113 MB as f32, 30 MB as Q8_0), and RoPE's frequency per pair
 /// (the angles are computed per pass for its positions).
 pub struct Transformer {

@@ -57,6 +57,9 @@ test('a preset URL runs stories260K, streams tokens and fills every figure', asy
   }
   assert.equal(await text(page, 'stop-reason'), 'max tokens');
   assert.equal(await page.getByTestId('error').isHidden(), true);
+  // The speed buttons' titles are the meter's comparison with a reader (meter::pace).
+  assert.equal(await page.getByTestId('feel-5').getAttribute('title'), 'About as fast as people read: 238 words a minute at about 1.3 tokens a word is 5.2 tok/s');
+  assert.match(await page.getByTestId('feel-20').getAttribute('title'), /^About 4 times reading speed: /);
   // The download was shown with its size and kept in the Cache API.
   assert.match(await page.locator('#download-text').textContent(), /tokenizer: 6\.2 kB of 6\.2 kB \(100%\)/);
   const cached = await page.evaluate(async () => (await (await caches.open('tokenometer-models-v1')).keys()).map((r) => r.url));

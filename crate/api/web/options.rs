@@ -66,7 +66,7 @@ impl Default for RunOptions {
 
 /// The settings a run and a lab take when the page does not say: the one place the page's form
 /// gets its defaults from (`{ run: { max_tokens, temperature, top_p, seed, reading_wpm, chat }, lab:
-/// { users, arrival, max_batch, max_tokens, reading_wpm } }`).
+/// { users, arrival, max_batch, max_tokens, reading_wpm }, build, feel: [[rate, title]] }`).
 #[wasm_bindgen]
 pub fn defaults() -> JsValue {
     #[derive(Serialize)]
@@ -74,6 +74,9 @@ pub fn defaults() -> JsValue {
         run: RunOptions,
         lab: LabOptions,
         build: Build,
+        /// The speed buttons' rates, each with how it compares with a reader (the meter's
+        /// reading speed and typical tokens a word).
+        feel: Vec<(f64, String)>,
     }
     /// What this build of the engine can do.
     #[derive(Serialize)]
@@ -90,6 +93,10 @@ pub fn defaults() -> JsValue {
             threads: Threads::MANY,
             gpu: cfg!(feature = "gpu"),
         },
+        feel: crate::meter::FEEL_RATES
+            .iter()
+            .map(|&rate| (rate, crate::meter::pace(rate, DEFAULT_READING_WPM)))
+            .collect(),
     })
 }
 

@@ -1,4 +1,6 @@
-//! Q8_0 and Q4_0 weights regrouped 8 rows at a time, for the products of decode and batched
+//! Q8_0 and Q4_0 weights (and the types held in their forms: Q5_0, Q5_1 and Q5_K as Q8_0's bytes,
+//! Q4_1 and Q4_K as Q4_0's nibbles, with their blocks' offsets) regrouped 8 rows at a time, for
+//! the products of decode and batched
 //! decode: AVX2's (`avx2.rs`), and in wasm relaxed SIMD's byte products for Q4_0 and
 //! 16-bit products for Q8_0 and the baseline build's Q4_0 (`wasm.rs`).
 //!
