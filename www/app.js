@@ -70,6 +70,9 @@ $('stage-link').textContent = stage ? 'Leave presenter mode' : 'Presenter mode';
 // Served by `tokenometer serve`, the page shows the room: every user of that server, live.
 const servedByServe = new RoomView($('room')).start();
 const engine = new EngineClient();
+// The page's engine, for the console and for scripts that embed it: its OpenAI-style API is
+// `tokenometer.chat.completions.create(...)` over the model loaded last (docs/page.md).
+/** @type {any} */ (globalThis).tokenometer = engine;
 const view = new RunView($('run-view'), { wpm, pageOpen: true, label: 'The run' });
 const results = new ResultsTable($('results'));
 const replay = new Replay($('replay'), wpm);

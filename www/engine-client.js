@@ -185,6 +185,48 @@ export class EngineClient {
   }
 
   /**
+   * OpenAI's chat API over the loaded model, for people who embed the engine:
+   * `await client.chat.completions.create({ messages, stream: true, stream_options: { include_usage: true } })`
+   * gives the server's chunks as an async iterable (`for await (const chunk of stream)`), the last
+   * one's `usage.extra` the meter's report; without `stream`, the whole `chat.completion`. The
+   * request is the server's (`tokenometer serve`, docs/serve.md); `signal` (an AbortSignal) ends
+   * it early.
+   */
+  get chat() {
+    return { completions: { create: (/** @type {any} */ request, /** @type {{ signal?: AbortSignal }} */ options = {}) => this.createChat(request, options.signal) } };
+  }
+
+  /**
+   * @param {any} request
+   * @param {AbortSignal} [signal]
+   */
+  async createChat(request, signal) {
+    await this.ready;
+    /** @type {any[]} */
+    const queue = [];
+    /** @type {(() => void) | null} */
+    let wake = null;
+    let finished = false;
+    /** @type {any} */
+    let failure = null;
+    const ended = this.request({ type: 'chat', request }, (message) => {
+      queue.push(...message.chunks);
+      wake?.();
+    }, (message) => message.type === 'chat-chunks' && message.done, signal);
+    if (!request?.stream) return (await ended).chunks.at(-1);
+    ended.then(() => { finished = true; wake?.(); }, (e) => { failure = e; wake?.(); });
+    return (async function* chunks() {
+      for (;;) {
+        while (queue.length) yield queue.shift();
+        if (failure) throw failure;
+        if (finished) return;
+        await new Promise((resolve) => { wake = () => resolve(undefined); });
+        wake = null;
+      }
+    })();
+  }
+
+  /**
    * Reach an OpenAI-compatible endpoint: its API's base, the model to ask for (the one named, or
    * the first its /models lists) and the server's software where its headers say. No model loads.
    * @param {import('./protocol.js').EndpointChoice} choice

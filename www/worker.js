@@ -152,6 +152,22 @@ async function run({ id, prompt, options }) {
   }
 }
 
+// OpenAI's chat.completions.create over the loaded model (crate/api/web/chat.rs): the request in
+// the server's shape, its chunks posted as each pump makes them.
+async function chat({ id, request }) {
+  if (!session) throw new Error('no model is loaded');
+  phase = 'answering a chat completion';
+  const answer = session.chatCompletion(JSON.stringify(request));
+  const job = { pump: (ms) => answer.pump(ms), cancel: () => answer.cancel() };
+  try {
+    await pumpUntilDone(id, job, PUMP_MS, (pumped) => ({ type: 'chat-chunks', id, chunks: pumped.chunks, done: pumped.done }));
+  } finally {
+    answer.free();
+    cancelled.delete(id);
+    phase = 'idle';
+  }
+}
+
 // The concurrency lab: many simulated users in one batch, pumped the same way.
 async function lab({ id, options }) {
   if (!session) throw new Error('no model is loaded');
@@ -312,6 +328,7 @@ self.onmessage = async ({ data }) => {
     if (data.type === 'load') await load(data);
     else if (data.type === 'run') await run(data);
     else if (data.type === 'lab') await lab(data);
+    else if (data.type === 'chat') await chat(data);
     else if (data.type === 'draft') await draft(data);
     else if (data.type === 'connect') await connect(data);
     else if (data.type === 'endpoint-run') await endpointRun(data);

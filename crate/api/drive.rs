@@ -25,7 +25,9 @@ pub struct MeteredRun {
 impl MeteredRun {
     /// Submit `prompt`; the conditions name the engine's model, the sampling, batch 1, how it
     /// speculates (if it does) and the warm-up that came before (reported apart). A bad prompt or
-    /// setting is an error here.
+    /// setting is an error here. (Not inlined: the page's run and its chat API both start one,
+    /// and a copy each cost its wasm download.)
+    #[inline(never)]
     pub fn start(
         engine: &Engine,
         prompt: &str,

@@ -285,11 +285,15 @@ pub fn finish_reason(reason: StopReason) -> Option<&'static str> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// The page's API: the meter's report (every figure, with its conditions), as web-llm puts
+    /// its own figures under `usage.extra`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Box<crate::meter::Report>>,
 }
 
 impl Usage {
@@ -298,6 +302,7 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            extra: None,
         }
     }
 }

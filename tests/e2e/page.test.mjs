@@ -262,6 +262,36 @@ test('SmolLM2-135M-Instruct from the list: a chat question in its ChatML templat
   const output = await text(page, 'output');
   assert.ok(output.startsWith('What is a token, in one sentence?'), output);
   assert.ok(!/[ĠĊ]/.test(output), output);
+  // The page's module offers OpenAI's chat API over the same engine (crate/api/web/chat.rs): the
+  // same question as a user's message gives the page's text, streamed in the server's chunks
+  // (the role first, the finish reason, then usage with the meter's report under usage.extra),
+  // and whole without `stream`; a bad request is refused in a sentence.
+  const api = await page.evaluate(async () => {
+    const tokenometer = /** @type {any} */ (globalThis).tokenometer;
+    const messages = [{ role: 'user', content: 'What is a token, in one sentence?' }];
+    const stream = await tokenometer.chat.completions.create({ messages, stream: true, stream_options: { include_usage: true }, max_tokens: 12, temperature: 0 });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    const whole = await tokenometer.chat.completions.create({ messages, max_tokens: 12, temperature: 0 });
+    const refused = await tokenometer.chat.completions.create({ messages: [] }).then(() => 'answered', (/** @type {Error} */ e) => e.message);
+    return { chunks, whole, refused };
+  });
+  const generated = output.slice('What is a token, in one sentence?'.length);
+  const streamed = api.chunks.flatMap((c) => c.choices.map((choice) => choice.delta.content ?? '')).join('');
+  assert.equal(streamed, generated, 'chat.completions.create streams the page\'s text');
+  assert.deepEqual(api.chunks[0].choices[0].delta, { role: 'assistant', content: '' });
+  assert.ok(api.chunks.every((c) => c.object === 'chat.completion.chunk' && c.id === api.chunks[0].id), JSON.stringify(api.chunks[0]));
+  assert.equal(api.chunks.at(-2).choices[0].finish_reason, 'length');
+  const usage = api.chunks.at(-1);
+  assert.deepEqual(usage.choices, []);
+  assert.deepEqual([usage.usage.prompt_tokens, usage.usage.completion_tokens, usage.usage.total_tokens], [39, 12, 51]);
+  assert.equal(usage.usage.extra.conditions.output_tokens, 12);
+  assert.ok(usage.usage.extra.decode_tps > 0, JSON.stringify(usage.usage.extra));
+  assert.equal(usage.timings.predicted_n, 12);
+  assert.equal(api.whole.object, 'chat.completion');
+  assert.equal(api.whole.choices[0].message.content, generated);
+  assert.equal(api.whole.usage.completion_tokens, 12);
+  assert.match(api.refused, /messages/);
   // Without the template the same question is its 9 tokens alone.
   await page.getByTestId('chat').uncheck();
   await page.getByTestId('run').click();

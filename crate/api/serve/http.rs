@@ -19,14 +19,13 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
 use crate::api::openai::{
     ApiError, ChatRequest, Completion, CompletionRequest, Kind, ModelCard, ModelList, Params,
-    Usage, finish_reason,
 };
-use crate::decode::{Event, GenerateOptions, ModelInfo};
+use crate::api::reply::Reply;
+use crate::decode::{GenerateOptions, ModelInfo};
 use crate::error::clip;
 use crate::loading::chat::ChatTemplate;
 use crate::meter::Report;
 
-use super::stop::StopText;
 use super::worker::{Command, Job, Shared, Update};
 
 /// The largest request body read (a conversation filling a 128k context is about 512 kB).
@@ -252,35 +251,19 @@ async fn complete(
         Ok(Err(e)) => return e.into_response(),
         Err(_) => return stopped().into_response(),
     };
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let answer = Answer {
-        kind,
-        stream: checked.stream,
-        include_usage: checked.include_usage,
-        continuous_usage: checked.continuous_usage,
-        prompt_tokens: 0,
-        generated: 0,
-        id: format!(
-            "{}-{id}",
-            if kind == Kind::Chat {
-                "chatcmpl"
-            } else {
-                "cmpl"
-            }
-        ),
-        model: app.info.name.clone(),
-        created: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        reply: Reply::new(kind, &checked, id, app.info.name.clone(), created),
         inbox,
-        stop: StopText::new(checked.stops),
-        text: String::new(),
         guard: CancelGuard {
             id,
             commands: app.commands.clone(),
             armed: true,
         },
         pending: VecDeque::new(),
-        role_sent: false,
+        opened: false,
         ended: false,
     };
     if checked.stream {
@@ -321,60 +304,42 @@ impl Drop for CancelGuard {
     }
 }
 
-/// One request's answer, built from the engine's updates.
+/// One request's answer: the engine's updates, as they come, made into OpenAI's chunks by its
+/// [`Reply`] and sent as Server-Sent Events (or whole).
 struct Answer {
-    kind: Kind,
-    stream: bool,
-    include_usage: bool,
-    /// Usage on every chunk: the prompt's tokens and those generated so far.
-    continuous_usage: bool,
-    prompt_tokens: usize,
-    generated: usize,
-    id: String,
-    model: String,
-    created: u64,
+    reply: Reply,
     inbox: tokio_mpsc::UnboundedReceiver<Update>,
-    stop: StopText,
-    /// The text sent so far (whole answers).
-    text: String,
     guard: CancelGuard,
     /// Stream events made but not yet sent.
     pending: VecDeque<SseEvent>,
-    /// Whether chat's first chunk, with the role, has been sent.
-    role_sent: bool,
+    /// Whether chat's first chunk (the role) has been sent: at once, before the prefill.
+    opened: bool,
     ended: bool,
 }
 
 /// What the next update came to.
 enum Step {
-    /// Text that may be sent now (possibly empty).
-    Text(String),
+    /// Chunks that may be sent now (none, often).
+    Chunks(Vec<Completion>),
     Done(Box<Report>),
     Failed(ApiError),
+}
+
+fn sse(completion: &Completion) -> SseEvent {
+    SseEvent::default().data(serde_json::to_string(completion).expect("a chunk serializes"))
 }
 
 impl Answer {
     async fn next(&mut self) -> Step {
         match self.inbox.recv().await {
-            Some(Update::Event(Event::Prefill { prompt_tokens, .. })) => {
-                self.prompt_tokens = prompt_tokens;
-                Step::Text(String::new())
-            }
-            Some(Update::Event(Event::Token { text, .. })) => {
-                self.generated += 1;
-                let out = self.stop.push(&text);
-                if self.stop.stopped() {
+            Some(Update::Event(event)) => {
+                let chunks = self.reply.event(&event);
+                if self.reply.stopped() {
                     // The rest would be cut: end the sequence now, and wait for its report.
                     self.guard.cancel("stop");
                 }
-                Step::Text(out)
+                Step::Chunks(chunks)
             }
-            Some(Update::Event(Event::Done { trailing_text, .. })) => {
-                let mut out = self.stop.push(&trailing_text);
-                out.push_str(&self.stop.finish());
-                Step::Text(out)
-            }
-            Some(Update::Event(_)) => Step::Text(String::new()),
             Some(Update::Done(report)) => {
                 self.guard.armed = false;
                 Step::Done(report)
@@ -390,37 +355,13 @@ impl Answer {
         }
     }
 
-    fn finish_reason(&self, report: &Report) -> Option<&'static str> {
-        if self.stop.stopped() {
-            Some("stop")
-        } else {
-            report.conditions.stop_reason.and_then(finish_reason)
-        }
-    }
-
-    fn completion(&self, choices: Vec<crate::api::openai::Choice>) -> Completion {
-        Completion {
-            id: self.id.clone(),
-            object: self.kind.object(self.stream),
-            created: self.created,
-            model: self.model.clone(),
-            system_fingerprint: concat!("tokenometer-", env!("CARGO_PKG_VERSION")).into(),
-            choices,
-            usage: None,
-            timings: None,
-        }
-    }
-
-    /// A chunk's event; with usage on every chunk, the counts so far.
-    fn chunk(&self, mut completion: Completion) -> SseEvent {
-        if self.continuous_usage && completion.usage.is_none() {
-            completion.usage = Some(Usage::new(self.prompt_tokens, self.generated));
-        }
-        SseEvent::default().data(serde_json::to_string(&completion).expect("a chunk serializes"))
-    }
-
     /// The next Server-Sent Event, or `None` after `[DONE]` (or an error).
     async fn next_sse(&mut self) -> Option<SseEvent> {
+        if !self.opened {
+            // Chat's role chunk goes at once, before the prefill, as OpenAI's does.
+            self.opened = true;
+            self.pending.extend(self.reply.opening().iter().map(sse));
+        }
         loop {
             if let Some(event) = self.pending.pop_front() {
                 return Some(event);
@@ -428,46 +369,16 @@ impl Answer {
             if self.ended {
                 return None;
             }
-            if self.kind == Kind::Chat && !self.role_sent {
-                // Chat's first chunk names the role, as OpenAI's does.
-                self.role_sent = true;
-                let first = self.completion(vec![self.kind.choice(
-                    true,
-                    true,
-                    Some(String::new()),
-                    None,
-                )]);
-                return Some(self.chunk(first));
-            }
             match self.next().await {
-                Step::Text(t) if t.is_empty() => {}
-                Step::Text(t) => {
-                    let c = self.completion(vec![self.kind.choice(true, false, Some(t), None)]);
-                    return Some(self.chunk(c));
-                }
+                Step::Chunks(chunks) => self.pending.extend(chunks.iter().map(sse)),
                 Step::Done(report) => {
                     self.ended = true;
-                    let timings = report.llama_timings();
-                    let usage = usage(&report);
-                    let finish = self.finish_reason(&report);
-                    let content = (self.kind == Kind::Text).then(String::new);
-                    let mut last =
-                        self.completion(vec![self.kind.choice(true, false, content, finish)]);
-                    last.timings = Some(timings.clone());
-                    self.pending.push_back(self.chunk(last));
-                    if self.include_usage {
-                        // OpenAI's usage chunk: no choices.
-                        let mut tail = self.completion(Vec::new());
-                        tail.usage = Some(usage);
-                        tail.timings = Some(timings);
-                        self.pending.push_back(self.chunk(tail));
-                    }
+                    self.pending.extend(self.reply.end(*report).iter().map(sse));
                     self.pending.push_back(SseEvent::default().data("[DONE]"));
                 }
                 Step::Failed(e) => {
                     self.ended = true;
-                    let body = e.body();
-                    return Some(SseEvent::default().data(body));
+                    return Some(SseEvent::default().data(e.body()));
                 }
             }
         }
@@ -477,25 +388,13 @@ impl Answer {
     async fn whole(mut self) -> Response {
         loop {
             match self.next().await {
-                Step::Text(t) => self.text.push_str(&t),
+                Step::Chunks(_) => {}
                 Step::Failed(e) => return e.into_response(),
                 Step::Done(report) => {
-                    let finish = self.finish_reason(&report);
-                    let text = std::mem::take(&mut self.text);
-                    let mut whole =
-                        self.completion(vec![self.kind.choice(false, true, Some(text), finish)]);
-                    whole.usage = Some(usage(&report));
-                    whole.timings = Some(report.llama_timings());
+                    let whole = self.reply.end(*report).pop().expect("a whole answer");
                     return axum::Json(whole).into_response();
                 }
             }
         }
     }
-}
-
-fn usage(report: &Report) -> Usage {
-    Usage::new(
-        report.conditions.prompt_tokens,
-        report.conditions.output_tokens,
-    )
 }

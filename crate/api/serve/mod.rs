@@ -29,7 +29,6 @@ use crate::error::Error;
 
 mod http;
 mod metrics;
-mod stop;
 mod worker;
 
 pub use http::{BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE, MAX_BODY_BYTES, MAX_CONNECTIONS};

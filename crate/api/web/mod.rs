@@ -6,6 +6,7 @@
 //! Every pump's events reach JavaScript with the meter's report as of that moment, so the page
 //! shows figures computed by the same Rust code as the CLI.
 
+mod chat;
 mod endpoint;
 mod js;
 mod lab;
@@ -16,6 +17,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::api::web::js::{js_error, to_js};
 
+pub use chat::ChatRun;
 pub use endpoint::EndpointRun;
 pub use lab::Lab;
 pub use session::{Run, Session, load_session};
