@@ -238,14 +238,17 @@ async function runOnce(signal) {
   const choice = endpointChoice();
   const endpoint = choice ? await ensureConnected(choice) : null;
   view.clear(prompt);
+  // Until the page has shown its first token, a run says when the page was opened, and its report
+  // gives the time from then to its first token (the meter's `page_open_to_first_token_ms`: the
+  // engine's compile, the download, the load, the warm-up and the run's TTFT).
+  const opened = state.openToFirstShown ? {} : { page_opened_at: performance.timeOrigin };
   const hooks = {
     signal,
     onEvents: (message) => {
-      // The page's first token: from opening the page (navigation start) to the token on hand
-      // here, with the engine's compile, the download, the load, the warm-up and the prefill.
-      if (!state.openToFirstShown && message.events.some((e) => e.event === 'token' || e.event === 'chunk')) {
+      const openToFirst = message.report?.page_open_to_first_token_ms;
+      if (!state.openToFirstShown && typeof openToFirst === 'number') {
         state.openToFirstShown = true;
-        view.setOpenToFirst(performance.now() / 1000);
+        view.setOpenToFirst(openToFirst / 1000);
       }
       view.update(message);
       if (message.report) view.setConditions(conditions(message.report));
@@ -253,8 +256,8 @@ async function runOnce(signal) {
   };
   // The queue starts once the model is ready: loading and warm-up are reported on their own.
   const report = endpoint
-    ? await engine.endpointRun(endpoint, prompt, options, hooks)
-    : await engine.run(prompt, { ...options, requested_at: performance.timeOrigin + performance.now() }, hooks);
+    ? await engine.endpointRun(endpoint, prompt, { ...options, ...opened }, hooks)
+    : await engine.run(prompt, { ...options, ...opened, requested_at: performance.timeOrigin + performance.now() }, hooks);
   view.finish(report);
   view.setConditions(conditions(report));
   return report;

@@ -181,6 +181,8 @@ export class EngineClient {
     const finished = await this.request({ type: 'run', prompt, options }, (message) => {
       if (message.type === 'events') hooks.onEvents?.(message);
     }, (message) => message.type === 'finished', hooks.signal);
+    /** the last run's final report, whose figures the page shows */
+    this.lastReport = finished.report;
     return finished.report;
   }
 
@@ -278,6 +280,18 @@ export class EngineClient {
     await this.ready;
     const reply = await this.request({ type: 'spread', values }, () => {}, () => true);
     return reply.spread;
+  }
+
+  /**
+   * Each pair's figure over the other, by the meter's rule (`null` where undefined).
+   * @param {[number | null, number | null][]} pairs
+   * @returns {Promise<(number | null)[]>}
+   */
+  async versus(pairs) {
+    await this.ready;
+    const flat = pairs.flatMap(([a, b]) => [a ?? NaN, b ?? NaN]);
+    const reply = await this.request({ type: 'versus', pairs: flat }, () => {}, () => true);
+    return reply.ratios;
   }
 
   terminate() {

@@ -216,7 +216,7 @@ export class LanesPanel {
       const one = (/** @type {number} */ i) => this.runLane(lanes[i], this.clients[i], prompt, options, drafts, abort.signal);
       if (this.mode === 'parallel') await Promise.all(lanes.map((_, i) => one(i)));
       else for (const i of lanes.keys()) if (!abort.signal.aborted) await one(i);
-      this.verdicts(lanes);
+      await this.verdicts(lanes);
       this.ref.status.textContent = abort.signal.aborted ? 'stopped' : lanes.some((l) => l.failed) ? 'error' : 'done';
     } catch (e) {
       this.ref.error.textContent = e instanceof Error ? e.message : String(e);
@@ -332,20 +332,21 @@ export class LanesPanel {
    * One line per pair of finished lanes: the later lane against the earlier.
    * @param {ReturnType<LanesPanel['makeLane']>[]} lanes
    */
-  verdicts(lanes) {
+  async verdicts(lanes) {
     const done = lanes.filter((l) => l.report);
+    const pairs = done.flatMap((a, i) => done.slice(i + 1).map((b) => [a, b]));
+    // The ratios are the meter's (`meter::versus`), from the lanes' reports.
+    const ratios = await this.clients[0].versus(pairs.flatMap(([a, b]) => [[b.report.decode_tps, a.report.decode_tps], [b.report.ttft_ms, a.report.ttft_ms]]));
+    const times = (/** @type {number | null} */ x) => (x === null ? '–' : `${format(x, 2)}x`);
     const lines = [];
-    for (const [i, a] of done.entries()) {
-      for (const b of done.slice(i + 1)) {
-        const ratio = (/** @type {number | null} */ x, /** @type {number | null} */ y) => (x && y ? `${format(x / y, 2)}x` : '–');
-        const n = Math.min(SAME_TOKENS, a.view.tokens.length, b.view.tokens.length);
-        const start = (/** @type {typeof a} */ l) => l.view.tokens.slice(0, n).map((t) => t.text).join('');
-        const same = `same first ${n} tokens: ${start(a) === start(b) ? 'yes' : 'no'}`;
-        const li = document.createElement('li');
-        li.dataset.testid = 'lane-verdict';
-        li.textContent = `${b.label} (lane ${b.index + 1}): ${ratio(b.report.decode_tps, a.report.decode_tps)} the decode tok/s of ${a.label} (lane ${a.index + 1}), TTFT ${ratio(b.report.ttft_ms, a.report.ttft_ms)}, ${same}`;
-        lines.push(li);
-      }
+    for (const [k, [a, b]] of pairs.entries()) {
+      const n = Math.min(SAME_TOKENS, a.view.tokens.length, b.view.tokens.length);
+      const start = (/** @type {typeof a} */ l) => l.view.tokens.slice(0, n).map((t) => t.text).join('');
+      const same = `same first ${n} tokens: ${start(a) === start(b) ? 'yes' : 'no'}`;
+      const li = document.createElement('li');
+      li.dataset.testid = 'lane-verdict';
+      li.textContent = `${b.label} (lane ${b.index + 1}): ${times(ratios[2 * k])} the decode tok/s of ${a.label} (lane ${a.index + 1}), TTFT ${times(ratios[2 * k + 1])}, ${same}`;
+      lines.push(li);
     }
     this.ref.verdicts.replaceChildren(...lines);
   }

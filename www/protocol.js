@@ -39,6 +39,7 @@
  * @typedef {{ type: 'run', id: number, prompt: string, options: object }} RunRequest  options: crate/api/web/options.rs `RunOptions`
  * @typedef {{ type: 'lab', id: number, options: object }} LabRequest  options: crate/api/web/options.rs `LabOptions`, and `slo_ttft_ms`, `slo_tpot_ms` (objectives in ms, or null)
  * @typedef {{ type: 'spread', id: number, values: number[] }} SpreadRequest  the meter's median/min/max of repeated figures
+ * @typedef {{ type: 'versus', id: number, pairs: number[] }} VersusRequest  the meter's ratio of each pair of figures (NaN: undefined)
  * @typedef {{ type: 'chat', id: number, request: object }} ChatRequest  OpenAI's chat completion request (crate/api/openai.rs)
  * @typedef {{ type: 'draft', id: number }} DraftRequest  load the draft model (the loaded model at q4) for `speculate: 'draft'`
  * @typedef {{ type: 'cancel', id: number }} CancelRequest  `id`: the run or lab to stop
@@ -46,7 +47,7 @@
  * @typedef {{ base: string, model: string, server: string | null, key?: string }} Endpoint  the same, reached: the API's base, the model asked for, the server's software
  * @typedef {{ type: 'connect', id: number } & EndpointChoice} ConnectRequest  reach an endpoint (GET /models)
  * @typedef {{ type: 'endpoint-run', id: number, endpoint: Endpoint, prompt: string, options: object }} EndpointRunRequest  stream one request from it, metered
- * @typedef {LoadRequest | RunRequest | LabRequest | ChatRequest | SpreadRequest | DraftRequest | CancelRequest | ConnectRequest | EndpointRunRequest} Request
+ * @typedef {LoadRequest | RunRequest | LabRequest | ChatRequest | SpreadRequest | VersusRequest | DraftRequest | CancelRequest | ConnectRequest | EndpointRunRequest} Request
  */
 
 /**
@@ -57,17 +58,18 @@
  * @typedef {{ type: 'status', id: number, status: string }} Status
  * @typedef {{ type: 'loaded', id: number, info: any, wasmMemoryBytes: number }} Loaded
  * @typedef {{ type: 'warmed', id: number, ms: number }} Warmed  the load request is done
- * @typedef {{ type: 'events', id: number, events: any[], report: any, word_ends: number[] }} Events  a run's events, in order (an endpoint's: `chunk` events, each with its tokens)
+ * @typedef {{ type: 'events', id: number, events: any[], points: { token: number, rate: number | null }[], report: any, word_ends: number[] }} Events  a run's events, in order (an endpoint's: `chunk` events, each with its tokens), and the rate chart's points they add (the meter's)
  * @typedef {{ type: 'finished', id: number, report: any }} Finished  the run is over (ended, or stopped): its final report
  * @typedef {{ type: 'lab-events', id: number, events: any[], users: any[] | null, report: any }} LabEvents
  * @typedef {{ type: 'lab-finished', id: number, report: any }} LabFinished
  * @typedef {{ type: 'spread', id: number, spread: { n: number, median: number, min: number, max: number } | null }} SpreadReply
+ * @typedef {{ type: 'versus', id: number, ratios: (number | null)[] }} VersusReply
  * @typedef {{ type: 'chat-chunks', id: number, chunks: any[], done: boolean }} ChatChunks  a pump's chunks of a chat completion (the whole completion at the end when it does not stream)
  * @typedef {{ type: 'draft-loaded', id: number }} DraftLoaded  the draft model is loaded and warmed up
  * @typedef {{ type: 'connected', id: number, endpoint: Endpoint }} Connected  the endpoint answered /models
  * @typedef {{ type: 'error', id?: number, message: string }} ErrorReply  the request failed; the worker is fine
  * @typedef {{ type: 'fatal', message: string }} Fatal  the engine trapped or lost its GPU: the worker must be replaced
- * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | ChatChunks | DraftLoaded | Connected | ErrorReply | Fatal} Reply
+ * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | VersusReply | ChatChunks | DraftLoaded | Connected | ErrorReply | Fatal} Reply
  */
 
 /**

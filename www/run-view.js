@@ -26,7 +26,7 @@ const OPEN_TO_FIRST = `
 /**
  * A finished run as kept for replay: its prompt, every token's text and time (ms since the request),
  * the output's word ends, and its final report.
- * @typedef {{ prompt: string, tokens: { text: string, t: number }[], trailing: string, wordEnds: number[], report: any }} RunRecord
+ * @typedef {{ prompt: string, tokens: { text: string, t: number }[], points: { pos: number, rate: number | null }[], trailing: string, wordEnds: number[], report: any }} RunRecord
  */
 
 export class RunView {
@@ -59,8 +59,8 @@ export class RunView {
         ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>
         <p class="note" data-testid="speculation-steps" data-ref="speculationSteps" title="What a step cost by how many drafts it verified: the other side of the drafts kept" hidden></p>` : ''}
         <figure>
-          <canvas data-ref="chart" width="900" height="220" role="img" aria-label="Tokens per second by position"></canvas>
-          <figcaption>tok/s by position (each dot: 1 / the gap before that token; line: live window)</figcaption>
+          <canvas data-ref="chart" width="900" height="220" role="img" aria-label="Tokens per second by output token"></canvas>
+          <figcaption>tok/s by output token (each dot: the tokens that arrived over the gap before them, as the meter gives it; line: live window)</figcaption>
         </figure>
       </div>`;
     /** @type {Record<string, any>} */
@@ -80,7 +80,7 @@ export class RunView {
     this.trailing = '';
     /** @type {{ text: string, t: number }[]} */
     this.tokens = [];
-    /** @type {{ t: number, pos: number, rate: number | null, live: number | null }[]} */
+    /** @type {{ pos: number, rate: number | null, live: number | null }[]} */
     this.points = [];
     /** @type {number[]} */
     this.wordEnds = [];
@@ -114,37 +114,30 @@ export class RunView {
   }
 
   /**
-   * A pump's events, with the meter's report and word ends as of its last event.
-   * @param {{ events: any[], report?: any, word_ends?: number[] }} message
+   * A pump's events, with the rate chart's points they add, the meter's report and word ends as
+   * of its last event.
+   * @param {{ events: any[], points?: { token: number, rate: number | null }[], report?: any, word_ends?: number[] }} message
    */
-  update({ events, report, word_ends: wordEnds }) {
+  update({ events, points = [], report, word_ends: wordEnds }) {
     this.running = true;
     if (report) this.report = report;
     if (wordEnds) this.wordEnds = wordEnds;
-    for (const [i, event] of events.entries()) {
+    // The chart's points are the meter's (each arrival's tokens over its gap); the live figure
+    // comes with the pump's report, so it belongs to the pump's last point.
+    for (const [i, p] of points.entries()) {
+      this.points.push({ pos: p.token, rate: p.rate, live: report && i === points.length - 1 ? report.live_decode_tps : null });
+    }
+    for (const event of events) {
       if (event.event === 'token') {
         if (event.drafted && event.text) this.drafted.push([this.text.length, this.text.length + event.text.length]);
         this.text += event.text;
         this.tokens.push({ text: event.text, t: event.t_ms });
         if (this.readerStart === null) this.readerStart = performance.now();
-        const points = this.points;
-        const gap = points.length ? event.t_ms - points[points.length - 1].t : null;
-        // The live figure comes with the pump's report, so it belongs to the pump's last token.
-        const live = report && i === events.length - 1 ? report.live_decode_tps : null;
-        points.push({ t: event.t_ms, pos: event.pos, rate: gap !== null && gap > 0 ? 1000 / gap : null, live });
       } else if (event.event === 'chunk') {
-        // An endpoint's chunk: its text, and its tokens (a chunk may carry several, or none yet).
+        // An endpoint's chunk: its text (a chunk may carry several tokens, or none yet).
         this.text += event.text;
         this.tokens.push({ text: event.text, t: event.t_ms });
         if (this.readerStart === null) this.readerStart = performance.now();
-        if (event.tokens > 0) {
-          const points = this.points;
-          const last = points[points.length - 1];
-          const gap = last ? event.t_ms - last.t : null;
-          const live = report && i === events.length - 1 ? report.live_decode_tps : null;
-          const pos = (last?.pos ?? -1) + event.tokens;
-          points.push({ t: event.t_ms, pos, rate: gap !== null && gap > 0 ? (1000 * event.tokens) / gap : null, live });
-        }
       } else if (event.event === 'done') {
         this.trailing = event.trailing_text;
         this.text += event.trailing_text;
@@ -166,7 +159,7 @@ export class RunView {
 
   /** @returns {RunRecord} the run as shown, for replay */
   record() {
-    return { prompt: this.prompt, tokens: [...this.tokens], trailing: this.trailing, wordEnds: [...this.wordEnds], report: this.report };
+    return { prompt: this.prompt, tokens: [...this.tokens], points: this.points.map(({ pos, rate }) => ({ pos, rate })), trailing: this.trailing, wordEnds: [...this.wordEnds], report: this.report };
   }
 
   /**
@@ -194,9 +187,10 @@ export class RunView {
       if (signal?.aborted) break;
       this.text += token.text;
       if (this.readerStart === null) this.readerStart = performance.now();
-      const t = performance.now() - start;
-      const gap = this.points.length ? t - this.points[this.points.length - 1].t : null;
-      this.points.push({ t, pos: i, rate: gap !== null && gap > 0 ? 1000 / gap : null, live: null });
+      // The chart shows the run's own rates (the meter's points), as far as the replay has come
+      // (an endpoint's record holds chunks, which may carry several points' tokens).
+      const shown = Math.ceil(((i + 1) * record.points.length) / record.tokens.length);
+      while (this.points.length < shown) this.points.push({ ...record.points[this.points.length], live: null });
       // The word ends of the whole text, as far as the text shown so far reaches.
       this.wordEnds = record.wordEnds.filter((end) => end <= this.text.length);
       this.scheduleRender();
@@ -284,7 +278,7 @@ export class RunView {
     ctx.fillStyle = style.color;
     ctx.font = '16px system-ui, sans-serif';
     if (!points.length) {
-      ctx.fillText('tok/s by position appears here as tokens arrive', pad.left, height / 2);
+      ctx.fillText('tok/s by output token appears here as tokens arrive', pad.left, height / 2);
       return;
     }
     const rates = points.map((p) => /** @type {number} */ (p.rate)).sort((a, b) => a - b);
@@ -301,7 +295,7 @@ export class RunView {
     ctx.stroke();
     ctx.fillText(`${yMax.toFixed(0)} tok/s`, 2, pad.top + 12);
     ctx.fillText('0', pad.left - 16, height - pad.bottom);
-    ctx.fillText(`position ${minPos}`, pad.left, height - 10);
+    ctx.fillText(`output token ${minPos}`, pad.left, height - 10);
     ctx.fillText(`${maxPos}`, width - pad.right - 40, height - 10);
     ctx.fillStyle = '#4e9af1';
     for (const p of points) ctx.fillRect(x(p.pos) - 1.5, y(/** @type {number} */ (p.rate)) - 1.5, 3, 3);

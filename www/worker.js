@@ -142,7 +142,7 @@ async function run({ id, prompt, options }) {
     await pumpUntilDone(id, job, PUMP_MS, (pumped) => {
       const events = stopped ? [...pumped.events, stopped] : pumped.events;
       stopped = null;
-      return { type: 'events', id, events, report: pumped.report, word_ends: pumped.word_ends };
+      return { type: 'events', id, events, points: pumped.points, report: pumped.report, word_ends: pumped.word_ends };
     });
     post({ type: 'finished', id, report: run.report() });
   } finally {
@@ -336,6 +336,10 @@ self.onmessage = async ({ data }) => {
       await ready;
       const { spread } = await engine;
       post({ type: 'spread', id: data.id, spread: spread(Float64Array.from(data.values)) });
+    } else if (data.type === 'versus') {
+      await ready;
+      const { versus } = await engine;
+      post({ type: 'versus', id: data.id, ratios: versus(Float64Array.from(data.pairs)) });
     } else if (data.type === 'cancel') {
       cancelled.add(data.id);
       aborts.get(data.id)?.abort();

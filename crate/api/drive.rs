@@ -89,6 +89,16 @@ impl MeteredRun {
         }
     }
 
+    /// The run's meter, as of the last step.
+    pub fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// The page was opened `ms` before the request ([`Meter::page_opened`]).
+    pub fn page_opened(&mut self, ms: f64) {
+        self.meter.page_opened(ms);
+    }
+
     /// The text generated so far.
     pub fn text(&self) -> &str {
         self.meter.text()

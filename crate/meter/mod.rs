@@ -63,9 +63,11 @@ pub use goodput::{Goodput, RequestRecord, Slo};
 pub use load::{BatchMeter, LoadConditions, LoadReport};
 pub use products::Products;
 pub use room::{ROOM_WINDOW_MS, Room, RoomFigures};
-pub use run::{Conditions, DEFAULT_READING_WPM, LIVE_WINDOW_MS, LIVE_WINDOW_TOKENS, Meter, Report};
+pub use run::{
+    Conditions, DEFAULT_READING_WPM, LIVE_WINDOW_MS, LIVE_WINDOW_TOKENS, Meter, RatePoint, Report,
+};
 pub use source::{EndpointInfo, Source, TokenCounts};
 pub use speculation::{SpeculationFigures, StepCost, Verification};
-pub use stats::{Percentiles, Spread, aggregate_decode_tps, percentiles, spread};
+pub use stats::{Percentiles, Spread, aggregate_decode_tps, percentiles, spread, versus};
 pub use timings::LlamaTimings;
 pub use words::{FEEL_RATES, TYPICAL_TOKENS_PER_WORD, count_words, pace, word_ends_utf16};

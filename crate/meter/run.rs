@@ -126,6 +126,10 @@ pub struct Report {
     pub queued_ms: Option<f64>,
     pub tokenize_ms: Option<f64>,
     pub ttft_ms: Option<f64>,
+    /// The page's own: from opening the page to this run's first token (the engine's compile,
+    /// the download, loading, warm-up and this run's TTFT), for the page's first run only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page_open_to_first_token_ms: Option<f64>,
     pub prefill_ms: Option<f64>,
     pub prefill_tps: Option<f64>,
     /// Time from the first token to the last.
@@ -182,6 +186,13 @@ impl Report {
     }
 }
 
+/// A point of the chart of rates by output token ([`Meter::rate_points`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RatePoint {
+    pub token: usize,
+    pub rate: Option<f64>,
+}
+
 /// Collects one request's events and turns them into a [`Report`].
 #[derive(Debug, Clone)]
 pub struct Meter {
@@ -207,6 +218,8 @@ pub struct Meter {
     done_ms: Option<f64>,
     /// Each verification of a speculative run.
     verifications: Vec<Verification>,
+    /// The page's: from opening the page to this run's request ([`Meter::page_opened`]).
+    page_open_ms: Option<f64>,
 }
 
 impl Meter {
@@ -227,7 +240,14 @@ impl Meter {
             text: String::new(),
             done_ms: None,
             verifications: Vec::new(),
+            page_open_ms: None,
         }
+    }
+
+    /// The page was opened `ms` before this run's request (the page measures it, and the report
+    /// adds the run's TTFT: `page_open_to_first_token_ms`).
+    pub fn page_opened(&mut self, ms: f64) {
+        self.page_open_ms = Some(ms.max(0.0));
     }
 
     pub fn observe(&mut self, event: &Event) {
@@ -310,6 +330,33 @@ impl Meter {
     /// from).
     pub fn set_source(&mut self, source: Source) {
         self.conditions.source = source;
+    }
+
+    /// How many arrivals of tokens so far: one a token for the engine, a stream's chunks that
+    /// brought tokens.
+    pub fn arrivals(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// The rate chart's points from arrival `from` on: each arrival's last output token (from
+    /// 0) and its rate, the tokens it brought over the gap since the arrival before, a second
+    /// (`None` for the first arrival, and for tokens stamped at once with the one before).
+    pub fn rate_points(&self, from: usize) -> Vec<RatePoint> {
+        let mut token: usize = self.chunks[..from.min(self.chunks.len())]
+            .iter()
+            .map(|c| c.1)
+            .sum();
+        (from..self.chunks.len())
+            .map(|k| {
+                let (t, n) = self.chunks[k];
+                token += n;
+                let gap = k.checked_sub(1).map(|p| t - self.chunks[p].0);
+                RatePoint {
+                    token: token - 1,
+                    rate: gap.filter(|&g| g > 0.0).map(|g| n as f64 * 1e3 / g),
+                }
+            })
+            .collect()
     }
 
     /// The generated text so far.
@@ -412,6 +459,7 @@ impl Meter {
             queued_ms: self.queued_ms,
             tokenize_ms: self.tokenize_ms,
             ttft_ms: ttft,
+            page_open_to_first_token_ms: self.page_open_ms.zip(ttft).map(|(open, t)| open + t),
             prefill_ms: self.prefill_ms,
             prefill_tps: self
                 .prefill_ms

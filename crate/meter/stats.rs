@@ -60,6 +60,26 @@ pub struct Spread {
     pub max: f64,
 }
 
+/// One run's figure over another's, as the page's lanes compare them (`1.50x` the decode tok/s):
+/// `None` where either is undefined, not finite, or the other's is 0.
+pub fn versus(figure: Option<f64>, other: Option<f64>) -> Option<f64> {
+    let (a, b) = (figure?, other?);
+    (a.is_finite() && b.is_finite() && b != 0.0).then(|| a / b)
+}
+
+#[cfg(test)]
+mod versus_tests {
+    use super::versus;
+
+    #[test]
+    fn a_figure_over_another_is_undefined_where_either_is() {
+        assert_eq!(versus(Some(3.0), Some(2.0)), Some(1.5));
+        assert_eq!(versus(None, Some(2.0)), None);
+        assert_eq!(versus(Some(3.0), Some(0.0)), None);
+        assert_eq!(versus(Some(f64::INFINITY), Some(2.0)), None);
+    }
+}
+
 /// The spread of `values`, ignoring any that are not finite (a figure a run did not have);
 /// `None` when none is.
 pub fn spread(values: &[f64]) -> Option<Spread> {

@@ -57,6 +57,23 @@ test('a preset URL runs stories260K, streams tokens and fills every figure', asy
   }
   assert.equal(await text(page, 'stop-reason'), 'max tokens');
   assert.equal(await page.getByTestId('error').isHidden(), true);
+  // Every figure the page shows is the meter's final report's, as the page formats it; "page open
+  // to first token" too: the page measures when it was opened and the meter adds the run's TTFT.
+  const shown = await page.evaluate(() => {
+    const report = /** @type {any} */ (globalThis).tokenometer.lastReport;
+    const pick = (/** @type {string} */ path) => path.split('.').reduce((v, k) => v?.[k], report);
+    const figures = [...document.querySelectorAll('#run-view [data-figure]')].map((el) => {
+      const node = /** @type {HTMLElement} */ (el);
+      const value = pick(node.dataset.figure ?? '');
+      const scaled = typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value;
+      return { figure: node.dataset.figure, text: node.textContent, expected: typeof scaled === 'number' && Number.isFinite(scaled) ? scaled.toFixed(Number(node.dataset.digits)) : '–' };
+    });
+    return { figures, openToFirst: report.page_open_to_first_token_ms, ttft: report.ttft_ms };
+  });
+  assert.ok(shown.figures.length >= 12, JSON.stringify(shown.figures));
+  for (const f of shown.figures) assert.equal(f.text, f.expected, `${f.figure} shows the report's`);
+  assert.ok(shown.openToFirst > shown.ttft, `page open to first token ${shown.openToFirst} ms, TTFT ${shown.ttft} ms`);
+  assert.equal(await text(page, 'metric-open-to-first-token-s'), (shown.openToFirst / 1000).toFixed(2));
   // The speed buttons' titles are the meter's comparison with a reader (meter::pace).
   assert.equal(await page.getByTestId('feel-5').getAttribute('title'), 'About as fast as people read: 238 words a minute at about 1.3 tokens a word is 5.2 tok/s');
   assert.match(await page.getByTestId('feel-20').getAttribute('title'), /^About 4 times reading speed: /);

@@ -7,7 +7,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::api::endpoint::request::{EndpointRequest, http_failure};
 use crate::api::endpoint::stream::StreamReader;
-use crate::api::web::js::{Pumped, js_error, to_js};
+use crate::api::web::js::{Pumped, js_error, now_epoch_ms, to_js};
 use crate::api::web::options::RunOptions;
 use crate::decode::Event;
 use crate::meter::{Conditions, EndpointInfo, Meter, Source, TokenCounts, word_ends_utf16};
@@ -52,11 +52,16 @@ impl EndpointRun {
             token_counts: TokenCounts::Chunks,
         };
         let source = Source::Endpoint(info.clone());
+        let mut meter = Meter::new(Conditions::of(source, sampling, 1), options.reading_wpm);
+        if let Some(opened) = options.page_opened_at {
+            // The request goes out as soon as it is made.
+            meter.page_opened(now_epoch_ms() - opened);
+        }
         Ok(EndpointRun {
             info,
             request,
             reader: StreamReader::new(None, options.max_tokens),
-            meter: Meter::new(Conditions::of(source, sampling, 1), options.reading_wpm),
+            meter,
             done: false,
         })
     }
@@ -107,6 +112,7 @@ impl EndpointRun {
     }
 
     fn pumped(&mut self, events: &[Event], t_ms: f64) -> JsValue {
+        let arrivals = self.meter.arrivals();
         for event in events {
             self.meter.observe(event);
         }
@@ -117,6 +123,7 @@ impl EndpointRun {
         };
         to_js(&Pumped {
             events,
+            points: self.meter.rate_points(arrivals),
             report,
             word_ends: word_ends_utf16(self.meter.text()),
             done: self.done,

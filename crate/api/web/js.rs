@@ -50,11 +50,13 @@ pub(crate) fn now_epoch_ms() -> f64 {
 }
 
 /// What a run's pump gives the page, a local run's or an endpoint's: its events in order, the
-/// meter's report as of the last, where each word of the output so far ends (UTF-16 offsets, the
-/// meter's word rule, so the page needs none of its own), and whether the run has ended.
+/// rate chart's points they add (the meter's), the meter's report as of the last, where each word
+/// of the output so far ends (UTF-16 offsets, the meter's word rule, so the page needs none of its
+/// own), and whether the run has ended.
 #[derive(Serialize)]
 pub(crate) struct Pumped<'a> {
     pub(crate) events: &'a [crate::decode::Event],
+    pub(crate) points: Vec<crate::meter::RatePoint>,
     pub(crate) report: crate::meter::Report,
     pub(crate) word_ends: Vec<usize>,
     pub(crate) done: bool,

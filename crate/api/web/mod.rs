@@ -156,6 +156,18 @@ pub fn kernel_check_for_tests() -> Result<JsValue, JsError> {
     serde_wasm_bindgen::to_value(&crate::cpu::check_against_scalar()).map_err(js_error)
 }
 
+/// Each pair's figure over the other (`[a0, b0, a1, b1, ...]` gives `[a0 / b0, a1 / b1, ...]`,
+/// `null` where undefined), by the meter's rule, for the lanes' verdicts.
+#[wasm_bindgen]
+pub fn versus(pairs: Vec<f64>) -> JsValue {
+    let defined = |v: f64| (!v.is_nan()).then_some(v);
+    let ratios: Vec<Option<f64>> = pairs
+        .chunks_exact(2)
+        .map(|p| crate::meter::versus(defined(p[0]), defined(p[1])))
+        .collect();
+    to_js(&ratios)
+}
+
 /// The spread of repeated measurements of one figure (`{ n, median, min, max }`, or `null` when
 /// no value is finite), computed by the meter's own rule so that the page computes no figure.
 #[wasm_bindgen]

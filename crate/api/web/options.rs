@@ -19,6 +19,10 @@ pub(crate) struct RunOptions {
     /// `performance.timeOrigin + performance.now()` when the user asked, on the page.
     #[serde(skip_serializing)]
     pub(crate) requested_at: Option<f64>,
+    /// `performance.timeOrigin`, for the page's first run: the report then says how long from
+    /// opening the page to the first token (`page_open_to_first_token_ms`).
+    #[serde(skip_serializing)]
+    pub(crate) page_opened_at: Option<f64>,
     pub(crate) reading_wpm: f64,
     /// Wrap the prompt in the model's chat template, when it has one.
     pub(crate) chat: bool,
@@ -55,6 +59,7 @@ impl Default for RunOptions {
             top_p: sampling.top_p,
             seed: sampling.seed,
             requested_at: None,
+            page_opened_at: None,
             reading_wpm: DEFAULT_READING_WPM,
             chat: GenerateOptions::default().chat,
             speculate: "off".into(),

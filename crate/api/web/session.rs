@@ -215,7 +215,7 @@ impl Session {
             }
             None => None,
         };
-        let run = MeteredRun::start(
+        let mut run = MeteredRun::start(
             &self.engine,
             &prompt,
             generate,
@@ -224,6 +224,11 @@ impl Session {
             self.warm_up_ms.get(),
         )
         .map_err(js_error)?;
+        if let Some(opened) = options.page_opened_at {
+            // From opening the page to the request; the report adds this run's TTFT.
+            let request = options.requested_at.unwrap_or_else(now_epoch_ms);
+            run.page_opened(request - opened);
+        }
         Ok(Run {
             engine: self.engine.clone(),
             state: Rc::new(RefCell::new(Some(run))),
@@ -253,9 +258,11 @@ impl Run {
         wasm_bindgen_futures::future_to_promise(async move {
             let busy = || JsValue::from(js_error("the run is already being pumped"));
             pumping(&state, busy, async |run: &mut MeteredRun| {
+                let arrivals = run.meter().arrivals();
                 let slice = slice(run, &engine, budget_ms).await.map_err(engine_error)?;
                 Ok(to_js(&Pumped {
                     events: &slice.events,
+                    points: run.meter().rate_points(arrivals),
                     report: run.report(),
                     word_ends: crate::meter::word_ends_utf16(run.text()),
                     done: run.is_done(),
