@@ -67,18 +67,6 @@ pub fn versus(figure: Option<f64>, other: Option<f64>) -> Option<f64> {
     (a.is_finite() && b.is_finite() && b != 0.0).then(|| a / b)
 }
 
-#[cfg(test)]
-mod versus_tests {
-    use super::versus;
-
-    #[test]
-    fn a_figure_over_another_is_undefined_where_either_is() {
-        assert_eq!(versus(Some(3.0), Some(2.0)), Some(1.5));
-        assert_eq!(versus(None, Some(2.0)), None);
-        assert_eq!(versus(Some(3.0), Some(0.0)), None);
-        assert_eq!(versus(Some(f64::INFINITY), Some(2.0)), None);
-    }
-}
 
 /// The spread of `values`, ignoring any that are not finite (a figure a run did not have);
 /// `None` when none is.
@@ -91,4 +79,17 @@ pub fn spread(values: &[f64]) -> Option<Spread> {
         min: finite.iter().copied().fold(f64::INFINITY, f64::min),
         max: p.max,
     })
+}
+
+#[cfg(test)]
+mod versus_tests {
+    use super::versus;
+
+    #[test]
+    fn a_figure_over_another_is_undefined_where_either_is() {
+        assert_eq!(versus(Some(3.0), Some(2.0)), Some(1.5));
+        assert_eq!(versus(None, Some(2.0)), None);
+        assert_eq!(versus(Some(3.0), Some(0.0)), None);
+        assert_eq!(versus(Some(f64::INFINITY), Some(2.0)), None);
+    }
 }
