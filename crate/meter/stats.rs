@@ -67,7 +67,6 @@ pub fn versus(figure: Option<f64>, other: Option<f64>) -> Option<f64> {
     (a.is_finite() && b.is_finite() && b != 0.0).then(|| a / b)
 }
 
-
 /// The spread of `values`, ignoring any that are not finite (a figure a run did not have);
 /// `None` when none is.
 pub fn spread(values: &[f64]) -> Option<Spread> {
