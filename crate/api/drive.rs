@@ -398,7 +398,8 @@ impl LoadLevel {
     }
 }
 
-#[cfg(test)]
+// Natively: it reads a model file and blocks on the pump.
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use std::cell::RefCell;
