@@ -639,8 +639,12 @@ showThreadsNote();
 el.run.addEventListener('click', run);
 // "Feel a speed": the last run replayed at 5, 20 or 200 tok/s, in the replay's own view (the URL
 // names the section).
-// Their titles compare each rate with a reader, as the meter words it (`meter::pace`).
+// Their titles compare each rate with a reader, as the meter words it (`meter::pace`). A file of
+// your own: the architectures the engine runs, as the engine names them.
 engine.defaults.then((d) => {
+  for (const note of document.querySelectorAll('[data-ref=architectures]')) {
+    note.textContent = `A GGUF (its tokenizer inside) runs in these architectures: ${d.architectures}. Another is named in one sentence.`;
+  }
   for (const [rate, title] of d.feel) {
     const button = document.querySelector(`button.feel[data-rate="${rate}"]`);
     if (button) /** @type {HTMLElement} */ (button).title = title;

@@ -31,6 +31,7 @@
  * @property {{ users: number, arrival: string, max_batch: number | null, max_tokens: number, reading_wpm: number }} lab
  * @property {{ threads: boolean, gpu: boolean }} build  what the worker's build of the engine can do
  * @property {[number, string][]} feel  the speed buttons' rates, each with how it compares with a reader (meter::pace)
+ * @property {string} architectures  the GGUF architectures the engine runs, with their models
  */
 
 /**

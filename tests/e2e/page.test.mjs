@@ -364,6 +364,18 @@ test('a broken model file gives a clear error, and the page still works', async 
   await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
   assert.match(await text(page, 'error'), /bad model file: .*truncated/);
   assert.equal(await text(page, 'status'), 'error');
+  // The file choice names the architectures a GGUF may have, and another is named in the error
+  // with them (stories260K's GGUF, its general.architecture rewritten as "mamba").
+  assert.match(await text(page, 'architectures-file'), /"llama" .*"gemma3" .*"qwen2" .*"qwen3" \(Qwen3\)/);
+  const gguf = Buffer.from(readFileSync(resolve(models, 'stories260K/stories260K-q8_0.gguf')));
+  const at = gguf.indexOf('llama', gguf.indexOf('general.architecture'));
+  gguf.write('mamba', at);
+  await page.getByTestId('model-file').setInputFiles({ name: 'mamba.gguf', mimeType: 'application/octet-stream', buffer: gguf });
+  await page.getByTestId('tokenizer-file').setInputFiles([]);
+  await page.getByTestId('run').click();
+  await page.waitForFunction(() => /mamba/.test(document.querySelector('[data-testid=error]').textContent), null, { timeout: 60_000 });
+  assert.match(await text(page, 'error'), /general\.architecture is "mamba"; this engine runs "llama" .*"qwen3" \(Qwen3\)$/);
+  await page.getByTestId('tokenizer-file').setInputFiles(resolve(models, 'stories260K/tok512.bin'));
   // The real file then loads and runs in the same page.
   await page.getByTestId('model-file').setInputFiles(resolve(models, 'stories260K/stories260K.bin'));
   await page.getByTestId('run').click();

@@ -82,6 +82,8 @@ pub fn defaults() -> JsValue {
         /// The speed buttons' rates, each with how it compares with a reader (the meter's
         /// reading speed and typical tokens a word).
         feel: Vec<(f64, String)>,
+        /// The GGUF architectures the engine runs, with the models of each, in one text.
+        architectures: &'static str,
     }
     /// What this build of the engine can do.
     #[derive(Serialize)]
@@ -102,6 +104,7 @@ pub fn defaults() -> JsValue {
             .iter()
             .map(|&rate| (rate, crate::meter::pace(rate, DEFAULT_READING_WPM)))
             .collect(),
+        architectures: crate::loading::arch::KNOWN,
     })
 }
 

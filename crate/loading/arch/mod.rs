@@ -32,9 +32,9 @@ pub fn find(name: &str) -> Result<&'static Arch> {
         })
 }
 
-/// [`ARCHITECTURES`] for an error, as one text (a list built at run time cost the page's wasm
-/// a kilobyte).
-const KNOWN: &str = "\"llama\" (Llama 2 and 3, SmolLM2, TinyLlama), \"gemma3\" (Gemma 3), \
+/// [`ARCHITECTURES`] for an error and the page's model list, as one text (a list built at run
+/// time cost the page's wasm a kilobyte).
+pub const KNOWN: &str = "\"llama\" (Llama 2 and 3, SmolLM2, TinyLlama), \"gemma3\" (Gemma 3), \
                      \"qwen2\" (Qwen2, Qwen2.5), \"qwen3\" (Qwen3)";
 
 #[cfg(test)]
