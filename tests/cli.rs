@@ -722,19 +722,25 @@ fn score_prints_each_position_s_choice_and_log_probabilities() {
     let (_, sequence) = reference_ids();
     let join = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
     let (prompt, given) = (join(&sequence[..20]), join(&sequence[20..60]));
-    let out = succeeded(tokenometer(&[
-        "score",
-        "--model",
-        &model(),
-        "--tokenizer",
-        &tok512(),
-        "--prompt-ids",
-        &prompt,
-        "--ids",
-        &given,
-        "--json",
-    ]));
-    let lines: Vec<serde_json::Value> = out
+    let score = |prompt: &str, ids: &str, json: bool| {
+        let (model, tok512) = (model(), tok512());
+        let mut args = vec![
+            "score",
+            "--model",
+            &model,
+            "--tokenizer",
+            &tok512,
+            "--prompt-ids",
+            prompt,
+            "--ids",
+            ids,
+        ];
+        if json {
+            args.push("--json");
+        }
+        tokenometer(&args)
+    };
+    let lines: Vec<serde_json::Value> = succeeded(score(&prompt, &given, true))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -747,56 +753,25 @@ fn score_prints_each_position_s_choice_and_log_probabilities() {
         assert!(line["logprob"].as_f64().unwrap() <= 0.0, "{line}");
     }
     // Another id than greedy's at the first position scores below greedy's choice.
-    let other = (sequence[20] + 1) % 512;
-    let out = succeeded(tokenometer(&[
-        "score",
-        "--model",
-        &model(),
-        "--tokenizer",
-        &tok512(),
-        "--prompt-ids",
-        &prompt,
-        "--ids",
-        &other.to_string(),
-        "--json",
-    ]));
+    let other = ((sequence[20] + 1) % 512).to_string();
+    let out = succeeded(score(&prompt, &other, true));
     let line: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert!(
         line["logprob"].as_f64() < line["argmax_logprob"].as_f64(),
         "{line}"
     );
     // The table form says how many positions agree.
-    let table = succeeded(tokenometer(&[
-        "score",
-        "--model",
-        &model(),
-        "--tokenizer",
-        &tok512(),
-        "--prompt-ids",
-        &prompt,
-        "--ids",
-        &given,
-    ]));
+    let table = succeeded(score(&prompt, &given, false));
     assert!(table.contains("40 of 40 positions"), "{table}");
-    let refuse = |ids: &str, expected: &str| {
-        assert_refused(
-            tokenometer(&[
-                "score",
-                "--model",
-                &model(),
-                "--tokenizer",
-                &tok512(),
-                "--prompt-ids",
-                "1",
-                "--ids",
-                ids,
-            ]),
-            expected,
-        )
-    };
-    refuse("5 512", "outside the model's vocabulary of 512");
-    refuse("5 -3", "\"-3\" is not a token id");
-    refuse("", "give at least one prompt id and one id to score");
+    assert_refused(
+        score("1", "5 512", false),
+        "outside the model's vocabulary of 512",
+    );
+    assert_refused(score("1", "5 -3", false), "\"-3\" is not a token id");
+    assert_refused(
+        score("1", "", false),
+        "give at least one prompt id and one id to score",
+    );
 }
 
 /// `perplexity` refuses a text too short for two windows and a window out of bounds, each in a
