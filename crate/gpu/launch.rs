@@ -476,6 +476,67 @@ impl Uploads {
     }
 }
 
+/// `a + b` (`b` may be one row, broadcast over `a`'s), the backend's float add called directly:
+/// the tensor API's `+` also takes quantized tensors, and so links burn's quantization kernels
+/// (with `Tensor::cat`'s, below: 87 kB of the page's wasm, twiggy, 2026-11-27).
+pub(crate) fn add(a: BurnTensor<2>, b: BurnTensor<2>) -> BurnTensor<2> {
+    use burn::backend::ops::FloatTensorOps;
+    BurnTensor::from_dispatch(<Dispatch as FloatTensorOps<Dispatch>>::float_add(
+        a.into_dispatch(),
+        b.into_dispatch(),
+    ))
+}
+
+/// `x`'s elements in `ranges`, the backend's float slice called directly (see [`add`]).
+pub(crate) fn slice<const D: usize>(
+    x: BurnTensor<D>,
+    ranges: [std::ops::Range<usize>; D],
+) -> BurnTensor<D> {
+    use burn::backend::ops::FloatTensorOps;
+    let slices = ranges.map(burn::tensor::Slice::from);
+    BurnTensor::from_dispatch(<Dispatch as FloatTensorOps<Dispatch>>::float_slice(
+        x.into_dispatch(),
+        &slices,
+    ))
+}
+
+/// `x` with `value` in `ranges`, the backend's float slice assignment called directly (see
+/// [`add`]).
+pub(crate) fn slice_assign<const D: usize>(
+    x: BurnTensor<D>,
+    ranges: [std::ops::Range<usize>; D],
+    value: BurnTensor<D>,
+) -> BurnTensor<D> {
+    use burn::backend::ops::FloatTensorOps;
+    let slices = ranges.map(burn::tensor::Slice::from);
+    BurnTensor::from_dispatch(<Dispatch as FloatTensorOps<Dispatch>>::float_slice_assign(
+        x.into_dispatch(),
+        &slices,
+        value.into_dispatch(),
+    ))
+}
+
+/// `parts` side by side along `dim` (0: rows, 1: columns), each assigned into its place in one
+/// empty tensor (as burn's own `cat` does for float tensors); burn's `Tensor::cat` also takes
+/// quantized tensors (see [`add`]).
+pub(crate) fn concat(parts: Vec<BurnTensor<2>>, dim: usize) -> BurnTensor<2> {
+    let mut shape = parts[0].dims();
+    shape[dim] = parts.iter().map(|p| p.dims()[dim]).sum();
+    let mut out = BurnTensor::<2>::empty(shape, &parts[0].device());
+    let mut at = 0;
+    for part in parts {
+        let [rows, cols] = part.dims();
+        let (r, c) = if dim == 0 {
+            (at..at + rows, 0..cols)
+        } else {
+            (0..rows, at..at + cols)
+        };
+        at += if dim == 0 { rows } else { cols };
+        out = slice_assign(out, [r, c], part);
+    }
+    out
+}
+
 /// [`FusedOps::fused_rms_norm`] on tensors.
 pub(crate) fn rms_norm(x: BurnTensor<2>, weight: BurnTensor<1>, eps: f32) -> BurnTensor<2> {
     BurnTensor::from_dispatch(<Dispatch as FusedOps>::fused_rms_norm(
@@ -599,12 +660,12 @@ pub(crate) fn linear(
     };
     match w {
         DeviceLinear::Parts(parts) => {
-            let y = BurnTensor::cat(
+            let y = concat(
                 parts.iter().map(|p| linear(x.clone(), p, None)).collect(),
                 1,
             );
             match residual {
-                Some(residual) => residual + y,
+                Some(residual) => add(residual, y),
                 None => y,
             }
         }

@@ -172,7 +172,8 @@ impl Ops for DeviceOps {
                 *t = if filled == 0 {
                     grown
                 } else {
-                    grown.slice_assign(kept.clone(), old.slice(kept.clone()))
+                    let old = gpu_kernels::slice(old, kept.clone());
+                    gpu_kernels::slice_assign(grown, kept.clone(), old)
                 };
             }
         }
@@ -242,7 +243,7 @@ impl Ops for DeviceOps {
             let rows = row..row + span.len;
             let part = |x: &Tensor<2>| {
                 let [_, width] = x.dims();
-                x.clone().slice([rows.clone(), 0..width])
+                gpu_kernels::slice(x.clone(), [rows.clone(), 0..width])
             };
             self.store(part(&k), part(&v), cache, layer, span.start);
             out = gpu_kernels::attention(
@@ -261,11 +262,11 @@ impl Ops for DeviceOps {
     }
 
     fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
-        x + y
+        gpu_kernels::add(x, y)
     }
 
     fn add_bias(&self, x: Tensor<2>, bias: &Tensor<1>) -> Tensor<2> {
-        x + bias.clone().unsqueeze::<2>()
+        gpu_kernels::add(x, bias.clone().unsqueeze::<2>())
     }
 
     fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
@@ -280,11 +281,11 @@ impl Ops for DeviceOps {
 
     fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
         let [_, width] = x.dims();
-        x.slice([rows, 0..width])
+        gpu_kernels::slice(x, [rows, 0..width])
     }
 
     fn cat(&self, parts: Vec<Tensor<2>>) -> Tensor<2> {
-        Tensor::cat(parts, 0)
+        gpu_kernels::concat(parts, 0)
     }
 
     fn logits(&self, x: Tensor<2>) -> Logits {
