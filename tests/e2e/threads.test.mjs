@@ -46,14 +46,19 @@ test('threads=2 runs the threaded build on two threads and gives one thread\'s t
   assert.match(await text(page, 'conditions'), /on cpu \[CPU \(SIMD128\+relaxed\), 2 threads\]/);
   const two = await text(page, 'output');
   assert.match(two, /^Once upon a time, there was a little girl named Lily\./);
+  const outputTokens = (await text(page, 'conditions')).match(/output \d+ tok/)[0];
   // Share keeps the threads.
   await page.getByTestId('share').click();
   assert.equal(new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('threads'), '2');
   // One thread: another build (relaxed, one thread), the same text.
   await page.getByTestId('threads').selectOption('1');
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => /\[CPU \(SIMD128\+relaxed\)\]/.test(document.querySelector('#run-view [data-testid=conditions]').textContent), null, { timeout: 120_000 });
-  await finished(page);
+  // The one-thread run is over when its conditions name its build and all its tokens and the
+  // status says done (the status alone could still be the last run's; seen once on a loaded run).
+  await page.waitForFunction((tokens) => {
+    const conditions = document.querySelector('#run-view [data-testid=conditions]').textContent;
+    return /\[CPU \(SIMD128\+relaxed\)\]/.test(conditions) && conditions.includes(tokens) && document.querySelector('[data-testid=status]').textContent === 'done';
+  }, outputTokens, { timeout: 120_000 });
   assert.equal(await text(page, 'output'), two);
 
   // The threaded build's kernels against the scalar ones, in this browser.
