@@ -188,9 +188,6 @@ async function ensureConnected(/** @type {{ url: string, model: string, key: str
 
 /** Load the form's configuration in the main engine (nothing to do if it is loaded). */
 async function ensureLoaded() {
-  if (endpointChoice()) {
-    throw new Error('lanes and the concurrency lab run a model in this tab: choose one under Model (to drive concurrent streams against an endpoint, tokenometer bench --endpoint URL --concurrency 1,4,8 does)');
-  }
   const want = spec({ backend: el.backend.value, quant: el.quant.value });
   if (engine.loadedKey === want.key) return;
   setStatus('downloading');
@@ -395,7 +392,13 @@ $('lanes').addEventListener('click', (/** @type {Event} */ e) => {
 
 /** @type {import('./lab.js').LabClient} */
 const labClient = {
-  ensureLoaded,
+  // The lab runs against the form's endpoint when it chose one.
+  async prepare() {
+    const choice = endpointChoice();
+    if (choice) return ensureConnected(choice);
+    await ensureLoaded();
+    return null;
+  },
   engine: () => engine,
   // One thing runs in the main engine at a time, so that neither measurement slows the other.
   claim(busy) {

@@ -259,15 +259,22 @@ export class EngineClient {
   }
 
   /**
-   * Run a concurrency lab with the loaded model. Resolves to its final load report.
-   * @param {object} options  crate/api/web/options.rs `LabOptions`
+   * Run a concurrency lab: with the loaded model (its users simulated in one batch), or against
+   * `endpoint` (as `connect` gave it, with its key: every user a real stream from this browser),
+   * metered by the engine either way. Resolves to its final load report.
+   * @param {object} options  crate/api/web/options.rs `LabOptions`, with `slo_ttft_ms` and `slo_tpot_ms`
    * @param {{ signal?: AbortSignal, onEvents?: (message: import('./protocol.js').LabEvents) => void }} [hooks]
+   * @param {import('./protocol.js').Endpoint | null} [endpoint]
    * @returns {Promise<any>}
    */
-  async lab(options, hooks = {}) {
-    const finished = await this.request({ type: 'lab', options }, (message) => {
+  async lab(options, hooks = {}, endpoint = null) {
+    await this.ready;
+    const request = endpoint ? { type: 'endpoint-lab', endpoint, options } : { type: 'lab', options };
+    const finished = await this.request(request, (message) => {
       if (message.type === 'lab-events') hooks.onEvents?.(message);
     }, (message) => message.type === 'lab-finished', hooks.signal);
+    /** the last lab level's final report, whose figures the lab shows */
+    this.lastLabReport = finished.report;
     return finished.report;
   }
 

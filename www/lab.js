@@ -1,8 +1,9 @@
 // @ts-check
-// The concurrency lab: N simulated users send requests to the engine at once (or as a Poisson
-// process); the engine batches them, and the view shows every user's text streaming in its own
-// lane, the aggregate and per-user needles side by side, and, for a sweep over 1, 2, 4, 8 and 16
-// users, the curve of aggregate tok/s rising while per-user tok/s falls and TTFT climbs.
+// The concurrency lab: N users send requests at once (or as a Poisson process), simulated in this
+// tab (the engine batches them) or as real streams from this browser to an endpoint (its server
+// batches them, or does not). The view shows every user's text streaming in its own lane, the
+// aggregate and per-user needles side by side, and, for a sweep over 1, 2, 4, 8 and 16 users, the
+// curve of aggregate tok/s rising while per-user tok/s falls and TTFT climbs.
 //
 // A component: `new ConcurrencyLab(root, client)` builds its view inside `root`, so the page can hold
 // more than one. Every figure comes from the engine's load report (computed in Rust); this file only
@@ -14,9 +15,20 @@ import { fillDefault, refs } from './dom.js';
 export const SWEEP_LEVELS = [1, 2, 4, 8, 16];
 
 /**
- * What the lab needs from the page: a loaded model and the engine it is loaded in.
+ * The most users the lab runs against an endpoint reached over `protocol`: a browser opens at most
+ * 6 connections to one server over HTTP/1.1 (Chromium's and Firefox's limit), so a seventh user
+ * would wait in this browser, not at the server, and the figures would blame the server for it.
+ * HTTP/2 and 3 carry every stream on one connection.
+ * @param {string | null} protocol  as the browser reached the endpoint (null: it did not say)
+ */
+export function endpointCap(protocol) {
+  return protocol === 'h2' || protocol === 'h3' ? 16 : 6;
+}
+
+/**
+ * What the lab needs from the page: a loaded model (or a reached endpoint) and the engine.
  * @typedef {object} LabClient
- * @property {() => Promise<void>} ensureLoaded  load the model the page's settings name
+ * @property {() => Promise<import('./protocol.js').Endpoint | null>} prepare  load the model the page's settings name, or reach the endpoint they name (and resolve to it)
  * @property {() => import('./engine-client.js').EngineClient} engine
  * @property {(busy: boolean) => boolean} claim  take (true) or give back (false) the engine; false when a single run holds it
  * @property {() => number} readingWpm
@@ -43,7 +55,9 @@ const TEMPLATE = `
     <span>Status: <strong data-testid="lab-status" data-ref="status" role="status">idle</strong></span>
   </div>
   <p class="error" data-testid="lab-error" data-ref="error" role="alert" hidden></p>
-  <p class="conditions" data-testid="lab-conditions" data-ref="conditions">Each user gets its own prompt; the engine runs them all in one batch, one forward pass a step.</p>
+  <p class="conditions" data-testid="lab-conditions" data-ref="conditions">Each user gets its own prompt; the engine runs them all in one batch, one forward pass a step.
+    Against an endpoint (Model: an OpenAI-compatible endpoint) every user is a real stream from this browser.</p>
+  <p class="conditions" data-testid="lab-cap" data-ref="cap" hidden></p>
   <div class="lab-needles">
     <div class="needle"><span class="label">aggregate</span>
       <span class="big"><span data-testid="lab-aggregate-tps" data-ref="aggregate">–</span> <small>tok/s</small></span></div>
@@ -62,6 +76,7 @@ const TEMPLATE = `
       <dd><span data-testid="lab-ceiling-tps" data-ref="ceiling">–</span> tok/s</dd></div>
   </dl>
   <p class="conditions" data-testid="lab-ceiling-rates" data-ref="ceilingRates" hidden></p>
+  <p class="error" data-testid="lab-failures" data-ref="failures" role="status" hidden></p>
   <div class="lab-lanes" data-ref="lanes"></div>
   <div class="lab-results">
     <figure>
@@ -125,12 +140,12 @@ export class ConcurrencyLab {
   async start() {
     const users = Number(this.ref.users.value);
     if (!Number.isInteger(users) || users < 1 || users > 16) return this.fail(`${this.ref.users.value} users: choose 1 to 16`);
-    await this.session([users]);
+    await this.session(() => [users]);
   }
 
-  /** Run every level of the sweep, one after another. */
+  /** Run every level of the sweep, one after another (against an endpoint, up to its cap). */
   async sweep() {
-    await this.session(SWEEP_LEVELS);
+    await this.session((cap) => [...SWEEP_LEVELS.filter((n) => n < cap), cap]);
   }
 
   stop() {
@@ -138,19 +153,32 @@ export class ConcurrencyLab {
     this.abort?.abort();
   }
 
-  /** @param {number[]} levels */
-  async session(levels) {
+  /**
+   * Run the levels `pick` gives (from the most users this lab may run: 16 in this tab, an
+   * endpoint's cap against one).
+   * @param {(cap: number) => number[]} pick
+   */
+  async session(pick) {
     if (!this.client.claim(true)) return this.fail('a single run is in progress: stop it or let it finish first');
     this.ref.error.hidden = true;
     this.stopped = false;
     this.setBusy(true);
     try {
       this.setStatus('loading');
-      await this.client.ensureLoaded();
+      const endpoint = await this.client.prepare();
+      const cap = endpoint ? endpointCap(endpoint.protocol) : 16;
+      this.ref.cap.hidden = !endpoint;
+      if (endpoint) {
+        this.ref.cap.textContent = `Against ${endpoint.base}: every user is a real stream from this browser, at most ${cap} at once ` +
+          (cap < 16 ? `(the browser reached it over ${endpoint.protocol ?? 'HTTP/1.1 or a protocol it did not name'}, and a browser opens at most 6 connections to one server: more users would wait in this browser, not at the server)` : `(over ${endpoint.protocol}, one connection carries them all)`);
+      }
+      const levels = pick(cap);
+      const over = levels.find((n) => n > cap);
+      if (over) throw new Error(`${over} users: against this endpoint the lab runs at most ${cap} at once, as the line above says why; tokenometer bench --endpoint ${endpoint?.base} --concurrency ${over} drives more`);
       for (const [i, users] of levels.entries()) {
         if (this.stopped) break;
         this.setStatus(levels.length > 1 ? `running ${users} users (level ${i + 1} of ${levels.length})` : `running ${users} users`);
-        const report = await this.level(users);
+        const report = await this.level(users, endpoint);
         this.client.finished(report);
         this.levels.push(report);
         this.addLevelRow(report);
@@ -167,11 +195,13 @@ export class ConcurrencyLab {
   }
 
   /**
-   * One lab run of `users` users; resolves to its final load report.
+   * One lab run of `users` users (against `endpoint`, when not null); resolves to its final load
+   * report.
    * @param {number} users
+   * @param {import('./protocol.js').Endpoint | null} endpoint
    * @returns {Promise<any>}
    */
-  level(users) {
+  level(users, endpoint) {
     const lanes = this.makeLanes(users);
     /** @type {string[]} */
     const texts = Array.from({ length: users }, () => '');
@@ -189,14 +219,15 @@ export class ConcurrencyLab {
       signal: this.abort.signal,
       onEvents: (message) => {
         for (const { seq, ...event } of message.events) {
-          if (event.event === 'token') texts[seq] += event.text;
+          // A local user's tokens, or an endpoint's chunks (each one or more tokens).
+          if (event.event === 'token' || event.event === 'chunk') texts[seq] += event.text;
           else if (event.event === 'done') texts[seq] += event.trailing_text;
         }
         for (const [seq, lane] of lanes.entries()) lane.text.textContent = texts[seq].slice(-400);
         for (const figures of message.users ?? []) this.laneFigures(lanes[figures.seq], figures);
         this.showReport(message.report);
       },
-    }).then((report) => {
+    }, endpoint).then((report) => {
       this.showReport(report);
       return report;
     });
@@ -260,6 +291,10 @@ export class ConcurrencyLab {
     r.goodput.textContent = format(report.goodput?.requests_per_s, 2);
     r.goodShare.textContent = report.goodput ? format(100 * report.goodput.share, 0) : '–';
     r.conditions.textContent = report.summary;
+    // Requests that failed (an endpoint's refusals, a broken stream), each reason once.
+    const failures = report.failures ?? [];
+    r.failures.hidden = !failures.length;
+    r.failures.textContent = failures.map(([why, n]) => `${n} ${n === 1 ? 'request' : 'requests'} failed: ${why}`).join(' · ');
     const products = report.products_alone;
     r.ceiling.textContent = format(products?.tps, 0);
     r.ceilingRates.textContent = products ? `Ceiling, the step's matrix products alone at ${describeProducts(products)}` : '';

@@ -45,10 +45,11 @@
  * @typedef {{ type: 'draft', id: number }} DraftRequest  load the draft model (the loaded model at q4) for `speculate: 'draft'`
  * @typedef {{ type: 'cancel', id: number }} CancelRequest  `id`: the run or lab to stop
  * @typedef {{ url: string, model?: string, key?: string }} EndpointChoice  an OpenAI-compatible server as the visitor named it (`key`: in memory only)
- * @typedef {{ base: string, model: string, server: string | null, key?: string }} Endpoint  the same, reached: the API's base, the model asked for, the server's software
+ * @typedef {{ base: string, model: string, server: string | null, protocol: string | null, key?: string }} Endpoint  the same, reached: the API's base, the model asked for, the server's software, the HTTP version the browser reached it by (`http/1.1`, `h2`, `h3`; null where the browser does not say)
  * @typedef {{ type: 'connect', id: number } & EndpointChoice} ConnectRequest  reach an endpoint (GET /models)
  * @typedef {{ type: 'endpoint-run', id: number, endpoint: Endpoint, prompt: string, options: object }} EndpointRunRequest  stream one request from it, metered
- * @typedef {LoadRequest | RunRequest | LabRequest | ChatRequest | SpreadRequest | VersusRequest | DraftRequest | CancelRequest | ConnectRequest | EndpointRunRequest} Request
+ * @typedef {{ type: 'endpoint-lab', id: number, endpoint: Endpoint, options: object }} EndpointLabRequest  a concurrency lab of real streams from it, metered (answered as a lab is)
+ * @typedef {LoadRequest | RunRequest | LabRequest | ChatRequest | SpreadRequest | VersusRequest | DraftRequest | CancelRequest | ConnectRequest | EndpointRunRequest | EndpointLabRequest} Request
  */
 
 /**

@@ -225,69 +225,169 @@ async function connect({ id, url, model, key }) {
     // Some servers have no /models; a named model does without it.
     throw new Error(httpFailure(listing, response.status, await response.text()));
   }
-  post({ type: 'connected', id, endpoint: { base, model: name, server: response.headers.get('server') } });
+  // How the browser reached it (where the browser says): over HTTP/2 or 3 one connection carries
+  // many streams, over HTTP/1.1 a browser opens at most 6 to one server (the lab's cap).
+  const protocol = /** @type {PerformanceResourceTiming | undefined} */ (performance.getEntriesByName(listing).pop())?.nextHopProtocol || null;
+  post({ type: 'connected', id, endpoint: { base, model: name, server: response.headers.get('server'), protocol } });
 }
 
-async function endpointRun({ id, endpoint, prompt, options }) {
-  await ready;
-  const { EndpointRun, httpFailure } = await engine;
-  phase = 'streaming from the endpoint';
-  const run = new EndpointRun(endpoint.base, endpoint.model, endpoint.server ?? undefined, prompt, options);
-  const abort = new AbortController();
-  aborts.set(id, abort);
-  if (cancelled.delete(id)) abort.abort();
-  // Times are from sending the request, taken as each read's bytes arrive (before they are read).
-  const start = performance.now();
-  const since = () => performance.now() - start;
-  try {
-    let response = null;
-    // Ask for each chunk's count; a server that refuses the fields (400) is asked again without.
-    for (const counts of [true, false]) {
-      if (abort.signal.aborted) break;
-      try {
-        response = await fetch(run.url(), {
-          method: 'POST', signal: abort.signal, body: run.body(counts),
-          headers: { 'Content-Type': 'application/json', ...authorization(endpoint.key) },
-        });
-      } catch (e) {
-        if (abort.signal.aborted) break;
-        throw new Error(unreachable(run.url()));
-      }
-      if (response.ok || (response.status !== 400 && response.status !== 422)) break;
+/**
+ * POST a streamed request to `url`, first asking for each chunk's count, then (from a server that
+ * refuses those fields with 400 or 422) without. Resolves to the answer, or null once `signal`
+ * stopped it; an HTTP failure or a server out of reach throws its sentence.
+ * @param {string} url
+ * @param {(counts: boolean) => string} body
+ * @param {string | undefined} key
+ * @param {AbortSignal} signal
+ */
+async function openStream(url, body, key, signal) {
+  const { httpFailure } = await engine;
+  let response = null;
+  for (const counts of [true, false]) {
+    if (signal.aborted) return null;
+    try {
+      response = await fetch(url, {
+        method: 'POST', signal, body: body(counts),
+        headers: { 'Content-Type': 'application/json', ...authorization(key) },
+      });
+    } catch {
+      if (signal.aborted) return null;
+      throw new Error(unreachable(url));
     }
-    if (response && !response.ok) throw new Error(httpFailure(run.url(), response.status, await response.text()));
-    const reader = response?.body?.getReader();
-    let ended = false;
-    // The final report comes with the last read's events.
-    let report = null;
-    while (reader && !abort.signal.aborted) {
+    if (response.ok || (response.status !== 400 && response.status !== 422)) break;
+  }
+  if (response && !response.ok) throw new Error(httpFailure(url, response.status, await response.text()));
+  return response;
+}
+
+/**
+ * Hand each read of `response`'s stream to `take` with when its bytes arrived (`since()`, taken
+ * before they are read), and `null` when the stream closes, until `take` says the stream has
+ * ended. Resolves to whether it ended (false: stopped by `signal`).
+ * @param {Response | null} response
+ * @param {string} url
+ * @param {AbortSignal} signal
+ * @param {() => number} since
+ * @param {(bytes: Uint8Array | null, t: number) => boolean} take
+ */
+async function readStream(response, url, signal, since, take) {
+  const reader = response?.body?.getReader();
+  try {
+    while (reader && !signal.aborted) {
       let read;
       try {
         read = await reader.read();
       } catch (e) {
-        if (abort.signal.aborted) break;
-        throw new Error(`the stream from ${run.url()} broke: ${e?.message ?? e}`);
+        if (signal.aborted) break;
+        throw new Error(`the stream from ${url} broke: ${e?.message ?? e}`);
       }
-      const t = since();
-      const pumped = read.done ? run.finish(t, false) : run.feed(read.value, t);
+      if (take(read.done ? null : read.value, since()) || read.done) return true;
+    }
+    return false;
+  } finally {
+    reader?.cancel().catch(() => {});
+  }
+}
+
+/** An AbortController for request `id`, which a stop for it aborts. */
+function abortFor(id) {
+  const abort = new AbortController();
+  aborts.set(id, abort);
+  if (cancelled.delete(id)) abort.abort();
+  return abort;
+}
+
+async function endpointRun({ id, endpoint, prompt, options }) {
+  await ready;
+  const { EndpointRun } = await engine;
+  phase = 'streaming from the endpoint';
+  const run = new EndpointRun(endpoint.base, endpoint.model, endpoint.server ?? undefined, prompt, options);
+  const abort = abortFor(id);
+  // Times are from sending the request, taken as each read's bytes arrive (before they are read).
+  const start = performance.now();
+  const since = () => performance.now() - start;
+  try {
+    const url = run.url();
+    // The final report comes with the last read's events.
+    let report = null;
+    const response = await openStream(url, (counts) => run.body(counts), endpoint.key, abort.signal);
+    const ended = await readStream(response, url, abort.signal, since, (bytes, t) => {
+      const pumped = bytes ? run.feed(bytes, t) : run.finish(t, false);
       post({ type: 'events', id, ...pumped });
       report = pumped.report;
-      if (pumped.done) {
-        ended = true;
-        break;
-      }
-    }
+      return pumped.done;
+    });
     if (!ended) {
       const stopped = run.finish(since(), true);
       post({ type: 'events', id, ...stopped });
       report = stopped.report;
     }
-    reader?.cancel().catch(() => {});
     post({ type: 'finished', id, report });
   } finally {
     aborts.delete(id);
     cancelled.delete(id);
     run.free();
+    phase = 'idle';
+  }
+}
+
+/** Resolves after `ms`, or at once when `signal` stops. */
+const sleep = (ms, signal) => new Promise((resolve) => {
+  const timer = setTimeout(resolve, Math.max(0, ms));
+  signal.addEventListener('abort', () => {
+    clearTimeout(timer);
+    resolve(undefined);
+  }, { once: true });
+});
+
+// The concurrency lab against an endpoint: every user a real stream from this browser, each read
+// and metered by the engine (crate/api/web/endpoint_lab.rs); the lab's view is sent ten times a
+// second, whatever the streams' pace.
+async function endpointLab({ id, endpoint, options }) {
+  await ready;
+  const { EndpointLab } = await engine;
+  phase = 'running the concurrency lab against the endpoint';
+  const { slo_ttft_ms: ttft, slo_tpot_ms: tpot, ...rest } = options;
+  const lab = new EndpointLab(endpoint.base, endpoint.model, endpoint.server ?? undefined, rest, ttft ?? undefined, tpot ?? undefined);
+  const abort = abortFor(id);
+  const url = lab.url();
+  const start = performance.now();
+  let events = [];
+  const flush = () => {
+    post({ type: 'lab-events', id, events, ...lab.snapshot() });
+    events = [];
+  };
+  const timer = setInterval(flush, 100);
+  /** User `seq`: its request at `at` ms, its stream read to the end (or the stop). */
+  const user = async (seq, at) => {
+    await sleep(start + at - performance.now(), abort.signal);
+    if (abort.signal.aborted) return;
+    const made = performance.now();
+    lab.arrive(seq, made - start);
+    const since = () => performance.now() - made;
+    try {
+      const response = await openStream(url, (counts) => lab.body(seq, counts), endpoint.key, abort.signal);
+      const ended = await readStream(response, url, abort.signal, since, (bytes, t) => {
+        const read = bytes ? lab.feed(seq, bytes, t) : lab.finish(seq, t, false);
+        events.push(...read.events);
+        return read.done;
+      });
+      if (!ended) events.push(...lab.finish(seq, since(), true).events);
+    } catch (e) {
+      // One user's failure is in the report; the others go on.
+      lab.fail(seq, e?.message ?? String(e));
+    }
+  };
+  try {
+    await Promise.all(Array.from(lab.arrivals(), (at, seq) => user(seq, at)));
+    clearInterval(timer);
+    flush();
+    post({ type: 'lab-finished', id, report: lab.report() });
+  } finally {
+    clearInterval(timer);
+    aborts.delete(id);
+    cancelled.delete(id);
+    lab.free();
     phase = 'idle';
   }
 }
@@ -332,6 +432,7 @@ self.onmessage = async ({ data }) => {
     else if (data.type === 'draft') await draft(data);
     else if (data.type === 'connect') await connect(data);
     else if (data.type === 'endpoint-run') await endpointRun(data);
+    else if (data.type === 'endpoint-lab') await endpointLab(data);
     else if (data.type === 'spread') {
       await ready;
       const { spread } = await engine;

@@ -78,8 +78,9 @@ pub struct EndpointInfo {
     pub token_counts: TokenCounts,
 }
 
-/// Where a remote run's token counts came from, most trusted first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Where a remote run's token counts came from, most trusted first (so the greater of two is the
+/// less trusted: a level's counts are the `max` of its requests').
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TokenCounts {
     /// Usage on every chunk (vLLM's `continuous_usage_stats`) or llama.cpp's per-token timings:

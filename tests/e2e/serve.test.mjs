@@ -140,3 +140,68 @@ test('lanes put a model in this tab beside an endpoint, with the verdict', async
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+/** A counter from the server's /metrics (its Prometheus text), by name. */
+async function counter(name) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const found = text.match(new RegExp(`^tokenometer:${name}(?:\\{[^}]*\\})? (\\d+)`, 'm'));
+  assert.ok(found, `${name} in /metrics: ${text.slice(0, 400)}`);
+  return Number(found[1]);
+}
+
+test('the concurrency lab drives 4 real streams against the server, with goodput, its counts the server\'s own', async () => {
+  const { page, errors } = await openPage(browser, `${base}/`);
+  await page.waitForFunction(() => document.querySelector('[data-testid=model]').value === 'server', null, { timeout: 60_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=lab-users]').value !== '', null, { timeout: 60_000 });
+  const labDone = async () => {
+    await page.waitForFunction(() => ['done', 'error', 'stopped'].includes(document.querySelector('[data-testid=lab-status]').textContent), null, { timeout: 120_000 });
+    return page.getByTestId('lab-status').textContent();
+  };
+  // Over HTTP/1.1 a browser opens at most 6 connections to one server: 8 users are refused, saying why.
+  await page.getByTestId('lab-users').fill('8');
+  await page.getByTestId('lab-start').click();
+  assert.equal(await labDone(), 'error');
+  const refused = await page.getByTestId('lab-error').textContent();
+  assert.match(refused, /^8 users: against this endpoint the lab runs at most 6 at once/);
+  const cap = await page.getByTestId('lab-cap').textContent();
+  assert.ok(cap.includes(`Against ${base}/v1: every user is a real stream from this browser, at most 6 at once`), cap);
+
+  const before = { served: await counter('generation_tokens_total'), prompt: await counter('prompt_tokens_total') };
+  await page.getByTestId('lab-users').fill('4');
+  await page.getByTestId('lab-max').fill('16');
+  await page.getByTestId('lab-slo-ttft').fill('600000');
+  await page.getByTestId('lab-start').click();
+  assert.equal(await labDone(), 'done', await page.getByTestId('lab-error').textContent());
+  const text = (id) => page.getByTestId(id).textContent();
+  assert.equal(await text('lab-completed'), '4 of 4');
+  const conditions = await text('lab-conditions');
+  for (const part of [`at ${base}/v1 (tokenometer/`, '4 users', 'burst arrival', 'up to 16 tokens each', 'tokens counted by the server, chunk by chunk']) {
+    assert.ok(conditions.includes(part), `lab conditions show ${part}: ${conditions}`);
+  }
+  // Each user's lane streamed its own text, and every figure is there.
+  const lanes = page.getByTestId('lab-lane');
+  assert.equal(await lanes.count(), 4);
+  for (let i = 0; i < 4; i += 1) {
+    assert.ok((await lanes.nth(i).locator('.lane-text').textContent()).length > 10, `lane ${i + 1} has text`);
+    assert.match(await lanes.nth(i).locator('.lane-state').textContent(), /^(max tokens|eos)$/);
+  }
+  for (const id of ['lab-aggregate-tps', 'lab-per-user-tps', 'lab-ttft-p99-ms', 'lab-goodput']) {
+    const value = Number(await text(id));
+    assert.ok(value > 0, `${id}: ${value}`);
+  }
+  assert.equal(await text('lab-good-share'), '100');
+  // No ceiling is measured for an endpoint: its products run on the server.
+  assert.equal(await text('lab-ceiling-tps'), '–');
+  assert.equal(await page.getByTestId('lab-failures').isHidden(), true, await text('lab-failures'));
+  // The tokens the lab counted are the ones the server says it generated for these four requests.
+  const row = page.getByTestId('lab-level');
+  assert.equal(await row.count(), 1);
+  const after = { served: await counter('generation_tokens_total'), prompt: await counter('prompt_tokens_total') };
+  const report = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastLabReport);
+  assert.ok(report, 'the lab\'s reports are readable');
+  assert.equal(report.output_tokens, after.served - before.served);
+  assert.equal(report.prompt_tokens, after.prompt - before.prompt);
+  assert.equal(report.requests, 4);
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::api::cli::runs::{Output, print_level_header, print_level_row, print_runs, table};
-use crate::api::endpoint::level::{EndpointLevel, least_trusted, run_level};
+use crate::api::endpoint::level::{EndpointLevel, run_level};
 use crate::api::endpoint::{Endpoint, EndpointRequest, Outcome};
 use crate::decode::{Arrival, Event, Flow};
 use crate::error::Error;
@@ -164,7 +164,7 @@ pub(super) fn bench(
                 crate::meter::Source::Endpoint(e) => Some(e.token_counts),
                 crate::meter::Source::Engine(_) => None,
             })
-            .fold(TokenCounts::ChunkUsage, least_trusted);
+            .fold(TokenCounts::ChunkUsage, TokenCounts::max);
         for r in &mut reports {
             r.conditions.source = endpoint.source(counts);
             r.summary = r.conditions.summary();

@@ -88,7 +88,7 @@ pub async fn run_level(
                             m.set_server_timings(outcome.server_timings);
                         }
                         let mut least = counts.lock().unwrap();
-                        *least = least_trusted(*least, outcome.token_counts);
+                        *least = (*least).max(outcome.token_counts);
                     }
                     Err(e) => meter.lock().unwrap().fail(seq, e.to_string()),
                 }
@@ -107,15 +107,4 @@ pub async fn run_level(
     let counts = *counts.lock().unwrap();
     meter.set_source(endpoint.source(counts));
     meter.report()
-}
-
-/// The less trusted of two ways of counting (docs/endpoints.md orders them).
-pub fn least_trusted(a: TokenCounts, b: TokenCounts) -> TokenCounts {
-    let rank = |c: TokenCounts| match c {
-        TokenCounts::ChunkUsage => 0,
-        TokenCounts::FinalUsage => 1,
-        TokenCounts::Tokenizer => 2,
-        TokenCounts::Chunks => 3,
-    };
-    if rank(a) >= rank(b) { a } else { b }
 }

@@ -24,7 +24,7 @@ pub struct Lab {
 
 /// One user's figures so far, for its lane.
 #[derive(Serialize)]
-struct UserFigures {
+pub(crate) struct UserFigures {
     seq: usize,
     tokens: usize,
     ttft_ms: Option<f64>,
@@ -108,7 +108,7 @@ impl Lab {
                 }
                 Ok(to_js(&Pumped {
                     events: &slice.events,
-                    users: figures(lab),
+                    users: figures(lab.users(), |seq| lab.user(seq)),
                     report: lab.report(),
                     done: lab.is_done(),
                     wait_ms: slice.wait_ms,
@@ -138,11 +138,14 @@ impl Lab {
     }
 }
 
-/// Every arrived user's figures so far.
-fn figures(lab: &LoadLevel) -> Vec<UserFigures> {
-    (0..lab.users())
+/// Every arrived user's figures so far, of `users` users whose meters `meter` gives.
+pub(crate) fn figures<'a>(
+    users: usize,
+    meter: impl Fn(usize) -> Option<&'a crate::meter::Meter>,
+) -> Vec<UserFigures> {
+    (0..users)
         .filter_map(|seq| {
-            let r = lab.user(seq)?.final_report();
+            let r = meter(seq)?.final_report();
             Some(UserFigures {
                 seq,
                 tokens: r.conditions.output_tokens,

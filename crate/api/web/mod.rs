@@ -8,6 +8,7 @@
 
 mod chat;
 mod endpoint;
+mod endpoint_lab;
 mod js;
 mod lab;
 mod options;
@@ -19,6 +20,7 @@ use crate::api::web::js::{js_error, to_js};
 
 pub use chat::ChatRun;
 pub use endpoint::EndpointRun;
+pub use endpoint_lab::EndpointLab;
 pub use lab::Lab;
 pub use session::{Run, Session, load_session};
 
