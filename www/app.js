@@ -235,6 +235,10 @@ async function runOnce(signal) {
   const choice = endpointChoice();
   const endpoint = choice ? await ensureConnected(choice) : null;
   view.clear(prompt);
+  // The engine on every core leaves the page none to draw with: the view draws ten times a second
+  // then, not every frame (run-view.js `paceMs`; docs/measurements.md, the page at threads = cores).
+  view.conditionsNote = conditionsNote();
+  view.paceMs = !endpoint && buildFor(el.backend.value, chosenThreads()).threads >= CORES ? PACE_ON_EVERY_CORE_MS : 0;
   // Until the page has shown its first token, a run says when the page was opened, and its report
   // gives the time from then to its first token (the meter's `page_open_to_first_token_ms`: the
   // engine's compile, the download, the load, the warm-up and the run's TTFT).
@@ -248,7 +252,6 @@ async function runOnce(signal) {
         view.setOpenToFirst(openToFirst / 1000);
       }
       view.update(message);
-      if (message.report) view.setConditions(conditions(message.report));
     },
   };
   // The queue starts once the model is ready: loading and warm-up are reported on their own.
@@ -256,12 +259,14 @@ async function runOnce(signal) {
     ? await engine.endpointRun(endpoint, prompt, { ...options, ...opened }, hooks)
     : await engine.run(prompt, { ...options, ...opened, requested_at: performance.timeOrigin + performance.now() }, hooks);
   view.finish(report);
-  view.setConditions(conditions(report));
   return report;
 }
 
-/** @param {any} report */
-const conditions = (report) => `${report.summary}${engine.loaded?.info?.build_note ? ` · ${engine.loaded.info.build_note}` : ''}${state.warmUpMs !== null ? ` · warm-up ${state.warmUpMs.toFixed(0)} ms (apart)` : ''}`;
+/** The least time between two drawings of a run whose engine takes every core. */
+const PACE_ON_EVERY_CORE_MS = 100;
+
+/** What the page adds to a run's conditions line: why fewer threads run than were chosen, and the warm-up. */
+const conditionsNote = () => `${engine.loaded?.info?.build_note ? ` · ${engine.loaded.info.build_note}` : ''}${state.warmUpMs !== null ? ` · warm-up ${state.warmUpMs.toFixed(0)} ms (apart)` : ''}`;
 
 async function run() {
   if (state.running || state.labBusy) return;

@@ -68,6 +68,23 @@ export class RunView {
     /** @type {HTMLElement[]} */
     this.figureNodes = [...root.querySelectorAll('[data-figure]')].map((n) => /** @type {HTMLElement} */ (n));
     this.frame = 0;
+    /**
+     * The least time between two drawings, in ms (0: every frame that has something new). Each
+     * drawing costs the whole machine more than its script: on this project's 2-core machine
+     * (headless Chromium, software compositing) a frame of this page took about 7 ms of the
+     * page's main thread and as much again in the compositor and raster threads (a trace of
+     * SmolLM2 Q8_0's 128 tokens: 0.96 s of main thread, 0.76 s of compositor, display and
+     * raster, in 2 s), so the page sets a pace when the engine runs on every core.
+     */
+    this.paceMs = 0;
+    /** when the last drawing began (performance.now()) */
+    this.lastDrawn = -Infinity;
+    /** what the page adds to a run's conditions line (its build's note, the warm-up) */
+    this.conditionsNote = '';
+    /** whether events or a report came since the last drawing (else only the reading cursor moves) */
+    this.changed = true;
+    /** @type {ReturnType<typeof setTimeout> | undefined} the reading cursor's next step */
+    this.readerTick = undefined;
     this.clear('');
   }
 
@@ -105,7 +122,7 @@ export class RunView {
 
   /** @param {string} text */
   setConditions(text) {
-    this.ref.conditions.textContent = text;
+    setText(this.ref.conditions, text);
   }
 
   /** @param {number} seconds */
@@ -154,7 +171,11 @@ export class RunView {
   finish(report) {
     if (report) this.report = report;
     this.running = false;
-    this.scheduleRender();
+    // Drawn now, whatever the pace: the run's final figures are on the page when it says done.
+    if (this.frame > 0) cancelAnimationFrame(this.frame);
+    this.frame = 0;
+    this.changed = true;
+    this.render();
   }
 
   /** @returns {RunRecord} the run as shown, for replay */
@@ -202,28 +223,60 @@ export class RunView {
     return performance.now() - start;
   }
 
-  scheduleRender() {
-    if (!this.frame) this.frame = requestAnimationFrame(() => this.render());
+  /**
+   * Draw at the next frame: what changed since the last (`changed`: new events or a report; false:
+   * the reading cursor alone). At most one drawing a frame, and none while nothing changes: on a
+   * page whose engine runs on every core, each drawing takes its time from the engine (measured
+   * with tests/bench/page_threads.mjs: SmolLM2 Q8_0 at 2 threads on 2 cores decoded at 0.53x the
+   * harness's worker alone while the view redrew every frame).
+   */
+  scheduleRender(changed = true) {
+    this.changed ||= changed;
+    if (this.frame) return;
+    // At most one drawing each `paceMs` (after the last began), at a frame.
+    const wait = this.paceMs - (performance.now() - this.lastDrawn);
+    const draw = () => {
+      this.frame = requestAnimationFrame(() => {
+        this.lastDrawn = performance.now();
+        this.render();
+      });
+    };
+    if (wait > 0) {
+      this.frame = -1;
+      setTimeout(draw, wait);
+    } else {
+      draw();
+    }
   }
 
   render() {
     this.frame = 0;
+    clearTimeout(this.readerTick);
     const report = this.report;
-    if (report && this.replayRate === null) {
-      for (const node of this.figureNodes) {
-        const value = pick(report, node.dataset.figure ?? '');
-        node.textContent = format(typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value, Number(node.dataset.digits));
+    if (this.changed) {
+      this.changed = false;
+      if (report && this.replayRate === null) {
+        setText(this.ref.conditions, `${report.summary}${this.conditionsNote}`);
+        for (const node of this.figureNodes) {
+          const value = pick(report, node.dataset.figure ?? '');
+          setText(node, format(typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value, Number(node.dataset.digits)));
+        }
+        setText(this.ref.live, format(this.running ? report.live_decode_tps : report.decode_tps, 0));
+        if (this.ref.speculationSteps) {
+          setText(this.ref.speculationSteps, report.speculation?.steps_summary ?? '');
+          this.ref.speculationSteps.hidden = !this.ref.speculationSteps.textContent;
+        }
       }
-      this.ref.live.textContent = format(this.running ? report.live_decode_tps : report.decode_tps, 0);
-      if (this.ref.speculationSteps) {
-        this.ref.speculationSteps.textContent = report.speculation?.steps_summary ?? '';
-        this.ref.speculationSteps.hidden = !this.ref.speculationSteps.textContent;
-      }
+      this.drawChart();
     }
     this.renderText();
-    this.drawChart();
-    // Keep the reading cursor moving until the reader has caught up.
-    if (this.running || this.readerWords() < this.wordEnds.length) this.scheduleRender();
+    // The reading cursor moves a word at a time: draw again when the reader reaches the next
+    // word, until the reader has caught up.
+    const words = this.readerWords();
+    if (this.readerStart !== null && words < this.wordEnds.length) {
+      const next = ((Math.floor(words) + 1 - words) * 60000) / this.wpm();
+      this.readerTick = setTimeout(() => this.scheduleRender(false), Math.max(16, next));
+    }
   }
 
   readerWords() {
@@ -312,6 +365,15 @@ export class RunView {
     ctx.stroke();
     ctx.lineWidth = 1;
   }
+}
+
+/**
+ * Set `node`'s text, leaving it alone when it is the same (a write would lay the page out again).
+ * @param {HTMLElement} node
+ * @param {string} text
+ */
+function setText(node, text) {
+  if (node.textContent !== text) node.textContent = text;
 }
 
 /**
