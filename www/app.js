@@ -698,7 +698,8 @@ async function findFetchedModels() {
       option.textContent = m.label.replace('(', `(local, ${formatBytes(bytes)}, `);
       if (m.default && !urlChoseModel() && !missing.length && !state.modelTouched) {
         el.model.value = m.id;
-        offerPrompt();
+        // A prompt the URL names stays, even the story opening the page offers.
+        if (!new URLSearchParams(location.search).has('prompt')) offerPrompt();
       }
     } else {
       option.textContent = m.label.replace('(', '(not on this server: make models fetches it; ');

@@ -93,6 +93,54 @@ test('SmolLM2 as stored on two threads: llama.cpp\'s first words, and the concur
   await page.close();
 });
 
+test('with the engine on every core the run view draws ten times a second, at fewer threads every frame with news', { skip: !threaded && 'no pkg/threads/' }, async () => {
+  /** The gaps (ms) between the run view's drawings of its text in a run of SmolLM2 at `threads`, the final drawing left out. */
+  const gaps = async (threads) => {
+    const { page, errors } = await open(`backend=cpu&max=160&chat=0&prompt=${encodeURIComponent('Once upon a time')}&threads=${threads}`, (p) => p.addInitScript(() => {
+      /** @type {number[]} */
+      const drawn = [];
+      Object.assign(globalThis, { drawn });
+      document.addEventListener('DOMContentLoaded', () => {
+        // The text read and the text ahead of the reader: written by the view's drawings alone.
+        const observer = new MutationObserver(() => drawn.push(performance.now()));
+        for (const ref of ['read', 'ahead']) {
+          observer.observe(document.querySelector(`#run-view [data-ref=${ref}]`), { childList: true, subtree: true, characterData: true });
+        }
+      });
+    }));
+    await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 60_000 });
+    // The first run loads the model; the second is the one watched.
+    for (const watched of [false, true]) {
+      await page.evaluate(() => { /** @type {any} */ (globalThis).drawn.length = 0; });
+      await page.getByTestId('run').click();
+      await finished(page);
+      assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+      if (!watched) continue;
+      assert.match(await text(page, 'output'), /^Once upon a time/);
+      assert.match(await text(page, 'conditions'), threads > 1 ? new RegExp(`${threads} threads\\]`) : /\[CPU \(SIMD128\+relaxed\)\]/);
+      const times = await page.evaluate(() => /** @type {any} */ (globalThis).drawn);
+      const all = times.slice(1, -1).map((t, i) => t - times[i]);
+      assert.deepEqual(errors, []);
+      await page.close();
+      assert.ok(all.length >= 3, `drawings in the run: ${times.length}`);
+      return all;
+    }
+    return [];
+  };
+  const cores = await (async () => {
+    const { page } = await open('model=stories260K');
+    const n = await page.evaluate(() => navigator.hardwareConcurrency);
+    await page.close();
+    return n;
+  })();
+  const every = await gaps(cores);
+  assert.ok(Math.min(...every) >= 95, `on ${cores} threads of ${cores} cores, gaps between drawings (ms): ${every.map((g) => g.toFixed(0)).join(' ')}`);
+  if (cores > 1) {
+    const fewer = await gaps(1);
+    assert.ok(Math.min(...fewer) < 50, `on 1 thread of ${cores} cores, gaps between drawings (ms): ${fewer.map((g) => g.toFixed(0)).join(' ')}`);
+  }
+});
+
 test('lanes at once divide the chosen threads between the CPU lanes, and say so', { skip: !threaded && 'no pkg/threads/' }, async () => {
   const { page, errors } = await open('model=stories260K&threads=2&max=40&lanes=cpu:q8,cpu:f32&autorun=1');
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent), null, { timeout: 300_000 });
