@@ -108,7 +108,7 @@ fn q8_0_blocks_are_used_as_they_are() {
     let bytes = read(stories260k("stories260K-q8_0.gguf"));
     let file = std::sync::Arc::new(tokenometer::model::FileBytes::from(bytes.as_slice()));
     let header = Gguf::parse(&bytes).unwrap();
-    let weights = gguf::load(&file, &header).unwrap();
+    let weights = gguf::load(&file.into(), &header).unwrap();
     let info = &header.tensors["blk.0.attn_q.weight"];
     let raw = &bytes[info.start..info.end];
     let mut plan = tokenometer::model::QuantPlan::new(Quant::Q8);
@@ -622,7 +622,7 @@ fn rope_frequency_factors_are_checked() {
         let mut bytes = Vec::new();
         gguf_writer::write_model(&weights, &metadata, None, &mut bytes).unwrap();
         let file = std::sync::Arc::new(tokenometer::model::FileBytes::from(bytes.as_slice()));
-        tokenometer::loading::gguf::load(&file, &Gguf::parse(&bytes).unwrap())
+        tokenometer::loading::gguf::load(&file.clone().into(), &Gguf::parse(&bytes).unwrap())
             .map(|w| w.config.rope_factors)
             .map_err(|e| e.to_string())
     };
@@ -642,4 +642,72 @@ fn rope_frequency_factors_are_checked() {
     );
     let error = load(vec![f32::NAN; half]).unwrap_err();
     assert!(error.contains("rope_freqs.weight holds NaN"), "{error}");
+}
+
+/// A file outside memory (the page's download, `FileSource::Outside`), with every read it is asked
+/// for: where it starts and how long it is.
+struct Outside {
+    bytes: Vec<u8>,
+    reads: std::sync::Mutex<Vec<(usize, usize)>>,
+}
+
+impl tokenometer::model::ReadAt for Outside {
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+    fn read_at(&self, start: usize, out: &mut [u8]) {
+        self.reads.lock().unwrap().push((start, out.len()));
+        out.copy_from_slice(&self.bytes[start..start + out.len()]);
+    }
+}
+
+fn outside(bytes: Vec<u8>) -> std::sync::Arc<Outside> {
+    std::sync::Arc::new(Outside {
+        bytes,
+        reads: Default::default(),
+    })
+}
+
+/// A GGUF held outside the engine's memory loads as the same file in memory does, its header
+/// read from its first bytes (twice as many until it fits) and each tensor a MiB at a time, so
+/// the page's memory never holds the file, nor a whole tensor's bytes, beside the weights.
+#[test]
+fn a_gguf_outside_memory_is_read_a_piece_at_a_time() {
+    use tokenometer::model::FileSource;
+    // The same text from a small file either way.
+    let bytes = read(stories260k("stories260K-q8_0.gguf"));
+    let file = outside(bytes.clone());
+    let files = ModelFiles::gguf_from("stories260K", FileSource::Outside(file.clone()));
+    let engine = Engine::load(files, None, Quant::Q8, &Backend::cpu()).expect("loads");
+    assert_eq!(
+        greedy(&engine, 24),
+        greedy(&gguf_engine("stories260K-q8_0.gguf", Quant::Q8), 24)
+    );
+    // SmolLM2's shape: a 49,152-token vocabulary (a header over a MiB) and a 30 MB embedding.
+    let bytes = smollm2_shaped_gguf();
+    let parsed = Gguf::parse(&bytes).unwrap();
+    let data_start = parsed.tensors.values().map(|t| t.start).min().unwrap();
+    assert!(
+        data_start > 1 << 20,
+        "a header over a MiB: {data_start} bytes"
+    );
+    let tensor_bytes: usize = parsed.tensors.values().map(|t| t.end - t.start).sum();
+    let file = outside(bytes);
+    let weights = ModelFiles::gguf_from("SmolLM2-135M", FileSource::Outside(file.clone()))
+        .load()
+        .unwrap();
+    assert_eq!(weights.config.vocab_size, 49152);
+    let reads = file.reads.lock().unwrap();
+    // (start, length) of each read: the header's from byte 0, the tensors' after it.
+    type Reads = Vec<(usize, usize)>;
+    let (header, tensors): (Reads, Reads) = reads.iter().copied().partition(|r| r.0 == 0);
+    let doubling: Vec<usize> = (0..header.len()).map(|k| (1 << 20) << k).collect();
+    assert_eq!(header.iter().map(|r| r.1).collect::<Vec<_>>(), doubling);
+    let largest = tensors.iter().map(|r| r.1).max().unwrap();
+    assert!(
+        largest <= 1 << 20,
+        "the largest read of a tensor: {largest} bytes"
+    );
+    let read: usize = tensors.iter().map(|r| r.1).sum();
+    assert_eq!(read, tensor_bytes, "every tensor's bytes read once");
 }

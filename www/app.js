@@ -197,7 +197,7 @@ async function ensureLoaded() {
     onProgress: showProgress,
     onStatus: setStatus,
     onLoaded: (info) => {
-      loaded = `${info.model} · ${info.architecture} ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}${info.build_note ? ` · ${info.build_note}` : ''}${info.chat_template ? ` · chat template ${info.chat_template}` : ''}`;
+      loaded = `${info.model} · ${info.architecture} ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}${info.build_note ? ` · ${info.build_note}` : ''}${info.chat_template ? ` · chat template ${info.chat_template}` : ''} · ${memoryNote(info)}`;
       view.setConditions(loaded);
       el.warmup.hidden = false;
       warmStart = performance.now();
@@ -266,7 +266,16 @@ async function runOnce(signal) {
 const PACE_ON_EVERY_CORE_MS = 100;
 
 /** What the page adds to a run's conditions line: why fewer threads run than were chosen, and the warm-up. */
-const conditionsNote = () => `${engine.loaded?.info?.build_note ? ` · ${engine.loaded.info.build_note}` : ''}${state.warmUpMs !== null ? ` · warm-up ${state.warmUpMs.toFixed(0)} ms (apart)` : ''}`;
+const conditionsNote = () => {
+  const info = engine.loaded?.info;
+  return `${info?.build_note ? ` · ${info.build_note}` : ''}${info?.wasm_memory_bytes ? ` · ${memoryNote(info)}` : ''}${state.warmUpMs !== null ? ` · warm-up ${state.warmUpMs.toFixed(0)} ms (apart)` : ''}`;
+};
+
+/**
+ * The engine's memory after loading beside the weights' bytes: the file is not kept beside them.
+ * @param {{ wasm_memory_bytes: number, weight_bytes: number }} info
+ */
+const memoryNote = (info) => `engine memory after load ${formatBytes(info.wasm_memory_bytes)} (weights ${formatBytes(info.weight_bytes)})`;
 
 async function run() {
   if (state.running || state.labBusy) return;

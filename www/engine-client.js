@@ -147,8 +147,9 @@ export class EngineClient {
       if (message.type === 'progress') hooks.onProgress?.(message);
       else if (message.type === 'status') hooks.onStatus?.(message.status);
       else if (message.type === 'loaded') {
-        info = message.info;
-        hooks.onLoaded?.(message.info);
+        // The engine's memory after loading, beside what the weights take (the worker measures it).
+        info = { ...message.info, wasm_memory_bytes: message.wasmMemoryBytes };
+        hooks.onLoaded?.(info);
       }
     }, (message) => message.type === 'warmed');
     this.loadedKey = key;

@@ -197,14 +197,35 @@ impl TensorType {
     /// A tensor's bytes as the blocks of the format that runs them ([`RunsAs`]), or `None` for a
     /// type that is widened.
     pub fn run_blocks(self, raw: &[u8]) -> Option<Blocks> {
+        self.run_blocks_read(raw.len(), &mut |at, out| {
+            out.copy_from_slice(&raw[at..at + out.len()])
+        })
+    }
+
+    /// As [`run_blocks`](Self::run_blocks), for a tensor of `len` bytes read about a MiB at a
+    /// time by `read(at, out)` (bytes `at..at + out.len()` of the tensor): a tensor read from
+    /// outside memory is never held whole beside its blocks.
+    pub fn run_blocks_read(
+        self,
+        len: usize,
+        read: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Option<Blocks> {
         let t = self.traits();
         let runs = t.runs?;
-        let blocks = raw.len() / t.block_bytes * t.block_values / BLOCK;
+        let blocks = len / t.block_bytes * t.block_values / BLOCK;
         let mut out = Blocks::with_capacity(runs.format, blocks);
-        for block in raw.chunks_exact(t.block_bytes) {
-            (runs.run_block)(block, &mut |payload, scale, offset| {
-                out.push(payload, scale, offset)
-            });
+        let piece = ((1 << 20) / t.block_bytes).max(1) * t.block_bytes;
+        let mut buffer = vec![0; piece.min(len)];
+        let mut at = 0;
+        while at < len {
+            let raw = &mut buffer[..piece.min(len - at)];
+            read(at, raw);
+            for block in raw.chunks_exact(t.block_bytes) {
+                (runs.run_block)(block, &mut |payload, scale, offset| {
+                    out.push(payload, scale, offset)
+                });
+            }
+            at += raw.len();
         }
         Some(out.finish())
     }

@@ -20,11 +20,10 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result, clip};
-use std::sync::Arc;
 
 pub use crate::formats::TensorType;
 use crate::model::config::FieldNames;
-use crate::model::{Extras, FileBytes, HostWeights, LayerWeights, LlamaConfig, Matrix, Values};
+use crate::model::{Extras, FileSource, HostWeights, LayerWeights, LlamaConfig, Matrix};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 /// Limits no real file comes near; past them a header is corrupt.
@@ -194,6 +193,12 @@ pub fn is_gguf(bytes: &[u8]) -> bool {
 impl Gguf {
     /// Parse the header and check every tensor's place against the file.
     pub fn parse(bytes: &[u8]) -> Result<Gguf> {
+        Gguf::parse_prefix(bytes, bytes.len())
+    }
+
+    /// Parse the header of a file of `file_len` bytes from its first bytes, `bytes` (which need
+    /// only hold the header), and check every tensor's place against the file.
+    pub fn parse_prefix(bytes: &[u8], file_len: usize) -> Result<Gguf> {
         if !is_gguf(bytes) {
             return Err(Error::BadModel(
                 "not a GGUF file (it does not start with \"GGUF\")".into(),
@@ -262,7 +267,7 @@ impl Gguf {
             },
         };
         let data_start = (r.at as u64).div_ceil(alignment) * alignment;
-        let file = bytes.len() as u64;
+        let file = file_len as u64;
         let mut tensors = HashMap::new();
         for (name, dims, kind, offset) in infos {
             let kind =
@@ -453,13 +458,7 @@ impl Gguf {
 
     /// Tensor `name` as f32, checked to be `[rows, cols]` (`[cols]` for a vector, rows 1): an F32
     /// tensor where it lies in `file`, any other type widened.
-    fn matrix(
-        &self,
-        file: &Arc<FileBytes>,
-        name: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Matrix> {
+    fn matrix(&self, file: &FileSource, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
         let info = self.tensor(name)?;
         let expected: Vec<u64> = if rows == 1 {
             vec![cols as u64]
@@ -472,7 +471,6 @@ impl Gguf {
                 info.dims
             )));
         }
-        let raw = &file.bytes()[info.start..info.end];
         // F32 is used where it lies; a format the kernels run as stored keeps its blocks (scales
         // widened); anything else is widened by its format's reference.
         // A NaN or an infinity in a weight (or a block's scale or offset) would run and print
@@ -489,18 +487,22 @@ impl Gguf {
             ))),
         };
         if info.kind == TensorType::F32 {
-            let values = Values::in_file(file, info.start, rows * cols);
+            let values = file.values(info.start, rows * cols);
             finite(&values, "value")?;
             return Ok(Matrix::new(rows, cols, values));
         }
-        Ok(match info.kind.run_blocks(raw) {
+        let start = info.start;
+        let blocks = info.kind.run_blocks_read(info.end - start, &mut |at, out| {
+            file.read_into(start + at, out)
+        });
+        Ok(match blocks {
             Some(blocks) => {
                 finite(&blocks.scales, "block scale")?;
                 finite(&blocks.offsets, "block offset")?;
                 Matrix::quantized(rows, cols, blocks)
             }
             None => {
-                let values = info.kind.dequantize(raw);
+                let values = info.kind.dequantize(&file.range(start, info.end));
                 finite(&values, "value")?;
                 Matrix::new(rows, cols, values)
             }
@@ -523,7 +525,7 @@ impl Gguf {
 /// Load a GGUF's weights from `file`, whose header `gguf` is: F32 tensors used where they lie, the
 /// types the kernels run kept in their blocks ([`TensorType::run_blocks`]), the others widened to
 /// f32; the norms and biases its recipe adds under llama.cpp's names.
-pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
+pub fn load(file: &FileSource, gguf: &Gguf) -> Result<HostWeights> {
     let mut config = gguf.config()?;
     // Llama 3's RoPE scaling, as llama.cpp's converter fixes it: a factor a pair of a head
     // (finite: `matrix` checks; above 0, as the pass divides by it).
@@ -559,6 +561,9 @@ pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
             m
         }
     };
+    // The largest tensor first: read in from outside memory, its bytes are let go before the
+    // layers' are (the page's memory never shrinks, so a tensor read last would raise its peak).
+    let token_embedding = gguf.matrix(file, "token_embd.weight", v, d)?;
     let mut layers = Vec::with_capacity(config.n_layers);
     for i in 0..config.n_layers {
         let m = |w: &str, rows, cols| gguf.matrix(file, &format!("blk.{i}.{w}.weight"), rows, cols);
@@ -605,7 +610,7 @@ pub fn load(file: &Arc<FileBytes>, gguf: &Gguf) -> Result<HostWeights> {
         layers.push(layer);
     }
     Ok(HostWeights {
-        token_embedding: gguf.matrix(file, "token_embd.weight", v, d)?,
+        token_embedding,
         layers,
         rms_final: vector("output_norm.weight", d)?,
         classifier: if config.shared_classifier {

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::loading::tokenizer::Tokenizer;
 use std::sync::Arc;
 
-use crate::model::{FileBytes, HostWeights};
+use crate::model::{FileBytes, FileSource, HostWeights};
 
 /// The bytes of a model in one of the supported formats.
 pub struct ModelFiles {
@@ -30,8 +30,8 @@ pub struct ModelFiles {
 
 pub enum ModelFormat {
     /// A GGUF file of an architecture `loading/arch/` names (llama, gemma3, qwen2, qwen3), its
-    /// tokenizer usually inside.
-    Gguf(Arc<FileBytes>),
+    /// tokenizer usually inside; in memory, or outside it (the page's download).
+    Gguf(FileSource),
     /// A llama2.c version-0 `.bin`.
     Llama2c(Arc<FileBytes>),
     /// Hugging Face `config.json` + `model.safetensors`.
@@ -39,6 +39,19 @@ pub enum ModelFormat {
         config_json: Vec<u8>,
         safetensors: Arc<FileBytes>,
     },
+}
+
+/// The header of a GGUF held outside memory, parsed from its first bytes: 1 MiB, then twice as
+/// many until the header fits (a 262k-token vocabulary takes about 7 MB) or the file is read
+/// whole, when the parser's error is the file's own.
+fn outside_header(source: &FileSource) -> Result<gguf::Gguf> {
+    let mut prefix = (1 << 20).min(source.len());
+    loop {
+        match gguf::Gguf::parse_prefix(&source.range(0, prefix), source.len()) {
+            Err(_) if prefix < source.len() => prefix = (2 * prefix).min(source.len()),
+            parsed => return parsed,
+        }
+    }
 }
 
 impl ModelFiles {
@@ -51,10 +64,16 @@ impl ModelFiles {
     }
 
     pub fn gguf(name: impl Into<String>, bytes: impl Into<FileBytes>) -> Self {
+        Self::gguf_from(name, FileSource::Memory(Arc::new(bytes.into())))
+    }
+
+    /// A GGUF wherever its bytes are: a file held outside the engine's memory is read a tensor
+    /// at a time, and never held whole beside the weights.
+    pub fn gguf_from(name: impl Into<String>, source: FileSource) -> Self {
         Self {
             name: name.into(),
             gguf_header: Default::default(),
-            format: ModelFormat::Gguf(Arc::new(bytes.into())),
+            format: ModelFormat::Gguf(source),
         }
     }
 
@@ -85,9 +104,13 @@ impl ModelFiles {
         }
     }
 
-    fn gguf_header(&self, bytes: &FileBytes) -> Result<&gguf::Gguf> {
+    fn gguf_header(&self, source: &FileSource) -> Result<&gguf::Gguf> {
         if self.gguf_header.get().is_none() {
-            let _ = self.gguf_header.set(gguf::Gguf::parse(bytes.bytes())?);
+            let header = match source {
+                FileSource::Memory(file) => gguf::Gguf::parse(file.bytes())?,
+                FileSource::Outside(_) => outside_header(source)?,
+            };
+            let _ = self.gguf_header.set(header);
         }
         Ok(self.gguf_header.get().expect("parsed above"))
     }

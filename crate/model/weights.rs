@@ -66,6 +66,88 @@ impl std::fmt::Debug for FileBytes {
     }
 }
 
+/// Reads a model file held outside the engine's memory (the page: the browser holds the download),
+/// a range at a time.
+pub trait ReadAt: Send + Sync {
+    /// The file's length in bytes.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copy `out.len()` bytes from byte `start` (the caller keeps within the file) into `out`.
+    fn read_at(&self, start: usize, out: &mut [u8]);
+}
+
+/// Where a model file's bytes are while it loads: in memory, where its f32 arrays are used in
+/// place, or outside it ([`ReadAt`]), whence each tensor is copied in as it is read, so that the
+/// engine's memory never holds the file beside the weights made from it (issue 43: SmolLM2's
+/// Q4_1 file of 98 MB had the page's wasm memory at 233 MB after load, the file included).
+#[derive(Clone)]
+pub enum FileSource {
+    Memory(Arc<FileBytes>),
+    Outside(Arc<dyn ReadAt>),
+}
+
+impl FileSource {
+    pub fn len(&self) -> usize {
+        match self {
+            FileSource::Memory(file) => file.len,
+            FileSource::Outside(file) => file.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes `start..end` (within the file): borrowed from memory, or copied in from outside.
+    pub fn range(&self, start: usize, end: usize) -> std::borrow::Cow<'_, [u8]> {
+        match self {
+            FileSource::Memory(file) => std::borrow::Cow::Borrowed(&file.bytes()[start..end]),
+            FileSource::Outside(file) => {
+                let mut out = vec![0; end - start];
+                file.read_at(start, &mut out);
+                std::borrow::Cow::Owned(out)
+            }
+        }
+    }
+
+    /// Copy bytes `start..start + out.len()` (within the file) into `out`.
+    pub fn read_into(&self, start: usize, out: &mut [u8]) {
+        match self {
+            FileSource::Memory(file) => {
+                out.copy_from_slice(&file.bytes()[start..start + out.len()])
+            }
+            FileSource::Outside(file) => file.read_at(start, out),
+        }
+    }
+
+    /// `len` little-endian f32 at byte `start` (within the file): in place where they lie in
+    /// memory ([`Values::in_file`]), else a copy.
+    pub fn values(&self, start: usize, len: usize) -> Values {
+        match self {
+            FileSource::Memory(file) => Values::in_file(file, start, len),
+            // Straight into the values' own memory, no copy of the bytes beside them.
+            FileSource::Outside(file) => {
+                let mut values = vec![0f32; len];
+                file.read_at(start, bytemuck::cast_slice_mut(&mut values));
+                if cfg!(target_endian = "big") {
+                    for v in &mut values {
+                        *v = f32::from_bits(u32::from_le(v.to_bits()));
+                    }
+                }
+                Values::Owned(values)
+            }
+        }
+    }
+}
+
+impl From<Arc<FileBytes>> for FileSource {
+    fn from(file: Arc<FileBytes>) -> FileSource {
+        FileSource::Memory(file)
+    }
+}
+
 /// f32 values: owned, or `len` little-endian f32 lying in a model file at byte `start`.
 #[derive(Debug, Clone)]
 pub enum Values {

@@ -174,6 +174,11 @@ test('with no model in the URL the page opens with SmolLM2-135M-Instruct as stor
     'GGUF tensors as stored: 210 Q4_1 (run by the Q4_0 kernels, exactly), 61 F32, 1 Q8_0']) {
     assert.ok(conditions.includes(part), `${part}: ${conditions}`);
   }
+  // The page holds the model once: the engine's memory after load is the weights and at most a
+  // fifth more (the 98 MB file in memory beside them had it at 233 MB), and the conditions say so.
+  const info = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.loaded.info);
+  assert.ok(info.wasm_memory_bytes <= 1.2 * info.weight_bytes, `engine memory after load ${info.wasm_memory_bytes} bytes, weights ${info.weight_bytes}`);
+  assert.match(conditions, /engine memory after load \d+\.\d MB \(weights \d+\.\d MB\)/);
   // llama.cpp's greedy answer starts "A token is a small," on this file (tests/fixtures); its 7th
   // token is a near tie (0.03 logits natively), where the engines may part (docs/formats.md).
   const relaxed = await text(page, 'output');

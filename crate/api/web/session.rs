@@ -14,7 +14,7 @@ use crate::backend::{Backend, BackendChoice, BackendKind};
 use crate::cpu::Threads;
 use crate::decode::{Engine, GenerateOptions, ModelInfo, Speculation};
 use crate::loading::ModelFiles;
-use crate::model::{FileBytes, Quant};
+use crate::model::{FileBytes, FileSource, Quant};
 
 /// A loaded model on its backend.
 #[wasm_bindgen]
@@ -49,14 +49,9 @@ pub async fn load_session(
     if backend.kind == BackendKind::Cpu && threads > 1 {
         backend = backend.with_threads(start_threads(threads).await?);
     }
-    // One copy into wasm memory, 4-byte aligned, whose f32 weights the engine then uses in place.
-    let mut bytes = FileBytes::zeroed(model.length() as usize);
-    model.copy_to(bytes.bytes_mut());
-    drop(model);
-    let model = bytes;
     let files = match hf_config {
-        Some(config) => ModelFiles::hugging_face(name, config, model),
-        None => ModelFiles::single(name, model),
+        Some(config) => ModelFiles::hugging_face(name, config, in_memory(model)),
+        None => model_files(name, model),
     };
     let engine = Engine::load(files, tokenizer.as_deref(), quant, &backend).map_err(js_error)?;
     Ok(Session {
@@ -137,10 +132,7 @@ impl Session {
         quant: String,
     ) -> Result<(), JsError> {
         let quant: Quant = quant.parse().map_err(js_error)?;
-        let mut bytes = FileBytes::zeroed(model.length() as usize);
-        model.copy_to(bytes.bytes_mut());
-        drop(model);
-        let files = ModelFiles::single(name.clone(), bytes);
+        let files = model_files(name.clone(), model);
         let draft =
             Engine::load(files, tokenizer.as_deref(), quant, &self.backend).map_err(js_error)?;
         let draft = Arc::new(draft);
@@ -291,5 +283,49 @@ impl Run {
             .as_ref()
             .ok_or_else(|| js_error("the run is being pumped"))?;
         Ok(to_js(&run.report()))
+    }
+}
+
+/// A model file the worker holds (`model`, outside wasm memory) as the engine loads it: a GGUF is
+/// read a tensor at a time from where it is, so that wasm memory, which never shrinks, holds the
+/// weights and not the file beside them; a llama2.c `.bin` is copied in whole (its f32 weights
+/// are then used in place).
+fn model_files(name: String, model: js_sys::Uint8Array) -> ModelFiles {
+    let mut magic = [0u8; 4];
+    if model.length() >= 4 {
+        model.subarray(0, 4).copy_to(&mut magic);
+    }
+    if crate::loading::gguf::is_gguf(&magic) {
+        ModelFiles::gguf_from(name, FileSource::Outside(Arc::new(JsFile(model))))
+    } else {
+        ModelFiles::single(name, in_memory(model))
+    }
+}
+
+/// One copy into wasm memory, 4-byte aligned.
+fn in_memory(model: js_sys::Uint8Array) -> FileBytes {
+    let mut bytes = FileBytes::zeroed(model.length() as usize);
+    model.copy_to(bytes.bytes_mut());
+    bytes
+}
+
+/// A file in the worker's JavaScript memory.
+struct JsFile(js_sys::Uint8Array);
+
+// SAFETY: a `JsFile` is made, read and dropped by the loader on the worker's own thread; it lives
+// in a `ModelFiles`, which the engine lets go once loaded, and no CPU thread (a Web Worker of
+// the threaded build) ever holds it: the weights are copied out of it.
+unsafe impl Send for JsFile {}
+unsafe impl Sync for JsFile {}
+
+impl crate::model::ReadAt for JsFile {
+    fn len(&self) -> usize {
+        self.0.length() as usize
+    }
+
+    fn read_at(&self, start: usize, out: &mut [u8]) {
+        self.0
+            .subarray(start as u32, (start + out.len()) as u32)
+            .copy_to(out);
     }
 }

@@ -9,4 +9,6 @@ pub mod weights;
 
 pub use config::{Activation, LlamaConfig, Recipe, Sliding};
 pub use quant::{Quant, QuantPlan, Stored};
-pub use weights::{Extras, FileBytes, HostWeights, LayerWeights, Matrix, Values};
+pub use weights::{
+    Extras, FileBytes, FileSource, HostWeights, LayerWeights, Matrix, ReadAt, Values,
+};
