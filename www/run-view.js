@@ -123,6 +123,7 @@ export class RunView {
   /** @param {string} text */
   setConditions(text) {
     setText(this.ref.conditions, text);
+    this.ref.conditions.title = text;
   }
 
   /** @param {number} seconds */
@@ -256,7 +257,7 @@ export class RunView {
     if (this.changed) {
       this.changed = false;
       if (report && this.replayRate === null) {
-        setText(this.ref.conditions, `${report.summary}${this.conditionsNote}`);
+        this.setConditions(`${report.summary}${this.conditionsNote}`);
         for (const node of this.figureNodes) {
           const value = pick(report, node.dataset.figure ?? '');
           setText(node, format(typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value, Number(node.dataset.digits)));

@@ -127,6 +127,12 @@ test('presenter mode (stage=1): big type, the race alone on screen, kept by Shar
   assert.equal(await page.getByTestId('backend').isVisible(), false);
   for (const id of ['prompt', 'run', 'stop', 'max']) assert.equal(await page.getByTestId(id).isVisible(), true, id);
   await page.screenshot({ path: resolve(root, 'test-results/room-stage-1280x720.png') });
+  // However long the conditions line grows (a build's note, the memory, the warm-up), it keeps two
+  // lines here and the text stays on the first screen.
+  await page.evaluate(() => {
+    const line = /** @type {HTMLElement} */ (document.querySelector('#run-view [data-testid=conditions]'));
+    line.textContent += ' · and a condition more'.repeat(20);
+  });
   const box = await page.locator('#run-view [data-testid=output]').boundingBox();
   assert.ok(box.y + box.height <= 720, `the text ends at ${box.y + box.height}`);
   await page.getByTestId('share').click();
