@@ -13,11 +13,8 @@
 import { mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
-import { pageMounts, staticServer } from '../../www/serve.mjs';
+import { benchPage } from './bench-page.mjs';
 
-const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const [model, tokenizer, ...ggufs] = process.argv.slice(2);
 if (!model || !tokenizer || ggufs.length < 1) {
   console.error('usage: node tests/bench/browser.mjs MODEL.bin TOKENIZER.bin F32.gguf [Q8_0.gguf [Q4_0.gguf]]');
@@ -32,17 +29,7 @@ const configs = ggufs.map((g, i) => {
   return `${quants[i]}:${basename(g)}`;
 });
 
-const server = staticServer(pageMounts([
-  ['/files/', files],
-  ['/bench/', resolve(root, 'tests/bench')],
-  ['/wllama/', resolve(root, 'node_modules/@wllama/wllama/esm')],
-]));
-await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-const base = `http://127.0.0.1:${server.address().port}`;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  args: ['--no-sandbox', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking'],
-});
+const { base, server, browser } = await benchPage(files);
 const page = await browser.newPage();
 page.on('console', (m) => m.type() === 'log' && console.error(m.text()));
 const query = new URLSearchParams({

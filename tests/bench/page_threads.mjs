@@ -10,11 +10,8 @@
 import { mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
-import { pageMounts, staticServer } from '../../www/serve.mjs';
+import { benchPage } from './bench-page.mjs';
 
-const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const [model] = process.argv.slice(2);
 if (!model) {
   console.error('usage: node tests/bench/page_threads.mjs MODEL.gguf');
@@ -28,17 +25,7 @@ const files = mkdtempSync(join(tmpdir(), 'tokenometer-page-threads-'));
 symlinkSync(resolve(model), join(files, 'model.gguf'));
 // The harness loads its own model as model.bin (peers.js), here the same file.
 symlinkSync(resolve(model), join(files, 'model.bin'));
-const server = staticServer(pageMounts([
-  ['/files/', files],
-  ['/bench/', resolve(root, 'tests/bench')],
-  ['/wllama/', resolve(root, 'node_modules/@wllama/wllama/esm')],
-]));
-await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-const base = `http://127.0.0.1:${server.address().port}`;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  args: ['--no-sandbox', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking'],
-});
+const { base, server, browser } = await benchPage(files);
 const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });
 
 /** One run in `page`: its meter's decode tok/s. */

@@ -11,8 +11,8 @@ use crate::api::endpoint::request::EndpointRequest;
 use crate::api::endpoint::stream::StreamReader;
 use crate::api::web::js::{js_error, to_js};
 use crate::api::web::lab::{UserFigures, figures};
-use crate::api::web::options::{LabOptions, MAX_LAB_USERS, lab_slo};
-use crate::decode::{Arrival, DEFAULT_PROMPTS, GenerateOptions, SeqEvent};
+use crate::api::web::options::LabSettings;
+use crate::decode::{GenerateOptions, SeqEvent};
 use crate::meter::{BatchMeter, EndpointInfo, LoadConditions, LoadReport, Source, TokenCounts};
 
 /// A lab level against an endpoint in progress: one stream reader a user, one batch meter.
@@ -45,18 +45,12 @@ impl EndpointLab {
         slo_ttft_ms: Option<f64>,
         slo_tpot_ms: Option<f64>,
     ) -> Result<EndpointLab, JsError> {
-        let options: LabOptions = if options.is_undefined() || options.is_null() {
-            LabOptions::default()
-        } else {
-            serde_wasm_bindgen::from_value(options).map_err(js_error)?
-        };
-        if !(1..=MAX_LAB_USERS).contains(&options.users) {
-            return Err(js_error(format!(
-                "{} users: the lab runs 1 to {MAX_LAB_USERS}",
-                options.users
-            )));
-        }
-        let arrival: Arrival = options.arrival.parse().map_err(js_error)?;
+        let LabSettings {
+            options,
+            arrival,
+            prompts,
+            slo,
+        } = LabSettings::from_js(options, slo_ttft_ms, slo_tpot_ms)?;
         let generate = GenerateOptions::default();
         let request = EndpointRequest {
             prompt: String::new(),
@@ -79,15 +73,12 @@ impl EndpointLab {
             max_tokens: request.max_tokens,
             sampling: request.sampling,
             warm_up_ms: None,
-            slo: lab_slo(slo_ttft_ms, slo_tpot_ms)?,
+            slo,
         };
         Ok(EndpointLab {
             info,
             request,
-            prompts: options
-                .prompts
-                .filter(|p| !p.is_empty())
-                .unwrap_or_else(|| DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect()),
+            prompts,
             arrivals: arrival.times(options.users),
             readers: (0..options.users).map(|_| None).collect(),
             ended: vec![false; options.users],

@@ -9,9 +9,9 @@ use wasm_bindgen::prelude::*;
 
 use crate::api::drive::{Level, LoadLevel, pumping, slice};
 use crate::api::web::js::{engine_error, js_error, to_js};
-use crate::api::web::options::{LabOptions, MAX_LAB_USERS, lab_slo};
+use crate::api::web::options::LabSettings;
 use crate::api::web::session::Session;
-use crate::decode::{Arrival, DEFAULT_PROMPTS, Engine, GenerateOptions, SeqEvent, StopReason};
+use crate::decode::{Engine, GenerateOptions, SeqEvent, StopReason};
 
 /// A concurrency lab in progress: users' requests in one scheduler, advanced by `pump` so that the
 /// worker hears a cancel between pumps.
@@ -44,23 +44,12 @@ impl Session {
         slo_ttft_ms: Option<f64>,
         slo_tpot_ms: Option<f64>,
     ) -> Result<Lab, JsError> {
-        let options: LabOptions = if options.is_undefined() || options.is_null() {
-            LabOptions::default()
-        } else {
-            serde_wasm_bindgen::from_value(options).map_err(js_error)?
-        };
-        if !(1..=MAX_LAB_USERS).contains(&options.users) {
-            return Err(js_error(format!(
-                "{} users: the lab simulates 1 to {MAX_LAB_USERS}",
-                options.users
-            )));
-        }
-        let arrival: Arrival = options.arrival.parse().map_err(js_error)?;
-        let slo = lab_slo(slo_ttft_ms, slo_tpot_ms)?;
-        let prompts = options
-            .prompts
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect());
+        let LabSettings {
+            options,
+            arrival,
+            prompts,
+            slo,
+        } = LabSettings::from_js(options, slo_ttft_ms, slo_tpot_ms)?;
         let level = Level {
             users: options.users,
             arrival,

@@ -5,7 +5,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::api::web::js::{js_error, to_js};
 use crate::cpu::Threads;
-use crate::decode::{DEFAULT_MAX_TOKENS, GenerateOptions, Sampling};
+use crate::decode::{Arrival, DEFAULT_MAX_TOKENS, DEFAULT_PROMPTS, GenerateOptions, Sampling};
 use crate::meter::{DEFAULT_READING_WPM, Slo};
 
 /// Options for one run, as the page sends them.
@@ -137,11 +137,52 @@ impl Default for LabOptions {
     }
 }
 
+/// A lab's settings as the page sends them, checked: a local lab's and an endpoint's alike.
+pub(crate) struct LabSettings {
+    pub(crate) options: LabOptions,
+    pub(crate) arrival: Arrival,
+    /// Given to the users in turn: the page's, or the engine's built-in list.
+    pub(crate) prompts: Vec<String>,
+    pub(crate) slo: Option<Slo>,
+}
+
+impl LabSettings {
+    /// `options` (`LabOptions`; `undefined` or `null`: the defaults) and the objectives in ms
+    /// (`lab_slo`), each checked, or an error in one sentence.
+    pub(crate) fn from_js(
+        options: JsValue,
+        slo_ttft_ms: Option<f64>,
+        slo_tpot_ms: Option<f64>,
+    ) -> Result<LabSettings, JsError> {
+        let mut options: LabOptions = if options.is_undefined() || options.is_null() {
+            LabOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options).map_err(js_error)?
+        };
+        if !(1..=MAX_LAB_USERS).contains(&options.users) {
+            return Err(js_error(format!(
+                "{} users: the lab runs 1 to {MAX_LAB_USERS}",
+                options.users
+            )));
+        }
+        Ok(LabSettings {
+            arrival: options.arrival.parse().map_err(js_error)?,
+            prompts: options
+                .prompts
+                .take()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect()),
+            slo: lab_slo(slo_ttft_ms, slo_tpot_ms)?,
+            options,
+        })
+    }
+}
+
 /// A lab's service-level objectives in ms, TTFT and TPOT (`None`: not given), checked: each a
 /// positive number. With either, the lab's report has goodput. Taken as arguments of `startLab`
 /// rather than fields of its options: two fields more in the options' reader cost the page's
 /// wasm more than its size budget had left.
-pub(crate) fn lab_slo(ttft_ms: Option<f64>, tpot_ms: Option<f64>) -> Result<Option<Slo>, JsError> {
+fn lab_slo(ttft_ms: Option<f64>, tpot_ms: Option<f64>) -> Result<Option<Slo>, JsError> {
     let given = [ttft_ms, tpot_ms];
     if given
         .iter()
