@@ -265,7 +265,7 @@ async function runOnce(signal) {
 /** The least time between two drawings of a run whose engine takes every core. */
 const PACE_ON_EVERY_CORE_MS = 100;
 
-/** What the page adds to a run's conditions line: why fewer threads run than were chosen, and the warm-up. */
+/** What the page adds to a run's conditions line: why fewer threads run than were chosen, the engine's memory, and the warm-up. */
 const conditionsNote = () => {
   const info = engine.loaded?.info;
   return `${info?.build_note ? ` · ${info.build_note}` : ''}${info?.wasm_memory_bytes ? ` · ${memoryNote(info)}` : ''}${state.warmUpMs !== null ? ` · warm-up ${state.warmUpMs.toFixed(0)} ms (apart)` : ''}`;

@@ -79,7 +79,7 @@ export class RunView {
     this.paceMs = 0;
     /** when the last drawing began (performance.now()) */
     this.lastDrawn = -Infinity;
-    /** what the page adds to a run's conditions line (its build's note, the warm-up) */
+    /** what the page adds to a run's conditions line (its build's note, the memory, the warm-up) */
     this.conditionsNote = '';
     /** whether events or a report came since the last drawing (else only the reading cursor moves) */
     this.changed = true;
@@ -122,7 +122,10 @@ export class RunView {
 
   /** @param {string} text */
   setConditions(text) {
-    setText(this.ref.conditions, text);
+    // Its title is the whole line (presenter's mode shows two lines of it); both written only
+    // when the line changed, as every drawing sets it.
+    if (this.ref.conditions.textContent === text) return;
+    this.ref.conditions.textContent = text;
     this.ref.conditions.title = text;
   }
 

@@ -79,11 +79,20 @@ impl ModelFiles {
 
     /// A single model file, GGUF or llama2.c, told apart by GGUF's magic.
     pub fn single(name: impl Into<String>, bytes: impl Into<FileBytes>) -> Self {
-        let bytes = bytes.into();
-        if gguf::is_gguf(bytes.bytes()) {
-            Self::gguf(name, bytes)
-        } else {
-            Self::llama2c(name, bytes)
+        Self::single_from(name, FileSource::Memory(Arc::new(bytes.into())))
+    }
+
+    /// [`single`](Self::single) wherever its bytes are: a GGUF outside memory stays there (read a
+    /// tensor at a time), a llama2.c `.bin` is read into memory whole (its f32 weights are used
+    /// where they lie).
+    pub fn single_from(name: impl Into<String>, source: FileSource) -> Self {
+        if gguf::is_gguf(&source.range(0, 4.min(source.len()))) {
+            return Self::gguf_from(name, source);
+        }
+        Self {
+            name: name.into(),
+            gguf_header: Default::default(),
+            format: ModelFormat::Llama2c(source.into_memory()),
         }
     }
 

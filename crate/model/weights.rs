@@ -142,6 +142,20 @@ impl FileSource {
     }
 }
 
+impl FileSource {
+    /// The whole file in memory: itself, or a copy read in from outside.
+    pub fn into_memory(self) -> Arc<FileBytes> {
+        match self {
+            FileSource::Memory(file) => file,
+            FileSource::Outside(file) => {
+                let mut bytes = FileBytes::zeroed(file.len());
+                file.read_at(0, bytes.bytes_mut());
+                Arc::new(bytes)
+            }
+        }
+    }
+}
+
 impl From<Arc<FileBytes>> for FileSource {
     fn from(file: Arc<FileBytes>) -> FileSource {
         FileSource::Memory(file)

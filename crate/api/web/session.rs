@@ -291,15 +291,7 @@ impl Run {
 /// weights and not the file beside them; a llama2.c `.bin` is copied in whole (its f32 weights
 /// are then used in place).
 fn model_files(name: String, model: js_sys::Uint8Array) -> ModelFiles {
-    let mut magic = [0u8; 4];
-    if model.length() >= 4 {
-        model.subarray(0, 4).copy_to(&mut magic);
-    }
-    if crate::loading::gguf::is_gguf(&magic) {
-        ModelFiles::gguf_from(name, FileSource::Outside(Arc::new(JsFile(model))))
-    } else {
-        ModelFiles::single(name, in_memory(model))
-    }
+    ModelFiles::single_from(name, FileSource::Outside(Arc::new(JsFile(model))))
 }
 
 /// One copy into wasm memory, 4-byte aligned.
