@@ -118,6 +118,7 @@ fn q8_0_blocks_are_used_as_they_are() {
         quants,
         scales,
         offsets,
+        ..
     }) = stored
     else {
         panic!("not kept as Q8_0 blocks");

@@ -7,7 +7,7 @@ use tokenometer::cpu::{self as kernels, Isa, Q8Rows};
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 use tokenometer::cpu::HostMatrix;
-use tokenometer::formats::{Blocks, Format, Q4_0, Q6KRun, Q8_0, RunFormat};
+use tokenometer::formats::{Activations, Blocks, Format, Q4_0, Q6KRun, Q8_0, RunFormat};
 
 /// The kernels' check values (a deterministic spread in -1..1 with a few large ones).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -313,8 +313,10 @@ fn activations_quantize_to_the_same_bits_on_every_instruction_set() {
     x[96] = -50.0;
     let mut scalar = Q8Rows::default();
     kernels::quantize_rows_q8_with(Isa::Scalar, &x, 96, &mut scalar);
-    assert_eq!(scalar.quants[64 + 1], -2, "-1.5 rounds away from zero");
-    assert_eq!(scalar.quants[64 + 2], 3, "2.5 rounds away from zero");
+    // Ties to even, as llama.cpp's x86 quantizers (`_mm256_round_ps`, `nearest_int`).
+    assert_eq!(scalar.quants[64 + 1], -2, "-1.5 rounds to -2");
+    assert_eq!(scalar.quants[64 + 2], 2, "2.5 rounds to 2");
+    assert_eq!(scalar.quants[64 + 3], -4, "-3.5 rounds to -4");
     assert_eq!(scalar.quants[96], -127);
     for isa in Isa::available() {
         let mut got = Q8Rows::default();
@@ -322,6 +324,55 @@ fn activations_quantize_to_the_same_bits_on_every_instruction_set() {
         assert_eq!(got.quants, scalar.quants, "{isa:?}");
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&got.scales), bits(&scalar.scales), "{isa:?}");
+    }
+}
+
+/// The K-quants' activations as llama.cpp's `quantize_row_q8_K_ref` makes them: per 256 values,
+/// `iscale = -127 / max` (the value of largest magnitude, with its sign), codes
+/// `nearest_int(iscale * x)` at most 127, scale `1 / iscale`. Ours keep the opposite signs where
+/// that value is positive: each value's scale times code must be llama.cpp's exactly, and
+/// the eight blocks of a super-block share one scale.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn k_quant_activations_are_llama_cpp_s_q8_k() {
+    let mut x = values(256 * 6, 29);
+    x[256..512].fill(0.0);
+    x[600] = 3.0; // a positive largest value
+    x[800] = -3.0; // a negative one
+    for (k, v) in x[1024..1280].iter_mut().enumerate() {
+        // Ties: with the largest value 127, halves of a step.
+        *v = if k == 0 { 127.0 } else { (k % 20) as f32 - 9.5 };
+    }
+    for isa in Isa::available() {
+        let mut got = Q8Rows::default();
+        kernels::quantize_activations(isa, Activations::Q8K, &x, 512, &mut got);
+        assert_eq!(got.activations, Activations::Q8K);
+        for (s, span) in x.chunks_exact(256).enumerate() {
+            let max = span
+                .iter()
+                .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+            let scales = &got.scales[s * 8..][..8];
+            assert!(scales.iter().all(|&d| d == scales[0]), "{isa:?}: one scale");
+            for (j, &v) in span.iter().enumerate() {
+                let (d, q) = if max == 0.0 {
+                    (0.0, 0)
+                } else {
+                    let iscale = -127.0 / max;
+                    // nearest_int: ties to even.
+                    (
+                        1.0 / iscale,
+                        ((iscale * v).round_ties_even() as i32).min(127),
+                    )
+                };
+                let code = got.quants[s * 256 + j];
+                // (Equal as numbers: llama.cpp's 0 codes times a negative scale are -0.)
+                assert_eq!(
+                    scales[0] * code as f32,
+                    d * q as f32,
+                    "{isa:?}: value {v} of super-block {s}"
+                );
+            }
+        }
     }
 }
 
@@ -357,6 +408,7 @@ fn random_blocks(format: Format, rows: usize, cols: usize, seed: u64) -> Blocks 
         quants,
         scales,
         offsets: Vec::new(),
+        activations: Default::default(),
     }
 }
 
@@ -375,6 +427,7 @@ fn format_reference<F: RunFormat>(
     w: &Blocks,
     rows: usize,
     cols: usize,
+    values: &[f32],
     xq: &Q8Rows,
 ) -> (Vec<f32>, Vec<f32>) {
     let per_row = cols / 32;
@@ -395,9 +448,13 @@ fn format_reference<F: RunFormat>(
                     .sum();
                 size += (w.scales[block] * xs).abs() * products as f32;
                 if let Some(offset) = w.offsets.get(block) {
-                    // The block's values sum to xs * sum(codes), kept rounded to f16 (cpu::matmul).
+                    // The block's values sum to sum(codes) * max |x| / 127 (the unrounded scale),
+                    // kept rounded to f16 as llama.cpp's Q8_1 blocks (cpu::matmul).
                     let codes: i32 = x.iter().map(|&c| c as i32).sum();
-                    let part = offset * half::f16::from_f32(xs * codes as f32).to_f32();
+                    let amax = values[(i * per_row + b) * 32..][..32]
+                        .iter()
+                        .fold(0.0f32, |m, v| m.max(v.abs()));
+                    let part = offset * half::f16::from_f32(codes as f32 * (amax / 127.0)).to_f32();
                     sum += part;
                     size += part.abs();
                 }
@@ -437,9 +494,9 @@ fn every_block_kernel_matches_the_format_reference() {
             let mut xq = Q8Rows::default();
             kernels::quantize_rows_q8(&x, cols, &mut xq);
             let (expected, magnitude) = match format {
-                Format::Q8_0 => format_reference::<Q8_0>(&w, rows, cols, &xq),
-                Format::Q4_0 => format_reference::<Q4_0>(&w, rows, cols, &xq),
-                Format::Q6K => format_reference::<Q6KRun>(&w, rows, cols, &xq),
+                Format::Q8_0 => format_reference::<Q8_0>(&w, rows, cols, &x, &xq),
+                Format::Q4_0 => format_reference::<Q4_0>(&w, rows, cols, &x, &xq),
+                Format::Q6K => format_reference::<Q6KRun>(&w, rows, cols, &x, &xq),
             };
             for isa in Isa::available() {
                 for m in [

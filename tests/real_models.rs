@@ -6,8 +6,10 @@
 //! (`tests/fixtures/llama_cpp_greedy.json`, written by `tests/fixtures/llama_cpp_greedy.py` with
 //! llama-cpp-python, which builds llama.cpp: not part of `make test`).
 //!
-//! Ids must equal llama.cpp's for the first 16 tokens (or up to the same EOS); how far each run
-//! agrees beyond is printed.
+//! F32 ids must equal llama.cpp's for the first 16 tokens (or up to the same EOS). Quantized runs
+//! may part from them only where llama.cpp's own top two are within a near tie
+//! (`tests/fixtures/llama_cpp_gaps.json`: llama.cpp's margins along its ids); each run's agreement,
+//! llama.cpp's gaps where we part, and how far our logits near the top are from its are printed.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -72,6 +74,20 @@ fn model_file(run: &serde_json::Value) -> PathBuf {
     path
 }
 
+/// Where we may part from llama.cpp's greedy ids: only where llama.cpp's own top two are within
+/// this many nats (issue 44's goal). Measured on 2026-11-27: the widest such gap 0.30 (SmolLM2
+/// Q8_0); llama.cpp's own decode in another build parts from the recorded ids at gaps up to 0.27.
+const NEAR_TIE: f32 = 0.5;
+
+/// The most our logits' shape near the top may differ from llama.cpp's ([`Margins::rms_from`]):
+/// F32 files (no int8 rounding on either side; measured 0.0023-0.0033) and quantized ones
+/// (measured 0.14-0.26 with activations rounded as llama.cpp rounds them, 0.13-0.29 before, with
+/// our own rounding: the int8 codes flip wherever a last-bit difference in an input meets a
+/// rounding step, and llama.cpp's own batched and one-token paths differ by 0.06-0.13). A wrong
+/// kernel, layout or scale moves logits by whole nats.
+const F32_RMS: f32 = 0.01;
+const QUANTIZED_RMS: f32 = 0.4;
+
 /// How many of Gemma's prompts the slow paths run (the scalar kernels, and wgpu on llvmpipe): the
 /// fixture's first ones, which are short.
 const SLOW_PATH_PROMPTS: usize = 2;
@@ -87,6 +103,51 @@ fn runs_of(fixture: &serde_json::Value, what: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// llama.cpp's own margins along a run's recorded ids (`tests/fixtures/llama_cpp_gaps.json`,
+/// written by `tests/fixtures/llama_cpp_gaps.py`): at each position its top-two gap (nats), and
+/// its best few ids with their logits less the best one's.
+struct Margins {
+    gaps: Vec<f32>,
+    top: Vec<Vec<(u32, f32)>>,
+}
+
+impl Margins {
+    /// How far our logits' shape is from llama.cpp's near the top: the root mean square, over the
+    /// positions and llama.cpp's runners-up there, of (our logit of the runner-up less ours of
+    /// llama.cpp's best) less llama.cpp's same difference. Rounding activations as llama.cpp does
+    /// should bring it down; it does not depend on whether an argmax happens to flip.
+    fn rms_from(&self, logits: &[f32]) -> f32 {
+        let vocab = logits.len() / self.top.len();
+        let (mut sum, mut n) = (0.0f64, 0);
+        for (row, top) in logits.chunks_exact(vocab).zip(&self.top) {
+            let best = row[top[0].0 as usize];
+            for &(id, theirs) in &top[1..] {
+                let ours = row[id as usize] - best;
+                sum += ((ours - theirs) as f64).powi(2);
+                n += 1;
+            }
+        }
+        (sum / n.max(1) as f64).sqrt() as f32
+    }
+}
+
+fn llama_cpp_gaps(run: &serde_json::Value) -> Margins {
+    let gaps: serde_json::Value = serde_json::from_slice(&common::read(
+        root().join("tests/fixtures/llama_cpp_gaps.json"),
+    ))
+    .unwrap();
+    let found = gaps["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["what"] == run["what"] && g["prompt"] == run["prompt"])
+        .unwrap_or_else(|| panic!("no llama.cpp gaps recorded for {}", run["prompt"]));
+    Margins {
+        gaps: serde_json::from_value(found["gaps"].clone()).unwrap(),
+        top: serde_json::from_value(found["top"].clone()).unwrap(),
+    }
+}
+
 fn fixture() -> serde_json::Value {
     serde_json::from_slice(&common::read(
         root().join("tests/fixtures/llama_cpp_greedy.json"),
@@ -96,22 +157,22 @@ fn fixture() -> serde_json::Value {
 
 /// How many greedy ids each quantized run's free-running batch-1 decode (the engine's own
 /// `generate`, one token a step) shares with llama.cpp's before they part, measured on
-/// 2026-11-27: `(kernels, file, prompt's start, ids)`. The kernels are "scalar" or "vector" (AVX2
+/// 2026-11-27 with activations rounded as llama.cpp rounds them (Q8_K for the K-quants): `(kernels, file, prompt's start, ids)`. The kernels are "scalar" or "vector" (AVX2
 /// and AVX-512 VNNI give the same integer sums, so the same ids); the order of additions is
 /// fixed for each, so the count is the same on every machine, and a drift in the batch-1 path
-/// fails here (teacher forcing runs the batched path only). Where they part early (0 or 1), it is
-/// at a near tie in llama.cpp's own logits (see the forced gaps in the report).
+/// fails here (teacher forcing runs the batched path only). Where they part, it is at a near tie
+/// in llama.cpp's own logits: the report prints its gap there, and [`NEAR_TIE`] bounds it.
 const FREE_RUNNING: &[(&str, &str, &str, usize)] = &[
     ("vector", "Gemma 3 Q4_K_M", "Locker 1", 16),
-    ("vector", "Gemma 3 Q4_K_M", "Once upon", 11),
+    ("vector", "Gemma 3 Q4_K_M", "Once upon", 3),
     ("vector", "Gemma 3 Q4_K_M", "Question:", 16),
-    ("vector", "Gemma 3 Q4_K_M", "The capita", 11),
+    ("vector", "Gemma 3 Q4_K_M", "The capita", 16),
     ("vector", "Gemma 3 Q4_K_M", "def fibona", 16),
-    ("vector", "Q4_0", "List three", 10),
+    ("vector", "Q4_0", "List three", 14),
     ("vector", "Q4_0", "What is a ", 13),
     ("vector", "Q4_0", "Write a ha", 16),
     ("vector", "Q4_1", "List three", 16),
-    ("vector", "Q4_1", "What is a ", 16),
+    ("vector", "Q4_1", "What is a ", 6),
     ("vector", "Q4_1", "Write a ha", 0),
     ("vector", "Q8_0", "List three", 16),
     ("vector", "Q8_0", "What is a ", 16),
@@ -119,13 +180,13 @@ const FREE_RUNNING: &[(&str, &str, &str, usize)] = &[
     ("scalar", "Gemma 3 Q4_K_M", "The capita", 11),
     ("scalar", "Gemma 3 Q4_K_M", "def fibona", 16),
     ("scalar", "Q4_0", "List three", 16),
-    ("scalar", "Q4_0", "What is a ", 15),
-    ("scalar", "Q4_0", "Write a ha", 16),
+    ("scalar", "Q4_0", "What is a ", 13),
+    ("scalar", "Q4_0", "Write a ha", 8),
     ("scalar", "Q4_1", "List three", 16),
-    ("scalar", "Q4_1", "What is a ", 6),
-    ("scalar", "Q4_1", "Write a ha", 0),
+    ("scalar", "Q4_1", "What is a ", 16),
+    ("scalar", "Q4_1", "Write a ha", 16),
     ("scalar", "Q8_0", "List three", 16),
-    ("scalar", "Q8_0", "What is a ", 9),
+    ("scalar", "Q8_0", "What is a ", 16),
     ("scalar", "Q8_0", "Write a ha", 1),
 ];
 
@@ -151,9 +212,10 @@ fn free_running(isa: Isa, what: &str, prompt: &str) -> usize {
 ///   in a sum (the order of additions differs between llama.cpp's kernels and ours, and between
 ///   our own instruction sets) can move an activation across a rounding step, and a free-running
 ///   sequence may then part at a near tie. Teacher-forced along llama.cpp's sequence, our choice
-///   equals llama.cpp's at 17 positions in 20 or more, and where it does not, llama.cpp's token is
-///   within a near tie of ours: its logit at most 0.5 below our best (measured: at most 0.28, with
-///   28 to 32 positions of 32 equal; a wrong kernel or layout gives gaps of several logits).
+///   equals llama.cpp's at 4 positions in 5 or more, and where it does not, llama.cpp's own top
+///   two are within [`NEAR_TIE`] and its token is at most 0.5 below our best (measured: 27 to 32
+///   positions of 32 equal, llama.cpp's gaps there at most 0.30 and ours 0.34; a wrong kernel or
+///   layout gives gaps of several logits, and moves [`Margins::rms_from`] by as much).
 #[test]
 fn smollm2_greedy_ids_follow_llama_cpp_with_the_scalar_kernels() {
     follows_llama_cpp(&[Isa::Scalar]);
@@ -196,25 +258,46 @@ fn follows_llama_cpp(isas: &[Isa]) {
                 }
                 let a = along(&engine, run, AGREE);
                 let f32 = what.starts_with("F32");
+                // llama.cpp's own margin wherever we part from it: teacher-forced, and where the
+                // free-running sequence first does.
+                let margins = llama_cpp_gaps(run);
+                let gaps = &margins.gaps;
+                let parted: Vec<f32> = a.parted.iter().map(|&(k, _)| gaps[k]).collect();
+                let free_part = (a.free < a.positions.min(AGREE)).then(|| gaps[a.free]);
+                let rms = margins.rms_from(&a.logits);
+                let widest = parted.iter().chain(&free_part).copied().fold(0.0, f32::max);
                 report.push(format!(
-                    "{:>7} {what:<36} {:<60} free {:>2}/{:<2} forced {:>2}/{n:<2} worst gap {:.3}",
+                    "{:>7} {what:<36} {:<60} free {:>2}/{:<2} forced {:>2}/{n:<2} worst gap {:.3} \
+                     llama.cpp's gaps where we part: free {} forced {:?} (widest {widest:.3}) \
+                     logits' rms from llama.cpp's {rms:.4}",
                     isa.name(),
                     short(run["prompt"].as_str().unwrap()),
                     a.free,
                     a.positions.min(AGREE),
                     a.forced,
                     a.worst_gap,
+                    free_part.map_or("-".into(), |g| format!("{g:.3}")),
+                    parted,
                     n = a.positions,
                 ));
                 let ok = if f32 {
-                    a.free >= AGREE.min(a.positions)
+                    a.free >= AGREE.min(a.positions) && rms <= F32_RMS
                 } else {
                     let prompt = run["prompt"].as_str().unwrap();
                     let free = free_running(isa, what, prompt);
                     if a.free < free {
                         failures.push(format!("free-running {} < {free} recorded:", a.free));
                     }
-                    a.forced * 20 >= a.positions * 17 && a.worst_gap <= 0.5 && a.free >= free
+                    if widest >= NEAR_TIE {
+                        failures.push(format!(
+                            "parted where llama.cpp's own gap is {widest:.3} (>= {NEAR_TIE}):"
+                        ));
+                    }
+                    a.forced * 5 >= a.positions * 4
+                        && a.worst_gap <= 0.5
+                        && a.free >= free
+                        && widest < NEAR_TIE
+                        && rms <= QUANTIZED_RMS
                 };
                 if !ok {
                     failures.push(report.last().unwrap().clone());

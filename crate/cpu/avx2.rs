@@ -150,7 +150,6 @@ fn hsum8(v: [__m256; 8]) -> __m256 {
 #[target_feature(enable = "avx2,fma")]
 pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
     let sign = _mm256_set1_ps(-0.0);
-    let half = _mm256_set1_ps(0.5);
     // `packs` works within 128-bit halves; this puts the 8 groups of 4 back in order.
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for block in x.chunks_exact(BLOCK) {
@@ -162,15 +161,16 @@ pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
         let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-        let scale = amax / 127.0;
-        let inv = _mm256_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
-        out.scales.push(crate::cpu::tile::activation_scale(scale));
-        // Round half away from zero: add 0.5 with r's sign, then truncate (as the scalar one).
-        let ints = v.map(|v| {
-            let r = _mm256_mul_ps(v, inv);
-            let r = _mm256_add_ps(r, _mm256_or_ps(half, _mm256_and_ps(r, sign)));
-            _mm256_cvttps_epi32(r)
+        let inv = _mm256_set1_ps(if amax > 0.0 && amax.is_finite() {
+            127.0 / amax
+        } else {
+            0.0
         });
+        out.scales
+            .push(crate::cpu::tile::activation_scale(amax / 127.0));
+        // To the nearest, ties to even: the conversion's rounding (MXCSR's default, which Rust
+        // leaves), as llama.cpp's x86 quantizer and the scalar one.
+        let ints = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, inv)));
         let words = [
             _mm256_packs_epi32(ints[0], ints[1]),
             _mm256_packs_epi32(ints[2], ints[3]),

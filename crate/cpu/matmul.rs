@@ -30,7 +30,7 @@ use crate::cpu::simd128;
 use crate::cpu::tile::{BlockRow, Kernels, Matmul, Q8Rows, TILE, row_by_row};
 #[cfg(target_arch = "wasm32")]
 use crate::formats::Blocks;
-use crate::formats::{BLOCK, Format, with_format};
+use crate::formats::{Activations, BLOCK, Format, with_format};
 
 /// The stored weights of a matrix, borrowed for one product.
 #[derive(Clone, Copy)]
@@ -130,22 +130,29 @@ pub fn matmul(
 
 /// The offsets' part of a product with blocks that have them (Q4_1, Q5_1, Q4_K, Q5_K as they are
 /// stored): a block's `offset * sum(x)`, summed along the row. The activations' block sums are
-/// taken from their int8 blocks (`scale * sum(codes)`, rounded to f16), as llama.cpp's Q8_1
-/// activation blocks carry them.
+/// taken from their int8 blocks as llama.cpp takes them: for Q8_0 rounding, as its Q8_1 blocks
+/// carry them (`sum(codes) * max |x| / 127`, the unrounded scale, rounded to f16); for Q8_K, as
+/// its K-quant products use the integer sums (`sum(codes) * scale`).
 /// It is an f32 product of `[rows, cols / 32]` offsets with `[t, cols / 32]` sums: a 32nd of the
 /// main product's multiply-adds, on the f32 kernels.
 fn add_offsets(isa: Isa, offsets: &[f32], m: &Matmul, out: &mut [f32]) {
     let blocks = m.cols / BLOCK;
     debug_assert_eq!(offsets.len(), m.rows * blocks);
-    let sums: Vec<f32> =
-        m.xq.quants
-            .chunks_exact(BLOCK)
-            .zip(&m.xq.scales)
-            .map(|(codes, &scale)| {
-                let sum = codes.iter().map(|&c| c as i32).sum::<i32>() as f32;
-                half::f16::from_f32(scale * sum).to_f32()
-            })
-            .collect();
+    let sums: Vec<f32> = m.xq.quants[..m.t * m.cols]
+        .chunks_exact(BLOCK)
+        .zip(&m.xq.scales)
+        .zip(m.x.chunks_exact(BLOCK))
+        .map(|((codes, &scale), x)| {
+            let sum = codes.iter().map(|&c| c as i32).sum::<i32>() as f32;
+            match m.xq.activations {
+                Activations::Q8_0 => {
+                    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    half::f16::from_f32(sum * (amax / 127.0)).to_f32()
+                }
+                Activations::Q8K => sum * scale,
+            }
+        })
+        .collect();
     let sums_by = Matmul {
         rows: m.rows,
         cols: blocks,
@@ -222,6 +229,7 @@ fn blocks_product(isa: Isa, m: &Matmul, format: Format, blocks: BlockRow, out: &
             quants: blocks.quants.to_vec(),
             scales: blocks.scales.to_vec(),
             offsets: Vec::new(),
+            activations: m.xq.activations,
         };
         return packed::matmul(isa, &Packed::pack(m.rows, m.cols, blocks), m.xq, m.t, out);
     }

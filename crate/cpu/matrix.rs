@@ -4,7 +4,7 @@
 use crate::cpu::isa::Isa;
 use crate::cpu::matmul::WeightRows;
 use crate::cpu::packed::{Packed, packs};
-use crate::formats::{Blocks, Format};
+use crate::formats::{Activations, Blocks, Format};
 use crate::model::{Stored, Values};
 
 /// A weight matrix `[rows, cols]` (one row per output unit) in the form the CPU kernels read.
@@ -36,6 +36,16 @@ impl HostMatrix {
                 HostMatrix::Packed(Packed::pack(rows, cols, blocks))
             }
             other => other,
+        }
+    }
+
+    /// How the activations this matrix multiplies are rounded to int8 (f32 weights take them as
+    /// they are).
+    pub fn activations(&self) -> Activations {
+        match self {
+            HostMatrix::F32(_) => Activations::Q8_0,
+            HostMatrix::Blocks(blocks) => blocks.activations,
+            HostMatrix::Packed(packed) => packed.activations(),
         }
     }
 

@@ -59,6 +59,6 @@ pub use isa::Isa;
 pub use matmul::{WeightRows, matmul};
 pub use matrix::{HostLinear, HostMatrix};
 pub use ops::{HostOps, Rows};
-pub use quantize::{quantize_rows_q8, quantize_rows_q8_with};
+pub use quantize::{quantize_activations, quantize_rows_q8, quantize_rows_q8_with};
 pub use threads::Threads;
 pub use tile::Q8Rows;

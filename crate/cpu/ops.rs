@@ -15,9 +15,10 @@ use crate::cpu::attention::{self, KEY_BLOCK};
 use crate::cpu::isa::Isa;
 use crate::cpu::matmul;
 use crate::cpu::matrix::{HostLinear, HostMatrix};
-use crate::cpu::quantize::quantize_rows_q8_with;
+use crate::cpu::quantize::quantize_activations;
 use crate::cpu::threads::Threads;
 use crate::cpu::tile::{Q8Rows, chunk_rows};
+use crate::formats::Activations;
 use crate::model::ops::{Heads, Ops, Span};
 use crate::model::{Logits, Matrix, QuantPlan};
 
@@ -68,13 +69,14 @@ const MIN_ATTENTION_WORK: usize = 1 << 17;
 /// `t` rows of `width` values, row-major, and their int8 blocks once a quantized projection has
 /// read them: q, k and v read the same normed rows, as do the feed-forward's gate and up, and
 /// each quantized them again (quantizing took a tenth of a q8 decode step in the page's worker,
-/// in a V8 profile, before it was vectorized and done once).
+/// in a V8 profile, before it was vectorized and done once). One form for each way of rounding
+/// ([`Activations`]): a K-quant matrix reads the rows as Q8_K, where the others read Q8_0.
 #[derive(Clone)]
 pub struct Rows {
     t: usize,
     width: usize,
     data: Vec<f32>,
-    quantized: OnceCell<Q8Rows>,
+    quantized: [OnceCell<Q8Rows>; 2],
 }
 
 impl Rows {
@@ -83,21 +85,21 @@ impl Rows {
             t,
             width,
             data,
-            quantized: OnceCell::new(),
+            quantized: Default::default(),
         }
     }
 
     /// The values, to change in place: their int8 blocks, if made, no longer hold.
     fn values_mut(&mut self) -> &mut [f32] {
-        self.quantized.take();
+        self.quantized = Default::default();
         &mut self.data
     }
 
-    /// The rows as int8 blocks, made on first use.
-    fn quantized(&self, isa: Isa) -> &Q8Rows {
-        self.quantized.get_or_init(|| {
+    /// The rows as int8 blocks rounded as `activations` says, made on first use.
+    fn quantized(&self, isa: Isa, activations: Activations) -> &Q8Rows {
+        self.quantized[activations as usize].get_or_init(|| {
             let mut q = Q8Rows::default();
-            quantize_rows_q8_with(isa, &self.data, self.width, &mut q);
+            quantize_activations(isa, activations, &self.data, self.width, &mut q);
             q
         })
     }
@@ -186,6 +188,7 @@ impl Ops for HostOps {
         assert_eq!(x.width, w.cols, "a projection's input width");
         let none = Q8Rows::default();
         let f32_weights = matches!(w.weights, HostMatrix::F32(_));
+        let activations = w.weights.activations();
         let (rows, cols, t, xs) = (w.rows, w.cols, x.t, &x.data);
         let weights = w.weights.rows();
         let mut data = vec![0.0; t * rows];
@@ -221,7 +224,7 @@ impl Ops for HostOps {
                 let xs = &xs[p * part * cols..(p * part + n) * cols];
                 let mut xq = Q8Rows::default();
                 if !f32_weights {
-                    quantize_rows_q8_with(self.isa, xs, cols, &mut xq);
+                    quantize_activations(self.isa, activations, xs, cols, &mut xq);
                 }
                 matmul::matmul(self.isa, weights, rows, cols, xs, &xq, n, out);
             });
@@ -230,7 +233,7 @@ impl Ops for HostOps {
         let quantized = if f32_weights {
             &none
         } else {
-            x.quantized(self.isa)
+            x.quantized(self.isa, activations)
         };
         let product = |range: Range<usize>, out: &mut [f32]| {
             let weights = weights.range(range.clone(), cols);

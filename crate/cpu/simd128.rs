@@ -66,8 +66,6 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 
 /// [`crate::cpu::quantize::quantize_rows_q8_with`], 32 values (a block) at a time.
 pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
-    let sign = f32x4_splat(-0.0);
-    let half = f32x4_splat(0.5);
     for block in x.chunks_exact(BLOCK) {
         // SAFETY: the block holds 32 values.
         let v: [v128; 8] =
@@ -79,14 +77,15 @@ pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
         let amax = f32x4_extract_lane::<0>(m)
             .max(f32x4_extract_lane::<1>(m))
             .max(f32x4_extract_lane::<2>(m).max(f32x4_extract_lane::<3>(m)));
-        let scale = amax / 127.0;
-        let inv = f32x4_splat(if scale > 0.0 { 1.0 / scale } else { 0.0 });
-        out.scales.push(crate::cpu::tile::activation_scale(scale));
-        // Round half away from zero: add 0.5 with r's sign, then truncate (as the scalar one).
-        let ints = v.map(|v| {
-            let r = f32x4_mul(v, inv);
-            i32x4_trunc_sat_f32x4(f32x4_add(r, v128_or(half, v128_and(r, sign))))
+        let inv = f32x4_splat(if amax > 0.0 && amax.is_finite() {
+            127.0 / amax
+        } else {
+            0.0
         });
+        out.scales
+            .push(crate::cpu::tile::activation_scale(amax / 127.0));
+        // To the nearest, ties to even (as the scalar one); NaN converts to 0 as there.
+        let ints = v.map(|v| i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v, inv))));
         let words: [v128; 4] =
             std::array::from_fn(|k| i16x8_narrow_i32x4(ints[2 * k], ints[2 * k + 1]));
         let bytes = [

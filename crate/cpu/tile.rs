@@ -4,18 +4,20 @@
 //! (`grouped`). `matmul.rs` picks the kernels; `scalar.rs`, `avx2.rs` and `simd128.rs` are
 //! them.
 
-use crate::formats::{BLOCK, RunFormat};
+use crate::formats::{Activations, BLOCK, RunFormat};
 
-/// Int8 activations in blocks of 32 with one f32 scale each, row-major like the weights.
+/// Int8 activations in blocks of 32 with one f32 scale each, row-major like the weights, rounded
+/// as `activations` says (where it is Q8_K, eight blocks in a row share a scale).
 #[derive(Debug, Clone, Default)]
 pub struct Q8Rows {
     pub quants: Vec<i8>,
     pub scales: Vec<f32>,
+    pub activations: Activations,
 }
 
-/// An activation block's scale as [`Q8Rows`] keeps it: `max |x| / 127` rounded to f16, as
-/// llama.cpp's Q8_0 and Q8_1 activation blocks store theirs (the codes themselves are rounded with
-/// the unrounded scale, there and here). With it the CPU's quantized products are llama.cpp's up to
+/// An activation block's scale as [`Q8Rows`] keeps it for [`Activations::Q8_0`]: `max |x| / 127`
+/// rounded to f16, as llama.cpp's Q8_0 and Q8_1 activation blocks store theirs (the codes
+/// themselves are rounded with the unrounded inverse, `127 / max |x|`, there and here). With it the CPU's quantized products are llama.cpp's up to
 /// the order of the sums: the same greedy tokens on SmolLM2's Q4_1 file where f32 scales gave a
 /// different answer at the 6th token (tests/real_models.rs).
 #[inline(always)]

@@ -5,16 +5,44 @@
 use crate::formats::block::{BLOCK, Format, RunFormat};
 use crate::with_format;
 
+/// How the activations a matrix multiplies are rounded to int8: as llama.cpp rounds them for the
+/// type the matrix was stored in (its `vec_dot_type`), so that the integer sums are llama.cpp's and
+/// only the order of the f32 additions differs. Both keep `127 / max |x|` as the inverse and round
+/// `x * inverse` to the nearest code, ties to even (llama.cpp's x86 quantizers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activations {
+    /// A scale per 32 values, `max |x| / 127` kept rounded to f16 (llama.cpp's Q8_0, and Q8_1 with
+    /// its block sums): for Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and every re-encoding.
+    #[default]
+    Q8_0,
+    /// One f32 scale per 256 values, `1 / inverse` (llama.cpp's Q8_K): for the K-quants' matrices
+    /// (Q4_K, Q5_K, Q6_K), whose rows are whole 256-value super-blocks. The kernels still read a
+    /// scale per 32 values: eight blocks share it.
+    Q8K,
+}
+
+impl Activations {
+    /// The values that share one scale.
+    pub fn span(self) -> usize {
+        match self {
+            Activations::Q8_0 => BLOCK,
+            Activations::Q8K => 256,
+        }
+    }
+}
+
 /// Row-major blocks of one [`Format`]: `quants[b * payload..]` holds block `b`'s payload,
 /// `scales[b]` its scale and `offsets[b]` its offset (a row of `cols` values is `cols / 32` blocks):
 /// value `i` of block `b` is `(code_i - BIAS) * scales[b] + offsets[b]`. `offsets` is empty where
-/// every offset is 0 (the formats' own blocks).
+/// every offset is 0 (the formats' own blocks). `activations`: how the activations they multiply
+/// are rounded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blocks {
     pub format: Format,
     pub quants: Vec<u8>,
     pub scales: Vec<f32>,
     pub offsets: Vec<f32>,
+    pub activations: Activations,
 }
 
 impl Blocks {
@@ -25,6 +53,7 @@ impl Blocks {
             quants: Vec::with_capacity(blocks * format.payload()),
             scales: Vec::with_capacity(blocks),
             offsets: Vec::with_capacity(blocks),
+            activations: Activations::Q8_0,
         }
     }
 
@@ -75,6 +104,7 @@ impl Blocks {
             } else {
                 self.offsets[range].to_vec()
             },
+            activations: self.activations,
         }
     }
 
@@ -103,6 +133,7 @@ fn quantize<F: RunFormat>(data: &[f32]) -> Blocks {
         quants,
         scales,
         offsets: Vec::new(),
+        activations: Activations::Q8_0,
     }
 }
 

@@ -34,7 +34,7 @@ pub mod q8_0;
 pub use crate::with_format;
 pub use bf16::Bf16;
 pub use block::{BLOCK, BlockFormat, Format, RunFormat, RunsAs};
-pub use blocks::Blocks;
+pub use blocks::{Activations, Blocks};
 pub use f16::F16;
 pub use f32::F32;
 pub use q2_k::Q2K;
@@ -214,6 +214,10 @@ impl TensorType {
         let runs = t.runs?;
         let blocks = len / t.block_bytes * t.block_values / BLOCK;
         let mut out = Blocks::with_capacity(runs.format, blocks);
+        // The K-quants (256-value super-blocks) multiply activations rounded as llama.cpp's Q8_K.
+        if t.block_values == Activations::Q8K.span() {
+            out.activations = Activations::Q8K;
+        }
         let piece = ((1 << 20) / t.block_bytes).max(1) * t.block_bytes;
         let mut buffer = vec![0; piece.min(len)];
         let mut at = 0;
@@ -247,6 +251,26 @@ impl TensorType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The K-quants' matrices multiply activations rounded as llama.cpp's Q8_K (its
+    /// `vec_dot_type` for them), every other type's as Q8_0 (Q8_1 for those with minimums).
+    #[test]
+    fn k_quants_take_q8_k_activations() {
+        for (ty, expected) in [
+            (TensorType::Q4K, Activations::Q8K),
+            (TensorType::Q5K, Activations::Q8K),
+            (TensorType::Q6K, Activations::Q8K),
+            (TensorType::Q4_1, Activations::Q8_0),
+            (TensorType::Q5_0, Activations::Q8_0),
+            (TensorType::Q8_0, Activations::Q8_0),
+        ] {
+            let (values, bytes) = ty.block();
+            let raw = vec![0u8; 2 * bytes as usize];
+            let blocks = ty.run_blocks(&raw).unwrap();
+            assert_eq!(blocks.len(), 2 * values as usize / BLOCK);
+            assert_eq!(blocks.activations, expected, "{}", ty.name());
+        }
+    }
 
     #[test]
     fn the_table_has_one_row_per_id_and_names_what_it_does_not_read() {

@@ -52,6 +52,7 @@ impl DeviceOps {
             quants,
             scales,
             offsets,
+            ..
         } = match stored {
             Stored::F32(values) => {
                 let values = transpose(&values, n);

@@ -86,7 +86,11 @@ async function tokenometer(quant, threads, choice = 'off') {
 async function wllama(quant, gguf, threads) {
   const engine = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { suppressNativeLog: true });
   // Room for a long prompt (PROMPT of ~500 tokens for prefill) and its output.
-  await engine.loadModelFromUrl(`/files/${gguf}`, { n_threads: threads, n_ctx: 2048, useCache: false });
+  // From a Blob this page fetched: `loadModelFromUrl` writes every download into the origin's
+  // storage (OPFS) even with `useCache: false`, which a headless browser's quota refuses for a
+  // 1.3 GB file (Llama-3.2-1B's shape in Q8_0: QuotaExceededError).
+  const blob = await (await fetch(`/files/${gguf}`)).blob();
+  await engine.loadModel([blob], { n_threads: threads, n_ctx: 2048 });
   if (engine.getNumThreads() !== threads) throw new Error(`wllama runs ${engine.getNumThreads()} threads, not ${threads}`);
   return {
     name: `wllama ${quant} ${threads}t`,

@@ -78,6 +78,9 @@ pub struct Along {
     /// best (tests/architectures.rs judges each; tests/real_models.rs the worst).
     #[allow(dead_code)]
     pub parted: Vec<(usize, f32)>,
+    /// The teacher-forced logits, a row of the vocabulary's size per position.
+    #[allow(dead_code)]
+    pub logits: Vec<f32>,
 }
 
 /// `steps`: how many ids to run free (the scalar kernels decode slowly: CI's time).
@@ -128,6 +131,7 @@ pub fn along(engine: &Engine, run: &serde_json::Value, steps: usize) -> Along {
         positions: expected.len(),
         worst_gap,
         parted,
+        logits,
     }
 }
 

@@ -40,7 +40,7 @@ pub use group::GROUP;
 use crate::cpu::isa::Isa;
 use crate::cpu::packed::group::Act;
 use crate::cpu::tile::Q8Rows;
-use crate::formats::{BLOCK, Blocks, Format, RunFormat, with_format};
+use crate::formats::{Activations, BLOCK, Blocks, Format, RunFormat, with_format};
 
 /// A Q8_0 or Q4_0 matrix in groups of 8 interleaved rows (see the module's documentation).
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +52,7 @@ pub struct Packed {
     quants: Vec<u8>,
     /// The row-major blocks' offsets, as they were (applied after the product: `cpu::matmul`).
     offsets: Vec<f32>,
+    activations: Activations,
 }
 
 impl Packed {
@@ -65,6 +66,7 @@ impl Packed {
             mut quants,
             mut scales,
             offsets,
+            activations,
         } = row_major;
         assert_eq!(cols % BLOCK, 0, "rows of blocks are whole blocks");
         let blocks = cols / BLOCK;
@@ -99,6 +101,7 @@ impl Packed {
             scales,
             quants,
             offsets,
+            activations,
         }
     }
 
@@ -125,6 +128,7 @@ impl Packed {
             quants,
             scales,
             offsets: self.offsets.clone(),
+            activations: self.activations,
         }
     }
 
@@ -135,6 +139,11 @@ impl Packed {
     /// The blocks' offsets, row-major (empty: all 0).
     pub fn offsets(&self) -> &[f32] {
         &self.offsets
+    }
+
+    /// How the activations this matrix multiplies are rounded.
+    pub fn activations(&self) -> Activations {
+        self.activations
     }
 
     pub fn cols(&self) -> usize {
