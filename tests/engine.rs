@@ -270,6 +270,26 @@ fn quantization_shrinks_the_reported_weight_bytes() {
     assert!(q4_bytes < q8_bytes, "{q4_bytes} vs {q8_bytes}");
 }
 
+/// A tied classifier is the token embedding's only copy on the CPU (a step reads its rows back
+/// from the classifier's form) wherever that form keeps the table's values: as stored, or widened
+/// to f32. Re-encoded to another format, or on the GPU, the table stays beside it. The rows read
+/// back are the table's values: `greedy_f32_cpu_reproduces_run_c_all_256_steps` runs the shared
+/// table (and tests/real_models.rs SmolLM2's and Gemma's, against llama.cpp).
+#[test]
+fn a_tied_table_is_held_once_on_the_cpu() {
+    let cpu = Backend::cpu();
+    for (quant, once) in [
+        (Quant::Stored, true),
+        (Quant::F32, true),
+        (Quant::Q8, false),
+    ] {
+        let e = engine(&cpu, quant);
+        assert!(e.model.config.shared_classifier);
+        assert_eq!(e.model.embedding_bytes() == 0, once, "{quant:?}");
+    }
+    assert!(engine(&wgpu(), Quant::Stored).model.embedding_bytes() > 0);
+}
+
 #[test]
 fn sampling_with_a_seed_repeats_and_differs_across_seeds() {
     let engine = engine(&Backend::cpu(), Quant::F32);

@@ -527,6 +527,16 @@ fn packing_keeps_every_block() {
             let row_major = Blocks::quantize(format, &values(rows * 96, 11));
             let packed = tokenometer::cpu::packed::Packed::pack(rows, 96, row_major.clone());
             assert_eq!(packed.blocks(), row_major, "{format:?}, {rows} rows");
+            // A row read back (a tied classifier as the token embedding), with offsets too.
+            let with_offsets = random_blocks_with_offsets(format, rows, 96, 3);
+            let packed =
+                HostMatrix::Blocks(with_offsets.clone()).packed_for(Isa::detect(), rows, 96);
+            for r in 0..rows {
+                let (mut got, mut expected) = (Vec::new(), Vec::new());
+                packed.extend_row(r, 96, &mut got);
+                with_offsets.dequantize_into(r * 3..(r + 1) * 3, &mut expected);
+                assert_eq!(got, expected, "{format:?}, row {r} of {rows}");
+            }
         }
     }
 }

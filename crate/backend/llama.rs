@@ -149,8 +149,17 @@ impl Llama {
             classifier,
             ..
         } = weights;
-        // A shared classifier is the embedding again, in the classifier's form.
-        let classifier = classifier.unwrap_or_else(|| token_embedding.clone());
+        // A shared classifier is the embedding again, in the classifier's form. On the host, where
+        // that form holds the same values (as stored, or widened to f32), the classifier is the
+        // only copy and the embedding's rows are read from it; the GPU keeps the table on the
+        // host beside the classifier on the device.
+        let (classifier, token_embedding) = match classifier {
+            Some(classifier) => (classifier, Some(token_embedding)),
+            None if device.is_none() && plan.keeps_values(&token_embedding) => {
+                (token_embedding, None)
+            }
+            None => (token_embedding.clone(), Some(token_embedding)),
+        };
         let body = match device {
             None => {
                 let ops = HostOps::new(isa, heads, threads.clone());
@@ -176,9 +185,13 @@ impl Llama {
         }
     }
 
-    /// Bytes of the token embedding as held (f32, or the file's blocks).
+    /// Bytes of the token embedding as held (f32, or the file's blocks): 0 where the tied
+    /// classifier holds the table (counted with the other projections).
     pub fn embedding_bytes(&self) -> u64 {
-        self.model.embedding.bytes()
+        self.model
+            .embedding
+            .as_ref()
+            .map_or(0, crate::model::Matrix::bytes)
     }
 
     /// An empty cache; it allocates as positions are written.

@@ -73,6 +73,19 @@ impl HostMatrix {
         HostMatrix::Blocks(Blocks::quantize(Format::Q4_0, data))
     }
 
+    /// Append row `r`'s values (of `cols`) as f32 to `out`, as
+    /// [`Matrix::extend_row`](crate::model::Matrix::extend_row) widens the
+    /// blocks it was made from: the token embedding read from a tied classifier, whose table is
+    /// then held once.
+    pub fn extend_row(&self, r: usize, cols: usize, out: &mut Vec<f32>) {
+        let per_row = cols / crate::formats::BLOCK;
+        match self {
+            HostMatrix::F32(d) => out.extend_from_slice(&d[r * cols..(r + 1) * cols]),
+            HostMatrix::Blocks(b) => b.dequantize_into(r * per_row..(r + 1) * per_row, out),
+            HostMatrix::Packed(p) => p.rows_blocks(r..r + 1).dequantize_into(0..per_row, out),
+        }
+    }
+
     /// The values back as f32 (tests, and checking a quantization's error).
     pub fn dequantize(&self) -> Vec<f32> {
         match self {

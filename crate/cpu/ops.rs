@@ -139,6 +139,11 @@ impl Ops for HostOps {
         }
     }
 
+    fn linear_row(&self, w: &HostLinear, r: usize, out: &mut Vec<f32>) -> bool {
+        w.weights.extend_row(r, w.cols, out);
+        true
+    }
+
     fn new_cache(&self, layers: usize) -> HostCache {
         HostCache {
             keys: vec![Vec::new(); layers],

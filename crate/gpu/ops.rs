@@ -123,6 +123,10 @@ impl Ops for DeviceOps {
         self.uploads.floats(v, [v.len()])
     }
 
+    fn linear_row(&self, _: &DeviceLinear, _: usize, _: &mut Vec<f32>) -> bool {
+        false
+    }
+
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
         let (n, cols) = (m.rows, m.cols);
         let stored = match plan.apply(name, m) {

@@ -38,6 +38,10 @@ pub trait Ops {
 
     fn vector(&self, v: &[f32]) -> Self::Vector;
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> Self::Linear;
+    /// Append row `r` of a projection's weights as f32 to `out` and say `true`, where this backend
+    /// holds them on the host (the CPU's: a tied classifier is then also the token embedding);
+    /// `false`, appending nothing, where it does not (the GPU's).
+    fn linear_row(&self, w: &Self::Linear, r: usize, out: &mut Vec<f32>) -> bool;
     fn new_cache(&self, layers: usize) -> Self::Cache;
     /// Make the cache hold `capacity` positions, keeping the first `filled`.
     fn grow(&self, cache: &mut Self::Cache, capacity: usize, filled: usize);

@@ -140,6 +140,16 @@ impl QuantPlan {
     /// `m` (`[rows, cols]`) in the plan's precision, consuming its f32 copy; its bytes are
     /// counted. As stored, a matrix in blocks keeps them and any other is f32; a matrix the file
     /// stores in blocks of the chosen format (without offsets) is used as it is.
+    /// Whether [`apply`](Self::apply) keeps `m`'s values as they are: its blocks as stored, or
+    /// widened to f32 (the same values), rather than re-encoded to another format.
+    pub fn keeps_values(&self, m: &Matrix) -> bool {
+        match (self.quant.format(), &m.blocks) {
+            (None, _) => true,
+            (Some(format), Some(blocks)) => blocks.format == format && blocks.offsets.is_empty(),
+            (Some(_), None) => false,
+        }
+    }
+
     pub fn apply(&mut self, name: &str, m: Matrix) -> Stored {
         let cols = m.cols;
         let stored = match (self.quant.format(), m.blocks) {

@@ -107,11 +107,22 @@ impl Packed {
 
     /// The row-major blocks again, as [`Packed::pack`] took them.
     pub fn blocks(&self) -> Blocks {
+        self.rows_blocks(0..self.rows)
+    }
+
+    /// Rows `range` as row-major blocks of their own (with their offsets): a tied classifier's
+    /// row read back as the token embedding's (`HostMatrix::extend_row`).
+    pub fn rows_blocks(&self, range: std::ops::Range<usize>) -> Blocks {
         let blocks = self.cols / BLOCK;
         let bytes = self.format.payload();
-        let mut quants = Vec::with_capacity(self.rows * blocks * bytes);
-        let mut scales = Vec::with_capacity(self.rows * blocks);
-        for r in 0..self.rows {
+        let mut quants = Vec::with_capacity(range.len() * blocks * bytes);
+        let mut scales = Vec::with_capacity(range.len() * blocks);
+        let offsets = if self.offsets.is_empty() {
+            Vec::new()
+        } else {
+            self.offsets[range.start * blocks..range.end * blocks].to_vec()
+        };
+        for r in range {
             let (g, lane) = (r / GROUP, r % GROUP);
             for b in 0..blocks {
                 let at = g * blocks + b;
@@ -127,7 +138,7 @@ impl Packed {
             format: self.format,
             quants,
             scales,
-            offsets: self.offsets.clone(),
+            offsets,
             activations: self.activations,
         }
     }
