@@ -54,8 +54,9 @@ fn nearest(r: f32) -> i8 {
 }
 
 /// `127 / max |x|`, or 0 for a block of zeros (or of infinities, whose codes are then 0).
+/// The vector quantizers (`avx2.rs`, `simd128.rs`) take it too.
 #[inline(always)]
-fn inverse(amax: f32) -> f32 {
+pub(crate) fn inverse(amax: f32) -> f32 {
     if amax > 0.0 && amax.is_finite() {
         127.0 / amax
     } else {
