@@ -8,7 +8,7 @@
 // A component: `new ConcurrencyLab(root, client)` builds its view inside `root`, so the page can hold
 // more than one. Every figure comes from the engine's load report (computed in Rust); this file only
 // draws them.
-import { format } from './run-view.js';
+import { format, setText } from './run-view.js';
 import { fillDefault, refs } from './dom.js';
 
 /** Users per level in a sweep. */
@@ -214,6 +214,24 @@ export class ConcurrencyLab {
       slo_ttft_ms: this.ref.sloTtft.value === '' ? null : Number(this.ref.sloTtft.value),
       slo_tpot_ms: this.ref.sloTpot.value === '' ? null : Number(this.ref.sloTpot.value),
     };
+    // What came since the last drawing: the lanes whose text grew, each user's latest figures,
+    // the latest report. Drawn once a frame, and only those lanes, where every message rewrote
+    // all 16 (the run view's drawing per token took about a core from the engine's workers,
+    // docs/measurements.md; the lab's was not measured apart).
+    const grown = new Set();
+    /** @type {Map<number, any>} */
+    const figures = new Map();
+    let report = null;
+    let frame = 0;
+    const draw = () => {
+      frame = 0;
+      for (const seq of grown) lanes[seq].text.textContent = texts[seq].slice(-400);
+      grown.clear();
+      for (const [seq, f] of figures) this.laneFigures(lanes[seq], f);
+      figures.clear();
+      this.showReport(report);
+      report = null;
+    };
     this.abort = new AbortController();
     return this.client.engine().lab(options, {
       signal: this.abort.signal,
@@ -222,14 +240,19 @@ export class ConcurrencyLab {
           // A local user's tokens, or an endpoint's chunks (each one or more tokens).
           if (event.event === 'token' || event.event === 'chunk') texts[seq] += event.text;
           else if (event.event === 'done') texts[seq] += event.trailing_text;
+          else continue;
+          if (lanes[seq]) grown.add(seq);
         }
-        for (const [seq, lane] of lanes.entries()) lane.text.textContent = texts[seq].slice(-400);
-        for (const figures of message.users ?? []) this.laneFigures(lanes[figures.seq], figures);
-        this.showReport(message.report);
+        for (const f of message.users ?? []) figures.set(f.seq, f);
+        report = message.report ?? report;
+        frame ||= requestAnimationFrame(draw);
       },
-    }, endpoint).then((report) => {
-      this.showReport(report);
-      return report;
+    }, endpoint).then((final) => {
+      // The last of it now, not a frame later.
+      cancelAnimationFrame(frame);
+      draw();
+      this.showReport(final);
+      return final;
     });
   }
 
@@ -271,9 +294,9 @@ export class ConcurrencyLab {
    */
   laneFigures(lane, figures) {
     if (!lane) return;
-    lane.tps.textContent = format(figures.decode_tps, 0);
-    lane.ttft.textContent = format(figures.ttft_ms, 0);
-    lane.state.textContent = figures.reason ? figures.reason.replace('_', ' ') : figures.tokens ? `${figures.tokens} tokens` : 'waiting';
+    setText(lane.tps, format(figures.decode_tps, 0));
+    setText(lane.ttft, format(figures.ttft_ms, 0));
+    setText(lane.state, figures.reason ? figures.reason.replace('_', ' ') : figures.tokens ? `${figures.tokens} tokens` : 'waiting');
   }
 
   /** @param {any} report */

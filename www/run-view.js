@@ -376,7 +376,7 @@ export class RunView {
  * @param {HTMLElement} node
  * @param {string} text
  */
-function setText(node, text) {
+export function setText(node, text) {
   if (node.textContent !== text) node.textContent = text;
 }
 
