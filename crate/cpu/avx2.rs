@@ -161,7 +161,7 @@ pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
         let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-        let inv = _mm256_set1_ps(crate::cpu::quantize::inverse(amax));
+        let inv = _mm256_set1_ps(crate::cpu::tile::inverse(amax));
         out.scales
             .push(crate::cpu::tile::activation_scale(amax / 127.0));
         // To the nearest, ties to even: the conversion's rounding (MXCSR's default, which Rust

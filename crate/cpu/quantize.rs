@@ -4,7 +4,7 @@
 //! or one f32 scale per 256 values for the K-quants' matrices.
 
 use crate::cpu::isa::Isa;
-use crate::cpu::tile::{Q8Rows, activation_scale};
+use crate::cpu::tile::{Q8Rows, activation_scale, inverse};
 use crate::formats::{Activations, BLOCK};
 
 /// Quantize `rows` (each `cols` wide, a multiple of 32) to int8 blocks: scale = max |x| / 127
@@ -51,17 +51,6 @@ pub fn quantize_activations(
 #[inline(always)]
 fn nearest(r: f32) -> i8 {
     (((r + 12_582_912.0).to_bits() & 0x007f_ffff) as i32 - 0x0040_0000) as i8
-}
-
-/// `127 / max |x|`, or 0 for a block of zeros (or of infinities, whose codes are then 0).
-/// The vector quantizers (`avx2.rs`, `simd128.rs`) take it too.
-#[inline(always)]
-pub(crate) fn inverse(amax: f32) -> f32 {
-    if amax > 0.0 && amax.is_finite() {
-        127.0 / amax
-    } else {
-        0.0
-    }
 }
 
 /// Blocks of 32 as llama.cpp's x86 Q8_0 and Q8_1 quantizers make them: `inverse = 127 / max |x|`,

@@ -77,7 +77,7 @@ pub fn quantize_q8(x: &[f32], out: &mut Q8Rows) {
         let amax = f32x4_extract_lane::<0>(m)
             .max(f32x4_extract_lane::<1>(m))
             .max(f32x4_extract_lane::<2>(m).max(f32x4_extract_lane::<3>(m)));
-        let inv = f32x4_splat(crate::cpu::quantize::inverse(amax));
+        let inv = f32x4_splat(crate::cpu::tile::inverse(amax));
         out.scales
             .push(crate::cpu::tile::activation_scale(amax / 127.0));
         // To the nearest, ties to even (as the scalar one); NaN converts to 0 as there.

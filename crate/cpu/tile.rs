@@ -25,6 +25,17 @@ pub(crate) fn activation_scale(amax_over_127: f32) -> f32 {
     half::f16::from_f32(amax_over_127).to_f32()
 }
 
+/// An activation block's inverse scale, `127 / max |x|`, or 0 for a block of zeros (or of
+/// infinities, whose codes are then 0): the scalar quantizer's and the vector ones'.
+#[inline(always)]
+pub(crate) fn inverse(amax: f32) -> f32 {
+    if amax > 0.0 && amax.is_finite() {
+        127.0 / amax
+    } else {
+        0.0
+    }
+}
+
 /// A kernel of several weight rows made of one that takes a single weight row (against several
 /// activation rows), called once per weight row.
 #[inline(always)]
