@@ -104,8 +104,8 @@ fn runs_of(fixture: &serde_json::Value, what: &str) -> Vec<serde_json::Value> {
 }
 
 /// llama.cpp's own margins along a run's recorded ids (`tests/fixtures/llama_cpp_gaps.json`,
-/// written by `tests/fixtures/llama_cpp_gaps.py`): at each position its top-two gap (nats), and
-/// its best few ids with their logits less the best one's.
+/// written by `tests/fixtures/llama_cpp_gaps.py`, read once a test): at each position its top-two
+/// gap (nats), and its best few ids with their logits less the best one's.
 struct Margins {
     gaps: Vec<f32>,
     top: Vec<Vec<(u32, f32)>>,
@@ -131,11 +131,7 @@ impl Margins {
     }
 }
 
-fn llama_cpp_gaps(run: &serde_json::Value) -> Margins {
-    let gaps: serde_json::Value = serde_json::from_slice(&common::read(
-        root().join("tests/fixtures/llama_cpp_gaps.json"),
-    ))
-    .unwrap();
+fn llama_cpp_gaps(gaps: &serde_json::Value, run: &serde_json::Value) -> Margins {
     let found = gaps["runs"]
         .as_array()
         .unwrap()
@@ -229,8 +225,9 @@ fn smollm2_greedy_ids_follow_llama_cpp_with_the_vector_kernels() {
 }
 
 fn follows_llama_cpp(isas: &[Isa]) {
-    let fixture: serde_json::Value = serde_json::from_slice(&common::read(
-        root().join("tests/fixtures/llama_cpp_greedy.json"),
+    let fixture = fixture();
+    let gaps: serde_json::Value = serde_json::from_slice(&common::read(
+        root().join("tests/fixtures/llama_cpp_gaps.json"),
     ))
     .unwrap();
     let runs = fixture["runs"].as_array().unwrap();
@@ -260,7 +257,7 @@ fn follows_llama_cpp(isas: &[Isa]) {
                 let f32 = what.starts_with("F32");
                 // llama.cpp's own margin wherever we part from it: teacher-forced, and where the
                 // free-running sequence first does.
-                let margins = llama_cpp_gaps(run);
+                let margins = llama_cpp_gaps(&gaps, run);
                 let gaps = &margins.gaps;
                 let parted: Vec<f32> = a.parted.iter().map(|&(k, _)| gaps[k]).collect();
                 let free_part = (a.free < a.positions.min(AGREE)).then(|| gaps[a.free]);
