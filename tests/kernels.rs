@@ -7,7 +7,7 @@ use tokenometer::cpu::{self as kernels, Isa, Q8Rows};
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 use tokenometer::cpu::HostMatrix;
-use tokenometer::formats::{Activations, Blocks, Format, Q4_0, Q6KRun, Q8_0, RunFormat};
+use tokenometer::formats::{Activations, Blocks, Format, Q4_0, Q5_0Run, Q6KRun, Q8_0, RunFormat};
 
 /// The kernels' check values (a deterministic spread in -1..1 with a few large ones).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -281,7 +281,8 @@ fn vnni_and_avx2_tiles_agree_bit_for_bit() {
     let w = values(rows * cols, 21);
     let x = values(t * cols, 23);
     let q6k = HostMatrix::Blocks(Blocks::quantize(Format::Q6K, &w));
-    for m in [HostMatrix::q8(&w), HostMatrix::q4(&w), q6k] {
+    let q5_0 = HostMatrix::Blocks(Blocks::quantize(Format::Q5_0, &w));
+    for m in [HostMatrix::q8(&w), HostMatrix::q4(&w), q5_0, q6k] {
         for t in 1..=t {
             let bits = |isa| {
                 run(isa, &m, &x[..t * cols], rows, cols, t)
@@ -391,7 +392,8 @@ fn random_blocks(format: Format, rows: usize, cols: usize, seed: u64) -> Blocks 
         .map(|i| match format {
             // Q8_0 holds -127..=127: llama.cpp never writes -128, and the kernels rely on it.
             Format::Q8_0 => ((next() % 255) as i32 - 127) as i8 as u8,
-            Format::Q4_0 => next() as u8,
+            // Q4_0's nibbles, Q5_0's nibbles and fifth bits: any byte.
+            Format::Q4_0 | Format::Q5_0 => next() as u8,
             // Q6_K: codes -32..=31, then the halves' scales (any i8), then two zero bytes.
             Format::Q6K => match i % payload {
                 0..32 => ((next() % 64) as i32 - 32) as i8 as u8,
@@ -473,7 +475,7 @@ fn format_reference<F: RunFormat>(
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 fn every_block_kernel_matches_the_format_reference() {
-    for format in [Format::Q8_0, Format::Q4_0, Format::Q6K] {
+    for format in [Format::Q8_0, Format::Q4_0, Format::Q5_0, Format::Q6K] {
         for (k, (rows, cols, t)) in [
             (1, 32, 1),
             (7, 64, 3),
@@ -496,6 +498,7 @@ fn every_block_kernel_matches_the_format_reference() {
             let (expected, magnitude) = match format {
                 Format::Q8_0 => format_reference::<Q8_0>(&w, rows, cols, &x, &xq),
                 Format::Q4_0 => format_reference::<Q4_0>(&w, rows, cols, &x, &xq),
+                Format::Q5_0 => format_reference::<Q5_0Run>(&w, rows, cols, &x, &xq),
                 Format::Q6K => format_reference::<Q6KRun>(&w, rows, cols, &x, &xq),
             };
             for isa in Isa::available() {
@@ -522,7 +525,7 @@ fn every_block_kernel_matches_the_format_reference() {
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 fn packing_keeps_every_block() {
-    for format in [Format::Q4_0, Format::Q8_0, Format::Q6K] {
+    for format in [Format::Q4_0, Format::Q8_0, Format::Q5_0, Format::Q6K] {
         for rows in [1, 7, 8, 9, 67] {
             let row_major = Blocks::quantize(format, &values(rows * 96, 11));
             let packed = tokenometer::cpu::packed::Packed::pack(rows, 96, row_major.clone());
@@ -551,7 +554,7 @@ fn packed_products_match_the_row_major_ones() {
     let x = values(t * cols, 5);
     let mut xq = Q8Rows::default();
     kernels::quantize_rows_q8(&x, cols, &mut xq);
-    for format in [Format::Q4_0, Format::Q8_0, Format::Q6K] {
+    for format in [Format::Q4_0, Format::Q8_0, Format::Q5_0, Format::Q6K] {
         let row_major = Blocks::quantize(format, &values(rows * cols, 11));
         let packed = tokenometer::cpu::packed::Packed::pack(rows, cols, row_major.clone());
         let mut expected = vec![0.0; t * rows];

@@ -34,12 +34,12 @@ pub struct KernelCheck {
     pub batched_equals_alone: bool,
 }
 
-/// Q6_K's blocks of `data` (the reference quantizer's).
-fn q6k(data: &[f32]) -> HostMatrix {
-    HostMatrix::Blocks(Blocks::quantize(Format::Q6K, data))
+/// Blocks of `format` of `data` (the reference quantizer's).
+fn blocks(format: Format, data: &[f32]) -> HostMatrix {
+    HostMatrix::Blocks(Blocks::quantize(format, data))
 }
 
-/// This machine's best kernels against the scalar ones on f32, Q8_0, Q4_0 and Q6_K weights
+/// This machine's best kernels against the scalar ones on f32, Q8_0, Q4_0, Q5_0 and Q6_K weights
 /// (pseudo-random, 67 rows of 288, 5 activation rows and each alone). The page's relaxed SIMD
 /// build is checked this way by the end-to-end tests, in Chromium: wasm-bindgen-test builds the
 /// crate once, without relaxed SIMD (`tests/kernels.rs` checks every other instruction set, more
@@ -55,7 +55,8 @@ pub fn check_against_scalar() -> KernelCheck {
         HostMatrix::q4(&w),
         HostMatrix::q8(&w).packed_for(isa, rows, cols),
         HostMatrix::q4(&w).packed_for(isa, rows, cols),
-        q6k(&w).packed_for(isa, rows, cols),
+        blocks(Format::Q5_0, &w).packed_for(isa, rows, cols),
+        blocks(Format::Q6K, &w).packed_for(isa, rows, cols),
     ] {
         let run = |isa: Isa, x: &[f32]| {
             let t = x.len() / cols;

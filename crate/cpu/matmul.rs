@@ -1,12 +1,13 @@
 //! Matrix products on the CPU: f32 rows, and weight blocks against int8-quantized activations
-//! (Q8_0's bytes, which also hold Q5_0, Q5_1 and Q5_K's values; Q4_0's nibbles, which also hold
-//! Q4_1 and Q4_K's; Q6_K's; each block with its offset where the stored type has minimums), each instruction set's kernels (`scalar.rs`, `avx2.rs`, `simd128.rs`; packed
+//! (Q8_0's bytes; Q4_0's nibbles, which also hold Q4_1 and Q4_K's; Q5_0's, which also hold Q5_1
+//! and Q5_K's; Q6_K's; each block with its offset where the stored type has minimums), each
+//! instruction set's kernels (`scalar.rs`, `avx2.rs`, `simd128.rs`; packed
 //! groups of 8 rows in `packed/`) run over tiles of weight rows and activation rows here.
 //!
 //! Quantized dot products follow the idea of llama.cpp's `ggml_vec_dot_q8_0_q8_0`: both sides are
 //! blocks of 32 integers with one scale, so a block's products are summed exactly in integers and
-//! scaled once. Weight blocks hold values in -127..=127 (Q8_0) or 0..=15 meaning -8..=7 (Q4_0), so
-//! the 16-bit pair sums of AVX2's `maddubs` cannot saturate. Each format's kernels are compiled
+//! scaled once. Weight blocks hold values in -127..=127 (Q8_0), 0..=15 meaning -8..=7 (Q4_0) or
+//! 0..=31 meaning -16..=15 (Q5_0), so the 16-bit pair sums of AVX2's `maddubs` cannot saturate. Each format's kernels are compiled
 //! for its `RunFormat` type; a matrix's [`Format`] picks them once a product.
 //!
 //! Layouts (row-major, one row per output unit; `formats/` defines each block):

@@ -23,7 +23,7 @@ pub trait BlockFormat {
 /// A type the kernels run as stored, exactly, in the blocks of a [`RunFormat`] (`AS`): each stored
 /// block as blocks of 32 values, each a payload of `AS`, an f32 scale and an f32 offset, so that
 /// value `i` is `(code_i - AS::BIAS) * scale + offset`. Q8_0 and Q4_0 are their own (offset 0);
-/// Q4_1 and Q4_K run as Q4_0 with offsets, Q5_0 as Q8_0, Q5_1 and Q5_K as Q8_0 with offsets. The
+/// Q4_1 and Q4_K run as Q4_0 with offsets, Q5_1 and Q5_K as Q5_0 with offsets. The
 /// kernels multiply the codes as they do `AS`'s, and add `offset * sum(x)` once a block.
 pub trait RunsAs: BlockFormat {
     /// The format whose kernels run this type.
@@ -74,6 +74,8 @@ pub trait RunFormat: BlockFormat + 'static {
 pub enum Format {
     Q8_0,
     Q4_0,
+    /// Q5_0's nibbles and fifth bits (`formats/q5_0.rs`).
+    Q5_0,
     /// Q6_K's blocks of 32 with their two 16-value scales (`formats/q6_k.rs`).
     Q6K,
 }

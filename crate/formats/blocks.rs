@@ -114,6 +114,13 @@ impl Blocks {
         out
     }
 
+    /// The same blocks as Q8_0's, exactly, offsets kept: each code less its bias as a signed byte
+    /// (Q5_0's and Q4_0's fit; Q6_K's, times a half's scale, do not). For kernels that read
+    /// one-byte codes only (wgpu's).
+    pub fn to_q8_0(&self) -> Blocks {
+        with_format!(self.format, F => to_q8_0::<F>(self))
+    }
+
     /// Append the values of blocks `range` to `out`, by the format's reference.
     pub fn dequantize_into(&self, range: std::ops::Range<usize>, out: &mut Vec<f32>) {
         with_format!(self.format, F => dequantize_into::<F>(self, range, out))
@@ -134,6 +141,23 @@ fn quantize<F: RunFormat>(data: &[f32]) -> Blocks {
         scales,
         offsets: Vec::new(),
         activations: Activations::Q8_0,
+    }
+}
+
+fn to_q8_0<F: RunFormat>(b: &Blocks) -> Blocks {
+    assert!(
+        F::FORMAT != Format::Q6K,
+        "Q6_K's codes times their half's scale are not bytes"
+    );
+    let quants = b
+        .quants
+        .chunks_exact(F::PAYLOAD)
+        .flat_map(|payload| (0..BLOCK).map(|i| (F::code(payload, i) - F::BIAS) as i8 as u8))
+        .collect();
+    Blocks {
+        format: Format::Q8_0,
+        quants,
+        ..b.clone()
     }
 }
 

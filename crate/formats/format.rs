@@ -17,6 +17,10 @@ macro_rules! with_format {
                 type $F = $crate::formats::q4_0::Q4_0;
                 $body
             }
+            $crate::formats::block::Format::Q5_0 => {
+                type $F = $crate::formats::q5_0::Q5_0Run;
+                $body
+            }
             $crate::formats::block::Format::Q6K => {
                 type $F = $crate::formats::q6_k::Q6KRun;
                 $body

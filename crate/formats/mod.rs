@@ -25,7 +25,7 @@ mod q3_k;
 pub mod q4_0;
 mod q4_1;
 mod q4_k;
-mod q5_0;
+pub mod q5_0;
 mod q5_1;
 mod q5_k;
 pub mod q6_k;
@@ -42,7 +42,7 @@ pub use q3_k::Q3K;
 pub use q4_0::Q4_0;
 pub use q4_1::Q4_1;
 pub use q4_k::Q4K;
-pub use q5_0::Q5_0;
+pub use q5_0::{Q5_0, Q5_0Run};
 pub use q5_1::Q5_1;
 pub use q5_k::Q5K;
 pub use q6_k::{Q6K, Q6KRun};
@@ -350,6 +350,23 @@ mod tests {
     #[test]
     fn q4_0_reference_agrees() {
         reference_agrees::<Q4_0>();
+    }
+
+    #[test]
+    fn q5_0_reference_agrees() {
+        reference_agrees::<Q5_0Run>();
+    }
+
+    /// Q5_0's blocks as they run hold GGUF's values: a stored block and its run form widen alike.
+    #[test]
+    fn q5_0_runs_as_stored() {
+        let mut gguf = half::f16::from_f32(0.25).to_le_bytes().to_vec();
+        gguf.extend((0..20).map(|i: u32| (i * 37 + 11) as u8));
+        let mut stored = vec![0.0; BLOCK];
+        Q5_0::dequantize_block(&gguf, &mut stored);
+        let blocks = TensorType::Q5_0.run_blocks(&gguf).unwrap();
+        assert_eq!(blocks.format, Format::Q5_0);
+        assert_eq!(blocks.dequantize(), stored);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Q5_1 (GGUF type 7): blocks of 32 values in 24 bytes: an f16 scale `d`, an f16 minimum `m`, the
-//! fifth bits and nibbles as Q5_0 has them; value `i` is `q_i * d + m`. Runs as Q8_0 with an
-//! offset: code `q - 16`, scale `d`, offset `m + 16 d`.
+//! fifth bits and nibbles as Q5_0 has them; value `i` is `q_i * d + m`. Runs as Q5_0 with an
+//! offset: the very same 5-bit codes, read as `q - 16`, with scale `d` and offset `m + 16 d`.
 
 use crate::formats::block::{BLOCK, BlockFormat, Format, RunsAs, f16_at};
-use crate::formats::q5_0::{centred, codes5};
+use crate::formats::q5_0::{codes5, run_payload};
 
 pub struct Q5_1;
 
@@ -22,12 +22,12 @@ impl BlockFormat for Q5_1 {
 }
 
 impl RunsAs for Q5_1 {
-    const AS: Format = Format::Q8_0;
+    const AS: Format = Format::Q5_0;
 
     fn run_block(block: &[u8], push: &mut dyn FnMut(&[u8], f32, f32)) {
         let (d, m) = (f16_at(block, 0), f16_at(block, 2));
         push(
-            &centred(codes5(&block[4..8], &block[8..24])),
+            &run_payload(codes5(&block[4..8], &block[8..24])),
             d,
             m + 16.0 * d,
         );

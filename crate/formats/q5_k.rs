@@ -1,11 +1,12 @@
 //! Q5_K (GGUF type 13): super-blocks of 256 values in 176 bytes: an f16 scale `d` and an f16
 //! `dmin`, eight 6-bit scales and mins packed as Q4_K's, 32 bytes of fifth bits (bit `j` of byte
 //! `l` for value `l` of sub-block `j`), then 128 bytes of nibbles as Q4_K lays them out; sub-block
-//! `j`'s value is `d * scale_j * q - dmin * min_j` with `q` in 0..=31. Runs as Q8_0 with offsets,
-//! one block a sub-block: code `q - 16`, scale `d * scale_j`, offset `16 d scale_j - dmin min_j`.
+//! `j`'s value is `d * scale_j * q - dmin * min_j` with `q` in 0..=31. Runs as Q5_0 with offsets,
+//! one block a sub-block: code `q`, scale `d * scale_j`, offset `16 d scale_j - dmin min_j`.
 
 use crate::formats::block::{BLOCK, BlockFormat, Format, RunsAs, f16_at};
 use crate::formats::q4_k::scale_min_k4;
+use crate::formats::q5_0::run_payload;
 
 pub struct Q5K;
 
@@ -36,15 +37,18 @@ impl BlockFormat for Q5K {
 }
 
 impl RunsAs for Q5K {
-    const AS: Format = Format::Q8_0;
+    const AS: Format = Format::Q5_0;
 
     fn run_block(b: &[u8], push: &mut dyn FnMut(&[u8], f32, f32)) {
         let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
         for j in 0..8 {
             let (sc, m) = scale_min_k4(j, &b[4..16]);
-            let payload: Vec<u8> = codes(b, j).map(|q| (q as i8 - 16) as u8).collect();
+            let mut q = [0u8; BLOCK];
+            for (q, code) in q.iter_mut().zip(codes(b, j)) {
+                *q = code;
+            }
             let scale = d * sc as f32;
-            push(&payload, scale, 16.0 * scale - dmin * m as f32);
+            push(&run_payload(q), scale, 16.0 * scale - dmin * m as f32);
         }
     }
 }

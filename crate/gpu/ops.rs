@@ -65,7 +65,7 @@ impl DeviceOps {
             // without sign extension.
             Format::Q8_0 => (8, 0x8080_8080),
             Format::Q4_0 => (4, 0),
-            Format::Q6K => unreachable!("widened in `linear`"),
+            Format::Q5_0 | Format::Q6K => unreachable!("widened in `linear`"),
         };
         // Offsets `[blocks a row, n]`, the `k` of an f32 projection of the activations' block sums.
         let offsets = (!offsets.is_empty()).then(|| {
@@ -130,12 +130,20 @@ impl Ops for DeviceOps {
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
         let (n, cols) = (m.rows, m.cols);
         let stored = match plan.apply(name, m) {
-            // The GPU kernels read blocks of one scale: Q6_K's (two a block) are widened here,
+            // The GPU kernels read blocks of one scale and bytes or nibbles: Q6_K's (two scales a
+            // block) are widened here,
             // before the parts are sized, and counted as the f32 they are on the device.
             Stored::Blocks(blocks) if blocks.format == Format::Q6K => {
                 let values = blocks.dequantize();
                 plan.device_bytes += 4 * values.len() as u64 - blocks.bytes();
                 Stored::F32(values.into())
+            }
+            // Q5_0's codes (and Q5_1's and Q5_K's) are read as Q8_0's bytes: exactly, 9 bits a
+            // value where the CPU keeps 6.
+            Stored::Blocks(blocks) if blocks.format == Format::Q5_0 => {
+                let bytes = blocks.to_q8_0();
+                plan.device_bytes += bytes.bytes() - blocks.bytes();
+                Stored::Blocks(bytes)
             }
             stored => stored,
         };

@@ -26,6 +26,7 @@ fn file_type(form: Option<Format>) -> u64 {
         None => 0,
         Some(Format::Q4_0) => 2,
         Some(Format::Q8_0) => 7,
+        Some(Format::Q5_0) => 8,
         Some(Format::Q6K) => 18,
     }
 }
@@ -154,11 +155,13 @@ pub fn write(
     form: Option<Format>,
     out: &mut impl Write,
 ) -> io::Result<()> {
-    if form == Some(Format::Q6K) {
-        // Its kernels' blocks are not Q6_K's 256-value super-blocks (no quantizer writes those here).
-        return Err(io::Error::other(
-            "Q6_K is read, not written: write Q8_0 or Q4_0 (--quant q8 or q4)",
-        ));
+    if let Some(format @ (Format::Q6K | Format::Q5_0)) = form {
+        // Their kernels' blocks are not GGUF's (Q6_K's 256-value super-blocks, Q5_0's fifth bits
+        // in their own order): no quantizer writes those here.
+        return Err(io::Error::other(format!(
+            "{} is read, not written: write Q8_0 or Q4_0 (--quant q8 or q4)",
+            format.name()
+        )));
     }
     let blocks_of = |m: &Matrix| form.filter(|_| m.rows > 1 && m.cols.is_multiple_of(BLOCK));
     let data_bytes = |m: &Matrix| -> u64 {

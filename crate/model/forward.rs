@@ -11,9 +11,9 @@
 //! - `cpu/ops.rs`: the CPU, on host arrays with the kernels of `cpu/`.
 //!
 //! Both multiply f32 and the kernels' block forms ([`Format`](crate::formats::Format)): Q8_0's
-//! bytes (Q8_0, and Q5_0, Q5_1 and Q5_K's 5-bit values held a byte each), Q4_0's nibbles (Q4_0,
-//! and Q4_1 and Q4_K), with each block's offset where the stored type has minimums, and on the
-//! CPU Q6_K's (the GPU widens Q6_K to f32).
+//! bytes, Q4_0's nibbles (Q4_0, and Q4_1 and Q4_K), with each block's offset where the stored
+//! type has minimums, and on the CPU Q5_0's (Q5_0, and Q5_1 and Q5_K; the GPU reads them as Q8_0's
+//! bytes) and Q6_K's (the GPU widens Q6_K to f32).
 //!
 //! `backend/llama.rs` holds a model on the backend it was loaded on and calls this pass. The token
 //! embedding stays on the host for both: a step reads one row of it, not the whole table.

@@ -182,7 +182,8 @@ impl QuantPlan {
     /// What loading does to a GGUF's tensor `types` (type, count) at this precision, as one note
     /// for the conditions: "GGUF tensors as stored: 210 Q4_1 (run by the Q4_0 kernels, exactly),
     /// 1 Q8_0, 61 F32".
-    /// `on_gpu`: the wgpu kernels run blocks of one scale, so Q6_K is widened there.
+    /// `on_gpu`: the wgpu kernels run blocks of one scale and of bytes or nibbles, so Q6_K is
+    /// widened there and Q5_0 read as Q8_0.
     pub fn note_tensor_types(&mut self, types: &[(TensorType, usize)], on_gpu: bool) {
         if types.is_empty() {
             return;
@@ -198,6 +199,9 @@ impl QuantPlan {
                     _ if kind == TensorType::F32 => String::new(),
                     (Quant::Stored, Some(Format::Q6K)) if on_gpu => {
                         " (widened to f32 on the GPU)".to_string()
+                    }
+                    (Quant::Stored, Some(Format::Q5_0)) if on_gpu => {
+                        " (run by the Q8_0 kernels on the GPU, exactly)".to_string()
                     }
                     (Quant::Stored, Some(format)) if format.name() == name => String::new(),
                     (Quant::Stored, Some(format)) => {

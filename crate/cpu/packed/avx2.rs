@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use crate::cpu::packed::group::{Act, GROUP, checked_group};
-use crate::formats::{BLOCK, Q4_0, Q6KRun, Q8_0, RunFormat};
+use crate::formats::{BLOCK, Q4_0, Q5_0Run, Q6KRun, Q8_0, RunFormat};
 
 /// A format's share of the AVX2 packed kernel.
 pub(crate) trait PackedAvx2: RunFormat {
@@ -24,14 +24,17 @@ pub(crate) trait PackedAvx2: RunFormat {
         unsafe { [_mm256_set1_epi16(1); 2] }
     }
 
-    /// A chunk's 32 bytes (4 of each of 8 rows) in the forms [`products`](Self::products) takes:
-    /// by default signed bytes (Q8_0's), as their magnitudes and themselves (for their signs).
+    /// Chunk `k`'s 32 bytes (4 of each of 8 rows) of the group's block at `block`, in the forms
+    /// [`products`](Self::products) takes: by default signed bytes (Q8_0's), as their magnitudes
+    /// and themselves (for their signs).
     ///
     /// # Safety
-    /// A machine with AVX2.
+    /// A machine with AVX2; `block` points to the group's block whole.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
+    unsafe fn chunk(block: *const u8, k: usize) -> [__m256i; 2] {
+        // SAFETY: the caller's.
+        let v = unsafe { load(block, k) };
         [_mm256_sign_epi8(v, v), v]
     }
 
@@ -74,13 +77,15 @@ pub(crate) trait PackedAvx2: RunFormat {
     /// where the format has no VNNI kernel (its sums take the AVX2 one).
     const VNNI_BIAS: Option<i32> = None;
 
-    /// A chunk's 32 bytes as `vpdpbusd`'s unsigned operand(s).
+    /// Chunk `k`'s 32 bytes as `vpdpbusd`'s unsigned operand(s).
     ///
     /// # Safety
-    /// A machine with AVX2, AVX-512 VNNI and VL.
+    /// A machine with AVX2, AVX-512 VNNI and VL; `block` points to the group's block whole.
     #[inline]
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    unsafe fn vnni_chunk(v: __m256i) -> [__m256i; 2] {
+    unsafe fn vnni_chunk(block: *const u8, k: usize) -> [__m256i; 2] {
+        // SAFETY: the caller's.
+        let v = unsafe { load(block, k) };
         [v, v]
     }
 
@@ -94,6 +99,28 @@ pub(crate) trait PackedAvx2: RunFormat {
         // SAFETY: the caller's.
         _mm256_dpbusd_epi32(sum, w[0], unsafe { four(x, b, k) })
     }
+}
+
+/// Chunk `k` of the group's block at `block`.
+///
+/// # Safety
+/// `block` points to the group's block whole.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn load(block: *const u8, k: usize) -> __m256i {
+    // SAFETY: the caller's.
+    unsafe { _mm256_loadu_si256(block.add(k * 32) as *const __m256i) }
+}
+
+/// A chunk's nibbles split: values `4 k..4 k + 4` (low) and `16 + 4 k..` (high) of 8 rows.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn split_nibbles(v: __m256i) -> [__m256i; 2] {
+    let mask = _mm256_set1_epi8(0x0f);
+    [
+        _mm256_and_si256(v, mask),
+        _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
+    ]
 }
 
 /// Four activation bytes, `4 k..4 k + 4` of block `b`, in every lane.
@@ -117,12 +144,9 @@ impl PackedAvx2 for Q4_0 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn chunk(v: __m256i) -> [__m256i; 2] {
-        let mask = _mm256_set1_epi8(0x0f);
-        [
-            _mm256_and_si256(v, mask),
-            _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
-        ]
+    unsafe fn chunk(block: *const u8, k: usize) -> [__m256i; 2] {
+        // SAFETY: the caller's.
+        split_nibbles(unsafe { load(block, k) })
     }
 
     #[inline]
@@ -154,9 +178,9 @@ impl PackedAvx2 for Q4_0 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    unsafe fn vnni_chunk(v: __m256i) -> [__m256i; 2] {
-        // SAFETY: the same instructions as `chunk`'s, on the same machine.
-        unsafe { Self::chunk(v) }
+    unsafe fn vnni_chunk(block: *const u8, k: usize) -> [__m256i; 2] {
+        // SAFETY: the same instructions as `chunk`'s, on the same machine; the caller's.
+        unsafe { Self::chunk(block, k) }
     }
 
     #[inline]
@@ -177,7 +201,9 @@ impl PackedAvx2 for Q8_0 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    unsafe fn vnni_chunk(v: __m256i) -> [__m256i; 2] {
+    unsafe fn vnni_chunk(block: *const u8, k: usize) -> [__m256i; 2] {
+        // SAFETY: the caller's.
+        let v = unsafe { load(block, k) };
         let unsigned = _mm256_xor_si256(v, _mm256_set1_epi8(-128));
         [unsigned, unsigned]
     }
@@ -210,6 +236,78 @@ impl PackedAvx2 for Q6KRun {
     }
 }
 
+/// Q5_0: chunks 0..4 hold Q4_0's nibbles and chunk 4 the fifth bits, so that byte `j` of a row's
+/// four holds bit `2 k` for the low nibble of chunk `k`'s byte `j` and bit `2 k + 1` for its high
+/// one (`formats/q5_0.rs`): one shift right by `2 k` and a shift left to bit 4 each give a chunk's
+/// codes (0..=31), `maddubs`' unsigned operand as Q4_0's nibbles are. Two `maddubs` of a chunk
+/// (at most 2 * 2 * 31 * 128 = 15872 a lane) are widened at once, since a block's eight would
+/// pass 16 bits; then `-16 * sum(x)`.
+impl PackedAvx2 for Q5_0Run {
+    const CHUNKS: usize = 4;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn chunk(block: *const u8, k: usize) -> [__m256i; 2] {
+        // SAFETY: the caller's: chunk 4 holds the fifth bits.
+        let (v, high) = unsafe { (load(block, k), load(block, 4)) };
+        let high = _mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * k as i32));
+        let bit = _mm256_set1_epi8(0x10);
+        let [low_nibbles, high_nibbles] = split_nibbles(v);
+        [
+            _mm256_or_si256(
+                low_nibbles,
+                _mm256_and_si256(_mm256_slli_epi16(high, 4), bit),
+            ),
+            _mm256_or_si256(
+                high_nibbles,
+                _mm256_and_si256(_mm256_slli_epi16(high, 3), bit),
+            ),
+        ]
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn products(
+        w: [__m256i; 2],
+        x: &Act,
+        b: usize,
+        k: usize,
+        sum: __m256i,
+        _mult: __m256i,
+    ) -> __m256i {
+        // SAFETY: the caller's.
+        let (low, high) = unsafe { (four(x, b, k), four(x, b, k + 4)) };
+        let pairs = _mm256_add_epi16(
+            _mm256_maddubs_epi16(w[0], low),
+            _mm256_maddubs_epi16(w[1], high),
+        );
+        _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn finish(sum: __m256i, offset: i32) -> __m256i {
+        _mm256_add_epi32(sum, _mm256_set1_epi32(offset))
+    }
+
+    const VNNI_BIAS: Option<i32> = Some(16);
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    unsafe fn vnni_chunk(block: *const u8, k: usize) -> [__m256i; 2] {
+        // SAFETY: the same instructions as `chunk`'s, on the same machine; the caller's.
+        unsafe { Self::chunk(block, k) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    unsafe fn vnni_products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i {
+        // SAFETY: the caller's.
+        let (low, high) = unsafe { (four(x, b, k), four(x, b, k + 4)) };
+        _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(sum, w[0], low), w[1], high)
+    }
+}
+
 /// `N` activation rows against one group of `F` blocks, one 8-lane accumulator (a lane a weight
 /// row) for each.
 #[inline]
@@ -229,9 +327,7 @@ fn dot<const N: usize, F: PackedAvx2>(
         for k in 0..F::CHUNKS {
             // SAFETY: as above.
             unsafe {
-                let v =
-                    _mm256_loadu_si256(quants.as_ptr().add(b * bytes + k * 32) as *const __m256i);
-                let w = F::chunk(v);
+                let w = F::chunk(quants.as_ptr().add(b * bytes), k);
                 for (sum, x) in ints.iter_mut().zip(&x) {
                     *sum = F::products(w, x, b, k, *sum, mult[2 * k / F::CHUNKS]);
                 }
@@ -275,9 +371,7 @@ fn dot_vnni<const N: usize, F: PackedAvx2>(
             // SAFETY: the group holds `blocks * bytes` bytes and each activation row `blocks * 32`
             // values (asserted above).
             unsafe {
-                let v =
-                    _mm256_loadu_si256(quants.as_ptr().add(b * bytes + k * 32) as *const __m256i);
-                let w = F::vnni_chunk(v);
+                let w = F::vnni_chunk(quants.as_ptr().add(b * bytes), k);
                 for (sum, x) in ints.iter_mut().zip(&x) {
                     *sum = F::vnni_products(w, x, b, k, *sum);
                 }

@@ -1,8 +1,8 @@
-//! Q8_0 and Q4_0 weights (and the types held in their forms: Q5_0, Q5_1 and Q5_K as Q8_0's bytes,
-//! Q4_1 and Q4_K as Q4_0's nibbles, with their blocks' offsets) regrouped 8 rows at a time, for
-//! the products of decode and batched
-//! decode: AVX2's (`avx2.rs`), and in wasm relaxed SIMD's byte products for Q4_0 and
-//! 16-bit products for Q8_0 and the baseline build's Q4_0 (`wasm.rs`).
+//! Q8_0, Q4_0, Q5_0 and Q6_K weights (and the types held in their forms: Q4_1 and Q4_K as Q4_0's
+//! nibbles, Q5_1 and Q5_K as Q5_0's, with their blocks' offsets) regrouped 8 rows at a time, for
+//! the products of prompts, decode and batched decode: AVX2's (`avx2.rs`), and in wasm relaxed
+//! SIMD's byte products for Q4_0 and 16-bit products for the others and the baseline build's Q4_0
+//! (`wasm.rs`).
 //!
 //! Row by row (`cpu/matmul.rs`), every block is loaded (Q4_0 unpacked), its signs moved, and its
 //! products widened to i32, converted and scaled once per activation row: 8 to 9 instructions for
@@ -17,14 +17,17 @@
 //!   3 instructions for 32 products.
 //! - Q8_0: the weights' signs move onto the broadcast activations (`sign`), and each `maddubs`
 //!   (up to 2 * 127 * 127 a pair) is widened at once: about 5 instructions for 32 products.
+//! - Q5_0: Q4_0's nibbles in chunks 0..4 and the fifth bits in chunk 4; a chunk's codes (0..=31)
+//!   are its nibbles with the bits shifted in, then multiplied as Q4_0's, widened a chunk at a
+//!   time (a block's sums would pass 16 bits).
 //!
 //! Layout of a `[rows, cols]` matrix, `groups = rows / 8` rounded up, `blocks = cols / 32`, and
-//! `bytes` = 32 (Q8_0) or 16 (Q4_0) a block of one row:
+//! `bytes` = the format's payload a block of one row (32 Q8_0, 16 Q4_0, 20 Q5_0, 36 Q6_K):
 //! - `scales[(g * blocks + b) * 8 + r]`: row `8 g + r`'s scale of block `b` (0 for the rows that
 //!   pad the last group);
 //! - `quants[(g * blocks + b) * 8 * bytes + k * 32 + r * 4 + j]`: byte `4 k + j` of that block
 //!   (Q8_0: value `4 k + j`; Q4_0, in GGUF's order: values `4 k + j` in the low nibble and
-//!   `16 + 4 k + j` in the high one).
+//!   `16 + 4 k + j` in the high one; Q5_0 the same for `k` < 4, then its fifth bits).
 //!
 //! Every (weight row, activation row) pair is summed block by block in one order whatever the
 //! batch, so batched decode equals batch 1.

@@ -5,7 +5,7 @@
 use std::arch::wasm32::*;
 
 use crate::cpu::packed::group::{Act, GROUP};
-use crate::formats::{BLOCK, Q4_0, Q6KRun, Q8_0, RunFormat};
+use crate::formats::{BLOCK, Q4_0, Q5_0Run, Q6KRun, Q8_0, RunFormat};
 
 /// A format's packed kernel in wasm, and how many activation rows it takes at once.
 pub(crate) trait PackedWasm: RunFormat {
@@ -40,6 +40,14 @@ impl PackedWasm for Q8_0 {
 
     fn tile(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
         simd128::tile::<Q8_0>(scales, quants, x, out);
+    }
+}
+
+impl PackedWasm for Q5_0Run {
+    const TILE_ROWS: usize = 2;
+
+    fn tile(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+        simd128::tile::<Q5_0Run>(scales, quants, x, out);
     }
 }
 
@@ -138,13 +146,13 @@ mod relaxed {
 /// A format's share of the 16-bit kernel (`simd128`): its weights of a pair of rows as 16-bit
 /// lanes, the activations they meet, and their products.
 pub(crate) trait Pairs16: RunFormat {
-    /// Chunk bytes `p..p + 8` (4 of each of 2 rows) as 16-bit lanes: by default signed bytes
-    /// (Q8_0's), sign-extended.
+    /// Chunk `k`'s bytes `p..p + 8` (4 of each of 2 rows) as 16-bit lanes: by default signed
+    /// bytes (Q8_0's), sign-extended.
     ///
     /// # Safety
-    /// `p` points to 8 readable bytes.
+    /// `p` points to 8 readable bytes of chunk `k` of a group's block, which is whole.
     #[inline(always)]
-    unsafe fn pair(p: *const u8) -> [v128; 2] {
+    unsafe fn pair(p: *const u8, _k: usize) -> [v128; 2] {
         // SAFETY: the caller's.
         [
             unsafe { i16x8_load_extend_i8x8(p as *const i8) },
@@ -204,10 +212,48 @@ impl Pairs16 for Q4_0 {
     const CHUNKS: usize = 4;
 
     #[inline(always)]
-    unsafe fn pair(p: *const u8) -> [v128; 2] {
+    unsafe fn pair(p: *const u8, _k: usize) -> [v128; 2] {
         // SAFETY: the caller's.
         let v = unsafe { u16x8_load_extend_u8x8(p) };
         [v128_and(v, u16x8_splat(0x0f)), u16x8_shr(v, 4)]
+    }
+
+    #[inline(always)]
+    unsafe fn activations(x: &Act, b: usize, k: usize) -> [v128; 2] {
+        // SAFETY: the caller's.
+        unsafe { [four(x, b, k), four(x, b, k + 4)] }
+    }
+
+    #[inline(always)]
+    fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128 {
+        i32x4_add(i32x4_dot_i16x8(w[0], xs[0]), i32x4_dot_i16x8(w[1], xs[1]))
+    }
+}
+
+/// Q5_0: Q4_0's nibbles, each with its fifth bit from chunk 4 (the same rows' bytes 32 * (4 - k)
+/// further on), shifted right by `2 k` so that bit 0 is the low nibble's and bit 1 the high one's
+/// (`formats/q5_0.rs`); codes 0..=31, and `-16 * sum(x)` after.
+impl Pairs16 for Q5_0Run {
+    const CHUNKS: usize = 4;
+
+    #[inline(always)]
+    unsafe fn pair(p: *const u8, k: usize) -> [v128; 2] {
+        // SAFETY: the caller's: the block is whole, so its chunk 4 is too.
+        let (v, high) = unsafe {
+            (
+                u16x8_load_extend_u8x8(p),
+                u16x8_load_extend_u8x8(p.add((4 - k) * 32)),
+            )
+        };
+        let high = u16x8_shr(high, 2 * k as u32);
+        let bit = u16x8_splat(0x10);
+        [
+            v128_or(
+                v128_and(v, u16x8_splat(0x0f)),
+                v128_and(u16x8_shl(high, 4), bit),
+            ),
+            v128_or(u16x8_shr(v, 4), v128_and(u16x8_shl(high, 3), bit)),
+        ]
     }
 
     #[inline(always)]
@@ -370,7 +416,7 @@ mod simd128 {
                     // SAFETY: the group holds `blocks * bytes` bytes, and each activation row
                     // `blocks * 32` values (asserted above).
                     let mut w: [[v128; 2]; 2] = std::array::from_fn(|pair| unsafe {
-                        F::pair(quants.as_ptr().add(at + 8 * pair))
+                        F::pair(quants.as_ptr().add(at + 8 * pair), k)
                     });
                     if F::HALF_SCALES {
                         for (w, scale) in w.iter_mut().zip(&half_scales[2 * k / F::CHUNKS]) {
