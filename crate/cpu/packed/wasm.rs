@@ -47,6 +47,9 @@ impl PackedWasm for Q5_0Run {
     const TILE_ROWS: usize = 2;
 
     fn tile(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+        #[cfg(target_feature = "relaxed-simd")]
+        relaxed::q5_tile(scales, quants, x, out);
+        #[cfg(not(target_feature = "relaxed-simd"))]
         simd128::tile::<Q5_0Run>(scales, quants, x, out);
     }
 }
@@ -82,7 +85,7 @@ mod relaxed {
     use std::arch::wasm32::*;
 
     use crate::cpu::packed::group::{Act, GROUP, checked_group, group_lanes};
-    use crate::formats::{BLOCK, Q4_0};
+    use crate::formats::{BLOCK, Q4_0, Q5_0Run};
 
     /// `N` activation rows against one group of Q4_0 blocks: per activation row two
     /// accumulators of 4 lanes (a lane a weight row).
@@ -131,6 +134,70 @@ mod relaxed {
             }
         }
         acc.map(group_lanes)
+    }
+
+    /// `N` activation rows against one group of Q5_0 blocks, as [`dot`] multiplies Q4_0's
+    /// nibbles: a half-chunk's 16 bytes become its codes (0..=31, 7 bits as the relaxed dot
+    /// takes them) with the fifth bits of chunk 4 shifted in (`formats/q5_0.rs`), and the pair
+    /// sums of two chunks (at most 4 * 2 * 31 * 127) are widened before they could pass 16 bits.
+    #[inline(always)]
+    fn dot5<const N: usize>(scales: &[f32], quants: &[u8], x: [Act; N]) -> [[f32; GROUP]; N] {
+        let (blocks, bytes) = checked_group::<Q5_0Run>(scales, quants, &x);
+        let (mask, bit) = (u8x16_splat(0x0f), u8x16_splat(0x10));
+        let mut acc = [[f32x4_splat(0.0); 2]; N];
+        for b in 0..blocks {
+            let four = |x: &Act, k: usize| {
+                // SAFETY: each activation row holds `blocks * 32` values (asserted above).
+                unsafe { v128_load32_splat(x.quants.as_ptr().add(b * BLOCK + 4 * k) as *const u32) }
+            };
+            // SAFETY: the group holds `blocks * bytes` bytes (asserted above).
+            let load = |at: usize| unsafe {
+                v128_load(quants.as_ptr().add(b * bytes + at) as *const v128)
+            };
+            let mut ints = [[i32x4_splat(0); 2]; N];
+            for h in 0..2 {
+                let fifth = load(4 * 32 + h * 16);
+                for pair in 0..2 {
+                    let mut sums = [i16x8_splat(0); N];
+                    for k in 2 * pair..2 * pair + 2 {
+                        let v = load(k * 32 + h * 16);
+                        let f = u8x16_shr(fifth, 2 * k as u32);
+                        let lo = v128_or(v128_and(v, mask), v128_and(i8x16_shl(f, 4), bit));
+                        let hi = v128_or(u8x16_shr(v, 4), v128_and(i8x16_shl(f, 3), bit));
+                        for (sum, x) in sums.iter_mut().zip(&x) {
+                            let pairs = i16x8_add(
+                                i16x8_relaxed_dot_i8x16_i7x16(four(x, k), lo),
+                                i16x8_relaxed_dot_i8x16_i7x16(four(x, k + 4), hi),
+                            );
+                            *sum = i16x8_add(*sum, pairs);
+                        }
+                    }
+                    for (ints, sum) in ints.iter_mut().zip(&sums) {
+                        ints[h] = i32x4_add(ints[h], i32x4_extadd_pairwise_i16x8(*sum));
+                    }
+                }
+            }
+            for ((acc, ints), x) in acc.iter_mut().zip(&ints).zip(&x) {
+                for h in 0..2 {
+                    let ints = i32x4_add(ints[h], i32x4_splat(x.offsets[b]));
+                    // SAFETY: the group holds `blocks * 8` scales.
+                    let w_scales =
+                        unsafe { v128_load(scales.as_ptr().add(b * GROUP + 4 * h) as *const v128) };
+                    let scale = f32x4_mul(w_scales, f32x4_splat(x.scales[b]));
+                    acc[h] = f32x4_relaxed_madd(f32x4_convert_i32x4(ints), scale, acc[h]);
+                }
+            }
+        }
+        acc.map(group_lanes)
+    }
+
+    /// [`dot5`] for the number of rows in `x` (1 or 2).
+    pub fn q5_tile(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+        match *x {
+            [a] => out.copy_from_slice(&dot5::<1>(scales, quants, [a])),
+            [a, b] => out.copy_from_slice(&dot5::<2>(scales, quants, [a, b])),
+            _ => panic!("a packed tile in wasm holds 1 or 2 activation rows"),
+        }
     }
 
     /// [`dot`] for the number of rows in `x` (1 or 2).
