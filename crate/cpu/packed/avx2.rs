@@ -77,19 +77,29 @@ pub(crate) trait PackedAvx2: RunFormat {
     /// where the format has no VNNI kernel (its sums take the AVX2 one).
     const VNNI_BIAS: Option<i32> = None;
 
-    /// Chunk `k`'s 32 bytes as `vpdpbusd`'s unsigned operand(s).
+    /// Whether a chunk's bytes hold two values each (nibbles, Q4_0's and Q5_0's): [`chunk`]
+    /// gives values `4 k..4 k + 4` and `16 + 4 k..` of each row apart, and each meets its own
+    /// activations.
+    ///
+    /// [`chunk`]: Self::chunk
+    const HALVES: bool = false;
+
+    /// Chunk `k`'s 32 bytes as `vpdpbusd`'s unsigned operand(s): by default [`chunk`]'s (the
+    /// nibbles' codes are unsigned as they are).
     ///
     /// # Safety
     /// A machine with AVX2, AVX-512 VNNI and VL; `block` points to the group's block whole.
+    ///
+    /// [`chunk`]: Self::chunk
     #[inline]
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
     unsafe fn vnni_chunk(block: *const u8, k: usize) -> [__m256i; 2] {
-        // SAFETY: the caller's.
-        let v = unsafe { load(block, k) };
-        [v, v]
+        // SAFETY: the same instructions as `chunk`'s, on the same machine; the caller's.
+        unsafe { Self::chunk(block, k) }
     }
 
-    /// `sum` plus chunk `k`'s products with activation row `x` of block `b`, by `vpdpbusd`.
+    /// `sum` plus chunk `k`'s products with activation row `x` of block `b`, by `vpdpbusd` (two
+    /// where the chunk holds [`HALVES`](Self::HALVES)).
     ///
     /// # Safety
     /// A machine with AVX2, AVX-512 VNNI and VL; `x` holds block `b` whole.
@@ -97,7 +107,13 @@ pub(crate) trait PackedAvx2: RunFormat {
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
     unsafe fn vnni_products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i {
         // SAFETY: the caller's.
-        _mm256_dpbusd_epi32(sum, w[0], unsafe { four(x, b, k) })
+        let sum = _mm256_dpbusd_epi32(sum, w[0], unsafe { four(x, b, k) });
+        if Self::HALVES {
+            // SAFETY: as above.
+            _mm256_dpbusd_epi32(sum, w[1], unsafe { four(x, b, k + 4) })
+        } else {
+            sum
+        }
     }
 }
 
@@ -175,21 +191,7 @@ impl PackedAvx2 for Q4_0 {
     }
 
     const VNNI_BIAS: Option<i32> = Some(8);
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    unsafe fn vnni_chunk(block: *const u8, k: usize) -> [__m256i; 2] {
-        // SAFETY: the same instructions as `chunk`'s, on the same machine; the caller's.
-        unsafe { Self::chunk(block, k) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    unsafe fn vnni_products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i {
-        // SAFETY: the caller's.
-        let (low, high) = unsafe { (four(x, b, k), four(x, b, k + 4)) };
-        _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(sum, w[0], low), w[1], high)
-    }
+    const HALVES: bool = true;
 }
 
 /// Q8_0: signed bytes, the trait's own products; with VNNI the codes move to `w + 128` (one
@@ -291,21 +293,7 @@ impl PackedAvx2 for Q5_0Run {
     }
 
     const VNNI_BIAS: Option<i32> = Some(16);
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    unsafe fn vnni_chunk(block: *const u8, k: usize) -> [__m256i; 2] {
-        // SAFETY: the same instructions as `chunk`'s, on the same machine; the caller's.
-        unsafe { Self::chunk(block, k) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    unsafe fn vnni_products(w: [__m256i; 2], x: &Act, b: usize, k: usize, sum: __m256i) -> __m256i {
-        // SAFETY: the caller's.
-        let (low, high) = unsafe { (four(x, b, k), four(x, b, k + 4)) };
-        _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(sum, w[0], low), w[1], high)
-    }
+    const HALVES: bool = true;
 }
 
 /// `N` activation rows against one group of `F` blocks, one 8-lane accumulator (a lane a weight

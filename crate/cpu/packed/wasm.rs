@@ -227,21 +227,41 @@ pub(crate) trait Pairs16: RunFormat {
         ]
     }
 
-    /// The activations chunk `k` of block `b` meets, widened and repeated (by default values
-    /// `4k..4k + 4`).
+    /// Whether a chunk's bytes hold two values each (nibbles, Q4_0's and Q5_0's): [`pair`]
+    /// gives values `4k..4k + 4` and `16 + 4k..` apart, and each meets its own activations.
+    ///
+    /// [`pair`]: Self::pair
+    const HALVES: bool = false;
+
+    /// The activations chunk `k` of block `b` meets, widened and repeated: values `4k..4k + 4`,
+    /// and `16 + 4k..` where the chunk holds [`HALVES`](Self::HALVES).
     ///
     /// # Safety
     /// `x` holds block `b` whole.
     #[inline(always)]
     unsafe fn activations(x: &Act, b: usize, k: usize) -> [v128; 2] {
         // SAFETY: the caller's.
-        [unsafe { four(x, b, k) }, i16x8_splat(0)]
+        unsafe {
+            [
+                four(x, b, k),
+                if Self::HALVES {
+                    four(x, b, k + 4)
+                } else {
+                    i16x8_splat(0)
+                },
+            ]
+        }
     }
 
     /// The products of a pair of rows with the activations, two i32 lanes a row.
     #[inline(always)]
     fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128 {
-        i32x4_dot_i16x8(w[0], xs[0])
+        let products = i32x4_dot_i16x8(w[0], xs[0]);
+        if Self::HALVES {
+            i32x4_add(products, i32x4_dot_i16x8(w[1], xs[1]))
+        } else {
+            products
+        }
     }
 
     /// The chunks of 32 bytes that hold a block's codes (a chunk after them holds the rows'
@@ -277,23 +297,13 @@ unsafe fn four(x: &Act, b: usize, k: usize) -> v128 {
 /// Q4_0's nibbles split by a mask and a shift into values `4k..4k + 4` and `16 + 4k..`.
 impl Pairs16 for Q4_0 {
     const CHUNKS: usize = 4;
+    const HALVES: bool = true;
 
     #[inline(always)]
     unsafe fn pair(p: *const u8, _k: usize) -> [v128; 2] {
         // SAFETY: the caller's.
         let v = unsafe { u16x8_load_extend_u8x8(p) };
         [v128_and(v, u16x8_splat(0x0f)), u16x8_shr(v, 4)]
-    }
-
-    #[inline(always)]
-    unsafe fn activations(x: &Act, b: usize, k: usize) -> [v128; 2] {
-        // SAFETY: the caller's.
-        unsafe { [four(x, b, k), four(x, b, k + 4)] }
-    }
-
-    #[inline(always)]
-    fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128 {
-        i32x4_add(i32x4_dot_i16x8(w[0], xs[0]), i32x4_dot_i16x8(w[1], xs[1]))
     }
 }
 
@@ -302,6 +312,7 @@ impl Pairs16 for Q4_0 {
 /// (`formats/q5_0.rs`); codes 0..=31, and `-16 * sum(x)` after.
 impl Pairs16 for Q5_0Run {
     const CHUNKS: usize = 4;
+    const HALVES: bool = true;
 
     #[inline(always)]
     unsafe fn pair(p: *const u8, k: usize) -> [v128; 2] {
@@ -321,17 +332,6 @@ impl Pairs16 for Q5_0Run {
             ),
             v128_or(u16x8_shr(v, 4), v128_and(u16x8_shl(high, 3), bit)),
         ]
-    }
-
-    #[inline(always)]
-    unsafe fn activations(x: &Act, b: usize, k: usize) -> [v128; 2] {
-        // SAFETY: the caller's.
-        unsafe { [four(x, b, k), four(x, b, k + 4)] }
-    }
-
-    #[inline(always)]
-    fn products(w: &[v128; 2], xs: &[v128; 2]) -> v128 {
-        i32x4_add(i32x4_dot_i16x8(w[0], xs[0]), i32x4_dot_i16x8(w[1], xs[1]))
     }
 }
 
