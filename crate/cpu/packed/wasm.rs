@@ -161,9 +161,14 @@ mod relaxed {
                     let mut sums = [i16x8_splat(0); N];
                     for k in 2 * pair..2 * pair + 2 {
                         let v = load(k * 32 + h * 16);
-                        let f = u8x16_shr(fifth, 2 * k as u32);
-                        let lo = v128_or(v128_and(v, mask), v128_and(i8x16_shl(f, 4), bit));
-                        let hi = v128_or(u8x16_shr(v, 4), v128_and(i8x16_shl(f, 3), bit));
+                        // 16-bit shifts (x86 has no byte shifts): bit 4 of each byte still comes
+                        // from the same byte, and the masks drop what crosses.
+                        let f = u16x8_shr(fifth, 2 * k as u32);
+                        let lo = v128_or(v128_and(v, mask), v128_and(i16x8_shl(f, 4), bit));
+                        let hi = v128_or(
+                            v128_and(u16x8_shr(v, 4), mask),
+                            v128_and(i16x8_shl(f, 3), bit),
+                        );
                         for (sum, x) in sums.iter_mut().zip(&x) {
                             let pairs = i16x8_add(
                                 i16x8_relaxed_dot_i8x16_i7x16(four(x, k), lo),
