@@ -40,7 +40,7 @@ impl RunsAs for Q5_0 {
 
     fn run_block(block: &[u8], push: &mut dyn FnMut(&[u8], f32, f32)) {
         push(
-            &run_payload(codes5(&block[2..6], &block[6..22])),
+            &stored_run_payload(&block[2..6], &block[6..22]),
             f16_at(block, 0),
             0.0,
         );
@@ -54,16 +54,38 @@ const fn high_bit(i: usize) -> (usize, usize) {
     (j % 4, 2 * (j / 4) + half)
 }
 
+/// The fifth bits of values 0..32 (bit `i` of `high` for value `i`, GGUF's order) as
+/// [`Q5_0Run`]'s 4 bytes of them.
+fn regrouped(high: u32) -> [u8; 4] {
+    let mut out = [0u8; 4];
+    for i in 0..BLOCK {
+        let (byte, bit) = high_bit(i);
+        out[byte] |= (((high >> i) & 1) as u8) << bit;
+    }
+    out
+}
+
 /// 32 codes (0..=31, in value order) as [`Q5_0Run`]'s payload.
 pub(crate) fn run_payload(q: [u8; BLOCK]) -> [u8; Q5_0Run::PAYLOAD] {
     let mut payload = [0u8; Q5_0Run::PAYLOAD];
     for j in 0..BLOCK / 2 {
         payload[j] = (q[j] & 0x0f) | (q[j + BLOCK / 2] << 4);
     }
-    for (i, &q) in q.iter().enumerate() {
-        let (byte, bit) = high_bit(i);
-        payload[BLOCK / 2 + byte] |= ((q >> 4) & 1) << bit;
-    }
+    let high = q
+        .iter()
+        .enumerate()
+        .fold(0u32, |high, (i, &q)| high | (((q >> 4) & 1) as u32) << i);
+    payload[BLOCK / 2..].copy_from_slice(&regrouped(high));
+    payload
+}
+
+/// A stored Q5_0 or Q5_1 block's fifth bits `qh` and nibbles `qs` as [`Q5_0Run`]'s payload: the
+/// nibbles as they lie (Q4_0's order, as GGUF's), the bits regrouped.
+pub(crate) fn stored_run_payload(qh: &[u8], qs: &[u8]) -> [u8; Q5_0Run::PAYLOAD] {
+    let mut payload = [0u8; Q5_0Run::PAYLOAD];
+    payload[..BLOCK / 2].copy_from_slice(&qs[..BLOCK / 2]);
+    let high = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    payload[BLOCK / 2..].copy_from_slice(&regrouped(high));
     payload
 }
 

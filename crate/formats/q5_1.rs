@@ -3,7 +3,7 @@
 //! offset: the very same 5-bit codes, read as `q - 16`, with scale `d` and offset `m + 16 d`.
 
 use crate::formats::block::{BLOCK, BlockFormat, Format, RunsAs, f16_at};
-use crate::formats::q5_0::{codes5, run_payload};
+use crate::formats::q5_0::{codes5, stored_run_payload};
 
 pub struct Q5_1;
 
@@ -27,7 +27,7 @@ impl RunsAs for Q5_1 {
     fn run_block(block: &[u8], push: &mut dyn FnMut(&[u8], f32, f32)) {
         let (d, m) = (f16_at(block, 0), f16_at(block, 2));
         push(
-            &run_payload(codes5(&block[4..8], &block[8..24])),
+            &stored_run_payload(&block[4..8], &block[8..24]),
             d,
             m + 16.0 * d,
         );

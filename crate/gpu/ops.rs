@@ -131,8 +131,8 @@ impl Ops for DeviceOps {
         let (n, cols) = (m.rows, m.cols);
         let stored = match plan.apply(name, m) {
             // The GPU kernels read blocks of one scale and bytes or nibbles: Q6_K's (two scales a
-            // block) are widened here,
-            // before the parts are sized, and counted as the f32 they are on the device.
+            // block) are widened here, before the parts are sized, and counted as the f32 they
+            // are on the device.
             Stored::Blocks(blocks) if blocks.format == Format::Q6K => {
                 let values = blocks.dequantize();
                 plan.device_bytes += 4 * values.len() as u64 - blocks.bytes();
