@@ -8,6 +8,7 @@ use common::*;
 use tokenometer::cpu::HostMatrix;
 use tokenometer::formats::Format;
 use tokenometer::loading::gguf::{self, Gguf, TensorType};
+use tokenometer::loading::gguf_stream::GgufStream;
 use tokenometer::{Backend, Engine, GenerateOptions, ModelFiles, Quant};
 
 fn gguf_engine(file: &str, quant: Quant) -> Engine {
@@ -108,7 +109,7 @@ fn q8_0_blocks_are_used_as_they_are() {
     let bytes = read(stories260k("stories260K-q8_0.gguf"));
     let file = std::sync::Arc::new(tokenometer::model::FileBytes::from(bytes.as_slice()));
     let header = Gguf::parse(&bytes).unwrap();
-    let weights = gguf::load(&file.into(), &header).unwrap();
+    let weights = gguf::load(&gguf::Tensors::File(&file.into()), &header).unwrap();
     let info = &header.tensors["blk.0.attn_q.weight"];
     let raw = &bytes[info.start..info.end];
     let mut plan = tokenometer::model::QuantPlan::new(Quant::Q8);
@@ -455,10 +456,121 @@ fn broken_and_foreign_ggufs_are_named() {
     ));
     for (bytes, expected) in cases {
         let inside = expected.contains("tokenizer");
-        let error = load_error(bytes, !inside);
+        let error = load_error(bytes.clone(), !inside);
         assert!(error.contains(expected), "{expected:?} not in {error:?}");
         assert_eq!(error.lines().count(), 1, "{error}");
+        // Streamed in (the page's download) with its length known, the same sentence.
+        let tok = (!inside).then(|| read(stories260k("tok512.bin")));
+        let streamed = stream_named("bad", &bytes, Some(bytes.len()), &[4093])
+            .and_then(|files| Engine::load(files, tok.as_deref(), Quant::F32, &Backend::cpu()));
+        assert_eq!(streamed.err().map(|e| e.to_string()), Some(error));
     }
+}
+
+/// `bytes` pushed into a [`GgufStream`] in pieces of the sizes `pieces` names, in turn.
+fn stream(bytes: &[u8], total: Option<usize>, pieces: &[usize]) -> tokenometer::Result<ModelFiles> {
+    stream_named("streamed", bytes, total, pieces)
+}
+
+fn stream_named(
+    name: &str,
+    bytes: &[u8],
+    total: Option<usize>,
+    pieces: &[usize],
+) -> tokenometer::Result<ModelFiles> {
+    let mut stream = GgufStream::new(total);
+    let mut at = 0;
+    for &piece in pieces.iter().cycle() {
+        if at == bytes.len() {
+            break;
+        }
+        let end = (at + piece).min(bytes.len());
+        stream.push(&bytes[at..end])?;
+        at = end;
+    }
+    Ok(ModelFiles::streamed(name, stream.finish()?))
+}
+
+/// A GGUF pushed in as it downloads, in pieces of any size (a byte, a block and a half, across
+/// tensors' ends), loads as the file in memory does: the header parsed once its bytes are in,
+/// each tensor made as its bytes pass, whatever its type.
+#[test]
+fn a_gguf_streamed_in_pieces_loads_as_the_file_does() {
+    for (file, quant) in [
+        ("stories260K-f32.gguf", Quant::F32),
+        ("stories260K-q8_0.gguf", Quant::Q8),
+        ("stories260K-q4_0.gguf", Quant::Q4),
+    ] {
+        let bytes = read(stories260k(file));
+        let expected = greedy(&gguf_engine(file, quant), 24);
+        for (total, pieces) in [
+            (Some(bytes.len()), vec![bytes.len()]),
+            (None, vec![1, 7, 51, 4093, 65536, 3]),
+            (Some(bytes.len()), vec![33, 1 << 20]),
+        ] {
+            let files = stream(&bytes, total, &pieces).unwrap();
+            let engine = Engine::load(files, None, quant, &Backend::cpu()).expect("loads");
+            assert_eq!(
+                greedy(&engine, 24),
+                expected,
+                "{file} in pieces of {pieces:?}"
+            );
+        }
+    }
+    // SmolLM2's shape: a header over a MiB, Q8_0 tensors of up to 30 MB.
+    let bytes = smollm2_shaped_gguf();
+    let whole = ModelFiles::gguf("SmolLM2-135M", bytes.clone())
+        .load()
+        .unwrap();
+    let streamed = stream(&bytes, None, &[65536, 4099])
+        .unwrap()
+        .load()
+        .unwrap();
+    assert_eq!(streamed.config.vocab_size, 49152);
+    let blocks = |m: &tokenometer::model::Matrix| {
+        let b = m.blocks.as_ref().expect("Q8_0 blocks");
+        (b.quants.clone(), b.scales.clone())
+    };
+    assert_eq!(
+        blocks(&streamed.token_embedding),
+        blocks(&whole.token_embedding)
+    );
+    for (a, b) in streamed.layers.iter().zip(&whole.layers) {
+        assert_eq!(blocks(&a.w2), blocks(&b.w2));
+        assert_eq!(a.rms_ffn, b.rms_ffn);
+    }
+}
+
+/// A download that breaks off, or gives more than it promised, is a sentence naming where.
+#[test]
+fn a_stream_that_ends_early_is_named() {
+    let bytes = read(stories260k("stories260K-q8_0.gguf"));
+    let short = &bytes[..bytes.len() - 1];
+    let error = stream(short, None, &[4096]).err().unwrap().to_string();
+    assert!(
+        error.contains(&format!(
+            "the model file ended at byte {}, before the end of tensor",
+            short.len()
+        )),
+        "{error}"
+    );
+    let error = stream(short, Some(bytes.len()), &[4096])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("ended after"), "{error}");
+    let longer = [bytes.as_slice(), b"more"].concat();
+    let error = stream(&longer, Some(bytes.len()), &[4096])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("gave more than the"), "{error}");
+    // Not a GGUF: said at the first bytes, not after the whole file.
+    let error = stream(b"PK\x03\x04 a zip file", None, &[4])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("not a GGUF file"), "{error}");
 }
 
 /// A GGUF of SmolLM2-135M's shape (9 heads of 64 sharing 3 KV heads, rope theta 100000, tied
@@ -623,9 +735,12 @@ fn rope_frequency_factors_are_checked() {
         let mut bytes = Vec::new();
         gguf_writer::write_model(&weights, &metadata, None, &mut bytes).unwrap();
         let file = std::sync::Arc::new(tokenometer::model::FileBytes::from(bytes.as_slice()));
-        tokenometer::loading::gguf::load(&file.clone().into(), &Gguf::parse(&bytes).unwrap())
-            .map(|w| w.config.rope_factors)
-            .map_err(|e| e.to_string())
+        tokenometer::loading::gguf::load(
+            &tokenometer::loading::gguf::Tensors::File(&file.clone().into()),
+            &Gguf::parse(&bytes).unwrap(),
+        )
+        .map(|w| w.config.rope_factors)
+        .map_err(|e| e.to_string())
     };
     let good: Vec<f32> = (0..half).map(|i| 1.0 + i as f32).collect();
     assert_eq!(load(good.clone()), Ok(Some(good)));

@@ -22,23 +22,30 @@ export function checkSize(label, bytes) {
 }
 
 /**
- * Download `url` (or take it from the cache), reporting progress as it comes.
+ * @typedef {{ label: string, loaded: number, total: number, cached?: boolean, uncached?: string }} Progress
+ */
+
+/**
+ * Download `url` (or take it from the cache), giving each piece to `take` as it arrives, so that
+ * the file is never held whole: the engine makes a GGUF's weights from the pieces as they pass
+ * (issue 43). A copy goes to the cache as it arrives, at the pace of the slower of the two.
  * @param {string} url
  * @param {string} label  what the file is, for progress and errors ("model", "tokenizer")
- * @param {(p: { label: string, loaded: number, total: number, cached?: boolean, uncached?: string }) => void} progress
- * @returns {Promise<Uint8Array>}
+ * @param {(p: Progress) => void} progress
+ * @param {(piece: Uint8Array) => void} take  throws to stop the download (a file the engine refuses)
+ * @returns {Promise<number>} the file's length in bytes
  */
-export async function fetchBytes(url, label, progress) {
+export async function fetchPieces(url, label, progress, take) {
   const cache = 'caches' in globalThis ? await caches.open(CACHE_NAME) : null;
   const cached = cache && (await cache.match(url));
-  if (cached) {
-    const bytes = new Uint8Array(await cached.arrayBuffer());
-    progress({ label, loaded: bytes.length, total: bytes.length, cached: true });
-    return bytes;
+  if (cached?.body) {
+    const total = Number(cached.headers.get('Content-Length')) || 0;
+    return readPieces(cached.body, label, take, (loaded) => progress({ label, loaded, total: Math.max(total, loaded), cached: true }));
   }
+  const abort = new AbortController();
   let response;
   try {
-    response = await fetch(url);
+    response = await fetch(url, { signal: abort.signal });
   } catch (e) {
     throw new Error(`cannot download ${label} from ${url}: ${e instanceof Error ? e.message : e}`);
   }
@@ -46,45 +53,137 @@ export async function fetchBytes(url, label, progress) {
   if (!response.body) throw new Error(`cannot download ${label}: ${url} answered with no body`);
   const total = Number(response.headers.get('Content-Length')) || 0;
   checkSize(label, total);
-  const reader = response.body.getReader();
-  /** @type {Uint8Array[]} */
-  const chunks = [];
+  const copy = cache ? cacheCopy(cache, url, total) : null;
+  let loaded;
+  try {
+    loaded = await readPieces(response.body, label, (piece) => {
+      take(piece);
+      return copy?.add(piece);
+    }, (n) => progress({ label, loaded: n, total: Math.max(total, n) }));
+    // Content-Length counts the bytes on the wire: with Content-Encoding (gzip, br) it is the
+    // compressed size, and the decompressed body is longer, so it is a floor, never the size.
+    // Fewer bytes than it promised is a download that broke off (a compressed stream cut short
+    // fails in the browser's decoder, above); more is a compressed one (cross-origin, the
+    // encoding is not visible).
+    if (total && loaded < total) {
+      throw new Error(`download of ${label} is incomplete: ${loaded} of ${total} bytes`);
+    }
+  } catch (e) {
+    abort.abort();
+    copy?.drop(e);
+    throw e;
+  }
+  const refused = copy && (await copy.close(loaded));
+  if (refused) progress({ label, loaded, total: loaded, uncached: `not kept in this browser (${refused})` });
+  return loaded;
+}
+
+/**
+ * Read `body` to its end, giving each piece to `take` (which may return a promise to wait for)
+ * and the bytes so far to `progress`.
+ * @param {ReadableStream<Uint8Array>} body
+ * @param {string} label
+ * @param {(piece: Uint8Array) => void | Promise<void>} take
+ * @param {(loaded: number) => void} progress
+ * @returns {Promise<number>} the bytes read
+ */
+async function readPieces(body, label, take, progress) {
+  const reader = body.getReader();
   let loaded = 0;
-  for (;;) {
-    let step;
-    try {
-      step = await reader.read();
-    } catch (e) {
-      throw new Error(`download of ${label} broke off after ${loaded} bytes: ${e instanceof Error ? e.message : e}`);
+  try {
+    for (;;) {
+      let step;
+      try {
+        step = await reader.read();
+      } catch (e) {
+        throw new Error(`download of ${label} broke off after ${loaded} bytes: ${e instanceof Error ? e.message : e}`);
+      }
+      if (step.done) return loaded;
+      loaded += step.value.length;
+      checkSize(label, loaded);
+      await take(step.value);
+      progress(loaded);
     }
-    if (step.done) break;
-    chunks.push(step.value);
-    loaded += step.value.length;
-    checkSize(label, loaded);
-    progress({ label, loaded, total: Math.max(total, loaded) });
+  } finally {
+    reader.releaseLock();
   }
-  // Content-Length counts the bytes on the wire: with Content-Encoding (gzip, br) it is the
-  // compressed size, and the decompressed body is longer, so it is a floor, never the size. Fewer
-  // bytes than it promised is a download that broke off (a compressed stream cut short fails in
-  // the browser's decoder, above); more is a compressed one (cross-origin, the encoding is not
-  // visible).
-  if (total && loaded < total) {
-    throw new Error(`download of ${label} is incomplete: ${loaded} of ${total} bytes`);
-  }
-  const bytes = new Uint8Array(loaded);
+}
+
+/**
+ * The cache's copy of a download, written as the pieces arrive: `add` waits while the cache is
+ * behind (so pieces never pile up in memory), `close` keeps it (or says why the browser did not:
+ * its storage quota, a private window), `drop` forgets it.
+ * @param {Cache} cache
+ * @param {string} url
+ * @param {number} total  the promised length: a body of another length (a compressed one) is not kept
+ */
+function cacheCopy(cache, url, total) {
+  /** @type {ReadableStreamDefaultController<Uint8Array>} */
+  let controller;
+  /** @type {(() => void) | null} */
+  let wake = null;
+  let open = true;
+  const stream = new ReadableStream({
+    start(c) { controller = c; },
+    pull() { wake?.(); wake = null; },
+    cancel() { open = false; wake?.(); wake = null; },
+  }, { highWaterMark: 4 });
+  const headers = total ? { 'Content-Length': String(total) } : undefined;
+  /** @type {Promise<string | null>} */
+  const put = cache.put(url, new Response(stream, { headers })).then(
+    () => null,
+    (e) => { open = false; wake?.(); wake = null; return e instanceof Error ? e.message : String(e); });
+  return {
+    /** @param {Uint8Array} piece */
+    async add(piece) {
+      if (!open) return;
+      controller.enqueue(piece);
+      if ((controller.desiredSize ?? 1) <= 0) await new Promise((resolve) => { wake = () => resolve(undefined); });
+    },
+    /** @param {number} loaded */
+    async close(loaded) {
+      if (total && loaded !== total) {
+        this.drop(new Error('compressed'));
+        await put;
+        return `the server compressed it, so its length was not known as it arrived`;
+      }
+      if (open) controller.close();
+      return put;
+    },
+    /** @param {unknown} reason */
+    drop(reason) {
+      if (open) controller.error(reason);
+      open = false;
+      // A copy the browser kept before the error reached it is forgotten too.
+      put.then(() => cache.delete(url));
+    },
+  };
+}
+
+/**
+ * The whole of `url` (or the cached copy), reporting progress as it comes.
+ * @param {string} url
+ * @param {string} label
+ * @param {(p: Progress) => void} progress
+ * @returns {Promise<Uint8Array>}
+ */
+export async function fetchBytes(url, label, progress) {
+  /** @type {Uint8Array[]} */
+  const pieces = [];
+  const length = await fetchPieces(url, label, progress, (piece) => { pieces.push(piece); });
+  return joinPieces(pieces, length);
+}
+
+/**
+ * @param {Uint8Array[]} pieces
+ * @param {number} length  their bytes in all
+ */
+export function joinPieces(pieces, length) {
+  const bytes = new Uint8Array(length);
   let at = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, at);
-    at += chunk.length;
-  }
-  if (cache) {
-    // Keeping a copy is a convenience: a browser that refuses it (its storage quota, a private
-    // window, or Chromium's "Unexpected internal error" for a 440 MB file) still runs the model.
-    try {
-      await cache.put(url, new Response(bytes, { headers: { 'Content-Length': String(loaded) } }));
-    } catch (e) {
-      progress({ label, loaded, total: loaded, uncached: `not kept in this browser (${e instanceof Error ? e.message : e})` });
-    }
+  for (const piece of pieces) {
+    bytes.set(piece, at);
+    at += piece.length;
   }
   return bytes;
 }

@@ -148,7 +148,7 @@ export class EngineClient {
       else if (message.type === 'status') hooks.onStatus?.(message.status);
       else if (message.type === 'loaded') {
         // The engine's memory after loading, beside what the weights take (the worker measures it).
-        info = { ...message.info, wasm_memory_bytes: message.wasmMemoryBytes };
+        info = { ...message.info, wasm_memory_bytes: message.wasmMemoryBytes, file_held_bytes: message.fileHeldBytes };
         hooks.onLoaded?.(info);
       }
     }, (message) => message.type === 'warmed');

@@ -58,7 +58,7 @@
  * @typedef {{ type: 'defaults', defaults: Defaults }} DefaultsReply  the engine compiled; its defaults
  * @typedef {{ type: 'progress', id: number, label: string, loaded: number, total: number, cached?: boolean, uncached?: string }} Progress  `uncached`: why the browser would not keep a copy
  * @typedef {{ type: 'status', id: number, status: string }} Status
- * @typedef {{ type: 'loaded', id: number, info: any, wasmMemoryBytes: number }} Loaded
+ * @typedef {{ type: 'loaded', id: number, info: any, wasmMemoryBytes: number, fileHeldBytes: number }} Loaded
  * @typedef {{ type: 'warmed', id: number, ms: number }} Warmed  the load request is done
  * @typedef {{ type: 'events', id: number, events: any[], points: { token: number, rate: number | null }[], report: any, word_ends: number[] }} Events  a run's events, in order (an endpoint's: `chunk` events, each with its tokens), and the rate chart's points they add (the meter's)
  * @typedef {{ type: 'finished', id: number, report: any }} Finished  the run is over (ended, or stopped): its final report

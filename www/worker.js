@@ -1,7 +1,7 @@
 // The inference worker: a thin shell around the wasm engine. The page sends it requests and it
 // answers each by its id, as www/protocol.js defines them: progress, events (each with the meter's
 // report), errors. Nothing here computes a figure.
-import { checkSize, fetchBytes } from './download.js';
+import { checkSize, fetchPieces, joinPieces } from './download.js';
 import { relaxedSimd } from './simd.js';
 
 // The engine comes in three builds (www/simd.js, www/threads.js), and this worker runs the one its
@@ -44,16 +44,93 @@ let phase = 'starting the engine';
 
 const post = (message) => self.postMessage(message);
 
-// A source is { url } or { file } (a File the user picked).
-async function bytesOf(id, source, label) {
-  if (!source) return null;
+// A source is { url } or { file } (a File the user picked). Its pieces go to `take` as they
+// arrive (from the network, the browser's cache or the disk); returns the file's length.
+async function readSource(id, source, label, take) {
+  const progress = (p) => post({ type: 'progress', id, ...p });
   if (source.file) {
     checkSize(label, source.file.size);
-    const bytes = new Uint8Array(await source.file.arrayBuffer());
-    post({ type: 'progress', id, label, loaded: bytes.length, total: bytes.length });
-    return bytes;
+    const reader = source.file.stream().getReader();
+    let loaded = 0;
+    for (;;) {
+      const step = await reader.read();
+      if (step.done) break;
+      loaded += step.value.length;
+      await take(step.value);
+      progress({ label, loaded, total: source.file.size });
+    }
+    return loaded;
   }
-  return fetchBytes(new URL(source.url, self.location.href).href, label, (p) => post({ type: 'progress', id, ...p }));
+  return fetchPieces(new URL(source.url, self.location.href).href, label, progress, take);
+}
+
+// A whole file, or null where there is none.
+async function bytesOf(id, source, label) {
+  if (!source) return null;
+  const pieces = [];
+  const length = await readSource(id, source, label, (piece) => { pieces.push(piece); });
+  return joinPieces(pieces, length);
+}
+
+const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
+// The most of a GGUF's first pieces held while the engine starts.
+const HOLD_BYTES = 8 << 20;
+
+/**
+ * A model file read as it arrives: a GGUF is pushed into the engine's `ModelStream` piece by
+ * piece, which makes each tensor into the weights as its bytes pass and lets them go, so the
+ * worker never holds the file (a 1B model's 1.3 GB would otherwise sit beside its weights while
+ * they load). The pieces that come before the engine has started wait for it. Any other file (a
+ * llama2.c `.bin`, safetensors) is held until it is whole, as before.
+ * @returns {Promise<{ stream: any } | { bytes: Uint8Array }>}
+ */
+async function readModel(id, source, label, gguf) {
+  /** @type {Uint8Array[]} */
+  const held = [];
+  let heldBytes = 0;
+  // The most bytes of the file this worker held at once: the pieces waiting for the engine, or
+  // the whole file where it is not a GGUF (posted with `loaded`; the page's tests bound it).
+  let heldPeak = 0;
+  const head = new Uint8Array(4);
+  let headLength = 0;
+  let stream = null;
+  let engineModule = null;
+  engine.then((m) => { engineModule = m; }, () => {});
+  const isGguf = () => gguf && headLength === 4 && GGUF_MAGIC.every((b, i) => head[i] === b);
+  const total = source.file?.size;
+  const startStream = () => {
+    stream = new engineModule.ModelStream(total);
+    for (const piece of held) stream.push(piece);
+    held.length = 0;
+    heldBytes = 0;
+  };
+  try {
+    const length = await readSource(id, source, label, (piece) => {
+      if (stream) return stream.push(piece);
+      if (headLength < 4) {
+        const n = Math.min(4 - headLength, piece.length);
+        head.set(piece.subarray(0, n), headLength);
+        headLength += n;
+      }
+      held.push(piece);
+      heldBytes += piece.length;
+      heldPeak = Math.max(heldPeak, heldBytes);
+      if (!isGguf()) return undefined;
+      if (engineModule) return startStream();
+      // A cached file can arrive faster than the engine compiles: past a few MB it waits.
+      if (heldBytes > HOLD_BYTES) return engine.then((m) => { engineModule = m; startStream(); });
+      return undefined;
+    });
+    if (!stream && isGguf()) {
+      engineModule = await engine;
+      startStream();
+    }
+    return stream ? { stream, heldPeak } : { bytes: joinPieces(held, length), heldPeak };
+  } catch (e) {
+    // What was made of the pieces so far goes with the error, not left in the engine's memory.
+    stream?.free();
+    throw e;
+  }
 }
 
 async function load({ id, name, model, tokenizer, config, backend, quant, threads }) {
@@ -61,24 +138,27 @@ async function load({ id, name, model, tokenizer, config, backend, quant, thread
   session = null;
   loadedFrom = { name, model, tokenizer, config };
   phase = 'downloading the model';
-  const modelBytes = await bytesOf(id, model, 'model');
+  const file = await readModel(id, model, 'model', !config);
   const tokenizerBytes = await bytesOf(id, tokenizer, 'tokenizer');
   const configBytes = await bytesOf(id, config, 'config.json');
   phase = 'starting the engine';
   await ready;
   post({ type: 'status', id, status: 'loading' });
   phase = 'loading the model';
-  const { loadSession } = await engine;
+  const { loadSession, loadStreamed } = await engine;
   // Threads start with the session (Web Workers sharing this module's memory), in the threaded build.
   const count = (await threaded) ? threads ?? 1 : 1;
   if (count > 1) post({ type: 'status', id, status: `starting ${count} threads` });
-  session = await loadSession(name, modelBytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined, count);
+  session = 'stream' in file
+    ? await loadStreamed(name, file.stream, tokenizerBytes ?? undefined, backend, quant, count)
+    : await loadSession(name, file.bytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined, count);
   const info = session.info();
   // Why fewer threads run than were asked for, for the conditions line (app.js).
   if (buildNote && (threads ?? 1) > 1) info.build_note = buildNote;
   // The wasm instance's memory after loading: what the tab holds for the engine and its weights
-  // (the file's bytes given to the engine are used in place, not copied again; every thread shares it).
-  post({ type: 'loaded', id, info, wasmMemoryBytes: (await ready).memory.buffer.byteLength });
+  // (a GGUF's tensors are made as it downloads, and its bytes never held whole; every thread
+  // shares it).
+  post({ type: 'loaded', id, info, wasmMemoryBytes: (await ready).memory.buffer.byteLength, fileHeldBytes: file.heldPeak });
   post({ type: 'status', id, status: 'warming up' });
   phase = 'warming up';
   const warmUpMs = await session.warmUp();
@@ -94,9 +174,10 @@ async function draft({ id }) {
     if (loadedFrom.config) throw new Error('a draft model needs a single-file model (GGUF or llama2.c .bin)');
     phase = 'loading the draft model';
     post({ type: 'status', id, status: 'loading the draft model (q4)' });
-    const bytes = await bytesOf(id, loadedFrom.model, 'draft model');
+    const file = await readModel(id, loadedFrom.model, 'draft model', true);
     const tokenizerBytes = await bytesOf(id, loadedFrom.tokenizer, 'tokenizer');
-    session.loadDraft(loadedFrom.name, bytes, tokenizerBytes ?? undefined, 'q4');
+    if ('stream' in file) session.loadDraftStreamed(loadedFrom.name, file.stream, tokenizerBytes ?? undefined, 'q4');
+    else session.loadDraft(loadedFrom.name, file.bytes, tokenizerBytes ?? undefined, 'q4');
     phase = 'warming up the draft model';
     post({ type: 'status', id, status: 'warming up the draft model' });
     await session.warmUpDraft();

@@ -197,54 +197,146 @@ impl TensorType {
     /// A tensor's bytes as the blocks of the format that runs them ([`RunsAs`]), or `None` for a
     /// type that is widened.
     pub fn run_blocks(self, raw: &[u8]) -> Option<Blocks> {
-        self.run_blocks_read(raw.len(), &mut |at, out| {
-            out.copy_from_slice(&raw[at..at + out.len()])
-        })
-    }
-
-    /// As [`run_blocks`](Self::run_blocks), for a tensor of `len` bytes read about a MiB at a
-    /// time by `read(at, out)` (bytes `at..at + out.len()` of the tensor): a tensor read from
-    /// outside memory is never held whole beside its blocks.
-    pub fn run_blocks_read(
-        self,
-        len: usize,
-        read: &mut dyn FnMut(usize, &mut [u8]),
-    ) -> Option<Blocks> {
-        let t = self.traits();
-        let runs = t.runs?;
-        let blocks = len / t.block_bytes * t.block_values / BLOCK;
-        let mut out = Blocks::with_capacity(runs.format, blocks);
-        // The K-quants (256-value super-blocks) multiply activations rounded as llama.cpp's Q8_K.
-        if t.block_values == Activations::Q8K.span() {
-            out.activations = Activations::Q8K;
+        self.traits().runs?;
+        match self.made(raw) {
+            Made::Blocks(blocks) => Some(blocks),
+            Made::Values(_) => unreachable!("a type that runs as stored is made into blocks"),
         }
-        let piece = ((1 << 20) / t.block_bytes).max(1) * t.block_bytes;
-        let mut buffer = vec![0; piece.min(len)];
-        let mut at = 0;
-        while at < len {
-            let raw = &mut buffer[..piece.min(len - at)];
-            read(at, raw);
-            for block in raw.chunks_exact(t.block_bytes) {
-                (runs.run_block)(block, &mut |payload, scale, offset| {
-                    out.push(payload, scale, offset)
-                });
-            }
-            at += raw.len();
-        }
-        Some(out.finish())
     }
 
     /// A tensor's bytes (whole blocks: checked when the file is parsed) as f32, block by block.
     pub fn dequantize(self, raw: &[u8]) -> Vec<f32> {
+        let mut out = vec![0.0; raw.len() / self.traits().block_bytes * self.traits().block_values];
+        self.dequantize_into(raw, &mut out);
+        out
+    }
+
+    fn dequantize_into(self, raw: &[u8], out: &mut [f32]) {
         let t = self.traits();
-        let mut out = vec![0.0; raw.len() / t.block_bytes * t.block_values];
+        if self == TensorType::F32 {
+            for (b, v) in raw.chunks_exact(4).zip(out) {
+                *v = f32::from_le_bytes(b.try_into().unwrap());
+            }
+            return;
+        }
         for (block, values) in raw
             .chunks_exact(t.block_bytes)
             .zip(out.chunks_exact_mut(t.block_values))
         {
             (t.dequantize_block)(block, values);
         }
-        out
+    }
+
+    /// A tensor's bytes (whole blocks; a tail is left out) as the engine holds it ([`Made`]).
+    pub fn made(self, raw: &[u8]) -> Made {
+        let whole = raw.len() / self.traits().block_bytes * self.traits().block_bytes;
+        let mut builder = self.builder(whole);
+        builder.push(&raw[..whole]);
+        match builder.finish() {
+            Ok(made) => made,
+            Err(_) => unreachable!("whole blocks were pushed"),
+        }
+    }
+
+    /// A [`TensorBuilder`] for a tensor of `len` bytes of this type.
+    pub fn builder(self, len: usize) -> TensorBuilder {
+        let t = self.traits();
+        let blocks = len / t.block_bytes;
+        let out = match t.runs {
+            Some(runs) => {
+                let mut out = Blocks::with_capacity(runs.format, blocks * t.block_values / BLOCK);
+                // The K-quants (256-value super-blocks) multiply activations rounded as
+                // llama.cpp's Q8_K.
+                if t.block_values == Activations::Q8K.span() {
+                    out.activations = Activations::Q8K;
+                }
+                Made::Blocks(out)
+            }
+            None => Made::Values(Vec::with_capacity(blocks * t.block_values)),
+        };
+        TensorBuilder {
+            ty: self,
+            partial: Vec::with_capacity(t.block_bytes),
+            out,
+        }
+    }
+}
+
+/// A tensor as the engine holds it: the blocks of the format whose kernels run its type as
+/// stored ([`TensorType::runs_as`]), or f32 values (F32, and the types widened at load).
+pub enum Made {
+    Values(Vec<f32>),
+    Blocks(Blocks),
+}
+
+/// A tensor made from its bytes as they arrive, in pieces of any size: block by block, so that its
+/// bytes are never held whole beside what is made of them (the page reads a GGUF as it downloads,
+/// and the CLI's page-less loaders read a MiB at a time).
+pub struct TensorBuilder {
+    ty: TensorType,
+    /// The start of a block whose end has not arrived yet.
+    partial: Vec<u8>,
+    out: Made,
+}
+
+impl TensorBuilder {
+    /// The tensor's next bytes.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        let block_bytes = self.ty.traits().block_bytes;
+        if !self.partial.is_empty() {
+            let take = (block_bytes - self.partial.len()).min(bytes.len());
+            self.partial.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.partial.len() < block_bytes {
+                return;
+            }
+            let block = std::mem::take(&mut self.partial);
+            self.blocks(&block);
+            self.partial = block;
+            self.partial.clear();
+        }
+        let whole = bytes.len() / block_bytes * block_bytes;
+        self.blocks(&bytes[..whole]);
+        self.partial.extend_from_slice(&bytes[whole..]);
+    }
+
+    /// Whole blocks.
+    fn blocks(&mut self, raw: &[u8]) {
+        let t = self.ty.traits();
+        match &mut self.out {
+            Made::Blocks(out) => {
+                let run_block = t
+                    .runs
+                    .expect("blocks are made of a type that runs")
+                    .run_block;
+                for block in raw.chunks_exact(t.block_bytes) {
+                    run_block(block, &mut |payload, scale, offset| {
+                        out.push(payload, scale, offset)
+                    });
+                }
+            }
+            Made::Values(values) => {
+                let at = values.len();
+                values.resize(at + raw.len() / t.block_bytes * t.block_values, 0.0);
+                self.ty.dequantize_into(raw, &mut values[at..]);
+            }
+        }
+    }
+
+    /// What the bytes pushed made, or a sentence when they end inside a block.
+    pub fn finish(self) -> Result<Made, String> {
+        if !self.partial.is_empty() {
+            return Err(format!(
+                "its bytes end {} bytes into a {}-byte {} block",
+                self.partial.len(),
+                self.ty.traits().block_bytes,
+                self.ty.name()
+            ));
+        }
+        Ok(match self.out {
+            Made::Blocks(blocks) => Made::Blocks(blocks.finish()),
+            values => values,
+        })
     }
 }
 
@@ -269,6 +361,44 @@ mod tests {
             let blocks = ty.run_blocks(&raw).unwrap();
             assert_eq!(blocks.len(), 2 * values as usize / BLOCK);
             assert_eq!(blocks.activations, expected, "{}", ty.name());
+        }
+    }
+
+    /// Every type's bytes pushed in pieces of any size (a byte at a time, across blocks' ends)
+    /// make what the same bytes make whole, bit for bit; bytes that end inside a block are named.
+    #[test]
+    fn a_tensor_made_in_pieces_is_the_tensor_made_whole() {
+        let mut state = 0x2545_f491u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        let bits = |made: Made| match made {
+            Made::Values(v) => (v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), vec![]),
+            Made::Blocks(b) => {
+                let mut words: Vec<u32> = b.scales.iter().map(|x| x.to_bits()).collect();
+                words.extend(b.offsets.iter().map(|x| x.to_bits()));
+                (words, b.quants)
+            }
+        };
+        for row in TYPES.iter() {
+            let ty = TensorType::from_id(row.id).unwrap();
+            let raw: Vec<u8> = (0..5 * row.block_bytes).map(|_| next() as u8).collect();
+            let whole = bits(ty.made(&raw));
+            for piece in [1, 3, row.block_bytes + 1, 2 * row.block_bytes - 1] {
+                let mut builder = ty.builder(raw.len());
+                for bytes in raw.chunks(piece) {
+                    builder.push(bytes);
+                }
+                let made = builder.finish().unwrap();
+                assert!(bits(made) == whole, "{} in pieces of {piece}", row.name);
+            }
+            let mut builder = ty.builder(raw.len());
+            builder.push(&raw[..raw.len() - 1]);
+            let error = builder.finish().err().unwrap();
+            assert!(error.starts_with("its bytes end "), "{error}");
         }
     }
 

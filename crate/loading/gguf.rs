@@ -17,9 +17,11 @@
 //! very blocks, so it is used as it is). F32 tensors are used where they lie in the file; F16,
 //! BF16, Q2_K and Q3_K are widened to f32 at load.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use crate::error::{Error, Result, clip};
+use crate::formats::Made;
 
 pub use crate::formats::TensorType;
 use crate::model::config::FieldNames;
@@ -112,16 +114,31 @@ pub struct Gguf {
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// The file's length, of which `bytes` may be the start.
+    file_len: u64,
+    /// Whether reading stopped for want of bytes that the file holds past `bytes`.
+    short: bool,
 }
 
 impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8], file_len: usize) -> Reader<'a> {
+        Reader {
+            bytes,
+            at: 0,
+            file_len: file_len as u64,
+            short: false,
+        }
+    }
+
     fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8]> {
         let left = (self.bytes.len() - self.at) as u64;
         if n > left {
+            self.short = (self.at as u64).saturating_add(n) <= self.file_len;
             return Err(Error::BadModel(format!(
-                "GGUF {what} at byte {} needs {n} bytes but the file has {left} left: truncated \
+                "GGUF {what} at byte {} needs {n} bytes but the file has {} left: truncated \
                  or not a GGUF file",
-                self.at
+                self.at,
+                self.file_len - self.at as u64
             )));
         }
         let s = &self.bytes[self.at..self.at + n as usize];
@@ -163,8 +180,10 @@ impl<'a> Reader<'a> {
                 // caught before anything is allocated.
                 let left = (self.bytes.len() - self.at) as u64;
                 if count > left {
+                    self.short = (self.at as u64).saturating_add(count) <= self.file_len;
                     return Err(Error::BadModel(format!(
-                        "GGUF metadata {key} claims {count} elements but the file has {left} bytes left"
+                        "GGUF metadata {key} claims {count} elements but the file has {} bytes left",
+                        self.file_len - self.at as u64
                     )));
                 }
                 let mut items = Vec::with_capacity(count as usize);
@@ -199,12 +218,27 @@ impl Gguf {
     /// Parse the header of a file of `file_len` bytes from its first bytes, `bytes` (which need
     /// only hold the header), and check every tensor's place against the file.
     pub fn parse_prefix(bytes: &[u8], file_len: usize) -> Result<Gguf> {
-        if !is_gguf(bytes) {
+        Gguf::parse_reader(&mut Reader::new(bytes, file_len), file_len)
+    }
+
+    /// [`parse_prefix`](Self::parse_prefix), or `None` where `bytes` end before the header does:
+    /// the start of a file arriving, `file_len` bytes long (`usize::MAX` where that is not known).
+    pub fn parse_start(bytes: &[u8], file_len: usize) -> Result<Option<Gguf>> {
+        let mut r = Reader::new(bytes, file_len);
+        match Gguf::parse_reader(&mut r, file_len) {
+            Err(_) if r.short => Ok(None),
+            parsed => parsed.map(Some),
+        }
+    }
+
+    fn parse_reader(r: &mut Reader, file_len: usize) -> Result<Gguf> {
+        if !is_gguf(r.bytes) {
+            r.short = r.bytes.len() < MAGIC.len() && MAGIC.starts_with(r.bytes);
             return Err(Error::BadModel(
                 "not a GGUF file (it does not start with \"GGUF\")".into(),
             ));
         }
-        let mut r = Reader { bytes, at: 4 };
+        r.at = 4;
         let version = r.u32("version")?;
         let swapped = version.swap_bytes();
         if !(2..=3).contains(&version) && (2..=3).contains(&swapped) {
@@ -458,7 +492,7 @@ impl Gguf {
 
     /// Tensor `name` as f32, checked to be `[rows, cols]` (`[cols]` for a vector, rows 1): an F32
     /// tensor where it lies in `file`, any other type widened.
-    fn matrix(&self, file: &FileSource, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+    fn matrix(&self, tensors: &Tensors, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
         let info = self.tensor(name)?;
         let expected: Vec<u64> = if rows == 1 {
             vec![cols as u64]
@@ -486,23 +520,40 @@ impl Gguf {
                 }
             ))),
         };
-        if info.kind == TensorType::F32 {
-            let values = file.values(info.start, rows * cols);
-            finite(&values, "value")?;
-            return Ok(Matrix::new(rows, cols, values));
-        }
-        let start = info.start;
-        let blocks = info.kind.run_blocks_read(info.end - start, &mut |at, out| {
-            file.read_into(start + at, out)
-        });
-        Ok(match blocks {
-            Some(blocks) => {
+        let made = match tensors {
+            Tensors::File(file) if info.kind == TensorType::F32 => {
+                let values = file.values(info.start, rows * cols);
+                finite(&values, "value")?;
+                return Ok(Matrix::new(rows, cols, values));
+            }
+            Tensors::File(file) => {
+                // A MiB at a time: a tensor read from outside memory is never held whole beside
+                // what is made of it.
+                let mut builder = info.kind.builder(info.end - info.start);
+                let mut piece = vec![0; (1 << 20).min(info.end - info.start)];
+                let mut at = info.start;
+                while at < info.end {
+                    let piece = &mut piece[..(info.end - at).min(1 << 20)];
+                    file.read_into(at, piece);
+                    builder.push(piece);
+                    at += piece.len();
+                }
+                builder
+                    .finish()
+                    .map_err(|e| Error::BadModel(format!("GGUF tensor {name}: {e}")))?
+            }
+            Tensors::Made(made) => made
+                .borrow_mut()
+                .remove(name)
+                .ok_or_else(|| Error::BadModel(format!("GGUF tensor {name} is read twice")))?,
+        };
+        Ok(match made {
+            Made::Blocks(blocks) => {
                 finite(&blocks.scales, "block scale")?;
                 finite(&blocks.offsets, "block offset")?;
                 Matrix::quantized(rows, cols, blocks)
             }
-            None => {
-                let values = info.kind.dequantize(&file.range(start, info.end));
+            Made::Values(values) => {
                 finite(&values, "value")?;
                 Matrix::new(rows, cols, values)
             }
@@ -522,16 +573,23 @@ impl Gguf {
     }
 }
 
-/// Load a GGUF's weights from `file`, whose header `gguf` is: F32 tensors used where they lie, the
+/// Where a GGUF's tensors are read from: the file, or tensors made as the file streamed in
+/// ([`super::gguf_stream::GgufStream`]), each taken once.
+pub enum Tensors<'a> {
+    File(&'a FileSource),
+    Made(&'a RefCell<HashMap<String, Made>>),
+}
+
+/// Load a GGUF's weights from `tensors`, whose header `gguf` is: F32 tensors used where they lie, the
 /// types the kernels run kept in their blocks ([`TensorType::run_blocks`]), the others widened to
 /// f32; the norms and biases its recipe adds under llama.cpp's names.
-pub fn load(file: &FileSource, gguf: &Gguf) -> Result<HostWeights> {
+pub fn load(tensors: &Tensors, gguf: &Gguf) -> Result<HostWeights> {
     let mut config = gguf.config()?;
     // Llama 3's RoPE scaling, as llama.cpp's converter fixes it: a factor a pair of a head
     // (finite: `matrix` checks; above 0, as the pass divides by it).
     if gguf.tensors.contains_key("rope_freqs.weight") {
         let half = config.head_size() / 2;
-        let factors = gguf.matrix(file, "rope_freqs.weight", 1, half)?;
+        let factors = gguf.matrix(tensors, "rope_freqs.weight", 1, half)?;
         let factors = factors.into_values().into_vec();
         if factors.iter().any(|f| *f <= 0.0) {
             return Err(Error::BadModel(
@@ -551,7 +609,7 @@ pub fn load(file: &FileSource, gguf: &Gguf) -> Result<HostWeights> {
     );
     let recipe = &config.recipe;
     let vector = |name: &str, len: usize| -> Result<Vec<f32>> {
-        Ok(gguf.matrix(file, name, 1, len)?.into_values().into_vec())
+        Ok(gguf.matrix(tensors, name, 1, len)?.into_values().into_vec())
     };
     // NEOX files' q and k rotate halves of each head: put their rows (biases, norms) in pairs.
     let pairs = |m: Matrix, heads: usize| {
@@ -563,10 +621,11 @@ pub fn load(file: &FileSource, gguf: &Gguf) -> Result<HostWeights> {
     };
     // The largest tensor first: read in from outside memory, its bytes are let go before the
     // layers' are (the page's memory never shrinks, so a tensor read last would raise its peak).
-    let token_embedding = gguf.matrix(file, "token_embd.weight", v, d)?;
+    let token_embedding = gguf.matrix(tensors, "token_embd.weight", v, d)?;
     let mut layers = Vec::with_capacity(config.n_layers);
     for i in 0..config.n_layers {
-        let m = |w: &str, rows, cols| gguf.matrix(file, &format!("blk.{i}.{w}.weight"), rows, cols);
+        let m =
+            |w: &str, rows, cols| gguf.matrix(tensors, &format!("blk.{i}.{w}.weight"), rows, cols);
         let norm = |w: &str, len| vector(&format!("blk.{i}.{w}.weight"), len);
         // A vector of `heads` heads, as q's and k's rows are.
         let per_head = |name: String, heads: usize| -> Result<Vec<f32>> {
@@ -616,7 +675,7 @@ pub fn load(file: &FileSource, gguf: &Gguf) -> Result<HostWeights> {
         classifier: if config.shared_classifier {
             None
         } else {
-            Some(gguf.matrix(file, "output.weight", v, d)?)
+            Some(gguf.matrix(tensors, "output.weight", v, d)?)
         },
         tensor_types: gguf.types(),
         config,

@@ -3,6 +3,7 @@
 pub mod arch;
 pub mod chat;
 pub mod gguf;
+pub mod gguf_stream;
 pub mod gguf_writer;
 pub mod hf;
 pub mod llama2c;
@@ -32,6 +33,8 @@ pub enum ModelFormat {
     /// A GGUF file of an architecture `loading/arch/` names (llama, gemma3, qwen2, qwen3), its
     /// tokenizer usually inside; in memory, or outside it (the page's download).
     Gguf(FileSource),
+    /// A GGUF made as it streamed in ([`gguf_stream::GgufStream`]): its header and tensors.
+    Streamed(Box<gguf_stream::Streamed>),
     /// A llama2.c version-0 `.bin`.
     Llama2c(Arc<FileBytes>),
     /// Hugging Face `config.json` + `model.safetensors`.
@@ -47,9 +50,9 @@ pub enum ModelFormat {
 fn outside_header(source: &FileSource) -> Result<gguf::Gguf> {
     let mut prefix = (1 << 20).min(source.len());
     loop {
-        match gguf::Gguf::parse_prefix(&source.range(0, prefix), source.len()) {
-            Err(_) if prefix < source.len() => prefix = (2 * prefix).min(source.len()),
-            parsed => return parsed,
+        match gguf::Gguf::parse_start(&source.range(0, prefix), source.len())? {
+            None => prefix = (2 * prefix).min(source.len()),
+            Some(header) => return Ok(header),
         }
     }
 }
@@ -77,6 +80,15 @@ impl ModelFiles {
         }
     }
 
+    /// A GGUF that streamed in whole ([`gguf_stream::GgufStream::finish`]).
+    pub fn streamed(name: impl Into<String>, streamed: gguf_stream::Streamed) -> Self {
+        Self {
+            name: name.into(),
+            gguf_header: Default::default(),
+            format: ModelFormat::Streamed(Box::new(streamed)),
+        }
+    }
+
     /// A single model file, GGUF or llama2.c, told apart by GGUF's magic.
     pub fn single(name: impl Into<String>, bytes: impl Into<FileBytes>) -> Self {
         Self::single_from(name, FileSource::Memory(Arc::new(bytes.into())))
@@ -98,19 +110,21 @@ impl ModelFiles {
 
     /// The tokenizer the model file carries (GGUF), if any.
     pub fn embedded_tokenizer(&self) -> Result<Option<Tokenizer>> {
-        match &self.format {
-            ModelFormat::Gguf(bytes) => {
-                let header = self.gguf_header(bytes)?;
-                // A model this engine does not run is named as such before its tokenizer is read
-                // (Gemma 3's file would otherwise fail on its tokenizer's BOS id first).
-                header.config()?;
-                if header.get("tokenizer.ggml.model").is_none() {
-                    return Ok(None);
-                }
-                Tokenizer::from_gguf(header).map(Some)
+        let header = match &self.format {
+            ModelFormat::Gguf(bytes) => self.gguf_header(bytes)?,
+            // Made as the header arrived, before the tensors (gguf_stream.rs says why).
+            ModelFormat::Streamed(streamed) => {
+                return streamed.tokenizer.borrow_mut().take().transpose();
             }
-            _ => Ok(None),
+            _ => return Ok(None),
+        };
+        // A model this engine does not run is named as such before its tokenizer is read (Gemma
+        // 3's file would otherwise fail on its tokenizer's BOS id first).
+        header.config()?;
+        if header.get("tokenizer.ggml.model").is_none() {
+            return Ok(None);
         }
+        Tokenizer::from_gguf(header).map(Some)
     }
 
     fn gguf_header(&self, source: &FileSource) -> Result<&gguf::Gguf> {
@@ -143,7 +157,12 @@ impl ModelFiles {
     pub fn load(&self) -> Result<HostWeights> {
         match &self.format {
             ModelFormat::Llama2c(bytes) => llama2c::load(bytes),
-            ModelFormat::Gguf(bytes) => gguf::load(bytes, self.gguf_header(bytes)?),
+            ModelFormat::Gguf(bytes) => {
+                gguf::load(&gguf::Tensors::File(bytes), self.gguf_header(bytes)?)
+            }
+            ModelFormat::Streamed(streamed) => {
+                gguf::load(&gguf::Tensors::Made(&streamed.made), &streamed.gguf)
+            }
             ModelFormat::HuggingFace {
                 config_json,
                 safetensors,

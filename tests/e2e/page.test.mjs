@@ -179,6 +179,9 @@ test('with no model in the URL the page opens with SmolLM2-135M-Instruct as stor
   const info = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.loaded.info);
   assert.ok(info.wasm_memory_bytes <= 1.2 * info.weight_bytes, `engine memory after load ${info.wasm_memory_bytes} bytes, weights ${info.weight_bytes}`);
   assert.match(conditions, /engine memory after load \d+\.\d MB \(weights \d+\.\d MB\)/);
+  // Nor does the worker hold the file while it loads: the GGUF's pieces went into the weights as
+  // they arrived (the whole 98 MB, held until the load, was what it held before).
+  assert.ok(info.file_held_bytes <= 16e6, `the worker held ${info.file_held_bytes} bytes of the file at once`);
   // llama.cpp's greedy answer starts "A token is a small," on this file (tests/fixtures); its 7th
   // token is a near tie (0.03 logits natively), where the engines may part (docs/formats.md).
   const relaxed = await text(page, 'output');

@@ -101,7 +101,8 @@ pub(super) fn convert(model: &Path, to: Quant, out: &Path) -> Result<(), Error> 
     let bytes = std::fs::read(model).map_err(|e| Error::Io(format!("{}: {e}", model.display())))?;
     let header = crate::loading::gguf::Gguf::parse(&bytes)?;
     let file = std::sync::Arc::new(crate::model::FileBytes::from(bytes.as_slice()));
-    let weights = crate::loading::gguf::load(&file.into(), &header)?;
+    let weights =
+        crate::loading::gguf::load(&crate::loading::gguf::Tensors::File(&file.into()), &header)?;
     // Sliding windows (Gemma 3) are written but not yet checked against llama.cpp: not offered.
     if weights.config.recipe.sliding.is_some() {
         return Err(Error::Unsupported(format!(

@@ -14,6 +14,7 @@ use crate::backend::{Backend, BackendChoice, BackendKind};
 use crate::cpu::Threads;
 use crate::decode::{Engine, GenerateOptions, ModelInfo, Speculation};
 use crate::loading::ModelFiles;
+use crate::loading::gguf_stream::GgufStream;
 use crate::model::{FileBytes, FileSource, Quant};
 
 /// A loaded model on its backend.
@@ -42,25 +43,95 @@ pub async fn load_session(
     hf_config: Option<Vec<u8>>,
     threads: Option<u32>,
 ) -> Result<Session, JsError> {
-    let choice: BackendChoice = backend.parse().map_err(js_error)?;
-    let quant: Quant = quant.parse().map_err(js_error)?;
-    let mut backend = Backend::init(choice).await.map_err(js_error)?;
-    let threads = threads.unwrap_or(1) as usize;
-    if backend.kind == BackendKind::Cpu && threads > 1 {
-        backend = backend.with_threads(start_threads(threads).await?);
-    }
     let files = match hf_config {
         Some(config) => ModelFiles::hugging_face(name, config, in_memory(model)),
         None => model_files(name, model),
     };
-    let engine = Engine::load(files, tokenizer.as_deref(), quant, &backend).map_err(js_error)?;
-    Ok(Session {
-        engine: Rc::new(engine),
-        details: backend.details.clone(),
-        backend,
-        warm_up_ms: Rc::new(Cell::new(None)),
-        draft: RefCell::new(None),
-    })
+    Session::load(files, tokenizer, backend, quant, threads).await
+}
+
+/// A GGUF read as it downloads: `push` each piece as it arrives (each tensor is made into the
+/// weights as its bytes pass, and the bytes are let go), then give it to `loadStreamed` or
+/// `Session.loadDraftStreamed`. `total` is the file's length in bytes where it is known.
+#[wasm_bindgen]
+pub struct ModelStream(GgufStream);
+
+#[wasm_bindgen]
+impl ModelStream {
+    #[wasm_bindgen(constructor)]
+    pub fn new(total: Option<f64>) -> ModelStream {
+        ModelStream(GgufStream::new(total.map(|t| t as usize)))
+    }
+
+    /// The file's next bytes; a file that cannot be a GGUF is an error at its first bytes.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<(), JsError> {
+        self.0.push(bytes).map_err(js_error)
+    }
+
+    /// Bytes pushed so far.
+    pub fn received(&self) -> f64 {
+        self.0.received() as f64
+    }
+}
+
+/// `loadSession` for a GGUF pushed into a [`ModelStream`] as it downloaded.
+#[wasm_bindgen(js_name = loadStreamed)]
+pub async fn load_streamed(
+    name: String,
+    model: ModelStream,
+    tokenizer: Option<Vec<u8>>,
+    backend: String,
+    quant: String,
+    threads: Option<u32>,
+) -> Result<Session, JsError> {
+    let files = ModelFiles::streamed(name, model.0.finish().map_err(js_error)?);
+    Session::load(files, tokenizer, backend, quant, threads).await
+}
+
+impl Session {
+    async fn load(
+        files: ModelFiles,
+        tokenizer: Option<Vec<u8>>,
+        backend: String,
+        quant: String,
+        threads: Option<u32>,
+    ) -> Result<Session, JsError> {
+        let choice: BackendChoice = backend.parse().map_err(js_error)?;
+        let quant: Quant = quant.parse().map_err(js_error)?;
+        let mut backend = Backend::init(choice).await.map_err(js_error)?;
+        let threads = threads.unwrap_or(1) as usize;
+        if backend.kind == BackendKind::Cpu && threads > 1 {
+            backend = backend.with_threads(start_threads(threads).await?);
+        }
+        let engine =
+            Engine::load(files, tokenizer.as_deref(), quant, &backend).map_err(js_error)?;
+        Ok(Session {
+            engine: Rc::new(engine),
+            details: backend.details.clone(),
+            backend,
+            warm_up_ms: Rc::new(Cell::new(None)),
+            draft: RefCell::new(None),
+        })
+    }
+
+    /// Load `files` as the draft model, named `name` in the conditions.
+    fn load_draft_files(
+        &self,
+        name: String,
+        files: ModelFiles,
+        tokenizer: Option<Vec<u8>>,
+        quant: String,
+    ) -> Result<(), JsError> {
+        let quant: Quant = quant.parse().map_err(js_error)?;
+        let draft =
+            Engine::load(files, tokenizer.as_deref(), quant, &self.backend).map_err(js_error)?;
+        let draft = Arc::new(draft);
+        let label = format!("{name} {quant}");
+        // Refused here, not at the first run, when the vocabularies differ.
+        Speculation::shared_draft(&self.engine, draft.clone(), label.clone()).map_err(js_error)?;
+        *self.draft.borrow_mut() = Some((draft, label));
+        Ok(())
+    }
 }
 
 /// `count` threads, once every worker has started (a Web Worker takes tens of milliseconds to
@@ -131,16 +202,20 @@ impl Session {
         tokenizer: Option<Vec<u8>>,
         quant: String,
     ) -> Result<(), JsError> {
-        let quant: Quant = quant.parse().map_err(js_error)?;
-        let files = model_files(name.clone(), model);
-        let draft =
-            Engine::load(files, tokenizer.as_deref(), quant, &self.backend).map_err(js_error)?;
-        let draft = Arc::new(draft);
-        let label = format!("{name} {quant}");
-        // Refused here, not at the first run, when the vocabularies differ.
-        Speculation::shared_draft(&self.engine, draft.clone(), label.clone()).map_err(js_error)?;
-        *self.draft.borrow_mut() = Some((draft, label));
-        Ok(())
+        self.load_draft_files(name.clone(), model_files(name, model), tokenizer, quant)
+    }
+
+    /// `loadDraft` for a GGUF pushed into a [`ModelStream`] as it downloaded.
+    #[wasm_bindgen(js_name = loadDraftStreamed)]
+    pub fn load_draft_streamed(
+        &self,
+        name: String,
+        model: ModelStream,
+        tokenizer: Option<Vec<u8>>,
+        quant: String,
+    ) -> Result<(), JsError> {
+        let files = ModelFiles::streamed(name.clone(), model.0.finish().map_err(js_error)?);
+        self.load_draft_files(name, files, tokenizer, quant)
     }
 
     /// Warm the draft model up as `warmUp` does the model (its kernels may be another
