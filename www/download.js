@@ -32,7 +32,8 @@ export function checkSize(label, bytes) {
  * @param {string} url
  * @param {string} label  what the file is, for progress and errors ("model", "tokenizer")
  * @param {(p: Progress) => void} progress
- * @param {(piece: Uint8Array) => void} take  throws to stop the download (a file the engine refuses)
+ * @param {(piece: Uint8Array) => void | Promise<void>} take  may return a promise to wait for (the
+ *   next piece is read after it); throws to stop the download (a file the engine refuses)
  * @returns {Promise<number>} the file's length in bytes
  */
 export async function fetchPieces(url, label, progress, take) {
@@ -56,9 +57,9 @@ export async function fetchPieces(url, label, progress, take) {
   const copy = cache ? cacheCopy(cache, url, total) : null;
   let loaded;
   try {
-    loaded = await readPieces(response.body, label, (piece) => {
-      take(piece);
-      return copy?.add(piece);
+    loaded = await readPieces(response.body, label, async (piece) => {
+      await take(piece);
+      await copy?.add(piece);
     }, (n) => progress({ label, loaded: n, total: Math.max(total, n) }));
     // Content-Length counts the bytes on the wire: with Content-Encoding (gzip, br) it is the
     // compressed size, and the decompressed body is longer, so it is a floor, never the size.

@@ -98,7 +98,9 @@ async function readModel(id, source, label, gguf) {
   engine.then((m) => { engineModule = m; }, () => {});
   const isGguf = () => gguf && headLength === 4 && GGUF_MAGIC.every((b, i) => head[i] === b);
   const total = source.file?.size;
+  // Once: a piece that waits for the engine holds the next one back (readSource awaits `take`).
   const startStream = () => {
+    if (stream) return;
     stream = new engineModule.ModelStream(total);
     for (const piece of held) stream.push(piece);
     held.length = 0;

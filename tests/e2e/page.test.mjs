@@ -191,7 +191,7 @@ test('with no model in the URL the page opens with SmolLM2-135M-Instruct as stor
   // The baseline SIMD128 build: the same start.
   const baseline = await open('model=&backend=cpu&max=8&simd=baseline&autorun=1');
   await baseline.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
-  assert.match(await text(baseline.page, 'conditions'), /CPU \(SIMD128\)\]/);
+  assert.match(await text(baseline.page, 'conditions'), /CPU \(SIMD128\)\]/, await text(baseline.page, 'error'));
   assert.match(await text(baseline.page, 'output'), /^What is a token, in one sentence\?A token is a small,/);
   assert.deepEqual(baseline.errors, []);
   await baseline.page.close();
@@ -215,7 +215,7 @@ test('Gemma 3 270M from the list: the gemma3 architecture as stored, its 262k vo
   // The baseline SIMD128 build: the same tokens.
   const baseline = await open(`model=gemma3-270m&backend=cpu&max=8&simd=baseline&autorun=1&prompt=${encodeURIComponent(prompt)}`);
   await baseline.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
-  assert.match(await text(baseline.page, 'conditions'), /CPU \(SIMD128\)\]/);
+  assert.match(await text(baseline.page, 'conditions'), /CPU \(SIMD128\)\]/, await text(baseline.page, 'error'));
   assert.equal(await text(baseline.page, 'output'), `${prompt}    if n == 0:\n`);
   assert.deepEqual(baseline.errors, []);
   await baseline.page.close();
@@ -225,7 +225,7 @@ test('Gemma 3 270M from the list: the gemma3 architecture as stored, its 262k vo
   await lanes.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent), null, { timeout: 300_000 });
   assert.equal(await lanes.page.getByTestId('lanes-error').isHidden(), true, await lanes.page.getByTestId('lanes-error').textContent());
   const lane = lanes.page.getByTestId('lane');
-  assert.match(await lane.nth(0).getByTestId('conditions').textContent(), /^smollm2-135m \(llama .*\(ChatML\)/);
+  assert.match(await lane.nth(0).getByTestId('conditions').textContent(), /^smollm2-135m \(llama .*\(ChatML\)/, await lane.nth(0).textContent());
   assert.match(await lane.nth(1).getByTestId('conditions').textContent(), /^gemma3-270m \(gemma3 /);
   assert.equal(await lane.nth(1).getByTestId('output').textContent(), `${prompt}    if n == 0:\n`);
   assert.deepEqual([...errors, ...lanes.errors], []);
