@@ -218,20 +218,20 @@ impl Gguf {
     /// Parse the header of a file of `file_len` bytes from its first bytes, `bytes` (which need
     /// only hold the header), and check every tensor's place against the file.
     pub fn parse_prefix(bytes: &[u8], file_len: usize) -> Result<Gguf> {
-        Gguf::parse_reader(&mut Reader::new(bytes, file_len), file_len)
+        Gguf::parse_reader(&mut Reader::new(bytes, file_len))
     }
 
     /// [`parse_prefix`](Self::parse_prefix), or `None` where `bytes` end before the header does:
     /// the start of a file arriving, `file_len` bytes long (`usize::MAX` where that is not known).
     pub fn parse_start(bytes: &[u8], file_len: usize) -> Result<Option<Gguf>> {
         let mut r = Reader::new(bytes, file_len);
-        match Gguf::parse_reader(&mut r, file_len) {
+        match Gguf::parse_reader(&mut r) {
             Err(_) if r.short => Ok(None),
             parsed => parsed.map(Some),
         }
     }
 
-    fn parse_reader(r: &mut Reader, file_len: usize) -> Result<Gguf> {
+    fn parse_reader(r: &mut Reader) -> Result<Gguf> {
         if !is_gguf(r.bytes) {
             r.short = r.bytes.len() < MAGIC.len() && MAGIC.starts_with(r.bytes);
             return Err(Error::BadModel(
@@ -301,7 +301,7 @@ impl Gguf {
             },
         };
         let data_start = (r.at as u64).div_ceil(alignment) * alignment;
-        let file = file_len as u64;
+        let file = r.file_len;
         let mut tensors = HashMap::new();
         for (name, dims, kind, offset) in infos {
             let kind =

@@ -73,11 +73,6 @@ impl GgufStream {
         }
     }
 
-    /// Bytes pushed so far.
-    pub fn received(&self) -> usize {
-        self.at
-    }
-
     /// The file's next bytes. A header that cannot be a GGUF's is an error at once.
     pub fn push(&mut self, bytes: &[u8]) -> Result<()> {
         let at = self.at;

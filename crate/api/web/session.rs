@@ -67,11 +67,6 @@ impl ModelStream {
     pub fn push(&mut self, bytes: &[u8]) -> Result<(), JsError> {
         self.0.push(bytes).map_err(js_error)
     }
-
-    /// Bytes pushed so far.
-    pub fn received(&self) -> f64 {
-        self.0.received() as f64
-    }
 }
 
 /// `loadSession` for a GGUF pushed into a [`ModelStream`] as it downloaded.
