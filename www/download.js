@@ -80,15 +80,15 @@ export async function fetchPieces(url, label, progress, take) {
 }
 
 /**
- * Read `body` to its end, giving each piece to `take` (which may return a promise to wait for)
- * and the bytes so far to `progress`.
+ * Read `body` (a download, the cached copy or a picked file) to its end, giving each piece to
+ * `take` (which may return a promise to wait for) and the bytes so far to `progress`.
  * @param {ReadableStream<Uint8Array>} body
  * @param {string} label
  * @param {(piece: Uint8Array) => void | Promise<void>} take
  * @param {(loaded: number) => void} progress
  * @returns {Promise<number>} the bytes read
  */
-async function readPieces(body, label, take, progress) {
+export async function readPieces(body, label, take, progress) {
   const reader = body.getReader();
   let loaded = 0;
   try {

@@ -1,7 +1,7 @@
 // The inference worker: a thin shell around the wasm engine. The page sends it requests and it
 // answers each by its id, as www/protocol.js defines them: progress, events (each with the meter's
 // report), errors. Nothing here computes a figure.
-import { checkSize, fetchPieces, joinPieces } from './download.js';
+import { checkSize, fetchPieces, joinPieces, readPieces } from './download.js';
 import { relaxedSimd } from './simd.js';
 
 // The engine comes in three builds (www/simd.js, www/threads.js), and this worker runs the one its
@@ -50,16 +50,7 @@ async function readSource(id, source, label, take) {
   const progress = (p) => post({ type: 'progress', id, ...p });
   if (source.file) {
     checkSize(label, source.file.size);
-    const reader = source.file.stream().getReader();
-    let loaded = 0;
-    for (;;) {
-      const step = await reader.read();
-      if (step.done) break;
-      loaded += step.value.length;
-      await take(step.value);
-      progress({ label, loaded, total: source.file.size });
-    }
-    return loaded;
+    return readPieces(source.file.stream(), label, take, (loaded) => progress({ label, loaded, total: source.file.size }));
   }
   return fetchPieces(new URL(source.url, self.location.href).href, label, progress, take);
 }
