@@ -364,17 +364,21 @@ mod tests {
         }
     }
 
-    /// Every type's bytes pushed in pieces of any size (a byte at a time, across blocks' ends)
-    /// make what the same bytes make whole, bit for bit; bytes that end inside a block are named.
-    #[test]
-    fn a_tensor_made_in_pieces_is_the_tensor_made_whole() {
-        let mut state = 0x2545_f491u32;
-        let mut next = || {
+    /// A seeded xorshift32 generator: the same values on every run and machine.
+    fn xorshift(mut state: u32) -> impl FnMut() -> u32 {
+        move || {
             state ^= state << 13;
             state ^= state >> 17;
             state ^= state << 5;
             state
-        };
+        }
+    }
+
+    /// Every type's bytes pushed in pieces of any size (a byte at a time, across blocks' ends)
+    /// make what the same bytes make whole, bit for bit; bytes that end inside a block are named.
+    #[test]
+    fn a_tensor_made_in_pieces_is_the_tensor_made_whole() {
+        let mut next = xorshift(0x2545_f491u32);
         let bits = |made: Made| match made {
             Made::Values(v) => (v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), vec![]),
             Made::Blocks(b) => {
@@ -426,13 +430,7 @@ mod tests {
     /// largest positive values, which clamp at +7 when the extreme is negative), and the integer dot
     /// product equals the widened values' products summed.
     fn reference_agrees<F: RunFormat>() {
-        let mut state = 0x9e37_79b9u32;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9u32);
         for _ in 0..200 {
             let values: Vec<f32> = (0..BLOCK)
                 .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
