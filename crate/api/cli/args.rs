@@ -132,7 +132,8 @@ pub(super) enum Command {
     /// Write a checkpoint with seeded random weights and a real model's shape: llama2.c .bin, or a
     /// GGUF (when --out ends in .gguf) carrying the tokenizer of --vocab.
     Synth {
-        /// stories15M, stories42M, stories110M, smollm2-135M, smollm2-360M or tinyllama-1.1B.
+        /// stories15M, stories42M, stories110M, smollm2-135M, smollm2-360M, tinyllama-1.1B,
+        /// qwen2.5-0.5B, qwen3-0.6B or llama3.2-1B.
         #[arg(long, value_parser = parse::<Shape>)]
         shape: Shape,
         #[arg(long)]
