@@ -600,17 +600,31 @@ pub fn exponentials(x: &mut [f32], n: usize, max: f32) -> (f32, f32) {
     (max, total as f32)
 }
 
-/// `exp(x - max)` of every value of `x` in place, 8 at a time: Cephes' `expf` (the exponent's
-/// integer part as `n ln 2`, the rest by a degree-6 polynomial, `2^n` made in the exponent bits),
-/// within 2 units in the last place of `f32::exp` for what attention gives it (`x - max <= 0`;
-/// below -87.3 the result is the smallest normal number, not 0). Measured as libm's `expf`, one
-/// call a score, it was 6.5% of a 530-token prefill's profile; with this one, prefill 1.08-1.13x
-/// (SmolLM2 Q8_0, 530 tokens, 1 thread, 3 rounds interleaved: 518 / 512 / 525 -> 580 / 577 / 569).
+/// `exp(x - max)` of every value of `x` in place, 8 at a time ([`exp8`]), within 2 units in the
+/// last place of `f32::exp` for what attention gives it (`x - max <= 0`; below -87.3 the result
+/// is the smallest normal number, not 0). Measured as libm's `expf`, one call a score, it was 6.5%
+/// of a 530-token prefill's profile; with this one, prefill 1.08-1.13x (SmolLM2 Q8_0, 530 tokens,
+/// 1 thread, 3 rounds interleaved: 518 / 512 / 525 -> 580 / 577 / 569).
 #[target_feature(enable = "avx2,fma")]
 pub fn exp_shifted(x: &mut [f32], max: f32) {
     assert!(x.len().is_multiple_of(8));
-    let (low, log2e, ln2_hi, ln2_lo) = (
-        _mm256_set1_ps(-87.33654),
+    let shift = _mm256_set1_ps(max);
+    for chunk in x.chunks_exact_mut(8) {
+        // SAFETY: the chunk holds 8 values.
+        let v = unsafe { _mm256_loadu_ps(chunk.as_ptr()) };
+        let e = exp8(_mm256_sub_ps(v, shift));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), e) };
+    }
+}
+
+/// `exp` of 8 values: Cephes' `expf` (the exponent's integer part as `n ln 2`, the rest by a
+/// degree-6 polynomial, `2^n` made in the exponent bits), the input held within -87.3..=88.3 (so
+/// `2^n` stays a normal number: below, the smallest normal; above, about 2e38, not infinity).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn exp8(v: __m256) -> __m256 {
+    let (log2e, ln2_hi, ln2_lo) = (
         _mm256_set1_ps(std::f32::consts::LOG2_E),
         _mm256_set1_ps(0.693_359_4),
         _mm256_set1_ps(-2.121_944_4e-4),
@@ -624,29 +638,59 @@ pub fn exp_shifted(x: &mut [f32], max: f32) {
         0.5,
     ]
     .map(|c| _mm256_set1_ps(c));
-    let shift = _mm256_set1_ps(max);
-    for chunk in x.chunks_exact_mut(8) {
-        // SAFETY: the chunk holds 8 values.
-        let v = unsafe { _mm256_loadu_ps(chunk.as_ptr()) };
-        let v = _mm256_max_ps(_mm256_sub_ps(v, shift), low);
-        let n = _mm256_round_ps(
-            _mm256_mul_ps(v, log2e),
-            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-        );
-        let r = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, v));
-        let mut p = c[0];
-        for c in &c[1..] {
-            p = _mm256_fmadd_ps(p, r, *c);
-        }
-        let y = _mm256_add_ps(
-            _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r),
-            _mm256_set1_ps(1.0),
-        );
-        let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-            23,
-        ));
+    let v = _mm256_min_ps(
+        _mm256_max_ps(v, _mm256_set1_ps(-87.33654)),
+        _mm256_set1_ps(88.3),
+    );
+    let n = _mm256_round_ps(
+        _mm256_mul_ps(v, log2e),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+    );
+    let r = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, v));
+    let mut p = c[0];
+    for c in &c[1..] {
+        p = _mm256_fmadd_ps(p, r, *c);
+    }
+    let y = _mm256_add_ps(
+        _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r),
+        _mm256_set1_ps(1.0),
+    );
+    let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+        23,
+    ));
+    _mm256_mul_ps(y, pow2)
+}
+
+/// `gate = silu(gate) * up` (`silu(g) = g / (1 + exp(-g))`), 8 at a time with [`exp8`], a tail of
+/// fewer than 8 through the same lanes (so each value's bits do not depend on where it falls: a
+/// prompt's rows and decode's one row agree). Where `-g` passes 88 the result is 0, within
+/// `88 / 1.6e38` of libm's.
+#[target_feature(enable = "avx2,fma")]
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    let (one, far) = (_mm256_set1_ps(1.0), _mm256_set1_ps(88.0));
+    let eight = |g: &mut [f32], u: &[f32]| {
+        // SAFETY: each holds 8 values (the callers' chunks).
+        let (gv, uv) = unsafe { (_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(u.as_ptr())) };
+        let minus = _mm256_sub_ps(_mm256_setzero_ps(), gv);
+        let silu = _mm256_div_ps(gv, _mm256_add_ps(one, exp8(minus)));
+        // 0 where `exp(-g)` passes 1.6e38 (libm's gives `g / 1.6e38` up to 3.4e38, then 0).
+        let silu = _mm256_andnot_ps(_mm256_cmp_ps(minus, far, _CMP_GT_OQ), silu);
         // SAFETY: as above.
-        unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), _mm256_mul_ps(y, pow2)) };
+        unsafe { _mm256_storeu_ps(g.as_mut_ptr(), _mm256_mul_ps(silu, uv)) };
+    };
+    let mut gates = gate.chunks_exact_mut(8);
+    let mut ups = up.chunks_exact(8);
+    for (g, u) in (&mut gates).zip(&mut ups) {
+        eight(g, u);
+    }
+    let (g, u) = (gates.into_remainder(), ups.remainder());
+    if !g.is_empty() {
+        let (mut g8, mut u8) = ([0.0f32; 8], [0.0f32; 8]);
+        g8[..g.len()].copy_from_slice(g);
+        u8[..u.len()].copy_from_slice(u);
+        eight(&mut g8, &u8);
+        g.copy_from_slice(&g8[..g.len()]);
     }
 }

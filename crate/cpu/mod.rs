@@ -58,7 +58,7 @@ pub use check::{KernelCheck, check_against_scalar, check_values};
 pub use isa::Isa;
 pub use matmul::{WeightRows, matmul};
 pub use matrix::{HostLinear, HostMatrix};
-pub use ops::{HostOps, Rows};
+pub use ops::{HostOps, Rows, silu_mul};
 pub use quantize::{quantize_activations, quantize_rows_q8, quantize_rows_q8_with};
 pub use threads::Threads;
 pub use tile::Q8Rows;

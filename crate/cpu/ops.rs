@@ -403,10 +403,9 @@ impl Ops for HostOps {
 
     fn swiglu(&self, mut gate: Rows, up: Rows) -> Rows {
         let width = gate.width;
+        let isa = self.isa;
         self.for_rows(gate.values_mut(), width, &|first, rows| {
-            for (g, u) in rows.iter_mut().zip(&up.data[first * width..]) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            }
+            silu_mul(isa, rows, &up.data[first * width..][..rows.len()]);
         });
         gate
     }
@@ -452,6 +451,23 @@ impl Ops for HostOps {
 }
 
 /// RMSNorm of each `weight.len()`-wide row of `data`, in place: a model row, or one head of it.
+/// `gate = silu(gate) * up` (`silu(g) = g / (1 + exp(-g))`), element by element: AVX2's 8 lanes
+/// at a time (`avx2::silu_mul`, within a few units in the last place of libm's `expf`; each value's
+/// bits the same wherever it falls in a row), elsewhere one by one. Measured: libm's `expf`, one call a value, and the loop around it were 5.1% of
+/// SmolLM2 Q8_0's profile at 8 users.
+pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both are only produced after detecting AVX2 and FMA.
+        Isa::Avx2 | Isa::Avx512Vnni => unsafe { crate::cpu::avx2::silu_mul(gate, up) },
+        _ => {
+            for (g, u) in gate.iter_mut().zip(up) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+        }
+    }
+}
+
 fn rms_norm_rows(isa: Isa, data: &mut [f32], weight: &[f32], eps: f32) {
     let width = weight.len();
     for row in data.chunks_exact_mut(width) {
