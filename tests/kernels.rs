@@ -695,3 +695,60 @@ fn silu_times_up_matches_plain_arithmetic() {
         }
     }
 }
+
+/// Scales a GGUF holds in f16 (every one of a matrix's exact in f16) are packed in 2 bytes each
+/// natively on x86-64, and give the products the bits that 4-byte scales give: the same blocks
+/// with one scale that f16 cannot hold (so all of them stay f32) differ only in that scale's row,
+/// on every instruction set, for one activation row (decode) and a tile of several.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+fn scales_held_in_f16_give_the_bits_of_f32_ones() {
+    let (rows, cols, t) = (19, 288, 5);
+    let x = values(t * cols, 29);
+    let mut xq = Q8Rows::default();
+    kernels::quantize_rows_q8(&x, cols, &mut xq);
+    for format in [Format::Q4_0, Format::Q8_0, Format::Q5_0, Format::Q6K] {
+        // As a GGUF holds them: f16 scales, widened.
+        let mut exact = Blocks::quantize(format, &values(rows * cols, 31));
+        for s in &mut exact.scales {
+            *s = half::f16::from_f32(*s).to_f32();
+        }
+        let mut wide = exact.clone();
+        wide.scales[0] = 0.1;
+        let (half, full) = (
+            tokenometer::cpu::packed::Packed::pack(rows, cols, exact),
+            tokenometer::cpu::packed::Packed::pack(rows, cols, wide),
+        );
+        // 3 groups of 8 rows, 9 blocks a row: 216 scales.
+        let saved = if cfg!(target_arch = "x86_64") {
+            2 * 216
+        } else {
+            0
+        };
+        assert_eq!(half.bytes() + saved, full.bytes(), "{format:?}");
+        for isa in Isa::available() {
+            for t in [1, t] {
+                let product = |m| {
+                    let mut out = vec![f32::NAN; t * rows];
+                    tokenometer::cpu::packed::matmul(isa, m, &xq, t, &mut out);
+                    out
+                };
+                let (a, b) = (product(&half), product(&full));
+                for i in 0..t {
+                    let bits = |v: &[f32]| {
+                        v[i * rows + 1..(i + 1) * rows]
+                            .iter()
+                            .map(|f| f.to_bits())
+                            .collect::<Vec<_>>()
+                    };
+                    assert_eq!(bits(&a), bits(&b), "{isa:?} {format:?} t={t} row {i}");
+                    assert_ne!(
+                        a[i * rows],
+                        b[i * rows],
+                        "{isa:?} {format:?}: row 0's scale"
+                    );
+                }
+            }
+        }
+    }
+}

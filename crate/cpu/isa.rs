@@ -15,10 +15,13 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The best this machine runs.
+    /// The best this machine runs (AVX2 with FMA and F16C: every AVX2 processor has both).
     pub fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+        {
             if std::is_x86_feature_detected!("avx512vnni")
                 && std::is_x86_feature_detected!("avx512vl")
                 && std::is_x86_feature_detected!("avx512f")

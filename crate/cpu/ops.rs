@@ -131,7 +131,12 @@ impl Ops for HostOps {
 
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> HostLinear {
         let (rows, cols) = (m.rows, m.cols);
-        let weights = HostMatrix::from(plan.apply(name, m)).packed_for(self.isa, rows, cols);
+        let stored = HostMatrix::from(plan.apply(name, m));
+        let counted = stored.bytes();
+        let weights = stored.packed_for(self.isa, rows, cols);
+        // What is held: packing pads the last group of 8 rows and (x86-64) keeps f16 scales in 2
+        // bytes (`cpu::packed`).
+        plan.device_bytes = plan.device_bytes - counted + weights.bytes();
         HostLinear {
             rows,
             cols,

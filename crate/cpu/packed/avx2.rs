@@ -296,16 +296,43 @@ impl PackedAvx2 for Q5_0Run {
     const HALVES: bool = true;
 }
 
+/// How a group's 8 block scales are held: f32, or f16 (`u16` bits, widened by `vcvtph2ps`).
+pub(crate) trait Scale: Copy {
+    /// The 8 scales from `at` on, as f32.
+    ///
+    /// # Safety
+    /// A machine with AVX2 and F16C; `at` points to 8 scales.
+    unsafe fn eight(at: *const Self) -> __m256;
+}
+
+impl Scale for f32 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn eight(at: *const f32) -> __m256 {
+        // SAFETY: the caller's.
+        unsafe { _mm256_loadu_ps(at) }
+    }
+}
+
+impl Scale for u16 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn eight(at: *const u16) -> __m256 {
+        // SAFETY: the caller's.
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(at as *const __m128i) })
+    }
+}
+
 /// `N` activation rows against one group of `F` blocks, one 8-lane accumulator (a lane a weight
 /// row) for each.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-fn dot<const N: usize, F: PackedAvx2>(
-    scales: &[f32],
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot<const N: usize, F: PackedAvx2, S: Scale>(
+    scales: &[S],
     quants: &[u8],
     x: [Act; N],
 ) -> [[f32; GROUP]; N] {
-    let (blocks, bytes) = checked_group::<F>(scales, quants, &x);
+    let (blocks, bytes) = checked_group::<F, _>(scales, quants, &x);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
         let mut ints = [_mm256_setzero_si256(); N];
@@ -322,7 +349,7 @@ fn dot<const N: usize, F: PackedAvx2>(
             }
         }
         // SAFETY: the group holds `blocks * 8` scales.
-        let w_scales = unsafe { _mm256_loadu_ps(scales.as_ptr().add(b * GROUP)) };
+        let w_scales = unsafe { S::eight(scales.as_ptr().add(b * GROUP)) };
         for ((acc, sum), x) in acc.iter_mut().zip(&ints).zip(&x) {
             // SAFETY: AVX2, as this function.
             let ints = unsafe { F::finish(*sum, x.offsets[b]) };
@@ -345,13 +372,13 @@ fn dot<const N: usize, F: PackedAvx2>(
 /// [`dot`]'s, scaled the same way, so the results are bit for bit the same. EVEX encoding gives 32
 /// vector registers: up to 8 activation rows a call.
 #[inline]
-#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-fn dot_vnni<const N: usize, F: PackedAvx2>(
-    scales: &[f32],
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+fn dot_vnni<const N: usize, F: PackedAvx2, S: Scale>(
+    scales: &[S],
     quants: &[u8],
     x: [Act; N],
 ) -> [[f32; GROUP]; N] {
-    let (blocks, bytes) = checked_group::<F>(scales, quants, &x);
+    let (blocks, bytes) = checked_group::<F, _>(scales, quants, &x);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..blocks {
         let mut ints: [__m256i; N] = std::array::from_fn(|j| _mm256_set1_epi32(x[j].offsets[b]));
@@ -366,7 +393,7 @@ fn dot_vnni<const N: usize, F: PackedAvx2>(
             }
         }
         // SAFETY: the group holds `blocks * 8` scales.
-        let w_scales = unsafe { _mm256_loadu_ps(scales.as_ptr().add(b * GROUP)) };
+        let w_scales = unsafe { S::eight(scales.as_ptr().add(b * GROUP)) };
         for ((acc, sum), x) in acc.iter_mut().zip(&ints).zip(&x) {
             let scale = _mm256_mul_ps(w_scales, _mm256_set1_ps(x.scales[b]));
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(*sum), scale, *acc);
@@ -381,9 +408,9 @@ fn dot_vnni<const N: usize, F: PackedAvx2>(
 }
 
 /// [`dot_vnni`] for the number of rows in `x` (1 to 8).
-#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-pub fn tile_vnni<F: PackedAvx2>(
-    scales: &[f32],
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub fn tile_vnni<F: PackedAvx2, S: Scale>(
+    scales: &[S],
     quants: &[u8],
     x: &[Act],
     out: &mut [[f32; GROUP]],
@@ -391,7 +418,7 @@ pub fn tile_vnni<F: PackedAvx2>(
     macro_rules! rows {
         ($($n:literal)*) => {
             match x.len() {
-                $($n => out.copy_from_slice(&dot_vnni::<$n, F>(scales, quants, std::array::from_fn(|j| x[j]))),)*
+                $($n => out.copy_from_slice(&dot_vnni::<$n, F, S>(scales, quants, std::array::from_fn(|j| x[j]))),)*
                 _ => panic!("a VNNI packed tile holds 1 to 8 activation rows"),
             }
         };
@@ -400,13 +427,18 @@ pub fn tile_vnni<F: PackedAvx2>(
 }
 
 /// [`dot`] for the number of rows in `x` (1 to 4).
-#[target_feature(enable = "avx2,fma")]
-pub fn tile<F: PackedAvx2>(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn tile<F: PackedAvx2, S: Scale>(
+    scales: &[S],
+    quants: &[u8],
+    x: &[Act],
+    out: &mut [[f32; GROUP]],
+) {
     match *x {
-        [a] => out.copy_from_slice(&dot::<1, F>(scales, quants, [a])),
-        [a, b] => out.copy_from_slice(&dot::<2, F>(scales, quants, [a, b])),
-        [a, b, c] => out.copy_from_slice(&dot::<3, F>(scales, quants, [a, b, c])),
-        [a, b, c, d] => out.copy_from_slice(&dot::<4, F>(scales, quants, [a, b, c, d])),
+        [a] => out.copy_from_slice(&dot::<1, F, S>(scales, quants, [a])),
+        [a, b] => out.copy_from_slice(&dot::<2, F, S>(scales, quants, [a, b])),
+        [a, b, c] => out.copy_from_slice(&dot::<3, F, S>(scales, quants, [a, b, c])),
+        [a, b, c, d] => out.copy_from_slice(&dot::<4, F, S>(scales, quants, [a, b, c, d])),
         _ => panic!("a packed tile holds 1 to 4 activation rows"),
     }
 }

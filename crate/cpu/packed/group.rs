@@ -22,8 +22,8 @@ pub(crate) struct Act<'a> {
     not(any(target_arch = "x86_64", target_arch = "wasm32")),
     allow(dead_code)
 )]
-pub(crate) fn checked_group<F: RunFormat>(
-    scales: &[f32],
+pub(crate) fn checked_group<F: RunFormat, S>(
+    scales: &[S],
     quants: &[u8],
     x: &[Act],
 ) -> (usize, usize) {

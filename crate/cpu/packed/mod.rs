@@ -24,7 +24,7 @@
 //! Layout of a `[rows, cols]` matrix, `groups = rows / 8` rounded up, `blocks = cols / 32`, and
 //! `bytes` = the format's payload a block of one row (32 Q8_0, 16 Q4_0, 20 Q5_0, 36 Q6_K):
 //! - `scales[(g * blocks + b) * 8 + r]`: row `8 g + r`'s scale of block `b` (0 for the rows that
-//!   pad the last group);
+//!   pad the last group), in f32, or natively in f16 where every scale is one (`Scales`);
 //! - `quants[(g * blocks + b) * 8 * bytes + k * 32 + r * 4 + j]`: byte `4 k + j` of that block
 //!   (Q8_0: value `4 k + j`; Q4_0, in GGUF's order: values `4 k + j` in the low nibble and
 //!   `16 + 4 k + j` in the high one; Q5_0 the same for `k` < 4, then its fifth bits).
@@ -51,11 +51,79 @@ pub struct Packed {
     format: Format,
     rows: usize,
     cols: usize,
-    scales: Vec<f32>,
+    scales: Scales,
     quants: Vec<u8>,
     /// The row-major blocks' offsets, as they were (applied after the product: `cpu::matmul`).
     offsets: Vec<f32>,
     activations: Activations,
+}
+
+/// A packed matrix's block scales: f32, or, natively on x86-64, f16 where every scale is one (a
+/// GGUF's Q8_0, Q4_0 and Q5_0 scales are f16, widened exactly): 2 bytes a block of a row instead
+/// of 4, which decode reads once a token (Q8_0 34 bytes a block of 32 weights instead of 36, Q4_0
+/// 18 instead of 20). The kernels widen them again (`vcvtph2ps`), so the products are the same
+/// bits. In wasm the scales stay f32 (SIMD128 has no conversion from f16).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+enum Scales {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+}
+
+/// [`Scales`] borrowed, or some of them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ScalesRef<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+}
+
+impl Scales {
+    /// The scales as f16 where that keeps every one exactly (natively on x86-64; see [`Scales`]).
+    fn new(scales: Vec<f32>) -> Scales {
+        #[cfg(target_arch = "x86_64")]
+        if scales
+            .iter()
+            .all(|&s| half::f16::from_f32(s).to_f32().to_bits() == s.to_bits())
+        {
+            return Scales::F16(
+                scales
+                    .iter()
+                    .map(|&s| half::f16::from_f32(s).to_bits())
+                    .collect(),
+            );
+        }
+        Scales::F32(scales)
+    }
+
+    fn view(&self) -> ScalesRef<'_> {
+        match self {
+            Scales::F32(s) => ScalesRef::F32(s),
+            Scales::F16(s) => ScalesRef::F16(s),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Scales::F32(s) => 4 * s.len(),
+            Scales::F16(s) => 2 * s.len(),
+        }
+    }
+}
+
+impl<'a> ScalesRef<'a> {
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            ScalesRef::F32(s) => s[i],
+            ScalesRef::F16(s) => half::f16::from_bits(s[i]).to_f32(),
+        }
+    }
+
+    fn slice(&self, range: std::ops::Range<usize>) -> ScalesRef<'a> {
+        match *self {
+            ScalesRef::F32(s) => ScalesRef::F32(&s[range]),
+            ScalesRef::F16(s) => ScalesRef::F16(&s[range]),
+        }
+    }
 }
 
 impl Packed {
@@ -101,7 +169,7 @@ impl Packed {
             format,
             rows,
             cols,
-            scales,
+            scales: Scales::new(scales),
             quants,
             offsets,
             activations,
@@ -129,7 +197,7 @@ impl Packed {
             let (g, lane) = (r / GROUP, r % GROUP);
             for b in 0..blocks {
                 let at = g * blocks + b;
-                scales.push(self.scales[at * GROUP + lane]);
+                scales.push(self.scales.view().get(at * GROUP + lane));
                 for k in 0..bytes / 4 {
                     quants.extend_from_slice(
                         &self.quants[at * GROUP * bytes + k * 32 + lane * 4..][..4],
@@ -166,7 +234,7 @@ impl Packed {
 
     /// Bytes the matrix takes, padding rows included.
     pub fn bytes(&self) -> u64 {
-        (self.quants.len() + 4 * self.scales.len() + 4 * self.offsets.len()) as u64
+        (self.quants.len() + self.scales.bytes() + 4 * self.offsets.len()) as u64
     }
 
     /// The whole matrix, borrowed.
@@ -175,7 +243,7 @@ impl Packed {
             format: self.format,
             rows: self.rows,
             cols: self.cols,
-            scales: &self.scales,
+            scales: self.scales.view(),
             quants: &self.quants,
             offsets: &self.offsets,
         }
@@ -188,7 +256,7 @@ pub struct PackedRows<'a> {
     format: Format,
     rows: usize,
     cols: usize,
-    scales: &'a [f32],
+    scales: ScalesRef<'a>,
     quants: &'a [u8],
     offsets: &'a [f32],
 }
@@ -216,7 +284,9 @@ impl<'a> PackedRows<'a> {
         let bytes = GROUP * blocks * self.format.payload();
         PackedRows {
             rows: range.len(),
-            scales: &self.scales[groups.start * GROUP * blocks..groups.end * GROUP * blocks],
+            scales: self
+                .scales
+                .slice(groups.start * GROUP * blocks..groups.end * GROUP * blocks),
             quants: &self.quants[groups.start * bytes..groups.end * bytes],
             offsets: if self.offsets.is_empty() {
                 &[]
@@ -228,11 +298,12 @@ impl<'a> PackedRows<'a> {
     }
 
     /// Group `g`'s scales and bytes.
-    fn group(&self, g: usize) -> (&'a [f32], &'a [u8]) {
+    fn group(&self, g: usize) -> (ScalesRef<'a>, &'a [u8]) {
         let blocks = self.cols / BLOCK;
         let bytes = GROUP * self.format.payload();
         (
-            &self.scales[g * blocks * GROUP..][..blocks * GROUP],
+            self.scales
+                .slice(g * blocks * GROUP..(g + 1) * blocks * GROUP),
             &self.quants[g * blocks * bytes..][..blocks * bytes],
         )
     }
@@ -368,52 +439,58 @@ fn tile_rows<F: PackedFormat>(isa: Isa) -> usize {
 /// One group of 8 weight rows against up to [`TILE`] activation rows.
 fn tile_of<F: PackedFormat>(
     isa: Isa,
-    scales: &[f32],
+    scales: ScalesRef,
     quants: &[u8],
     x: &[Act],
     out: &mut [[f32; GROUP]],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni && F::VNNI_BIAS.is_some() {
-        // SAFETY: only produced after detecting AVX2, FMA, AVX512-VNNI and AVX512-VL.
-        unsafe { avx2::tile_vnni::<F>(scales, quants, x, out) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) {
-        // SAFETY: both are only produced after detecting AVX2 and FMA.
-        unsafe { avx2::tile::<F>(scales, quants, x, out) };
-        return;
+    {
+        let vnni = isa == Isa::Avx512Vnni && F::VNNI_BIAS.is_some();
+        let avx2 = matches!(isa, Isa::Avx2 | Isa::Avx512Vnni);
+        // SAFETY: Avx512Vnni is only produced after detecting AVX2, FMA, AVX512-VNNI and
+        // AVX512-VL; both after detecting AVX2, FMA and F16C.
+        match scales {
+            ScalesRef::F32(s) if vnni => unsafe { avx2::tile_vnni::<F, f32>(s, quants, x, out) },
+            ScalesRef::F16(s) if vnni => unsafe { avx2::tile_vnni::<F, u16>(s, quants, x, out) },
+            ScalesRef::F32(s) if avx2 => unsafe { avx2::tile::<F, f32>(s, quants, x, out) },
+            ScalesRef::F16(s) if avx2 => unsafe { avx2::tile::<F, u16>(s, quants, x, out) },
+            _ => scalar_tile::<F>(scales, quants, x, out),
+        }
     }
     #[cfg(target_arch = "wasm32")]
-    if isa == Isa::Simd128 {
-        F::tile(scales, quants, x, out);
-        return;
+    match scales {
+        ScalesRef::F32(s) if isa == Isa::Simd128 => F::tile(s, quants, x, out),
+        _ => scalar_tile::<F>(scales, quants, x, out),
     }
-    let _ = isa;
-    scalar_tile::<F>(scales, quants, x, out);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
+    {
+        let _ = isa;
+        scalar_tile::<F>(scales, quants, x, out);
+    }
 }
 
 /// The scalar kernel: the format's reference products (each lane's block gathered from the
 /// group's chunks), with the same integers and the same scaling as the AVX2 one, lane by lane.
-fn scalar_tile<F: RunFormat>(scales: &[f32], quants: &[u8], x: &[Act], out: &mut [[f32; GROUP]]) {
+fn scalar_tile<F: RunFormat>(
+    scales: ScalesRef,
+    quants: &[u8],
+    x: &[Act],
+    out: &mut [[f32; GROUP]],
+) {
     let bytes = F::PAYLOAD;
     let mut payload = [0u8; 64];
     let payload = &mut payload[..bytes];
     for (x, out) in x.iter().zip(out.iter_mut()) {
         let mut acc = [0.0f32; GROUP];
-        for (b, (block_scales, block)) in scales
-            .chunks_exact(GROUP)
-            .zip(quants.chunks_exact(GROUP * bytes))
-            .enumerate()
-        {
+        for (b, block) in quants.chunks_exact(GROUP * bytes).enumerate() {
             let xb = &x.quants[b * BLOCK..][..BLOCK];
             for (lane, acc) in acc.iter_mut().enumerate() {
                 for (k, four) in payload.chunks_exact_mut(4).enumerate() {
                     four.copy_from_slice(&block[k * 32 + lane * 4..][..4]);
                 }
                 let sum = F::dot_block(payload, xb);
-                let scale = block_scales[lane] * x.scales[b];
+                let scale = scales.get(b * GROUP + lane) * x.scales[b];
                 *acc = (sum as f32).mul_add(scale, *acc);
             }
         }

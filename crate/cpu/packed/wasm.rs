@@ -91,7 +91,7 @@ mod relaxed {
     /// accumulators of 4 lanes (a lane a weight row).
     #[inline(always)]
     fn dot<const N: usize>(scales: &[f32], quants: &[u8], x: [Act; N]) -> [[f32; GROUP]; N] {
-        let (blocks, bytes) = checked_group::<Q4_0>(scales, quants, &x);
+        let (blocks, bytes) = checked_group::<Q4_0, _>(scales, quants, &x);
         let mask = u8x16_splat(0x0f);
         let mut acc = [[f32x4_splat(0.0); 2]; N];
         for b in 0..blocks {
@@ -142,7 +142,7 @@ mod relaxed {
     /// sums of two chunks (at most 4 * 2 * 31 * 127) are widened before they could pass 16 bits.
     #[inline(always)]
     fn dot5<const N: usize>(scales: &[f32], quants: &[u8], x: [Act; N]) -> [[f32; GROUP]; N] {
-        let (blocks, bytes) = checked_group::<Q5_0Run>(scales, quants, &x);
+        let (blocks, bytes) = checked_group::<Q5_0Run, _>(scales, quants, &x);
         let (mask, bit) = (u8x16_splat(0x0f), u8x16_splat(0x10));
         let mut acc = [[f32x4_splat(0.0); 2]; N];
         for b in 0..blocks {
@@ -469,7 +469,7 @@ mod simd128 {
         quants: &[u8],
         x: [Act; N],
     ) -> [[f32; GROUP]; N] {
-        let (blocks, bytes) = checked_group::<F>(scales, quants, &x);
+        let (blocks, bytes) = checked_group::<F, _>(scales, quants, &x);
         let mut acc = [[f32x4_splat(0.0); 2]; N];
         for b in 0..blocks {
             for h in 0..2 {
