@@ -14,6 +14,13 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
     kernels::check_values(n, seed)
 }
 
+/// `x`'s rows of `cols` values as int8 Q8_0 activation blocks.
+fn q8_rows(x: &[f32], cols: usize) -> Q8Rows {
+    let mut xq = Q8Rows::default();
+    kernels::quantize_rows_q8(x, cols, &mut xq);
+    xq
+}
+
 fn reference(w: &[f32], x: &[f32], rows: usize, cols: usize, t: usize) -> Vec<f32> {
     let mut out = vec![0.0; t * rows];
     for i in 0..t {
@@ -493,8 +500,7 @@ fn every_block_kernel_matches_the_format_reference() {
                 random_blocks(format, rows, cols, 17 + rows as u64)
             };
             let x = values(t * cols, 23);
-            let mut xq = Q8Rows::default();
-            kernels::quantize_rows_q8(&x, cols, &mut xq);
+            let xq = q8_rows(&x, cols);
             let (expected, magnitude) = match format {
                 Format::Q8_0 => format_reference::<Q8_0>(&w, rows, cols, &x, &xq),
                 Format::Q4_0 => format_reference::<Q4_0>(&w, rows, cols, &x, &xq),
@@ -552,8 +558,7 @@ fn packing_keeps_every_block() {
 fn packed_products_match_the_row_major_ones() {
     let (rows, cols, t) = (67, 288, 11);
     let x = values(t * cols, 5);
-    let mut xq = Q8Rows::default();
-    kernels::quantize_rows_q8(&x, cols, &mut xq);
+    let xq = q8_rows(&x, cols);
     for format in [Format::Q4_0, Format::Q8_0, Format::Q5_0, Format::Q6K] {
         let row_major = Blocks::quantize(format, &values(rows * cols, 11));
         let packed = tokenometer::cpu::packed::Packed::pack(rows, cols, row_major.clone());
@@ -582,8 +587,7 @@ fn packed_products_match_the_row_major_ones() {
                 );
             }
             for i in 0..t {
-                let mut one = Q8Rows::default();
-                kernels::quantize_rows_q8(&x[i * cols..(i + 1) * cols], cols, &mut one);
+                let one = q8_rows(&x[i * cols..(i + 1) * cols], cols);
                 let mut alone = vec![f32::NAN; rows];
                 tokenometer::cpu::packed::matmul(isa, &packed, &one, 1, &mut alone);
                 assert_eq!(
@@ -705,8 +709,7 @@ fn silu_times_up_matches_plain_arithmetic() {
 fn scales_held_in_f16_give_the_bits_of_f32_ones() {
     let (rows, cols, t) = (19, 288, 5);
     let x = values(t * cols, 29);
-    let mut xq = Q8Rows::default();
-    kernels::quantize_rows_q8(&x, cols, &mut xq);
+    let xq = q8_rows(&x, cols);
     for format in [Format::Q4_0, Format::Q8_0, Format::Q5_0, Format::Q6K] {
         // As a GGUF holds them: f16 scales, widened.
         let mut exact = Blocks::quantize(format, &values(rows * cols, 31));
