@@ -707,7 +707,9 @@ fn silu_times_up_matches_plain_arithmetic() {
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 fn scales_held_in_f16_give_the_bits_of_f32_ones() {
-    let (rows, cols, t) = (19, 288, 5);
+    // 11 activation rows: AVX-512 VNNI takes the first two groups together (16 lanes) for a
+    // prompt's rows, in a tile of 8 and one of 3.
+    let (rows, cols, t) = (19, 288, 11);
     let x = values(t * cols, 29);
     let xq = q8_rows(&x, cols);
     for format in [Format::Q4_0, Format::Q8_0, Format::Q5_0, Format::Q6K] {
