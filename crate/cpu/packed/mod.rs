@@ -465,9 +465,10 @@ fn pairs<F: PackedFormat>(isa: Isa, w: &PackedRows, t: usize) -> usize {
 /// products are bound by the `vpdpbusd`s a core issues, and the 16-lane kernel halves them; a
 /// decode step's are bound by memory, where two groups read at once were slower. Measured on
 /// this project's Intel Xeon (AVX-512 VNNI), 2026-11-28, 1 thread, `bench --concurrency 1,8` on
-/// SmolLM2 Q8_0 with 128-token prompts, 3 interleaved rounds: 8 users' TTFT (8 prompts in one
-/// pass) 1785 / 1764 ms on the 8-lane kernel, 1331 / 1296 / 1310 with this one; 8 decode rows'
-/// products 14.0 / 14.1 / 14.3 ms a step on the 8-lane kernel, 15.2 / 14.9 / 15.4 on this one.
+/// SmolLM2 Q8_0 with 128-token prompts: 8 users' TTFT (their 8 prompts in one pass) 1789 / 1844
+/// ms on the 8-lane kernel, 1350 / 1351 on this one (2 interleaved rounds); in another run of 3
+/// rounds, 8 decode rows' products 14.0 / 14.1 / 14.3 ms a step on the 8-lane kernel, 15.2 /
+/// 14.9 / 15.4 on this one.
 #[cfg(target_arch = "x86_64")]
 const PAIRED_ROWS: usize = 9;
 
