@@ -3,7 +3,10 @@
 aggregate output tok/s, per-user tok/s (its definition: (tokens - 1) over first to last token),
 TTFT p50/p99 and errors, beside the servers' own `timings` read from the raw responses (the
 chunk that carries them): per-user decode tok/s made from predicted_n and predicted_ms with the
-same definition as AIPerf's, and prompt_ms (the prefill, no queueing). Usage: summary.py OUT_DIR"""
+same definition as AIPerf's, and prompt_ms (the prefill, no queueing); and, where the server's
+/metrics has a TTFT histogram (ours does, queueing included; llama-server's has none), its mean
+over the profiling phase as AIPerf scraped it, beside AIPerf's own TTFT mean. Usage: summary.py
+OUT_DIR"""
 import json
 import statistics
 import sys
@@ -30,6 +33,19 @@ def server_timings(raw):
     return rates, prompts
 
 
+def server_ttft_mean_ms(export):
+    """The mean of the server's own TTFT histogram (sum / count) over AIPerf's profiling phase."""
+    if not export.exists():
+        return None
+    metrics = json.loads(export.read_text()).get("metrics", {})
+    for name, metric in metrics.items():
+        if name.endswith("time_to_first_token_seconds") and metric.get("type") == "histogram":
+            stats = metric["series"][0]["stats"]
+            if stats.get("count"):
+                return stats["sum"] / stats["count"] * 1e3
+    return None
+
+
 def main(out):
     out = Path(out)
     rows = defaultdict(list)
@@ -45,6 +61,8 @@ def main(out):
             "per_user_p50": d["output_token_throughput_per_user"]["p50"],
             "ttft_p50": d["time_to_first_token"]["p50"],
             "ttft_p99": d["time_to_first_token"]["p99"],
+            "ttft_mean": d["time_to_first_token"]["avg"],
+            "server_ttft_mean": server_ttft_mean_ms(run / "server_metrics_export.json"),
             "requests": d["request_count"]["avg"],
             "errors": errors,
             "server_per_user_p50": statistics.median(rates) if rates else None,
@@ -54,10 +72,11 @@ def main(out):
         fmt = lambda v: "-" if v is None else f"{v:.1f}"
         print(f"{run.name}: aggregate {fmt(row['aggregate'])} tok/s, per-user p50 {fmt(row['per_user_p50'])} "
               f"(server {fmt(row['server_per_user_p50'])}), TTFT p50 {fmt(row['ttft_p50'])} p99 {fmt(row['ttft_p99'])} ms "
-              f"(server prompt_ms p50 {fmt(row['server_prompt_ms_p50'])}), {row['requests']:.0f} requests, {errors:.0f} errors")
+              f"(server prompt_ms p50 {fmt(row['server_prompt_ms_p50'])}), TTFT mean {fmt(row['ttft_mean'])} ms "
+              f"(server /metrics {fmt(row['server_ttft_mean'])}), {row['requests']:.0f} requests, {errors:.0f} errors")
     print()
-    print("| server | users | aggregate tok/s | per-user tok/s p50 (AIPerf) | per-user (server's timings) | TTFT p50 ms | TTFT p99 ms | server prompt_ms p50 | errors |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| server | users | aggregate tok/s | per-user tok/s p50 (AIPerf) | per-user (server's timings) | TTFT p50 ms | TTFT p99 ms | server prompt_ms p50 | TTFT mean ms (AIPerf) | TTFT mean ms (server's /metrics) | errors |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (server, c), runs in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] != "ours")):
         def cell(key):
             values = [r[key] for r in runs if r[key] is not None]
@@ -65,7 +84,8 @@ def main(out):
         errors = sum(r["errors"] for r in runs)
         name = "tokenometer serve" if server == "ours" else "llama-server"
         print(f"| {name} | {c} | {cell('aggregate')} | {cell('per_user_p50')} | {cell('server_per_user_p50')} | "
-              f"{cell('ttft_p50')} | {cell('ttft_p99')} | {cell('server_prompt_ms_p50')} | {errors:.0f} |")
+              f"{cell('ttft_p50')} | {cell('ttft_p99')} | {cell('server_prompt_ms_p50')} | {cell('ttft_mean')} | "
+              f"{cell('server_ttft_mean')} | {errors:.0f} |")
 
 
 if __name__ == "__main__":
