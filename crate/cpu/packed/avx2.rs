@@ -304,7 +304,6 @@ impl PackedAvx2 for Q5_0Run {
     const HALVES: bool = true;
 }
 
-/// How a group's 8 block scales are held: f32, or f16 (`u16` bits, widened by `vcvtph2ps`).
 /// How far ahead of the block it multiplies a kernel asks for the weights' bytes: 8 blocks of
 /// Q8_0, 16 of Q4_0 (at a group's end, the next group's first: groups lie one after another).
 /// Left to the hardware's own prefetcher, one core waited on memory between bursts of products.
@@ -328,6 +327,7 @@ fn prefetch(quants: &[u8], b: usize, bytes: usize) {
     }
 }
 
+/// How a group's 8 block scales are held: f32, or f16 (`u16` bits, widened by `vcvtph2ps`).
 pub(crate) trait Scale: Copy {
     /// The 8 scales from `at` on, as f32.
     ///
