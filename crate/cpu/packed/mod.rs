@@ -372,12 +372,12 @@ fn matmul_of<F: PackedFormat>(isa: Isa, w: PackedRows, xq: &Q8Rows, t: usize, ou
     let mut results = [[0.0f32; GROUP]; TILE];
     let tile = tile_rows::<F>(isa);
     let paired = pairs::<F>(isa, &w, t);
+    let mut pair_results = [[0.0f32; 2 * GROUP]; TILE];
     for pair in 0..paired {
         let g = 2 * pair;
         let (first, second) = (w.group(g), w.group(g + 1));
-        let mut results = [[0.0f32; 2 * GROUP]; TILE];
         for (i, acts) in acts.chunks(tile).enumerate() {
-            let results = &mut results[..acts.len()];
+            let results = &mut pair_results[..acts.len()];
             tile_pair_of::<F>(first, second, acts, results);
             for (j, lane_results) in results.iter().enumerate() {
                 let at = (i * tile + j) * rows + g * GROUP;
