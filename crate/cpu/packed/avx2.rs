@@ -476,83 +476,162 @@ pub fn tile<F: PackedAvx2, S: Scale>(
     }
 }
 
-/// [`dot_vnni`] over two groups at once in AVX-512's 16 lanes: lanes 0..8 are group `0`'s rows and
-/// lanes 8..16 group `1`'s, each chunk's two halves joined in one register, so each `vpdpbusd`
-/// makes twice the products (one core issues two of them a cycle at either width: 0.18 ns each,
-/// 256 or 512 bits, on this project's Intel Xeon). The integers and their scaling are
-/// [`dot_vnni`]'s, lane by lane, so the results are the same bits.
+/// Two groups' blocks as [`dot_vnni_pair`] reads them, staged once for all of a prompt's tiles of
+/// activation rows: each chunk already `vpdpbusd`'s unsigned operand ([`PackedAvx2::vnni_chunk`];
+/// both halves where the format has [`HALVES`](PackedAvx2::HALVES)), group 0's 8 rows in lanes
+/// 0..8 and group 1's in lanes 8..16 of one 64-byte register, and each block's 16 scales as f32.
+/// Read as packed, every tile redid that for every chunk (a load of each group, a `vpxorq` each
+/// for Q8_0's bias and a `vinserti64x4` to join them), and with two blocks at once
+/// ([`pair_blocks`]) that left too few registers. Measured on this project's Intel Xeon
+/// (AVX-512 VNNI), 2026-11-28, 1 thread, a 576x1536 Q8_0 matrix against 512 activation rows (the
+/// `kernel_bench` example), best of 20 calls, 3 interleaved rounds, billion multiply-adds a
+/// second: a block at a time read as packed 156 / 157 / 155, staged 153 / 153 / 88; two blocks at
+/// once read as packed 147 / 114 / 90, staged 202 / 197 / 115 (the third round's host was
+/// slower).
+#[derive(Default)]
+pub struct StagedPair {
+    chunks: Vec<__m512i>,
+    scales: Vec<__m512>,
+}
+
+impl StagedPair {
+    /// The registers a block takes.
+    const fn per_block<F: PackedAvx2>() -> usize {
+        if F::HALVES { 2 * F::CHUNKS } else { F::CHUNKS }
+    }
+
+    /// Stage groups `quants[0]` and `quants[1]` (with their `scales`), in place of what was.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl")]
+    pub fn stage<F: PackedAvx2, S: Scale>(&mut self, scales: [&[S]; 2], quants: [&[u8]; 2]) {
+        let (blocks, bytes) = checked_group::<F, _>(scales[0], quants[0], &[]);
+        assert_eq!(
+            checked_group::<F, _>(scales[1], quants[1], &[]),
+            (blocks, bytes)
+        );
+        let join = |a: __m256i, b: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        self.chunks.clear();
+        self.scales.clear();
+        for b in 0..blocks {
+            // SAFETY: both groups hold `blocks * bytes` bytes and `blocks * 8` scales (asserted
+            // above).
+            unsafe {
+                for k in 0..F::CHUNKS {
+                    let (low, high) = (
+                        F::vnni_chunk(quants[0].as_ptr().add(b * bytes), k),
+                        F::vnni_chunk(quants[1].as_ptr().add(b * bytes), k),
+                    );
+                    self.chunks.push(join(low[0], high[0]));
+                    if F::HALVES {
+                        self.chunks.push(join(low[1], high[1]));
+                    }
+                }
+                self.scales.push(_mm512_castsi512_ps(join(
+                    _mm256_castps_si256(S::eight(scales[0].as_ptr().add(b * GROUP))),
+                    _mm256_castps_si256(S::eight(scales[1].as_ptr().add(b * GROUP))),
+                )));
+            }
+        }
+    }
+
+    /// The staged pair against the activation rows `x` (1 to 8), in AVX-512's 16 lanes.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl")]
+    pub fn tile<F: PackedAvx2>(&self, x: &[Act], out: &mut [[f32; 2 * GROUP]]) {
+        macro_rules! rows {
+            ($($n:literal)*) => {
+                match x.len() {
+                    $($n => out.copy_from_slice(&dot_vnni_pair::<$n, F>(self, std::array::from_fn(|j| x[j]))),)*
+                    _ => panic!("a VNNI packed tile holds 1 to 8 activation rows"),
+                }
+            };
+        }
+        rows!(1 2 3 4 5 6 7 8)
+    }
+}
+
+/// [`dot_vnni`] over two groups at once in AVX-512's 16 lanes (staged in `pair`): lanes 0..8 are
+/// group 0's rows and lanes 8..16 group 1's, so each `vpdpbusd` makes twice the products (one core
+/// issues two of them a cycle at either width: 0.18 ns each, 256 or 512 bits, on this project's
+/// Intel Xeon). The integers and their scaling are [`dot_vnni`]'s, lane by lane, so the results
+/// are the same bits.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl")]
-fn dot_vnni_pair<const N: usize, F: PackedAvx2, S: Scale>(
-    scales: [&[S]; 2],
-    quants: [&[u8]; 2],
+fn dot_vnni_pair<const N: usize, F: PackedAvx2>(
+    pair: &StagedPair,
     x: [Act; N],
 ) -> [[f32; 2 * GROUP]; N] {
-    let (blocks, bytes) = checked_group::<F, _>(scales[0], quants[0], &x);
-    assert_eq!(
-        checked_group::<F, _>(scales[1], quants[1], &x),
-        (blocks, bytes)
-    );
-    let join = |a: __m256i, b: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+    let blocks = pair.scales.len();
+    let per_block = StagedPair::per_block::<F>();
+    assert_eq!(pair.chunks.len(), blocks * per_block);
+    assert!(x.iter().all(|x| x.quants.len() >= blocks * BLOCK
+        && x.scales.len() >= blocks
+        && x.offsets.len() >= blocks));
     let mut acc = [_mm512_setzero_ps(); N];
-    for b in 0..blocks {
-        prefetch(quants[0], b, bytes);
-        prefetch(quants[1], b, bytes);
-        let mut ints: [__m512i; N] = std::array::from_fn(|j| _mm512_set1_epi32(x[j].offsets[b]));
+    let mut b = 0;
+    while b + 2 <= blocks {
+        // SAFETY: blocks `b` and `b + 1` are the pair's and each activation row's (asserted above).
+        unsafe { pair_blocks::<N, F, 2>(pair, &x, b, &mut acc) };
+        b += 2;
+    }
+    if b < blocks {
+        // SAFETY: as above, block `b`.
+        unsafe { pair_blocks::<N, F, 1>(pair, &x, b, &mut acc) };
+    }
+    let mut lanes = [[0.0f32; 2 * GROUP]; N];
+    for (lanes, acc) in lanes.iter_mut().zip(acc) {
+        // SAFETY: `lanes` holds 16 f32.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+    }
+    lanes
+}
+
+/// Blocks `b..b + B` of the staged `pair` against the activation rows `x`, added to `acc` one
+/// block after another. Each `vpdpbusd` waits for the one before it on the same sum: a block's 8
+/// rows keep 8 sums going, two blocks at once 16. Measured on this project's Intel Xeon, one
+/// core, independent sums of 512-bit `vpdpbusd`s: 4 sums 2.06 billion a second, 8 3.96, 12 5.85,
+/// 16 5.87 (so about 6 cycles each, two issued a cycle). The 8-lane kernel for decode
+/// ([`dot_vnni`]) measured slower with two blocks at once (91 against 102 billion multiply-adds a
+/// second, 8 rows of a 1536x576 Q8_0 matrix), and is left a block at a time.
+///
+/// # Safety
+/// The pair and every row of `x` hold blocks `b..b + B`; a machine with AVX-512 VNNI.
+#[inline(always)]
+unsafe fn pair_blocks<const N: usize, F: PackedAvx2, const B: usize>(
+    pair: &StagedPair,
+    x: &[Act; N],
+    b: usize,
+    acc: &mut [__m512; N],
+) {
+    let per_block = StagedPair::per_block::<F>();
+    // SAFETY: the caller's.
+    unsafe {
+        let mut ints = [[_mm512_setzero_si512(); N]; B];
+        for (i, ints) in ints.iter_mut().enumerate() {
+            for (sum, x) in ints.iter_mut().zip(x) {
+                *sum = _mm512_set1_epi32(*x.offsets.get_unchecked(b + i));
+            }
+        }
+        let chunk = |i: usize, c: usize| *pair.chunks.get_unchecked((b + i) * per_block + c);
         for k in 0..F::CHUNKS {
-            // SAFETY: both groups hold `blocks * bytes` bytes and each activation row `blocks *
-            // 32` values (asserted above).
-            unsafe {
-                let (low, high) = (
-                    F::vnni_chunk(quants[0].as_ptr().add(b * bytes), k),
-                    F::vnni_chunk(quants[1].as_ptr().add(b * bytes), k),
-                );
-                let w0 = join(low[0], high[0]);
-                let w1 = if F::HALVES { join(low[1], high[1]) } else { w0 };
-                for (sum, x) in ints.iter_mut().zip(&x) {
-                    *sum = _mm512_dpbusd_epi32(*sum, w0, _mm512_set1_epi32(four_i32(x, b, k)));
+            for (j, x) in x.iter().enumerate() {
+                for (i, ints) in ints.iter_mut().enumerate() {
                     if F::HALVES {
-                        let high = _mm512_set1_epi32(four_i32(x, b, k + 4));
-                        *sum = _mm512_dpbusd_epi32(*sum, w1, high);
+                        let low = _mm512_set1_epi32(four_i32(x, b + i, k));
+                        let high = _mm512_set1_epi32(four_i32(x, b + i, k + 4));
+                        ints[j] = _mm512_dpbusd_epi32(ints[j], chunk(i, 2 * k), low);
+                        ints[j] = _mm512_dpbusd_epi32(ints[j], chunk(i, 2 * k + 1), high);
+                    } else {
+                        let four = _mm512_set1_epi32(four_i32(x, b + i, k));
+                        ints[j] = _mm512_dpbusd_epi32(ints[j], chunk(i, k), four);
                     }
                 }
             }
         }
-        // SAFETY: each group holds `blocks * 8` scales.
-        let w_scales = unsafe {
-            _mm512_castsi512_ps(join(
-                _mm256_castps_si256(S::eight(scales[0].as_ptr().add(b * GROUP))),
-                _mm256_castps_si256(S::eight(scales[1].as_ptr().add(b * GROUP))),
-            ))
-        };
-        for ((acc, sum), x) in acc.iter_mut().zip(&ints).zip(&x) {
-            let scale = _mm512_mul_ps(w_scales, _mm512_set1_ps(x.scales[b]));
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*sum), scale, *acc);
+        for (i, ints) in ints.iter().enumerate() {
+            let w_scales = *pair.scales.get_unchecked(b + i);
+            for ((acc, sum), x) in acc.iter_mut().zip(ints).zip(x) {
+                let scale = _mm512_mul_ps(w_scales, _mm512_set1_ps(*x.scales.get_unchecked(b + i)));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*sum), scale, *acc);
+            }
         }
     }
-    acc.map(|a| {
-        let mut lanes = [0.0f32; 2 * GROUP];
-        // SAFETY: `lanes` holds 16 f32.
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
-        lanes
-    })
-}
-
-/// [`dot_vnni_pair`] for the number of rows in `x` (1 to 8).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl")]
-pub fn tile_vnni_pair<F: PackedAvx2, S: Scale>(
-    scales: [&[S]; 2],
-    quants: [&[u8]; 2],
-    x: &[Act],
-    out: &mut [[f32; 2 * GROUP]],
-) {
-    macro_rules! rows {
-        ($($n:literal)*) => {
-            match x.len() {
-                $($n => out.copy_from_slice(&dot_vnni_pair::<$n, F, S>(scales, quants, std::array::from_fn(|j| x[j]))),)*
-                _ => panic!("a VNNI packed tile holds 1 to 8 activation rows"),
-            }
-        };
-    }
-    rows!(1 2 3 4 5 6 7 8)
 }

@@ -372,18 +372,8 @@ fn matmul_of<F: PackedFormat>(isa: Isa, w: PackedRows, xq: &Q8Rows, t: usize, ou
     let mut results = [[0.0f32; GROUP]; TILE];
     let tile = tile_rows::<F>(isa);
     let paired = pairs::<F>(isa, &w, t);
-    let mut pair_results = [[0.0f32; 2 * GROUP]; TILE];
-    for pair in 0..paired {
-        let g = 2 * pair;
-        let (first, second) = (w.group(g), w.group(g + 1));
-        for (i, acts) in acts.chunks(tile).enumerate() {
-            let results = &mut pair_results[..acts.len()];
-            tile_pair_of::<F>(first, second, acts, results);
-            for (j, lane_results) in results.iter().enumerate() {
-                let at = (i * tile + j) * rows + g * GROUP;
-                out[at..at + 2 * GROUP].copy_from_slice(lane_results);
-            }
-        }
+    if paired > 0 {
+        pair_products::<F>(&w, paired, &acts, tile, out);
     }
     for g in 2 * paired..rows.div_ceil(GROUP) {
         let (scales, quants) = w.group(g);
@@ -451,7 +441,7 @@ fn tile_rows<F: PackedFormat>(isa: Isa) -> usize {
 }
 
 /// How many pairs of whole groups, from the first, `isa`'s 16-lane kernel takes
-/// ([`avx2::tile_vnni_pair`]) for `t` activation rows: none where it has none.
+/// ([`avx2::StagedPair`]) for `t` activation rows: none where it has none.
 fn pairs<F: PackedFormat>(isa: Isa, w: &PackedRows, t: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni && F::VNNI_BIAS.is_some() && t >= PAIRED_ROWS {
@@ -472,33 +462,46 @@ fn pairs<F: PackedFormat>(isa: Isa, w: &PackedRows, t: usize) -> usize {
 #[cfg(target_arch = "x86_64")]
 const PAIRED_ROWS: usize = 9;
 
-/// Two whole groups (`first`, then `second`) against up to 8 activation rows, on AVX-512 VNNI.
+/// The first `paired` pairs of whole groups of `w` against every activation row in `acts`, a tile
+/// of `tile` rows at a time, on AVX-512 VNNI's 16-lane kernel: each pair staged once
+/// ([`avx2::StagedPair`]) for all of the tiles.
 #[cfg(target_arch = "x86_64")]
-fn tile_pair_of<F: PackedFormat>(
-    first: (ScalesRef, &[u8]),
-    second: (ScalesRef, &[u8]),
-    x: &[Act],
-    out: &mut [[f32; 2 * GROUP]],
+fn pair_products<F: PackedFormat>(
+    w: &PackedRows,
+    paired: usize,
+    acts: &[Act],
+    tile: usize,
+    out: &mut [f32],
 ) {
-    // SAFETY: `pairs` gives pairs on Avx512Vnni only, produced after detecting AVX2, FMA, F16C,
-    // AVX512F, AVX512-VNNI and AVX512-VL.
-    match (first.0, second.0) {
-        (ScalesRef::F32(a), ScalesRef::F32(b)) => unsafe {
-            avx2::tile_vnni_pair::<F, f32>([a, b], [first.1, second.1], x, out)
-        },
-        (ScalesRef::F16(a), ScalesRef::F16(b)) => unsafe {
-            avx2::tile_vnni_pair::<F, u16>([a, b], [first.1, second.1], x, out)
-        },
-        _ => unreachable!("a matrix's scales are all f32 or all f16"),
+    let mut staged = avx2::StagedPair::default();
+    let mut results = [[0.0f32; 2 * GROUP]; TILE];
+    for pair in 0..paired {
+        let g = 2 * pair;
+        let ((first_scales, first), (second_scales, second)) = (w.group(g), w.group(g + 1));
+        // SAFETY: `pairs` gives pairs on Avx512Vnni only, produced after detecting AVX2, FMA,
+        // F16C, AVX512F, AVX512-VNNI and AVX512-VL.
+        match (first_scales, second_scales) {
+            (ScalesRef::F32(a), ScalesRef::F32(b)) => unsafe {
+                staged.stage::<F, f32>([a, b], [first, second])
+            },
+            (ScalesRef::F16(a), ScalesRef::F16(b)) => unsafe {
+                staged.stage::<F, u16>([a, b], [first, second])
+            },
+            _ => unreachable!("a matrix's scales are all f32 or all f16"),
+        }
+        for (i, acts) in acts.chunks(tile).enumerate() {
+            let results = &mut results[..acts.len()];
+            // SAFETY: as above.
+            unsafe { staged.tile::<F>(acts, results) };
+            for (j, lane_results) in results.iter().enumerate() {
+                let at = (i * tile + j) * w.rows + g * GROUP;
+                out[at..at + 2 * GROUP].copy_from_slice(lane_results);
+            }
+        }
     }
 }
 #[cfg(not(target_arch = "x86_64"))]
-fn tile_pair_of<F: PackedFormat>(
-    _: (ScalesRef, &[u8]),
-    _: (ScalesRef, &[u8]),
-    _: &[Act],
-    _: &mut [[f32; 2 * GROUP]],
-) {
+fn pair_products<F: PackedFormat>(_: &PackedRows, _: usize, _: &[Act], _: usize, _: &mut [f32]) {
     unreachable!("pairs are x86-64's")
 }
 
