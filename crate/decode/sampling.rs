@@ -120,7 +120,7 @@ impl Sampler {
         if top_p <= 0.0 || top_p >= 1.0 {
             return sample_weighted(&weights, coin);
         }
-        sample_from(nucleus(&normalized(weights), top_p).into_iter(), coin)
+        sample_from(&nucleus(&normalized(weights), top_p), coin)
     }
 
     /// Whether this sampler picks the argmax (temperature 0).
@@ -318,22 +318,18 @@ fn nucleus(probs: &[f32], top_p: f32) -> Vec<(usize, f32)> {
     }
 }
 
-/// Walk the (id, probability) list until the cumulative mass passes `coin` times the total. An
-/// iterator, walked twice, not a list: collecting a whole vocabulary's pairs (786 KB for 49,152
-/// ids) took fresh pages from the OS at every pick.
-fn sample_from(candidates: impl Iterator<Item = (usize, f32)> + Clone, coin: f32) -> u32 {
-    let total: f32 = candidates.clone().map(|c| c.1).sum();
+/// Walk the (id, probability) list until the cumulative mass passes `coin` times the total.
+fn sample_from(candidates: &[(usize, f32)], coin: f32) -> u32 {
+    let total: f32 = candidates.iter().map(|c| c.1).sum();
     let target = coin * total;
     let mut mass = 0.0;
-    let mut last = 0;
-    for (id, p) in candidates {
+    for &(id, p) in candidates {
         mass += p;
         if target < mass {
             return id as u32;
         }
-        last = id;
     }
-    last as u32
+    candidates.last().map_or(0, |c| c.0 as u32)
 }
 
 #[cfg(test)]
