@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use common::*;
 use tokenometer::{
-    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, Quant, Request, Scheduler,
-    StopReason,
+    Backend, BackendChoice, Engine, Event, Flow, GenerateOptions, Quant, Request, Sampling,
+    Scheduler, StopReason,
 };
 
 /// Different lengths and different stories.
@@ -44,8 +44,13 @@ fn options(max_tokens: usize) -> GenerateOptions {
 
 /// The ids `generate` (batch 1) produces from `prompt`, and why it stopped.
 fn solo(engine: &Engine, prompt: &str, max_tokens: usize) -> (Vec<u32>, StopReason) {
+    solo_with(engine, prompt, &options(max_tokens))
+}
+
+/// [`solo`] with `options`.
+fn solo_with(engine: &Engine, prompt: &str, options: &GenerateOptions) -> (Vec<u32>, StopReason) {
     let mut ids = Vec::new();
-    let reason = pollster::block_on(engine.generate(prompt, &options(max_tokens), &mut |e| {
+    let reason = pollster::block_on(engine.generate(prompt, options, &mut |e| {
         if let Event::Token { id, .. } = e {
             ids.push(*id);
         }
@@ -187,13 +192,87 @@ fn a_sequence_joining_mid_run_changes_nobody_elses_tokens() {
     assert!(outcomes[&0].ended_at > 17 && outcomes[&1].ended_at > 17);
 }
 
+/// A prompt that joins while another sequence decodes is read a chunk a step, the other getting a
+/// token in each of those steps, and neither one's tokens change: greedy, and sampled from a seed
+/// (a pick after a prompt's earlier chunk would use up the seed's randomness).
+#[test]
+fn a_prompt_joining_a_decoding_sequence_is_read_a_chunk_a_step_and_changes_no_tokens_on_cpu() {
+    check_chunked_join(&Backend::cpu());
+}
+
+#[test]
+fn a_prompt_joining_a_decoding_sequence_is_read_a_chunk_a_step_and_changes_no_tokens_on_wgpu() {
+    check_chunked_join(&gpu());
+}
+
+fn check_chunked_join(backend: &Backend) {
+    let engine = engine(backend);
+    let chunk = 3;
+    let prompt_len = engine.encode_prompt(PROMPTS[1], true).unwrap().len();
+    let chunks = prompt_len.div_ceil(chunk);
+    assert!(chunks >= 3, "{prompt_len} tokens");
+    for temperature in [0.0, 0.9] {
+        let options = |max_tokens| GenerateOptions {
+            max_tokens,
+            sampling: Sampling {
+                temperature,
+                top_p: 0.95,
+                seed: 7,
+            },
+            ..Default::default()
+        };
+        let submit = |scheduler: &mut Scheduler, prompt: &str, max_tokens| {
+            let request = Request {
+                prompt: prompt.to_string(),
+                options: options(max_tokens),
+            };
+            scheduler.submit(&engine, &request, None).unwrap()
+        };
+        let mut scheduler = Scheduler::new(2);
+        scheduler.set_prefill_chunk(chunk);
+        let first = submit(&mut scheduler, PROMPTS[0], 40);
+        let mut second = None;
+        // By sequence: its tokens, and the step of each.
+        let mut tokens: BTreeMap<usize, Vec<(u32, usize)>> = BTreeMap::new();
+        let mut step = 0;
+        while step < 2 || !scheduler.is_idle() {
+            if step == 2 {
+                second = Some(submit(&mut scheduler, PROMPTS[1], 30));
+            }
+            for e in pollster::block_on(scheduler.step(&engine)).unwrap() {
+                if let Event::Token { id, .. } = e.event {
+                    tokens.entry(e.seq).or_default().push((id, step));
+                }
+            }
+            step += 1;
+        }
+        let second = second.unwrap();
+        // The first, alone, had its whole prompt read in step 0; the second's chunks took steps
+        // 2.. and its first token came in the last of them.
+        assert_eq!(tokens[&first][0].1, 0);
+        assert_eq!(tokens[&second][0].1, 2 + chunks - 1, "T={temperature}");
+        let steps_of_first: Vec<usize> = tokens[&first].iter().map(|t| t.1).collect();
+        assert_eq!(
+            steps_of_first,
+            (0..40).collect::<Vec<_>>(),
+            "T={temperature}"
+        );
+        for (id, prompt, max) in [(first, PROMPTS[0], 40), (second, PROMPTS[1], 30)] {
+            let ids: Vec<u32> = tokens[&id].iter().map(|t| t.0).collect();
+            let (alone, _) = solo_with(&engine, prompt, &options(max));
+            assert_eq!(ids, alone, "{prompt:?} at T={temperature}");
+        }
+    }
+}
+
 #[test]
 fn cancelling_one_sequence_leaves_the_others_running() {
     let engine = engine(&Backend::cpu());
     let requests: Vec<_> = PROMPTS.iter().map(|p| (*p, 100, 0)).collect();
     let outcomes = batch(&engine, &requests, |step, scheduler| {
-        // Sequence 1 (the second request) is cancelled after its 10th token.
-        if step == 9 {
+        // Sequence 1 (the second request) is cancelled after its 10th token: its prompt is read
+        // in step 1 (a prompt a step), which gives its first token.
+        if step == 10 {
             vec![scheduler.cancel(1).expect("running")]
         } else {
             Vec::new()

@@ -13,6 +13,6 @@ pub mod speculate;
 pub use engine::{Engine, ProductPasses};
 pub use events::{DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo, StopReason};
 pub use sampling::Sampling;
-pub use scheduler::{Arrival, Clock, DEFAULT_PROMPTS, Request, Scheduler};
+pub use scheduler::{Arrival, Clock, DEFAULT_PROMPTS, PREFILL_CHUNK, Request, Scheduler};
 pub use sequence::SeqEvent;
 pub use speculate::{DraftSource, Speculation};

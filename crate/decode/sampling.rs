@@ -92,9 +92,17 @@ impl Sampler {
     }
 
     /// One pick per row of `logits` `[samplers.len(), vocab]`, row `i` by `samplers[i]`, with one
-    /// read-back for the whole batch: only the ids when every sampler is greedy.
-    pub async fn sample_rows(samplers: &mut [&mut Sampler], logits: Logits) -> Result<Vec<u32>> {
-        if samplers.iter().all(|s| s.settings.temperature == 0.0) {
+    /// read-back for the whole batch: only the ids when every sampler is greedy. A row without a
+    /// sampler (a prompt's chunk before its last) is not picked from, so no randomness is used on
+    /// it; its place holds 0 (or its argmax, when the read-back is the ids).
+    pub async fn sample_rows(
+        samplers: &mut [Option<&mut Sampler>],
+        logits: Logits,
+    ) -> Result<Vec<u32>> {
+        if samplers
+            .iter()
+            .all(|s| s.as_ref().is_none_or(|s| s.settings.temperature == 0.0))
+        {
             return logits.argmax().await;
         }
         let data = logits.into_vec().await?;
@@ -102,12 +110,10 @@ impl Sampler {
         Ok(samplers
             .iter_mut()
             .zip(data.chunks_exact(vocab))
-            .map(|(sampler, row)| {
-                if sampler.settings.temperature == 0.0 {
-                    argmax(row)
-                } else {
-                    sampler.sample_host(row)
-                }
+            .map(|(sampler, row)| match sampler {
+                Some(s) if s.settings.temperature > 0.0 => s.sample_host(row),
+                Some(_) => argmax(row),
+                None => 0,
             })
             .collect())
     }

@@ -5,7 +5,8 @@
 //! of the sequences joining, through ONE forward pass ([`crate::backend::Llama::forward_batch`]): each weight is
 //! read once per step for the whole batch, which is why batching raises aggregate tok/s on
 //! memory-bound hardware, while every sequence waits for the whole batch's step, which is why it
-//! lowers each one's own tok/s. A prompt too long for one pass is prefilled alone, in chunks.
+//! lowers each one's own tok/s. One prompt is read a step (a long one in chunks, while the others
+//! keep decoding): see [`PREFILL_CHUNK`].
 //!
 //! A single `generate` is the batch-1 case of this same code. The caller drives the steps (the CLI
 //! in a loop, the page's worker a few at a time between messages), so cancel is an ordinary call
@@ -189,6 +190,32 @@ struct Waiting {
     ready_ms: f64,
 }
 
+/// A sequence in the batch whose prompt is still being read, a chunk a step.
+struct Prefilling {
+    seq: Sequence,
+    ready_ms: f64,
+    /// When the step with its first chunk began.
+    start_ms: Option<f64>,
+}
+
+/// The most prompt tokens a step reads beside sequences that are decoding, unless set otherwise
+/// ([`Scheduler::set_prefill_chunk`]): a longer prompt is read over several steps. A step reads
+/// one prompt (or a chunk of one) at most, the others waiting their turn. Measured under AIPerf
+/// 0.13 on this project's Intel Xeon (SmolLM2 Q8_0, `serve --threads 1`, 8 users, 158 tokens in
+/// and 64 out, 2026-11-28), aggregate tok/s, then TTFT and inter-token means:
+/// - every waiting prompt in one pass, as before: 138 / 155 / 133 tok/s, 1.3-1.6 s, 32-36 ms.
+///   The users joined and ended together: one pass of 8 prompts, then 63 steps of 8 tokens.
+/// - this (chunks of 256, so these prompts whole), in the same 3 interleaved rounds: 147 / 172 /
+///   168 tok/s, 0.40-0.51 s, 41-47 ms. The others decode in the prompt's pass, where their
+///   tokens cost little more than its own rows, and the users drift apart.
+/// - chunks of 64, in other rounds: below whole prompts in each (142 / 157 / 151 against 158 /
+///   166 / 163 tok/s) and no shorter gaps (44-49 against 42-44 ms): each chunk's pass pays again
+///   for what does not depend on its rows (a prompt's products stage every matrix, `cpu::packed`).
+///
+/// So a chunk holds a usual prompt whole, and a long one (a pasted page) costs the others a
+/// step of a few hundred ms a chunk rather than one of seconds.
+pub const PREFILL_CHUNK: usize = 256;
+
 /// Where a scheduler's times come from.
 #[derive(Debug, Clone, Copy)]
 pub enum Clock {
@@ -231,7 +258,10 @@ pub struct Scheduler {
     next_id: usize,
     /// In order of `ready_ms`.
     waiting: Vec<Waiting>,
+    /// In the batch, its prompt partly read (one at a time).
+    prefilling: Option<Prefilling>,
     running: Vec<Sequence>,
+    prefill_chunk: usize,
 }
 
 impl Scheduler {
@@ -248,8 +278,17 @@ impl Scheduler {
             max_batch: max_batch.max(1),
             next_id: 0,
             waiting: Vec::new(),
+            prefilling: None,
             running: Vec::new(),
+            prefill_chunk: PREFILL_CHUNK,
         }
+    }
+
+    /// The most prompt tokens a step reads while other sequences decode in it (at least 1): a
+    /// longer prompt is read over several steps, a chunk each, so that the others' tokens keep
+    /// coming (smaller chunks: shorter steps for them, a later first token for the new one).
+    pub fn set_prefill_chunk(&mut self, tokens: usize) {
+        self.prefill_chunk = tokens.max(1);
     }
 
     /// Milliseconds since the scheduler was made.
@@ -335,13 +374,17 @@ impl Scheduler {
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             return Some(self.running.remove(i).done(StopReason::Cancelled, now));
         }
+        if self.prefilling.as_ref().is_some_and(|p| p.seq.id == id) {
+            let mut p = self.prefilling.take().expect("checked");
+            return Some(p.seq.done(StopReason::Cancelled, now));
+        }
         let i = self.waiting.iter().position(|w| w.seq.id == id)?;
         Some(self.waiting.remove(i).seq.done(StopReason::Cancelled, now))
     }
 
-    /// Sequences in the batch.
+    /// Sequences in the batch (decoding, or their prompts being read).
     pub fn running(&self) -> usize {
-        self.running.len()
+        self.running.len() + usize::from(self.prefilling.is_some())
     }
 
     /// Sequences submitted that have not joined the batch.
@@ -351,7 +394,7 @@ impl Scheduler {
 
     /// Nothing running and nothing waiting.
     pub fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.waiting.is_empty()
+        self.running.is_empty() && self.prefilling.is_none() && self.waiting.is_empty()
     }
 
     /// When the next waiting request may join, on the scheduler's clock: a caller with nothing
@@ -360,48 +403,53 @@ impl Scheduler {
         self.waiting.first().map(|w| w.ready_ms)
     }
 
-    /// Advance: admit the requests that have arrived while there is room, then run one pass over
-    /// every running sequence (one token each) and the joining prompts. Returns the step's events
-    /// (empty when nothing could run yet: see [`next_arrival_ms`](Self::next_arrival_ms)).
+    /// Advance: run one pass over every decoding sequence (one token each) and the prompt being
+    /// read, if any: the first request that has arrived takes its turn when there is room in the
+    /// batch, and a step reads at most the prefill chunk ([`set_prefill_chunk`]
+    /// (Self::set_prefill_chunk)) of it while others decode; with nothing decoding, the whole
+    /// prompt (as far as one pass may hold: [`crate::backend::Llama::prefill_chunk`]), since
+    /// nobody waits on it. Its first token is sampled after its last chunk. Returns the step's
+    /// events (empty when nothing could run yet: see [`next_arrival_ms`](Self::next_arrival_ms)).
+    ///
+    /// Chunks change no bits: a row's products do not depend on the rows beside it, and attention
+    /// takes keys in blocks counted from position 0 (`cpu::attention`).
     pub async fn step(&mut self, engine: &Engine) -> Result<Vec<SeqEvent>> {
         let model = &engine.model;
         let context = model.config.seq_len;
         let tokenizer = &engine.tokenizer;
         let now = self.now_ms();
-        let mut joining = Vec::new();
-        while self.running.len() + joining.len() < self.max_batch
+        if self.prefilling.is_none()
+            && self.running.len() < self.max_batch
             && self.waiting.first().is_some_and(|w| w.ready_ms <= now)
         {
-            joining.push(self.waiting.remove(0));
+            let Waiting { seq, ready_ms } = self.waiting.remove(0);
+            self.prefilling = Some(Prefilling {
+                seq,
+                ready_ms,
+                start_ms: None,
+            });
         }
-        if joining.is_empty() && self.running.len() == 1 && self.running[0].drafter.is_some() {
+        if self.prefilling.is_none() && self.running.len() == 1 && self.running[0].drafter.is_some()
+        {
             return self.speculative_step(engine).await;
         }
         let mut out = Vec::new();
-
-        // A prompt too long for one pass is prefilled alone, chunk by chunk.
-        let (long, mut short): (Vec<Waiting>, Vec<Waiting>) = joining.into_iter().partition(|w| {
-            let n = w.seq.prompt_ids.len();
-            n > model.prefill_chunk(n)
-        });
-        for Waiting { mut seq, ready_ms } in long {
-            let start = self.now_ms();
-            let logits = model.forward(&seq.prompt_ids, &mut seq.cache, false);
-            let id = seq.sampler.sample(logits).await?;
-            self.clock.passed(seq.prompt_ids.len());
-            prefill_draft(&mut seq).await?;
-            let now = self.now_ms();
-            prefilled(&seq, ready_ms, start, now, &mut out);
-            if !seq.accept(tokenizer, id, now, context, &mut out) {
-                self.running.push(seq);
-            }
-        }
-        if self.running.is_empty() && short.is_empty() {
+        if self.running.is_empty() && self.prefilling.is_none() {
             return Ok(out);
         }
 
-        // One pass: a token for each running sequence, then each joining prompt.
+        // One pass: a token for each decoding sequence, then the prompt's chunk.
         let decoding = self.running.len();
+        let chunk = self.prefilling.as_ref().map_or(0..0, |p| {
+            let (at, n) = (p.seq.cache.len(), p.seq.prompt_ids.len());
+            let rest = (n - at).min(model.prefill_chunk(n));
+            at..at
+                + if decoding == 0 {
+                    rest
+                } else {
+                    rest.min(self.prefill_chunk)
+                }
+        });
         let start = self.now_ms();
         let logits = {
             let mut segments: Vec<Segment> = self
@@ -411,36 +459,54 @@ impl Scheduler {
                     tokens: std::slice::from_ref(&s.input),
                     cache: &mut s.cache,
                 })
-                .chain(short.iter_mut().map(|w| Segment {
-                    tokens: &w.seq.prompt_ids,
-                    cache: &mut w.seq.cache,
+                .chain(self.prefilling.as_mut().map(|p| Segment {
+                    tokens: &p.seq.prompt_ids[chunk.clone()],
+                    cache: &mut p.seq.cache,
                 }))
                 .collect();
             model.forward_batch(&mut segments)
         };
-        let mut samplers: Vec<&mut Sampler> = self
+        // A sampler for each row whose token is wanted: not after a prompt's earlier chunks (a
+        // sampled pick there would use up the seed's randomness).
+        let read = self
+            .prefilling
+            .as_ref()
+            .is_some_and(|p| p.seq.cache.len() == p.seq.prompt_ids.len());
+        let mut samplers: Vec<Option<&mut Sampler>> = self
             .running
             .iter_mut()
-            .map(|s| &mut s.sampler)
-            .chain(short.iter_mut().map(|w| &mut w.seq.sampler))
+            .map(|s| Some(&mut s.sampler))
+            .chain(
+                self.prefilling
+                    .as_mut()
+                    .map(|p| read.then_some(&mut p.seq.sampler)),
+            )
             .collect();
         let ids = Sampler::sample_rows(&mut samplers, logits).await?;
-        let rows = short.iter().map(|w| w.seq.prompt_ids.len()).sum::<usize>();
-        self.clock.passed(decoding + rows);
-        for w in short.iter_mut() {
-            prefill_draft(&mut w.seq).await?;
+        self.clock.passed(decoding + chunk.len());
+        if let Some(p) = self.prefilling.as_mut() {
+            p.start_ms.get_or_insert(start);
+        }
+        let mut first = if read { self.prefilling.take() } else { None };
+        if let Some(p) = first.as_mut() {
+            prefill_draft(&mut p.seq).await?;
         }
         let now = self.now_ms();
 
         let mut running = Vec::with_capacity(self.max_batch);
-        for (mut seq, &id) in self.running.drain(..).zip(&ids[..decoding]) {
+        for (mut seq, &id) in self.running.drain(..).zip(&ids) {
             if !seq.accept(tokenizer, id, now, context, &mut out) {
                 running.push(seq);
             }
         }
-        for (Waiting { mut seq, ready_ms }, &id) in short.into_iter().zip(&ids[decoding..]) {
-            prefilled(&seq, ready_ms, start, now, &mut out);
-            if !seq.accept(tokenizer, id, now, context, &mut out) {
+        if let Some(Prefilling {
+            mut seq,
+            ready_ms,
+            start_ms,
+        }) = first
+        {
+            prefilled(&seq, ready_ms, start_ms.unwrap_or(start), now, &mut out);
+            if !seq.accept(tokenizer, ids[decoding], now, context, &mut out) {
                 running.push(seq);
             }
         }

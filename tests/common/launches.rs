@@ -100,8 +100,8 @@ pub fn per_batched_step(engine: &Engine, users: usize) -> (usize, String) {
         };
         scheduler.submit(engine, &request, None).expect("submits");
     }
-    // The prompts' prefills, then the first decode step.
-    for _ in 0..3 {
+    // The prompts' prefills (one a step, the others decoding in it), then the first decode steps.
+    for _ in 0..users + 2 {
         pollster::block_on(scheduler.step(engine)).expect("steps");
     }
     let kernels = launches(|| {

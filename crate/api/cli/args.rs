@@ -272,6 +272,11 @@ pub(super) struct ServeArgs {
     /// The most requests waiting for a place (0 to 4096); past it the answer is 429.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=4096))]
     pub(super) queue: u32,
+    /// The most prompt tokens a step reads while other requests decode in it (1 to 65536): a
+    /// longer prompt is read over several steps, so the others' tokens keep coming.
+    #[arg(long, default_value_t = crate::decode::PREFILL_CHUNK as u32,
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub(super) prefill_chunk: u32,
     /// `lookup`: a request that runs alone drafts from its prompt and verifies in one pass.
     #[arg(long)]
     pub(super) speculate: Option<String>,

@@ -418,6 +418,7 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
         limits: crate::api::serve::Limits {
             parallel: args.parallel as usize,
             queue: args.queue as usize,
+            prefill_chunk: args.prefill_chunk as usize,
             speculation,
         },
         cors: args.cors,

@@ -201,12 +201,12 @@ impl Metrics {
             (
                 &self.queue,
                 "request_queue_time_seconds",
-                "Time a request waited before its prefill.",
+                "Time a request waited before its prompt's first chunk.",
             ),
             (
                 &self.prefill,
                 "request_prefill_time_seconds",
-                "The prompt's pass and the first pick.",
+                "The prompt's passes, from its first chunk's step, and the first pick.",
             ),
         ];
         for (histogram, name, help) in histograms {

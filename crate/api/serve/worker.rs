@@ -86,7 +86,17 @@ pub struct Limits {
     pub parallel: usize,
     /// The most requests waiting for a place.
     pub queue: usize,
+    /// The most prompt tokens a step reads while others decode
+    /// ([`Scheduler::set_prefill_chunk`]).
+    pub prefill_chunk: usize,
     pub speculation: Option<Speculation>,
+}
+
+/// A scheduler within `limits`.
+fn scheduler(limits: &Limits) -> Scheduler {
+    let mut scheduler = Scheduler::new(limits.parallel);
+    scheduler.set_prefill_chunk(limits.prefill_chunk);
+    scheduler
 }
 
 /// One request the engine is running or holding.
@@ -145,7 +155,7 @@ pub fn start(
             let chat = engine.tokenizer.specials.chat.clone();
             let _ = ready.send(Ok((shared.clone(), engine.info.clone(), chat)));
             let mut worker = Worker {
-                scheduler: Scheduler::new(limits.parallel),
+                scheduler: scheduler(&limits),
                 engine,
                 limits,
                 live: HashMap::new(),
@@ -343,7 +353,7 @@ impl Worker {
 
     fn fail_all(&mut self, message: &str) {
         let message = format!("the engine failed while running this request: {message}");
-        self.scheduler = Scheduler::new(self.limits.parallel);
+        self.scheduler = scheduler(&self.limits);
         let mut shared = self.shared.lock().unwrap();
         for (_, live) in self.live.drain() {
             shared
