@@ -1,7 +1,9 @@
 //! Generation: a model and its tokenizer ([`engine`]), requests stepped one token at a time in
 //! one batch ([`scheduler`], [`sequence`]), how each next token is picked ([`sampling`]), and
-//! what a run says as it goes ([`events`]), and what a quantization costs in quality ([`quality`]). Below: `backend/` and `loading/`; above: `meter/`.
+//! what a run says as it goes ([`events`]), how a load test's users arrive ([`arrival`]), and what
+//! a quantization costs in quality ([`quality`]). Below: `backend/` and `loading/`; above: `meter/`.
 
+pub mod arrival;
 pub mod engine;
 pub mod events;
 pub mod quality;
@@ -10,9 +12,10 @@ pub mod scheduler;
 pub mod sequence;
 pub mod speculate;
 
+pub use arrival::{Arrival, DEFAULT_PROMPTS};
 pub use engine::{Engine, ProductPasses};
 pub use events::{DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo, StopReason};
 pub use sampling::Sampling;
-pub use scheduler::{Arrival, Clock, DEFAULT_PROMPTS, PREFILL_CHUNK, Request, Scheduler};
+pub use scheduler::{Clock, PREFILL_CHUNK, Request, Scheduler};
 pub use sequence::SeqEvent;
 pub use speculate::{DraftSource, Speculation};
