@@ -40,8 +40,8 @@ struct Waiting {
 struct Prefilling {
     seq: Sequence,
     ready_ms: f64,
-    /// When the step with its first chunk began.
-    start_ms: Option<f64>,
+    /// When the step that admitted it began: its first chunk runs in that step.
+    start_ms: f64,
 }
 
 /// The most prompt tokens a step reads beside sequences that are decoding, unless set otherwise
@@ -222,8 +222,7 @@ impl Scheduler {
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             return Some(self.running.remove(i).done(StopReason::Cancelled, now));
         }
-        if self.prefilling.as_ref().is_some_and(|p| p.seq.id == id) {
-            let mut p = self.prefilling.take().expect("checked");
+        if let Some(mut p) = self.prefilling.take_if(|p| p.seq.id == id) {
             return Some(p.seq.done(StopReason::Cancelled, now));
         }
         let i = self.waiting.iter().position(|w| w.seq.id == id)?;
@@ -253,10 +252,10 @@ impl Scheduler {
 
     /// Advance: run one pass over every decoding sequence (one token each) and the prompt being
     /// read, if any: the first request that has arrived takes its turn when there is room in the
-    /// batch, and a step reads at most the prefill chunk ([`set_prefill_chunk`]
-    /// (Self::set_prefill_chunk)) of it while others decode; with nothing decoding, the whole
-    /// prompt (as far as one pass may hold: [`crate::backend::Llama::prefill_chunk`]), since
-    /// nobody waits on it. Its first token is sampled after its last chunk. Returns the step's
+    /// batch, and a step reads at most the prefill chunk
+    /// ([`set_prefill_chunk`](Self::set_prefill_chunk)) of it while others decode; with nothing
+    /// decoding, the whole prompt (as far as one pass may hold:
+    /// [`crate::backend::Llama::prefill_chunk`]), since nobody waits on it. Its first token is sampled after its last chunk. Returns the step's
     /// events (empty when nothing could run yet: see [`next_arrival_ms`](Self::next_arrival_ms)).
     ///
     /// Chunks change no bits: a row's products do not depend on the rows beside it, and attention
@@ -274,7 +273,7 @@ impl Scheduler {
             self.prefilling = Some(Prefilling {
                 seq,
                 ready_ms,
-                start_ms: None,
+                start_ms: now,
             });
         }
         if self.prefilling.is_none() && self.running.len() == 1 && self.running[0].drafter.is_some()
@@ -291,14 +290,13 @@ impl Scheduler {
         let chunk = self.prefilling.as_ref().map_or(0..0, |p| {
             let (at, n) = (p.seq.cache.len(), p.seq.prompt_ids.len());
             let rest = (n - at).min(model.prefill_chunk(n));
-            at..at
-                + if decoding == 0 {
-                    rest
-                } else {
-                    rest.min(self.prefill_chunk)
-                }
+            let take = if decoding == 0 {
+                rest
+            } else {
+                rest.min(self.prefill_chunk)
+            };
+            at..at + take
         });
-        let start = self.now_ms();
         let logits = {
             let mut segments: Vec<Segment> = self
                 .running
@@ -332,9 +330,6 @@ impl Scheduler {
             .collect();
         let ids = Sampler::sample_rows(&mut samplers, logits).await?;
         self.clock.passed(decoding + chunk.len());
-        if let Some(p) = self.prefilling.as_mut() {
-            p.start_ms.get_or_insert(start);
-        }
         let mut first = if read { self.prefilling.take() } else { None };
         if let Some(p) = first.as_mut() {
             prefill_draft(&mut p.seq).await?;
@@ -353,7 +348,7 @@ impl Scheduler {
             start_ms,
         }) = first
         {
-            prefilled(&seq, ready_ms, start_ms.unwrap_or(start), now, &mut out);
+            prefilled(&seq, ready_ms, start_ms, now, &mut out);
             if !seq.accept(tokenizer, ids[decoding], now, context, &mut out) {
                 running.push(seq);
             }
