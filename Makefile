@@ -30,12 +30,16 @@ serve: setup-serve pkg
 models:
 	python3 models/fetch.py --all
 
-test: setup models
-	cargo test
-	$(MAKE) test-wasm
-	$(MAKE) pkg
-	$(MAKE) test-size
-	$(MAKE) test-e2e
+# Each part is timed into target/test-parts.tsv (tests/ci/part.sh); .ci/run prints the table.
+PART := tests/ci/part.sh
+test:
+	@rm -f target/test-parts.tsv
+	$(PART) setup $(MAKE) setup models
+	$(PART) native-compile cargo test --no-run --timings
+	$(PART) native-tests cargo test
+	$(PART) wasm-tests $(MAKE) test-wasm
+	$(PART) pkg $(MAKE) pkg test-size
+	$(PART) e2e $(MAKE) test-e2e
 
 # The page's download budget: each wasm engine a visitor may fetch at most 2,500,000 bytes
 # gzipped (gzip -9; docs/build.md says what it holds and what was cut to stay under).
