@@ -1,4 +1,4 @@
-//! tokenometer: a small Llama-family model on burn (WebGPU, Vulkan) or its own CPU kernels, and
+//! tokenometer: a small Llama-family model on the GPU (WebGPU, Vulkan, Metal; its own WGSL kernels) or its own CPU kernels, and
 //! honest measurements of what "tokens per second" means.
 //!
 //! # Layers

@@ -802,3 +802,58 @@ fn perplexity_refuses_short_texts_and_absurd_windows() {
     );
     assert_refused(run("100000"), "--ctx 100000: give 8 to");
 }
+
+/// `--backend auto --race` checks the GPU (here lavapipe) against the CPU, times both on a short
+/// decode and says what it measured and chose; the verdict is kept in the cache folder, and the next
+/// run without `--race` loads its choice at once and says so.
+#[test]
+fn auto_races_checks_and_remembers_its_verdict() {
+    let cache = std::env::temp_dir().join(format!("tokenometer-auto-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let run = |extra: &[&str]| {
+        let mut args = generate_args(
+            &model(),
+            &tok512(),
+            "Once upon a time",
+            &["--max-tokens", "8"],
+        );
+        args.extend(
+            ["--backend", "auto", "--threads", "1"]
+                .iter()
+                .chain(extra)
+                .map(|s| s.to_string()),
+        );
+        let output = Command::new(env!("CARGO_BIN_EXE_tokenometer"))
+            .args(&args)
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .expect("runs");
+        let stdout = succeeded(output);
+        stdout
+            .lines()
+            .find(|l| l.starts_with("conditions:"))
+            .expect("a conditions line")
+            .to_string()
+    };
+    let raced = run(&["--race"]);
+    assert!(raced.contains("(auto: CPU 1 thread "), "{raced}");
+    assert!(raced.contains(" tok/s, wgpu ("), "{raced}");
+    assert!(raced.contains(" tok/s -> "), "{raced}");
+    let kept =
+        std::fs::read_to_string(cache.join("tokenometer/auto.json")).expect("the verdict is kept");
+    let verdicts: serde_json::Value = serde_json::from_str(&kept).unwrap();
+    let verdict = verdicts
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .expect("one verdict");
+    assert_eq!(verdict["check"]["disagreed"], 0, "{kept}");
+    assert!(verdict["check"]["clear"].as_u64().unwrap() > 0, "{kept}");
+    let again = run(&[]);
+    assert!(
+        again.contains("remembered from an earlier race; --race runs it again"),
+        "{again}"
+    );
+    let _ = std::fs::remove_dir_all(&cache);
+}

@@ -116,21 +116,26 @@ fn q4_agrees_with_f32_on_wgpu() {
 #[path = "common/launches.rs"]
 mod launches;
 
-/// A decode step on wgpu is 13 dispatches a layer, whatever the quantization: RMSNorm twice,
-/// seven projections (each residual added in its projection's dispatch), RoPE on q and k in one,
-/// the KV store, attention, SwiGLU; then the final norm, the classifier and the argmax. (88 for
-/// stories260K's 5 layers before the residuals, the store and RoPE were fused: 68 now.)
+/// A decode step on wgpu is 4 dispatches a layer (each half of a layer two: `crate/gpu/ops.rs`),
+/// then the classifier and the greedy pick, in one queue submit, and it creates no buffer and no
+/// bind group: the step's are made once (`crate/gpu/plan.rs`). It was 13 a layer and 3 more, with a
+/// bind group made for every dispatch (burn and CubeCL, until 2026-11-28).
 #[test]
-fn a_decode_step_is_13_dispatches_a_layer_on_wgpu() {
+fn a_decode_step_is_4_dispatches_a_layer_in_one_submit_creating_nothing_on_wgpu() {
     let gpu = wgpu();
     for quant in [Quant::F32, Quant::Q8, Quant::Q4] {
         let engine = engine(&gpu, quant);
-        let layers = engine.model.config.n_layers;
-        let (n, kernels) = launches::per_decode_step(&engine, "Once upon a time", 4);
-        assert_eq!(n, 13 * layers + 3, "{quant}: {kernels}");
-        assert!(
-            kernels.contains("5 x StoreKernel") && kernels.contains("5 x RopeKernel"),
-            "{kernels}"
+        let layers = engine.model.config.n_layers as u64;
+        let step = launches::per_decode_step(&engine, "Once upon a time", 4);
+        println!(
+            "stories260K {quant} on wgpu: {step:?}, {:.1} us a dispatch on the host",
+            step.host_us_per_dispatch()
+        );
+        assert_eq!(step.dispatches, 4 * layers + 2, "{quant}: {step:?}");
+        assert_eq!(
+            (step.submits, step.buffers, step.bind_groups),
+            (1, 0, 0),
+            "{quant}: {step:?}"
         );
     }
 }
@@ -401,7 +406,7 @@ fn prefill_and_tokens_are_timestamped_in_order() {
 
 #[test]
 fn concurrent_first_wgpu_inits_share_one_device() {
-    // burn registers its wgpu runtime once per process; racing first calls must all get that one.
+    // One GPU device per process; racing first calls must all get that one.
     let threads: Vec<_> = (0..4).map(|_| std::thread::spawn(wgpu)).collect();
     let adapters: Vec<String> = threads
         .into_iter()

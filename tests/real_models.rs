@@ -305,7 +305,7 @@ fn follows_llama_cpp(isas: &[Isa]) {
     report_and_judge(&report, &failures);
 }
 
-/// The shipped Q4_1 file on wgpu (our kernels on burn's wgpu backend; here Mesa's llvmpipe): the
+/// The shipped Q4_1 file on wgpu (our WGSL kernels; here Mesa's lavapipe): the
 /// blocks with their offsets on the device, f32 activations. Measured as the CPU is (above).
 #[test]
 fn smollm2_q4_1_follows_llama_cpp_on_wgpu() {
@@ -358,21 +358,21 @@ fn follows_llama_cpp_on_wgpu(what: &str) {
         );
     }
     println!("{}", report.join("\n"));
-    if what == "Gemma 3" {
-        // 19 a layer: Llama's 13 with the q and k norms, the norms after attention and the
-        // feed-forward, and their residuals as additions; GEGLU in one dispatch (burn's operations
-        // took 9: 494 a step before, 350 now). Then the final norm, the classifier in 3 parts and
-        // their concatenation (3), and the argmax.
-        let layers = engine.model.config.n_layers;
-        let (n, kernels) = launches::per_decode_step(&engine, "Hi", 2);
-        assert_eq!(n, 19 * layers + 8, "{kernels}");
-    }
-    if what == "Q4_1" {
-        // Q4_1's offsets are added in the projection's own dispatch: 13 a layer, as for Q8_0.
-        let layers = engine.model.config.n_layers;
-        let (n, kernels) = launches::per_decode_step(&engine, "Hi", 2);
-        assert_eq!(n, 13 * layers + 3, "{kernels}");
-    }
+    // 4 dispatches a layer whatever the architecture (Gemma's head and post norms, its GELU and
+    // its local layers inside the same kernels), the classifier (Gemma's in parts where the
+    // adapter binds less than its 189 MB) and the pick; nothing created, one submit.
+    let layers = engine.model.config.n_layers as u64;
+    let step = launches::per_decode_step(&engine, "Hi", 2);
+    println!("{what} on wgpu: {step:?}");
+    assert!(
+        (4 * layers + 2..=4 * layers + 4).contains(&step.dispatches),
+        "{step:?}"
+    );
+    assert_eq!(
+        (step.submits, step.buffers, step.bind_groups),
+        (1, 0, 0),
+        "{step:?}"
+    );
 }
 
 #[path = "common/launches.rs"]

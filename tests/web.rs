@@ -118,6 +118,7 @@ async fn session(model: &[u8]) -> Result<Session, JsValue> {
         "f32".into(),
         None,
         None,
+        None,
     )
     .await
     .map_err(JsValue::from)

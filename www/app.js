@@ -14,6 +14,7 @@ import { ConcurrencyLab } from './lab.js';
 import { cachedFiles, clearCache } from './download.js';
 import { fillDefault } from './dom.js';
 import { RoomView } from './room.js';
+import { gpuAdapter, race, rememberCheck, rememberVerdict, rememberedCheck, rememberedVerdict } from './auto.js';
 
 const DEFAULT_PROMPT = 'Once upon a time';
 // The models this server has: shipped with the page (models/), or fetched from PyPI by `make
@@ -53,6 +54,7 @@ const el = {
   clearCache: $('clear-cache'), cache: $('cache'), repeatSection: $('repeat-section'), chat: $('chat'),
   repeatRows: $('repeat-rows'), repeatN: $('repeat-n'), repeatConditions: $('repeat-conditions'),
   endpointFields: $('endpoint-fields'), endpointUrl: $('endpoint-url'), endpointModel: $('endpoint-model'), endpointKey: $('endpoint-key'),
+  gpuCheck: $('gpu-check'), raceAgain: $('race-again'),
 };
 
 const wpm = () => Number(el.wpm.value) || 238;
@@ -94,6 +96,8 @@ const state = {
   modelTouched: false,
   /** what Share reproduces: the last experiment started */
   last: /** @type {'run' | 'repeat' | 'lanes' | null} */ (null),
+  /** `auto=race` or Race again: race the backends even where a verdict is kept or the adapter is software */
+  race: false,
   /** the endpoint reached for the form's choice, and what it was reached for */
   /** @type {{ key: string, endpoint: import('./protocol.js').Endpoint } | null} */
   endpoint: null,
@@ -186,18 +190,55 @@ async function ensureConnected(/** @type {{ url: string, model: string, key: str
   return endpoint;
 }
 
+/**
+ * What remembers an `auto` verdict or a GPU check: the adapter, the model, the quantization and
+ * the CPU's threads.
+ * @param {string} adapter
+ * @param {any} want  a spec
+ */
+const verdictKey = (adapter, want) => [adapter, want.name, want.quant, buildFor('cpu', chosenThreads()).threads].join('|');
+
 /** Load the form's configuration in the main engine (nothing to do if it is loaded). */
 async function ensureLoaded() {
-  const want = spec({ backend: el.backend.value, quant: el.quant.value });
+  let want = spec({ backend: el.backend.value, quant: el.quant.value });
   if (engine.loadedKey === want.key) return;
+  el.gpuCheck.hidden = true;
+  const adapter = want.backend === 'cpu' ? null : await gpuAdapter();
+  if (want.backend === 'auto' && adapter) {
+    const key = verdictKey(adapter.name, want);
+    const kept = state.race ? null : rememberedVerdict(key);
+    if (kept) {
+      // A verdict kept from an earlier race: load its choice at once.
+      const chosen = spec({ backend: kept.choice, quant: el.quant.value });
+      want = { ...chosen, key: want.key, note: `${kept.line} (kept from an earlier race in this browser; Race again runs it anew)` };
+    } else if (!adapter.software || state.race) {
+      return ensureRaced(want, adapter.name, key);
+    }
+    // A software adapter: the engine's auto takes the CPU and says why.
+  }
+  if (want.backend === 'wgpu' && adapter) {
+    const checked = rememberedCheck(verdictKey(adapter.name, want));
+    want = { ...want, check_gpu: !checked };
+  }
+  await loadInMain(want, adapter);
+}
+
+/**
+ * Load `want` in the main engine, showing its progress and conditions; a GPU check that ran is
+ * kept where it passed and shown where it failed.
+ * @param {any} want
+ * @param {{ name: string } | null} adapter
+ */
+async function loadInMain(want, adapter) {
   setStatus('downloading');
   let warmStart = 0;
   let loaded = '';
-  const { warmUpMs } = await engine.load(want, {
+  const { note, ...request } = want;
+  const { warmUpMs } = await engine.load(request, {
     onProgress: showProgress,
     onStatus: setStatus,
     onLoaded: (info) => {
-      loaded = `${info.model} · ${info.architecture} ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}${info.build_note ? ` · ${info.build_note}` : ''}${info.chat_template ? ` · chat template ${info.chat_template}` : ''} · ${memoryNote(info)}`;
+      loaded = conditionsOf(info);
       view.setConditions(loaded);
       el.warmup.hidden = false;
       warmStart = performance.now();
@@ -211,8 +252,61 @@ async function ensureLoaded() {
   });
   el.warmup.hidden = true;
   state.warmUpMs = warmUpMs;
+  let info = engine.loaded?.info;
+  if (note) info = await engine.setNote(note);
+  if (info && (note || info.gpu_check)) loaded = conditionsOf(info);
+  const check = info?.gpu_check;
+  if (check && adapter) {
+    rememberCheck(verdictKey(adapter.name, want), check);
+    showGpuCheck(info);
+  }
   view.setConditions(`${loaded} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
   setStatus('idle');
+}
+
+/**
+ * The model's line of conditions from its info.
+ * @param {any} info
+ */
+function conditionsOf(info) {
+  return `${info.model} · ${info.architecture} ${formatCount(info.parameters)} params · ${info.quant} · ${formatBytes(info.weight_bytes)} · ${info.backend} (${info.adapter})${info.backend_note ? ` · ${info.backend_note}` : ''}${info.build_note ? ` · ${info.build_note}` : ''}${info.chat_template ? ` · chat template ${info.chat_template}` : ''} · ${memoryNote(info)}`;
+}
+
+/**
+ * A GPU that disagrees with the CPU engine says so beside the text.
+ * @param {any} info
+ */
+function showGpuCheck(info) {
+  const failed = info.gpu_check && !(info.gpu_check.disagreed === 0 && info.gpu_check.rms <= info.gpu_check.bound);
+  el.gpuCheck.hidden = !failed;
+  el.gpuCheck.textContent = failed ? `${info.gpu_check_sentence}. Its text may be wrong: choose the CPU backend (auto never chooses this GPU).` : '';
+}
+
+/**
+ * `auto` with a GPU granted and no verdict kept: race the CPU and the GPU (auto.js), keep the
+ * faster in the main engine, and remember the verdict.
+ * @param {any} want  the auto spec
+ * @param {string} adapter
+ * @param {string} key
+ */
+async function ensureRaced(want, adapter, key) {
+  setStatus('auto: loading on the CPU and the GPU');
+  const rival = new EngineClient();
+  const hooks = { onProgress: showProgress, onStatus: setStatus };
+  try {
+    const cpuSpec = spec({ backend: 'cpu', quant: el.quant.value });
+    const gpuSpec = spec({ backend: 'wgpu', quant: el.quant.value });
+    const { verdict, info, warmUpMs, ms } = await race(engine, rival, cpuSpec, gpuSpec, adapter, hooks);
+    rememberVerdict(key, verdict);
+    state.race = false;
+    engine.loadedKey = want.key;
+    state.warmUpMs = warmUpMs;
+    el.download.hidden = true;
+    view.setConditions(`${conditionsOf(info)} · race ${(ms / 1000).toFixed(1)} s · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
+    setStatus('idle');
+  } finally {
+    rival.terminate();
+  }
 }
 
 /** @param {{ label: string, loaded: number, total: number, cached?: boolean, uncached?: string }} p */
@@ -560,6 +654,10 @@ function applyPresets() {
       problems.push(e instanceof Error ? e.message : String(e));
     }
   }
+  if (params.has('auto')) {
+    if (params.get('auto') === 'race') state.race = true;
+    else problems.push(`auto=${params.get('auto')} is not a choice (race: race the CPU and the GPU for auto, on any adapter)`);
+  }
   if (params.has('prompt')) el.prompt.value = params.get('prompt');
   showSourceFields();
   if (problems.length) {
@@ -643,6 +741,13 @@ fillSelect(el.threads, Array.from({ length: CORES }, (_, i) => /** @type {[strin
 el.threads.value = String(chosenThreads());
 el.threads.addEventListener('change', () => { chooseThreads(Number(el.threads.value)); showThreadsNote(); });
 el.backend.addEventListener('change', showThreadsNote);
+// Race again: `auto` races the CPU and the GPU anew at the next run, even on a software adapter.
+el.raceAgain.addEventListener('click', () => {
+  state.race = true;
+  engine.loadedKey = null;
+  el.backend.value = 'auto';
+  setStatus('auto races the backends at the next run');
+});
 /** Say when the chosen threads will not all run: one thread on the GPU backends, or a page that cannot share memory. */
 function showThreadsNote() {
   const why = oneThreadReason();

@@ -302,6 +302,57 @@ export class EngineClient {
     return reply.ratios;
   }
 
+  /**
+   * `auto`'s timed decode on the loaded model: resolves to the meter's decode tok/s.
+   * @returns {Promise<number>}
+   */
+  async raceDecode() {
+    const reply = await this.request({ type: 'race-decode' }, () => {}, (message) => message.type === 'raced');
+    return reply.decode_tps;
+  }
+
+  /**
+   * `auto`'s verdict from both entrants' figures (`{ label, decode_tps }`) and the GPU's check.
+   * @param {{ label: string, decode_tps: number }} cpu
+   * @param {{ label: string, decode_tps: number }} gpu
+   * @param {object | null} check
+   */
+  async raceVerdict(cpu, gpu, check) {
+    await this.ready;
+    const reply = await this.request({ type: 'race-verdict', cpu, gpu, check }, () => {}, (message) => message.type === 'verdict');
+    return reply.verdict;
+  }
+
+  /**
+   * Put `note` in the loaded model's conditions (how `auto` chose its backend); resolves to the
+   * model's info.
+   * @param {string} note
+   */
+  async setNote(note) {
+    const reply = await this.request({ type: 'note', note }, () => {}, (message) => message.type === 'noted');
+    if (this.loaded) this.loaded.info = { ...this.loaded.info, ...reply.info };
+    return reply.info;
+  }
+
+  /**
+   * Take over `other`'s worker with what it has loaded (the race's winner becomes this client's
+   * engine); `other` is left without one.
+   * @param {EngineClient} other
+   */
+  adopt(other) {
+    this.failAll('the engine was replaced');
+    this.worker?.terminate();
+    for (const key of ['worker', 'build', 'ready', 'loadedKey', 'loaded', 'draftKey']) {
+      // @ts-ignore: the same fields on the same class
+      this[key] = other[key];
+    }
+    if (this.worker) {
+      this.worker.onmessage = ({ data }) => this.receive(data);
+      this.worker.onerror = (e) => this.fatal(`the worker failed: ${e.message}`);
+    }
+    other.worker = undefined;
+  }
+
   terminate() {
     this.failAll('the engine was closed');
     this.worker?.terminate();

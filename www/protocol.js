@@ -21,6 +21,7 @@
  * @property {string} backend  `auto`, `wgpu` or `cpu`
  * @property {string} quant  `stored` (each tensor as the file stores it), `f32`, `q8` or `q4`
  * @property {number} [threads]  the CPU kernels' threads (the threaded build only; default 1)
+ * @property {boolean} [check_gpu]  on the GPU, check its logits against the CPU's at load (crate/api/auto.rs)
  */
 
 /**
@@ -44,12 +45,15 @@
  * @typedef {{ type: 'chat', id: number, request: object }} ChatRequest  OpenAI's chat completion request (crate/api/openai.rs)
  * @typedef {{ type: 'draft', id: number }} DraftRequest  load the draft model (the loaded model at q4) for `speculate: 'draft'`
  * @typedef {{ type: 'cancel', id: number }} CancelRequest  `id`: the run or lab to stop
+ * @typedef {{ type: 'race-decode', id: number }} RaceDecodeRequest  auto's timed decode on the loaded model (answered `raced`)
+ * @typedef {{ type: 'race-verdict', id: number, cpu: object, gpu: object, check: object | null }} RaceVerdictRequest  auto's verdict from both figures (answered `verdict`)
+ * @typedef {{ type: 'note', id: number, note: string }} NoteRequest  put how the backend was chosen in the loaded model's conditions (answered `noted`, with its info)
  * @typedef {{ url: string, model?: string, key?: string }} EndpointChoice  an OpenAI-compatible server as the visitor named it (`key`: in memory only)
  * @typedef {{ base: string, model: string, server: string | null, protocol: string | null, key?: string }} Endpoint  the same, reached: the API's base, the model asked for, the server's software, the HTTP version the browser reached it by (`http/1.1`, `h2`, `h3`; null where the browser does not say)
  * @typedef {{ type: 'connect', id: number } & EndpointChoice} ConnectRequest  reach an endpoint (GET /models)
  * @typedef {{ type: 'endpoint-run', id: number, endpoint: Endpoint, prompt: string, options: object }} EndpointRunRequest  stream one request from it, metered
  * @typedef {{ type: 'endpoint-lab', id: number, endpoint: Endpoint, options: object }} EndpointLabRequest  a concurrency lab of real streams from it, metered (answered as a lab is)
- * @typedef {LoadRequest | RunRequest | LabRequest | ChatRequest | SpreadRequest | VersusRequest | DraftRequest | CancelRequest | ConnectRequest | EndpointRunRequest | EndpointLabRequest} Request
+ * @typedef {LoadRequest | RunRequest | LabRequest | ChatRequest | SpreadRequest | VersusRequest | DraftRequest | CancelRequest | ConnectRequest | EndpointRunRequest | EndpointLabRequest | RaceDecodeRequest | RaceVerdictRequest | NoteRequest} Request
  */
 
 /**
@@ -69,9 +73,12 @@
  * @typedef {{ type: 'chat-chunks', id: number, chunks: any[], done: boolean }} ChatChunks  a pump's chunks of a chat completion (the whole completion at the end when it does not stream)
  * @typedef {{ type: 'draft-loaded', id: number }} DraftLoaded  the draft model is loaded and warmed up
  * @typedef {{ type: 'connected', id: number, endpoint: Endpoint }} Connected  the endpoint answered /models
+ * @typedef {{ type: 'raced', id: number, decode_tps: number }} Raced  auto's timed decode: the meter's decode tok/s
+ * @typedef {{ type: 'verdict', id: number, verdict: any }} VerdictReply  auto's verdict (crate/api/auto.rs `Verdict`)
+ * @typedef {{ type: 'noted', id: number, info: any }} Noted  the note is in the conditions
  * @typedef {{ type: 'error', id?: number, message: string }} ErrorReply  the request failed; the worker is fine
  * @typedef {{ type: 'fatal', message: string }} Fatal  the engine trapped or lost its GPU: the worker must be replaced
- * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | VersusReply | ChatChunks | DraftLoaded | Connected | ErrorReply | Fatal} Reply
+ * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | VersusReply | ChatChunks | DraftLoaded | Connected | Raced | VerdictReply | Noted | ErrorReply | Fatal} Reply
  */
 
 /**
@@ -80,7 +87,7 @@
  * @type {[string, string][]}
  */
 export const BACKEND_CHOICES = [
-  ['auto', 'auto (GPU if granted, else CPU)'],
+  ['auto', 'auto (the faster, raced)'],
   ['wgpu', 'WebGPU'],
   ['cpu', 'CPU (wasm)'],
 ];

@@ -126,7 +126,7 @@ async function readModel(id, source, label, gguf) {
   }
 }
 
-async function load({ id, name, model, tokenizer, config, backend, quant, threads }) {
+async function load({ id, name, model, tokenizer, config, backend, quant, threads, check_gpu: checkGpu }) {
   session?.free();
   session = null;
   loadedFrom = { name, model, tokenizer, config };
@@ -142,9 +142,11 @@ async function load({ id, name, model, tokenizer, config, backend, quant, thread
   // Threads start with the session (Web Workers sharing this module's memory), in the threaded build.
   const count = (await threaded) ? threads ?? 1 : 1;
   if (count > 1) post({ type: 'status', id, status: `starting ${count} threads` });
+  // The GPU's check against the CPU (crate/api/auto.rs) loads the model on the CPU for a moment.
+  if (checkGpu && backend === 'wgpu') post({ type: 'status', id, status: 'checking the GPU against the CPU' });
   session = 'stream' in file
-    ? await loadStreamed(name, file.stream, tokenizerBytes ?? undefined, backend, quant, count)
-    : await loadSession(name, file.bytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined, count);
+    ? await loadStreamed(name, file.stream, tokenizerBytes ?? undefined, backend, quant, count, Boolean(checkGpu))
+    : await loadSession(name, file.bytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined, count, Boolean(checkGpu));
   const info = session.info();
   // Why fewer threads run than were asked for, for the conditions line (app.js).
   if (buildNote && (threads ?? 1) > 1) info.build_note = buildNote;
@@ -152,6 +154,14 @@ async function load({ id, name, model, tokenizer, config, backend, quant, thread
   // (a GGUF's tensors are made as it downloads, and its bytes never held whole; every thread
   // shares it).
   post({ type: 'loaded', id, info, wasmMemoryBytes: (await ready).memory.buffer.byteLength, fileHeldBytes: file.heldPeak });
+  // A GPU that failed its check is not warmed up: what it computes is wrong, and a warm-up's
+  // greedy tokens from it may be out of the vocabulary (an error before the page could say why).
+  const check = info.gpu_check;
+  if (check && !(check.disagreed === 0 && check.rms <= check.bound)) {
+    post({ type: 'warmed', id, ms: 0 });
+    phase = 'idle';
+    return;
+  }
   post({ type: 'status', id, status: 'warming up' });
   phase = 'warming up';
   const warmUpMs = await session.warmUp();
@@ -515,6 +525,19 @@ self.onmessage = async ({ data }) => {
       await ready;
       const { versus } = await engine;
       post({ type: 'versus', id: data.id, ratios: versus(Float64Array.from(data.pairs)) });
+    } else if (data.type === 'race-decode') {
+      if (!session) throw new Error('no model is loaded');
+      phase = 'timing a short decode for auto';
+      post({ type: 'raced', id: data.id, decode_tps: await session.raceDecode() });
+      phase = 'idle';
+    } else if (data.type === 'note') {
+      if (!session) throw new Error('no model is loaded');
+      session.setBackendNote(data.note);
+      post({ type: 'noted', id: data.id, info: session.info() });
+    } else if (data.type === 'race-verdict') {
+      await ready;
+      const { raceVerdict } = await engine;
+      post({ type: 'verdict', id: data.id, verdict: raceVerdict(data.cpu, data.gpu, data.check ?? null) });
     } else if (data.type === 'cancel') {
       cancelled.add(data.id);
       aborts.get(data.id)?.abort();

@@ -5,13 +5,13 @@ use crate::cpu::{HostLinear, HostOps, Isa, Rows, Threads};
 #[cfg(feature = "gpu")]
 use crate::gpu::DeviceOps;
 use crate::model::forward::{Positions, Transformer, Weights};
-use crate::model::ops::{Heads, Ops};
+use crate::model::ops::{Heads, Kernels, Ops};
 use crate::model::quant::pad_hidden_to_blocks;
 use crate::model::{HostWeights, LlamaConfig, Logits, Quant, QuantPlan};
 
-/// burn's wgpu device.
+/// The GPU device.
 #[cfg(feature = "gpu")]
-pub use burn::prelude::Device;
+pub type Device = std::sync::Arc<crate::gpu::Gpu>;
 
 /// This build has no GPU backend (the `gpu` feature is off: the page's threaded build), so no
 /// device can exist.
@@ -113,7 +113,7 @@ pub struct Segment<'a> {
 }
 
 impl Llama {
-    /// Put host weights in the form their device runs, quantized to `quant`'s blocks: burn tensors
+    /// Put host weights in the form their device runs, quantized to `quant`'s blocks: GPU buffers
     /// on a wgpu `device`, or, with no device, host arrays for the CPU kernels in `isa` on
     /// `threads`.
     pub fn new(
@@ -141,7 +141,7 @@ impl Llama {
                 config.hidden_dim
             ));
         }
-        plan.note_tensor_types(&weights.tensor_types, device.is_some());
+        plan.note_tensor_types(&weights.tensor_types);
         let HostWeights {
             token_embedding,
             layers,
@@ -164,14 +164,14 @@ impl Llama {
             None => {
                 let ops = HostOps::new(isa, heads, threads.clone());
                 Body::Host(Box::new(Weights::new(
-                    ops, layers, &rms_final, classifier, &mut plan, config.dim,
+                    ops, layers, &rms_final, classifier, &mut plan,
                 )))
             }
             #[cfg(feature = "gpu")]
             Some(device) => {
-                let ops = DeviceOps::new(heads, device.clone());
+                let ops = DeviceOps::new(&config, device.clone());
                 Body::Device(Box::new(Weights::new(
-                    ops, layers, &rms_final, classifier, &mut plan, config.dim,
+                    ops, layers, &rms_final, classifier, &mut plan,
                 )))
             }
             #[cfg(not(feature = "gpu"))]
@@ -192,6 +192,16 @@ impl Llama {
             .embedding
             .as_ref()
             .map_or(0, crate::model::Matrix::bytes)
+    }
+
+    /// What the model has done on the GPU since it was loaded (dispatches, submits, buffers and
+    /// bind groups made, host time): `None` on the CPU.
+    #[cfg(feature = "gpu")]
+    pub fn gpu_counts(&self) -> Option<crate::gpu::Counts> {
+        match &self.body {
+            Body::Device(w) => Some(w.ops.counts()),
+            Body::Host(_) => None,
+        }
     }
 
     /// An empty cache; it allocates as positions are written.
@@ -221,9 +231,15 @@ impl Llama {
     }
 
     /// How many positions one pass may run when the longest sequence ends at `end`
-    /// ([`Transformer::prefill_chunk`]).
+    /// ([`Transformer::prefill_chunk`]), and at most what the backend takes in one pass
+    /// ([`Ops::max_pass_rows`]).
     pub fn prefill_chunk(&self, end: usize) -> usize {
-        self.model.prefill_chunk(end)
+        let most = match &self.body {
+            Body::Host(w) => w.ops.max_pass_rows(end),
+            #[cfg(feature = "gpu")]
+            Body::Device(w) => w.ops.max_pass_rows(end),
+        };
+        self.model.prefill_chunk(end).min(most)
     }
 
     /// [`forward`](Self::forward) with `tokens` run `chunk` at a time (tests compare chunkings).

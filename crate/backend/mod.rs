@@ -1,11 +1,8 @@
-//! Choosing the compute device at run time: burn's wgpu backend (Vulkan/Metal natively, WebGPU in the
-//! browser) or the CPU, where the model runs on tokenometer's own kernels (`cpu/`, natively and in
-//! wasm) and burn is not involved (so the CPU has no burn device); and the model on the chosen one
-//! ([`Llama`]).
+//! Choosing the compute device at run time: the GPU (wgpu: Vulkan, Metal or DX12 natively, WebGPU
+//! in the browser; `gpu/`) or the CPU (`cpu/`), both on tokenometer's own kernels; and the model on
+//! the chosen one ([`Llama`]).
 
 mod llama;
-#[cfg(feature = "gpu")]
-mod wgpu;
 
 pub use llama::{Device, KvCache, Llama, Segment};
 
@@ -61,7 +58,7 @@ impl fmt::Display for BackendKind {
 #[derive(Debug, Clone)]
 pub struct Backend {
     pub kind: BackendKind,
-    /// burn's device for wgpu; `None` on the CPU.
+    /// The GPU device for wgpu; `None` on the CPU.
     pub device: Option<Device>,
     /// The instruction set of the CPU kernels (the host's share of the work on wgpu).
     pub isa: Isa,
@@ -112,10 +109,10 @@ impl Backend {
     pub async fn wgpu() -> Result<Backend> {
         #[cfg(feature = "gpu")]
         {
-            let granted = wgpu::init().await?;
+            let granted = crate::gpu::init().await?;
             Ok(Backend {
                 kind: BackendKind::Wgpu,
-                device: Some(granted.device),
+                device: Some(granted.gpu),
                 isa: Isa::detect(),
                 threads: Threads::one(),
                 adapter: granted.adapter,

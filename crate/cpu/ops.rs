@@ -19,8 +19,9 @@ use crate::cpu::quantize::quantize_activations;
 use crate::cpu::threads::Threads;
 use crate::cpu::tile::{Q8Rows, chunk_rows};
 use crate::formats::Activations;
-use crate::model::ops::{Heads, Ops, Span};
-use crate::model::{Logits, Matrix, QuantPlan};
+use crate::model::forward;
+use crate::model::ops::{Angles, Heads, Kernels, LayerAt, LayerOf, LogitRows, Ops, Span};
+use crate::model::{LayerWeights, LlamaConfig, Logits, Matrix, QuantPlan};
 
 pub struct HostOps {
     isa: Isa,
@@ -105,11 +106,10 @@ impl Rows {
     }
 }
 
-/// The pass's spans, and RoPE's cos and sin `[t, head_size / 2]` for their positions.
+/// The pass's spans, and RoPE's angles for their positions.
 pub struct HostPass {
     spans: Vec<Span>,
-    cos: Vec<f32>,
-    sin: Vec<f32>,
+    angles: Angles,
 }
 
 /// Per layer, keys and values `[capacity, n_kv_heads * head_size]` (position-major, as llama2.c).
@@ -122,8 +122,13 @@ impl Ops for HostOps {
     type Act = Rows;
     type Vector = Vec<f32>;
     type Linear = HostLinear;
+    type Layer = LayerOf<HostOps>;
     type Pass = HostPass;
     type Cache = HostCache;
+
+    fn layer(&self, index: usize, weights: LayerWeights, plan: &mut QuantPlan) -> Self::Layer {
+        LayerOf::new(self, index, weights, plan)
+    }
 
     fn vector(&self, v: &[f32]) -> Vec<f32> {
         v.to_vec()
@@ -169,14 +174,44 @@ impl Ops for HostOps {
         Rows::new(t, rows.len() / t, rows)
     }
 
-    fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> HostPass {
+    fn pass(&self, spans: &[Span], angles: Angles, _: &mut [&mut HostCache]) -> HostPass {
         HostPass {
             spans: spans.to_vec(),
-            cos,
-            sin,
+            angles,
         }
     }
 
+    fn attention_half(
+        &self,
+        x: Rows,
+        layer: &Self::Layer,
+        at: LayerAt,
+        caches: &mut [&mut HostCache],
+        pass: &HostPass,
+        config: &LlamaConfig,
+    ) -> Rows {
+        forward::attention_half(self, x, layer, at, caches, pass, config)
+    }
+
+    fn feed_forward_half(&self, x: Rows, layer: &Self::Layer, config: &LlamaConfig) -> Rows {
+        forward::feed_forward_half(self, x, layer, config)
+    }
+
+    fn classify(
+        &self,
+        x: Rows,
+        pass: &HostPass,
+        rows: LogitRows,
+        _first: usize,
+        norm: &Vec<f32>,
+        classifier: &HostLinear,
+        eps: f32,
+    ) -> Logits {
+        forward::classify(self, x, pass, rows, norm, classifier, eps)
+    }
+}
+
+impl Kernels for HostOps {
     fn rms_norm(&self, x: &Rows, weight: &Vec<f32>, eps: f32) -> Rows {
         let mut data = x.data.clone();
         self.for_rows(&mut data, x.width, &|_, rows| {
@@ -275,14 +310,18 @@ impl Ops for HostOps {
         Rows::new(t, rows, data)
     }
 
-    fn rope(&self, mut q: Rows, mut k: Rows, pass: &HostPass) -> (Rows, Rows) {
+    fn rope(&self, mut q: Rows, mut k: Rows, pass: &HostPass, local: bool) -> (Rows, Rows) {
         let half = self.heads.head_size / 2;
+        let (cos, sin) = match (&pass.angles.local, local) {
+            (Some((cos, sin)), true) => (cos, sin),
+            _ => (&pass.angles.cos, &pass.angles.sin),
+        };
         for x in [&mut q, &mut k] {
             let width = x.width;
             for (i, row) in x.values_mut().chunks_exact_mut(width).enumerate() {
                 let (cos, sin) = (
-                    &pass.cos[i * half..(i + 1) * half],
-                    &pass.sin[i * half..(i + 1) * half],
+                    &cos[i * half..(i + 1) * half],
+                    &sin[i * half..(i + 1) * half],
                 );
                 for head in row.chunks_exact_mut(2 * half) {
                     for (p, pair) in head.chunks_exact_mut(2).enumerate() {
@@ -432,19 +471,18 @@ impl Ops for HostOps {
         gate
     }
 
-    fn rows(&self, x: Rows, rows: Range<usize>) -> Rows {
-        Rows::new(
-            rows.len(),
-            x.width,
-            x.data[rows.start * x.width..rows.end * x.width].to_vec(),
-        )
-    }
-
-    fn cat(&self, parts: Vec<Rows>) -> Rows {
-        let width = parts.first().map_or(0, |p| p.width);
-        let t = parts.iter().map(|p| p.t).sum();
-        let data = parts.into_iter().flat_map(|p| p.data).collect();
-        Rows::new(t, width, data)
+    fn last_rows(&self, x: Rows, pass: &HostPass) -> Rows {
+        // A decode step's rows are all last rows already.
+        if pass.spans.iter().all(|s| s.len == 1) {
+            return x;
+        }
+        let mut data = Vec::with_capacity(pass.spans.len() * x.width);
+        let mut end = 0;
+        for span in &pass.spans {
+            end += span.len;
+            data.extend_from_slice(&x.data[(end - 1) * x.width..end * x.width]);
+        }
+        Rows::new(pass.spans.len(), x.width, data)
     }
 
     fn logits(&self, x: Rows) -> Logits {

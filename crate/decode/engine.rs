@@ -61,6 +61,19 @@ impl Engine {
         quant: Quant,
         backend: &Backend,
     ) -> Result<Engine> {
+        Ok(Engine::load_twin(files, tokenizer_bytes, quant, backend, false)?.0)
+    }
+
+    /// [`load`](Self::load), and with `twin` the same model on the CPU (one thread) from the same
+    /// weights, to check a GPU against (`api/auto.rs`). The host weights are copied for it, so the
+    /// peak is the weights twice; drop the twin once the check is done.
+    pub fn load_twin(
+        files: ModelFiles,
+        tokenizer_bytes: Option<&[u8]>,
+        quant: Quant,
+        backend: &Backend,
+        twin: bool,
+    ) -> Result<(Engine, Option<Engine>)> {
         let tokenizer = match tokenizer_bytes {
             Some(bytes) => Tokenizer::from_bytes(bytes)?,
             None => files.embedded_tokenizer()?.ok_or_else(|| {
@@ -88,6 +101,15 @@ impl Engine {
                 config.vocab_size
             )));
         }
+        #[cfg(feature = "gpu")]
+        if backend.device.is_some() {
+            crate::gpu::supports(&config)?;
+        }
+        let twin = twin.then(|| {
+            let cpu = Backend::cpu_with(backend.isa);
+            let model = Llama::new(weights.clone(), quant, None, cpu.isa, &cpu.threads);
+            Engine::new(model, tokenizer.clone(), &name, quant, &cpu)
+        });
         let model = Llama::new(
             weights,
             quant,
@@ -95,9 +117,20 @@ impl Engine {
             backend.isa,
             &backend.threads,
         );
+        Ok((Engine::new(model, tokenizer, &name, quant, backend), twin))
+    }
+
+    fn new(
+        model: Llama,
+        tokenizer: Tokenizer,
+        name: &str,
+        quant: Quant,
+        backend: &Backend,
+    ) -> Engine {
+        let config = &model.config;
         let embedding_bytes = model.embedding_bytes();
         let info = ModelInfo {
-            name,
+            name: name.to_string(),
             architecture: config.recipe.name.to_string(),
             parameters: config.parameter_count(),
             quant,
@@ -115,11 +148,11 @@ impl Engine {
                 .as_ref()
                 .map(|c| c.name().to_string()),
         };
-        Ok(Engine {
+        Engine {
             model,
             tokenizer,
             info,
-        })
+        }
     }
 
     /// Run a tiny prefill and decode steps so that shaders compile (and kernels autotune), and, in

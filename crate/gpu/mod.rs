@@ -1,29 +1,24 @@
-//! The wgpu backend (Vulkan or Metal natively, WebGPU in the browser): the forward pass's
-//! operations on burn tensors ([`DeviceOps`]), with tokenometer's own CubeCL kernels
-//! (`kernels.rs`) launched through a burn backend extension (`launch.rs`).
+//! The GPU backend (wgpu: Vulkan, Metal or DX12 natively, WebGPU in the browser): the forward
+//! pass's halves as tokenometer's own WGSL kernels (`shaders/`), in a step planned once and
+//! replayed (`plan.rs`) with nothing created per token.
+//!
+//! Why its own kernels, fused a layer's half at a time: on a GPU every dispatch costs
+//! microseconds of encoding, validation and idle time whatever its size, and for the small models
+//! the page offers that, not arithmetic, bounds a decode step. On the H200 lent to this project,
+//! SmolLM2-135M's shape decoded at 51 tok/s with 13 dispatches a layer (docs/measurements.md).
+//! Here a layer is 4 and a decode step `4 x layers + 2` (`ops.rs` has the table).
+//!
+//! The projections read the stored blocks as they are (Q8_0, Q4_0 with offsets for Q4_1 and
+//! Q4_K, Q5_0 with offsets for Q5_1 and Q5_K, Q6_K; `layer.rs`), dequantized in registers, with
+//! f32 activations; reductions use workgroup memory, not subgroup operations, which not every
+//! WebGPU adapter has.
 
-mod kernels;
-mod launch;
-pub mod ops;
+pub mod device;
+mod layer;
+mod ops;
+mod plan;
+mod shaders;
 
+pub use device::{Counts, Gpu, Granted, init};
 pub use ops::DeviceOps;
-
-/// Run the wasm module's static constructors, once per instance.
-///
-/// They are `inventory` registrations: cubecl's IR registers its operations that way. A module
-/// that never calls `__wasm_call_ctors` itself is linked "command-style": wasm-ld makes every
-/// export, down to the helpers wasm-bindgen's JS calls for each object passed, run all constructors
-/// first. Profiled in the page's worker on WebGPU (stories260K, SwiftShader), that was more than
-/// half of the worker's time (4.1 of 7.5 s), and decode went from 2.4 to 46 tok/s without it.
-/// Called from the wasm API's start and from the wgpu backend's initialization
-/// (wasm-bindgen-test binaries have no start).
-#[cfg(target_arch = "wasm32")]
-pub fn run_constructors() {
-    unsafe extern "C" {
-        /// Runs the module's static constructors; synthesized by the linker (wasm-ld).
-        fn __wasm_call_ctors();
-    }
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    // SAFETY: the linker's constructors, run once, before anything uses what they register.
-    ONCE.call_once(|| unsafe { __wasm_call_ctors() });
-}
+pub use shaders::supports;

@@ -1,325 +1,472 @@
-//! The forward pass's operations on burn tensors, for the wgpu backend (native Vulkan/Metal and
-//! browser WebGPU). Projections hold f32 or the Q8_0 / Q4_0 blocks the CPU kernels read
-//! (`model/quant.rs` makes them, for both backends), transposed to column-major on upload (`[in, out]`, or words and
-//! scales by column) so that neighbouring GPU units read neighbouring words. The projections
-//! (with their blocks' offsets, and a residual where `matmul_add` asks), RMSNorm, RoPE of q and k,
-//! the KV store, attention and SwiGLU (or GEGLU) are tokenometer's own kernels (`gpu/kernels.rs`),
-//! one dispatch each: 13 a layer in a decode step, and 2 more for each further sequence of a batch.
+//! The forward pass's operations on the GPU ([`DeviceOps`]): each half of a layer two dispatches,
+//! the classifier one (a part) and the pick one, recorded into the step's plan (`plan.rs`) and
+//! submitted once, when the pick's result is read back.
+//!
+//! | dispatch | kernel | what |
+//! | --- | --- | --- |
+//! | 1 | `attention.wgsl` | norm, q/k/v (+ biases, head norms), RoPE, KV store, attention |
+//! | 2 | `project.wgsl` | `wo`, (Gemma: norm,) residual |
+//! | 3 | `feed_forward.wgsl` | norm, gate and up, SiLU or GELU |
+//! | 4 | `project.wgsl` | `w2`, (Gemma: norm,) residual |
+//! | last but one | `classify.wgsl` | final norm, classifier (a dispatch a part) |
+//! | last | `pick.wgsl` | the greedy pick (only where every row is greedy) |
 
-use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 
-use burn::prelude::*;
+use crate::error::{Error, Result};
+use crate::gpu::device::{Counts, Gpu, one_line};
+use crate::gpu::layer::{self, Packed};
+use crate::gpu::plan::{Extra, LayerBuffers, Part, Plan};
+use crate::model::logits::{DeviceLogits, ReadBack};
+use crate::model::ops::{Angles, LayerAt, LogitRows, Ops, Span};
+use crate::model::{LayerWeights, LlamaConfig, Logits, Matrix, QuantPlan};
 
-use crate::formats::{Blocks, Format};
-use crate::gpu::launch::{self as gpu_kernels, DeviceLinear, Uploads};
-use crate::model::ops::{Heads, Ops, Span};
-use crate::model::{Logits, Matrix, QuantPlan, Stored};
+/// The most rows a prefill pass takes on the GPU.
+const PASS_ROWS: usize = 64;
 
-/// The most bytes one projection's buffer holds; larger ones are split by rows.
-const PART_BYTES: usize = 64 << 20;
+/// Loop iterations one invocation of the attention kernel may run (estimated by
+/// [`loop_iterations`]).
+const LOOP_BUDGET: usize = 40_000;
 
+/// Rows a pass whose longest sequence ends at `end` takes on the GPU: at most [`PASS_ROWS`], and
+/// fewer where the attention kernel's serial work would pass [`LOOP_BUDGET`].
+///
+/// The attention kernel gives each head of a span one workgroup, which takes the span's rows one
+/// after another, so a long pass is long serial work in few workgroups. And Mesa's lavapipe, which
+/// the tests run on, gives wrong values (not an error) once one invocation has run about 65,000 loop
+/// iterations in all. Measured on a 2-layer synthetic model (head size 16): one pass of 400 rows
+/// went wrong from row 301 and one of 320 from row 307, the same with two busy-looping processes
+/// beside it (so iterations, not time: the figures fit llvmpipe's loop limiter,
+/// `LP_MAX_TGSI_LOOP_ITERATIONS`, 65,535); 64-row passes at 2,300 positions were off by 0.003 in
+/// a logit until the value sums were spread over every unit. Gemma 3 270M (head size 256, so 768
+/// q/k/v outputs a head) went wrong on a 30-row pass until the products took four values an
+/// iteration. A real GPU has no such limit; smaller passes cost it only their dispatches.
+fn pass_rows(c: &LlamaConfig, end: usize) -> usize {
+    (1..=PASS_ROWS)
+        .rev()
+        .find(|&rows| loop_iterations(c, rows, end) <= LOOP_BUDGET)
+        .unwrap_or(1)
+}
+
+/// An estimate of the loop iterations of one invocation of `attention.wgsl` over a pass of
+/// `rows` rows ending at position `end`, phase by phase.
+fn loop_iterations(c: &LlamaConfig, rows: usize, end: usize) -> usize {
+    const WG: usize = 256;
+    let (hs, dim) = (c.head_size(), c.dim);
+    let norms = rows * (dim.div_ceil(WG) + 10);
+    // A block's weights decoded (up to 40 iterations), then four rows of 8 fours each.
+    let projections = rows.div_ceil(4) * (3 * hs).div_ceil(WG) * dim.div_ceil(32) * 76;
+    let rotations = rows * (2 + if c.recipe.qk_norm { 20 } else { 0 });
+    let parts = (WG / hs).max(1);
+    let per_row =
+        end.div_ceil(1024) * 25 + end.div_ceil(WG) * (hs / 4 + 2) + end.div_ceil(parts) + parts + 5;
+    norms + projections + rotations + rows * per_row
+}
+
+/// The GPU's operations: the step's plan, shared with the caches and logits that refer to it.
 pub struct DeviceOps {
-    heads: Heads,
-    device: Device,
-    uploads: Uploads,
+    plan: Arc<Mutex<Plan>>,
+}
+
+/// A layer on the device: its place in the plan.
+pub struct DeviceLayer {
+    index: usize,
+}
+
+/// A matrix held alone (the classifier), in parts of what one binding holds.
+pub struct DeviceLinear {
+    parts: Vec<Part>,
+}
+
+/// A pass on the device: its rows, and whether the logits read every row.
+pub struct DevicePass {
+    rows: usize,
+    spans: usize,
+}
+
+/// A sequence's slot of the KV pool, given back when the sequence ends.
+pub struct DeviceCache {
+    slot: usize,
+    plan: Arc<Mutex<Plan>>,
+}
+
+impl Drop for DeviceCache {
+    fn drop(&mut self) {
+        lock(&self.plan).free_slot(self.slot);
+    }
+}
+
+fn lock(plan: &Mutex<Plan>) -> MutexGuard<'_, Plan> {
+    plan.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl DeviceOps {
-    pub fn new(heads: Heads, device: Device) -> Self {
-        let uploads = Uploads::new(&device);
-        Self {
-            heads,
-            device,
-            uploads,
+    /// Operations for a model of `config`'s shape on `gpu`; its kernels are compiled here.
+    pub fn new(config: &LlamaConfig, gpu: Arc<Gpu>) -> Self {
+        DeviceOps {
+            plan: Arc::new(Mutex::new(Plan::new(gpu, config.clone()))),
         }
     }
 
-    /// The `n` rows' bytes as little-endian u32 words, each XORed with `flip`, transposed to
-    /// `[words a row, n]` so that the kernel's units, one per row, read adjacent words.
-    fn words(&self, bytes: &[u8], n: usize, flip: u32) -> Tensor<1, Int> {
-        let words: Vec<u32> = bytes
-            .chunks_exact(4)
-            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) ^ flip)
-            .collect();
-        self.uploads.words(&transpose(&words, n))
+    fn plan(&self) -> MutexGuard<'_, Plan> {
+        lock(&self.plan)
     }
 
-    /// One projection's weights `[n, cols]` as stored, on the device.
-    fn upload(&self, stored: Stored, cols: usize) -> DeviceLinear {
-        let n = stored.len() / cols;
-        let Blocks {
-            format,
-            quants,
-            scales,
-            offsets,
-            ..
-        } = match stored {
-            Stored::F32(values) => {
-                let values = transpose(&values, n);
-                return DeviceLinear::F32(self.uploads.floats(&values, [cols, n]));
-            }
-            Stored::Blocks(blocks) => blocks,
-        };
-        let (bits, flip) = match format {
-            // Each i8 biased to 0..=255 (its top bit flipped), so that the kernel reads a byte
-            // without sign extension.
-            Format::Q8_0 => (8, 0x8080_8080),
-            Format::Q4_0 => (4, 0),
-            Format::Q5_0 | Format::Q6K => unreachable!("widened in `linear`"),
-        };
-        // Offsets `[blocks a row, n]`, the `k` of an f32 projection of the activations' block sums.
-        let offsets = (!offsets.is_empty()).then(|| {
-            let shape = [offsets.len() / n, n];
-            self.uploads.floats(&transpose(&offsets, n), shape)
-        });
-        DeviceLinear::Blocks {
-            quants: self.words(&quants, n, flip),
-            scales: self.scales(&scales, n),
-            offsets,
-            n,
-            bits,
-        }
+    /// What this model has done on the device so far.
+    pub fn counts(&self) -> Counts {
+        self.plan().counts
     }
 
-    /// The `n` rows' block scales, transposed to `[blocks a row, n]`.
-    fn scales(&self, scales: &[f32], n: usize) -> Tensor<1> {
-        self.vector(&transpose(scales, n))
+    /// The bytes most one storage binding (and one buffer) may hold on this device.
+    fn most_bytes(gpu: &Gpu) -> u64 {
+        let l = &gpu.limits;
+        l.max_storage_buffer_binding_size.min(l.max_buffer_size)
     }
 }
 
-/// RoPE's angles `[t, head_size / 2]` for every row, and the spans.
-pub struct DevicePass {
-    spans: Vec<Span>,
-    cos: Tensor<2>,
-    sin: Tensor<2>,
-}
-
-/// Per layer, keys and values `[n_kv_heads, capacity, head_size]`.
-pub struct DeviceCache {
-    keys: Vec<Tensor<3>>,
-    values: Vec<Tensor<3>>,
-}
-
-/// `rows` rows of equal length, as columns: `[rows, len] -> [len, rows]`.
-fn transpose<T: Copy + Default>(values: &[T], rows: usize) -> Vec<T> {
-    let len = values.len() / rows;
-    let mut out = vec![T::default(); values.len()];
-    for (r, row) in values.chunks_exact(len).enumerate() {
-        for (c, &v) in row.iter().enumerate() {
-            out[c * rows + r] = v;
-        }
+/// Words for the device, checked against what it binds.
+fn upload(p: &mut Plan, label: &str, words: &[u32]) -> wgpu::Buffer {
+    let gpu = p.gpu.clone();
+    let most = DeviceOps::most_bytes(&gpu);
+    if 4 * words.len() as u64 > most {
+        gpu.fail(format!(
+            "{label} takes {} MB on the GPU, more than the {} MB it binds at once: choose a smaller \
+             quantization or the CPU backend",
+            (4 * words.len() as u64) >> 20,
+            most >> 20
+        ));
     }
-    out
+    gpu.buffer_with(&mut p.counts, label, words, wgpu::BufferUsages::STORAGE)
+}
+
+fn uniform(p: &mut Plan, words: &[u32]) -> wgpu::Buffer {
+    let gpu = p.gpu.clone();
+    gpu.buffer_with(&mut p.counts, "desc", words, wgpu::BufferUsages::UNIFORM)
 }
 
 impl Ops for DeviceOps {
-    type Act = Tensor<2>;
-    type Vector = Tensor<1>;
+    type Act = usize;
+    type Vector = wgpu::Buffer;
     type Linear = DeviceLinear;
+    type Layer = DeviceLayer;
     type Pass = DevicePass;
     type Cache = DeviceCache;
 
-    fn vector(&self, v: &[f32]) -> Tensor<1> {
-        self.uploads.floats(v, [v.len()])
+    fn vector(&self, v: &[f32]) -> wgpu::Buffer {
+        let words: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
+        upload(&mut self.plan(), "vector", &words)
+    }
+
+    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
+        let (n, k) = (m.rows, m.cols);
+        let before = plan.device_bytes;
+        let stored = plan.apply(name, m);
+        let mut p = self.plan();
+        let gpu = p.gpu.clone();
+        // Parts of what one binding holds (Gemma 3's classifier, 262,144 x 640 Q8_0, is 189 MB
+        // as held, past WebGPU's default 128 MiB).
+        let rows = (Self::most_bytes(&gpu) / layer::row_bytes(&stored, k)).max(1) as usize;
+        let mut parts = Vec::new();
+        plan.device_bytes = before;
+        for r in (0..n).step_by(rows.min(n).max(1)) {
+            let end = (r + rows).min(n);
+            let mut packed = Packed::default();
+            packed.matrix(0, stored.rows(r..end, k), end - r, k, r);
+            plan.device_bytes += packed.bytes();
+            parts.push(Part {
+                weights: upload(&mut p, name, &packed.words),
+                desc: uniform(&mut p, &packed.desc),
+                n: end - r,
+            });
+        }
+        DeviceLinear { parts }
+    }
+
+    fn layer(&self, index: usize, w: LayerWeights, plan: &mut QuantPlan) -> DeviceLayer {
+        let mut packed = Packed::default();
+        let before = plan.device_bytes;
+        let config = self.plan().config.clone();
+        for (slot, name, m) in [
+            (layer::WQ, "wq", w.wq),
+            (layer::WK, "wk", w.wk),
+            (layer::WV, "wv", w.wv),
+            (layer::WO, "wo", w.wo),
+            (layer::W1, "w1", w.w1),
+            (layer::W2, "w2", w.w2),
+            (layer::W3, "w3", w.w3),
+        ] {
+            let (n, k) = (m.rows, m.cols);
+            let stored = plan.apply(&format!("layers.{index}.{name}"), m);
+            packed.matrix(slot, stored, n, k, 0);
+        }
+        packed.vector(layer::ATT_NORM, &w.rms_att);
+        packed.vector(layer::FFN_NORM, &w.rms_ffn);
+        let e = &w.extras;
+        for (slots, vectors) in [
+            (
+                [layer::BQ, layer::BK, layer::BV].as_slice(),
+                e.qkv_bias.as_ref().map(|v| v.as_slice()),
+            ),
+            (
+                &[layer::QN, layer::KN],
+                e.qk_norm.as_ref().map(|v| v.as_slice()),
+            ),
+            (
+                &[layer::POST_ATT, layer::POST_FFN],
+                e.post_norms.as_ref().map(|v| v.as_slice()),
+            ),
+        ] {
+            for (&slot, v) in slots.iter().zip(vectors.into_iter().flatten()) {
+                packed.vector(slot, v);
+            }
+        }
+        let (window, _) = config.layer_attention(index);
+        let local = window.is_some() && config.recipe.sliding.is_some();
+        packed.attention(window, local);
+        plan.device_bytes = before + packed.bytes();
+        let mut p = self.plan();
+        let weights = upload(&mut p, &format!("layer {index}"), &packed.words);
+        let desc = uniform(&mut p, &packed.desc);
+        p.layers.push(LayerBuffers { weights, desc });
+        DeviceLayer { index }
     }
 
     fn linear_row(&self, _: &DeviceLinear, _: usize, _: &mut Vec<f32>) -> bool {
         false
     }
 
-    fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
-        let (n, cols) = (m.rows, m.cols);
-        let stored = match plan.apply(name, m) {
-            // The GPU kernels read blocks of one scale and bytes or nibbles: Q6_K's (two scales a
-            // block) are widened here, before the parts are sized, and counted as the f32 they
-            // are on the device.
-            Stored::Blocks(blocks) if blocks.format == Format::Q6K => {
-                let values = blocks.dequantize();
-                plan.device_bytes += 4 * values.len() as u64 - blocks.bytes();
-                Stored::F32(values.into())
-            }
-            // Q5_0's codes (and Q5_1's and Q5_K's) are read as Q8_0's bytes: exactly, 9 bits a
-            // value where the CPU keeps 6.
-            Stored::Blocks(blocks) if blocks.format == Format::Q5_0 => {
-                let bytes = blocks.to_q8_0();
-                plan.device_bytes += bytes.bytes() - blocks.bytes();
-                Stored::Blocks(bytes)
-            }
-            stored => stored,
-        };
-        // One buffer per part of at most PART_BYTES: Gemma 3's classifier (262,144 x 640 Q8_0,
-        // 160 MiB of codes) is past what a device lends one buffer by default (WebGPU: 128 MiB
-        // bound, 256 MiB in all); llvmpipe refused it.
-        let parts = (stored.bytes() as usize).div_ceil(PART_BYTES).max(1);
-        if parts > 1 {
-            let rows = n.div_ceil(parts);
-            return DeviceLinear::Parts(
-                (0..n)
-                    .step_by(rows)
-                    .map(|r| self.upload(stored.rows(r..(r + rows).min(n), cols), cols))
-                    .collect(),
-            );
-        }
-        self.upload(stored, cols)
-    }
-
-    fn new_cache(&self, layers: usize) -> DeviceCache {
-        let empty = || Tensor::<3>::empty([0, 0, 0], &self.device);
+    fn new_cache(&self, _layers: usize) -> DeviceCache {
         DeviceCache {
-            keys: (0..layers).map(|_| empty()).collect(),
-            values: (0..layers).map(|_| empty()).collect(),
+            slot: self.plan().take_slot(),
+            plan: self.plan.clone(),
         }
     }
 
-    fn grow(&self, cache: &mut DeviceCache, capacity: usize, filled: usize) {
-        let Heads {
-            n_kv_heads: n_kv,
-            head_size: hs,
-            ..
-        } = self.heads;
-        let kept = [0..n_kv, 0..filled, 0..hs];
-        for tensors in [&mut cache.keys, &mut cache.values] {
-            for t in tensors.iter_mut() {
-                let old = std::mem::replace(t, Tensor::empty([0, 0, 0], &self.device));
-                let grown = Tensor::zeros([n_kv, capacity, hs], &self.device);
-                *t = if filled == 0 {
-                    grown
-                } else {
-                    let old = gpu_kernels::slice(old, kept.clone());
-                    gpu_kernels::slice_assign(grown, kept.clone(), old)
-                };
+    /// Nothing to do here: the pool grows for every slot at once when a pass needs more positions
+    /// (`Plan::spans`).
+    fn grow(&self, _: &mut DeviceCache, _: usize, _: usize) {}
+
+    fn max_pass_rows(&self, end: usize) -> usize {
+        pass_rows(&self.plan().config, end)
+    }
+
+    fn embed(&self, rows: Vec<f32>, t: usize) -> usize {
+        let started = web_time::Instant::now();
+        let mut p = self.plan();
+        p.begin(&rows, t);
+        p.spent(started);
+        t
+    }
+
+    fn pass(&self, spans: &[Span], angles: Angles, caches: &mut [&mut DeviceCache]) -> DevicePass {
+        let started = web_time::Instant::now();
+        let rows: usize = spans.iter().map(|s| s.len).sum();
+        let slots: Vec<(Span, usize)> = spans
+            .iter()
+            .zip(caches.iter())
+            .map(|(&s, c)| (s, c.slot))
+            .collect();
+        let Angles {
+            mut cos,
+            sin,
+            local,
+        } = angles;
+        let local_at = match local {
+            Some((local_cos, local_sin)) => {
+                cos.extend(sin);
+                let at = cos.len();
+                cos.extend(local_cos);
+                cos.extend(local_sin);
+                at
             }
-        }
-    }
-
-    fn embed(&self, rows: Vec<f32>, t: usize) -> Tensor<2> {
-        let dim = rows.len() / t;
-        self.uploads.floats(&rows, [t, dim])
-    }
-
-    fn pass(&self, spans: &[Span], cos: Vec<f32>, sin: Vec<f32>) -> DevicePass {
-        let half = self.heads.head_size / 2;
-        let t = cos.len() / half;
-        let angles = |v: Vec<f32>| self.uploads.floats(&v, [t, half]);
+            None => {
+                cos.extend(sin);
+                0
+            }
+        };
+        let mut p = self.plan();
+        p.spans(&slots, &cos, local_at);
+        p.spent(started);
         DevicePass {
-            spans: spans.to_vec(),
-            cos: angles(cos),
-            sin: angles(sin),
+            rows,
+            spans: spans.len(),
         }
     }
 
-    fn rms_norm(&self, x: &Tensor<2>, weight: &Tensor<1>, eps: f32) -> Tensor<2> {
-        gpu_kernels::rms_norm(x.clone(), weight.clone(), eps)
-    }
-
-    fn head_rms_norm(&self, x: Tensor<2>, weight: &Tensor<1>, eps: f32) -> Tensor<2> {
-        let [t, width] = x.dims();
-        let [hs] = weight.dims();
-        let heads = x.reshape([t * width / hs, hs]);
-        gpu_kernels::rms_norm(heads, weight.clone(), eps).reshape([t, width])
-    }
-
-    fn matmul(&self, x: &Tensor<2>, w: &DeviceLinear) -> Tensor<2> {
-        gpu_kernels::linear(x.clone(), w, None)
-    }
-
-    fn matmul_add(&self, x: Tensor<2>, h: &Tensor<2>, w: &DeviceLinear) -> Tensor<2> {
-        gpu_kernels::linear(h.clone(), w, Some(x))
-    }
-
-    fn rope(&self, q: Tensor<2>, k: Tensor<2>, pass: &DevicePass) -> (Tensor<2>, Tensor<2>) {
-        gpu_kernels::rope(
-            q,
-            k,
-            pass.cos.clone(),
-            pass.sin.clone(),
-            self.heads.head_size,
-        )
-    }
-
-    fn attention(
+    fn attention_half(
         &self,
-        q: Tensor<2>,
-        k: Tensor<2>,
-        v: Tensor<2>,
-        caches: &mut [&mut DeviceCache],
-        layer: usize,
+        x: usize,
+        layer: &DeviceLayer,
+        _: LayerAt,
+        _: &mut [&mut DeviceCache],
+        _: &DevicePass,
+        _: &LlamaConfig,
+    ) -> usize {
+        let started = web_time::Instant::now();
+        let mut p = self.plan();
+        p.attention_half(layer.index);
+        p.spent(started);
+        x
+    }
+
+    fn feed_forward_half(&self, x: usize, layer: &DeviceLayer, _: &LlamaConfig) -> usize {
+        let started = web_time::Instant::now();
+        let mut p = self.plan();
+        p.feed_forward_half(layer.index);
+        p.spent(started);
+        x
+    }
+
+    fn classify(
+        &self,
+        _: usize,
         pass: &DevicePass,
-        window: Option<usize>,
-    ) -> Tensor<2> {
-        // Each sequence stores its rows' keys and values in its own cache and attends over it,
-        // into its rows of one output (two dispatches a sequence; a concatenation of the
-        // sequences' outputs took one more each).
-        let mut out = Tensor::empty(q.dims(), &self.device);
-        let mut row = 0;
-        for (span, cache) in pass.spans.iter().zip(caches.iter_mut()) {
-            let rows = row..row + span.len;
-            let part = |x: &Tensor<2>| {
-                let [_, width] = x.dims();
-                gpu_kernels::slice(x.clone(), [rows.clone(), 0..width])
-            };
-            self.store(part(&k), part(&v), cache, layer, span.start);
-            out = gpu_kernels::attention(
-                q.clone(),
-                cache.keys[layer].clone(),
-                cache.values[layer].clone(),
-                out,
-                rows,
-                span.start,
-                self.heads.n_heads,
-                window,
-            );
-            row += span.len;
-        }
-        out
-    }
-
-    fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
-        gpu_kernels::add(x, y)
-    }
-
-    fn add_bias(&self, x: Tensor<2>, bias: &Tensor<1>) -> Tensor<2> {
-        gpu_kernels::add(x, bias.clone().unsqueeze::<2>())
-    }
-
-    fn swiglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
-        gpu_kernels::gated(gate, up, false)
-    }
-
-    fn geglu(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
-        // In f32, as llama.cpp's GPU backends compute it (its CPU backend rounds through an f16
-        // table, which `cpu/ops.rs` follows); one dispatch where burn's operations took 9.
-        gpu_kernels::gated(gate, up, true)
-    }
-
-    fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
-        let [_, width] = x.dims();
-        gpu_kernels::slice(x, [rows, 0..width])
-    }
-
-    fn cat(&self, parts: Vec<Tensor<2>>) -> Tensor<2> {
-        gpu_kernels::concat(parts, 0)
-    }
-
-    fn logits(&self, x: Tensor<2>) -> Logits {
-        Logits::Device(Box::new(x))
+        rows: LogitRows,
+        first: usize,
+        norm: &wgpu::Buffer,
+        classifier: &DeviceLinear,
+        _: f32,
+    ) -> Logits {
+        let started = web_time::Instant::now();
+        let (n, all) = match rows {
+            LogitRows::All => (pass.rows, true),
+            LogitRows::Last => (pass.spans, false),
+        };
+        let mut p = self.plan();
+        let extra = p.classify(&classifier.parts, norm, n, all, first > 0);
+        p.spent(started);
+        Logits::Device(Box::new(GpuLogits {
+            plan: self.plan.clone(),
+            parts: vec![(extra, n)],
+            pass: p.pass,
+        }))
     }
 }
 
-impl DeviceOps {
-    /// Store one sequence's keys and values `[t, n_kv_heads * head_size]` at positions `start..`
-    /// of its cache's `layer`, in place, in one dispatch (two slice_assigns before).
-    fn store(
-        &self,
-        k: Tensor<2>,
-        v: Tensor<2>,
-        cache: &mut DeviceCache,
-        layer: usize,
-        start: usize,
-    ) {
-        let empty = || Tensor::empty([0, 0, 0], &self.device);
-        let keys = std::mem::replace(&mut cache.keys[layer], empty());
-        let values = std::mem::replace(&mut cache.values[layer], empty());
-        (cache.keys[layer], cache.values[layer]) = gpu_kernels::store(k, v, keys, values, start);
+/// Logits on the device: the plan's logits buffer (from pass `pass`) for a forward call's first
+/// chunk, and buffers of their own for its later ones.
+struct GpuLogits {
+    plan: Arc<Mutex<Plan>>,
+    parts: Vec<(Option<Extra>, usize)>,
+    pass: u64,
+}
+
+impl GpuLogits {
+    /// Pick or copy, submit, and read the result back as `T`s.
+    fn read<T: bytemuck::Pod>(self, ids: bool) -> ReadBack<Vec<T>> {
+        let (gpu, buffer, bytes) = {
+            let mut p = lock(&self.plan);
+            if p.logits_pass != self.pass {
+                return Box::pin(std::future::ready(Err(Error::Device(
+                    "logits were read after a later pass had replaced them".into(),
+                ))));
+            }
+            let parts: Vec<(Option<&Extra>, usize)> = self
+                .parts
+                .iter()
+                .map(|(e, rows)| (e.as_ref(), *rows))
+                .collect();
+            let (buffer, bytes) = p.read(&parts, ids);
+            (p.gpu.clone(), buffer, bytes)
+        };
+        Box::pin(async move {
+            map(&gpu, &buffer, bytes).await?;
+            let values = {
+                let view = buffer.slice(..bytes).get_mapped_range().map_err(|e| {
+                    Error::Device(format!("the GPU's answer could not be read: {e}"))
+                })?;
+                bytemuck::cast_slice::<u8, T>(&view).to_vec()
+            };
+            buffer.unmap();
+            gpu.check()?;
+            Ok(values)
+        })
     }
+}
+
+impl DeviceLogits for GpuLogits {
+    fn rows(&self) -> usize {
+        self.parts.iter().map(|(_, rows)| rows).sum()
+    }
+
+    fn then(self: Box<Self>, next: Box<dyn DeviceLogits>) -> Box<dyn DeviceLogits> {
+        // A forward call's later chunks each hold their own buffer; their logits are this type's.
+        let rows = next.rows();
+        let mut this = *self;
+        match (next as Box<dyn std::any::Any>).downcast::<GpuLogits>() {
+            Ok(next) => this.parts.extend(next.parts),
+            Err(_) => unreachable!("a forward call's logits are all on one device ({rows} rows)"),
+        }
+        Box::new(this)
+    }
+
+    fn argmax(self: Box<Self>) -> ReadBack<Vec<u32>> {
+        let vocab = lock(&self.plan).config.vocab_size;
+        let ids = self.read::<u32>(true);
+        Box::pin(async move {
+            let ids = ids.await?;
+            // A GPU that computes wrong can pick past the vocabulary; say so rather than decode it.
+            match ids.iter().find(|&&id| id as usize >= vocab) {
+                Some(id) => Err(Error::Device(format!(
+                    "the GPU picked token {id}, outside the vocabulary of {vocab}: it computes wrong \
+                     (choose the CPU backend)"
+                ))),
+                None => Ok(ids),
+            }
+        })
+    }
+
+    fn into_vec(self: Box<Self>) -> ReadBack<Vec<f32>> {
+        self.read(false)
+    }
+}
+
+/// A read-back's outcome once wgpu calls back, and the task waiting for it.
+type Mapping = (
+    Option<std::result::Result<(), wgpu::BufferAsyncError>>,
+    Option<Waker>,
+);
+
+/// Map `bytes` of `buffer` for reading and wait: natively by polling the device, in a browser by
+/// awaiting WebGPU's promise.
+async fn map(gpu: &Gpu, buffer: &wgpu::Buffer, bytes: u64) -> Result<()> {
+    let state: Arc<Mutex<Mapping>> = Arc::default();
+    let done = state.clone();
+    buffer
+        .slice(..bytes)
+        .map_async(wgpu::MapMode::Read, move |result| {
+            let mut s = done.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 = Some(result);
+            if let Some(waker) = s.1.take() {
+                waker.wake();
+            }
+        });
+    #[cfg(not(target_arch = "wasm32"))]
+    gpu.device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| {
+            Error::Device(format!(
+                "waiting for the GPU failed: {}",
+                one_line(&e.to_string())
+            ))
+        })?;
+    let result = std::future::poll_fn(|cx| {
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        match s.0.take() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                s.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    })
+    .await;
+    gpu.check()?;
+    result.map_err(|e| {
+        Error::Device(format!(
+            "reading results back from the GPU failed: {}",
+            one_line(&e.to_string())
+        ))
+    })
 }

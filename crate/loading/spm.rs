@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::loading::gguf::{Gguf, Value};
 
 /// A SentencePiece vocabulary, as llama.cpp reads it.
+#[derive(Clone)]
 pub struct Spm {
     scores: Vec<f32>,
     /// Token text (`▁` for a space) to id; where two ids share a text, the later one, as llama.cpp.

@@ -27,6 +27,7 @@ pub const BOS: u32 = 1;
 pub const EOS: u32 = 2;
 
 /// A tokenizer plus the byte table that streaming decoding needs.
+#[derive(Clone)]
 pub struct Tokenizer {
     inner: Inner,
     /// The raw bytes each id stands for (`▁` as a space, `<0xHH>` as that byte, specials empty).
@@ -36,6 +37,7 @@ pub struct Tokenizer {
 
 /// What encodes: the tokenizers crate, or llama.cpp's SentencePiece algorithm for a GGUF's
 /// SentencePiece vocabulary ([`spm`]).
+#[derive(Clone)]
 enum Inner {
     Hf(Box<tokenizers::Tokenizer>),
     Spm(spm::Spm),

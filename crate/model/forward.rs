@@ -6,14 +6,16 @@
 //! feed-forward, GELU in place of SiLU, and a sliding window with its own RoPE base on the local
 //! layers.
 //!
-//! The pass is written once, over the operations of [`Ops`]; each backend supplies them:
-//! - `gpu/ops.rs`: burn tensors (wgpu, natively and in WebGPU) and tokenometer's own kernels.
-//! - `cpu/ops.rs`: the CPU, on host arrays with the kernels of `cpu/`.
+//! The pass is written once: [`Transformer`] walks the layers calling each backend's two halves
+//! ([`Ops`]), and [`attention_half`] and [`feed_forward_half`] say what a half computes, once, over
+//! [`Kernels`]:
+//! - `cpu/ops.rs` runs those definitions as written, on host arrays with the kernels of `cpu/`.
+//! - `gpu/` (wgpu, natively and in WebGPU) runs each half as two dispatches of its own WGSL kernels
+//!   (`gpu/shaders/`), which follow the same steps in the same order.
 //!
 //! Both multiply f32 and the kernels' block forms ([`Format`](crate::formats::Format)): Q8_0's
 //! bytes, Q4_0's nibbles (Q4_0, and Q4_1 and Q4_K), with each block's offset where the stored
-//! type has minimums, and on the CPU Q5_0's (Q5_0, and Q5_1 and Q5_K; the GPU reads them as Q8_0's
-//! bytes) and Q6_K's (the GPU widens Q6_K to f32).
+//! type has minimums, Q5_0's (Q5_0, and Q5_1 and Q5_K) and Q6_K's.
 //!
 //! `backend/llama.rs` holds a model on the backend it was loaded on and calls this pass. The token
 //! embedding stays on the host for both: a step reads one row of it, not the whole table.
@@ -21,28 +23,14 @@
 use crate::model::config::Activation;
 use crate::model::config::{LlamaConfig, rope_angles};
 use crate::model::logits::Logits;
-use crate::model::ops::{Ops, Span};
+use crate::model::ops::{Angles, Kernels, LayerAt, LayerOf, LogitRows, Ops, Span};
 use crate::model::quant::QuantPlan;
-use crate::model::weights::{Extras, LayerWeights, Matrix};
-
-/// A transformer block's weights in a backend's form.
-pub struct Layer<O: Ops> {
-    pub rms_att: O::Vector,
-    pub wq: O::Linear,
-    pub wk: O::Linear,
-    pub wv: O::Linear,
-    pub wo: O::Linear,
-    pub rms_ffn: O::Vector,
-    pub w1: O::Linear,
-    pub w2: O::Linear,
-    pub w3: O::Linear,
-    pub extras: Extras<O::Vector>,
-}
+use crate::model::weights::{LayerWeights, Matrix};
 
 /// The weights a backend runs, with its operations.
 pub struct Weights<O: Ops> {
     pub ops: O,
-    pub layers: Vec<Layer<O>>,
+    pub layers: Vec<O::Layer>,
     pub rms_final: O::Vector,
     /// `[vocab, dim]`.
     pub classifier: O::Linear,
@@ -126,22 +114,23 @@ impl Transformer {
         all_logits: bool,
         chunk: usize,
     ) -> Logits {
-        let mut hidden = Vec::new();
-        for piece in tokens.chunks(chunk.max(1)) {
-            let x = self.pass(w, &[piece], vec![&mut *positions], vec![&mut *store]);
-            let t = piece.len();
-            hidden.push(if all_logits {
-                x
-            } else {
-                w.ops.rows(x, t - 1..t)
-            });
+        let chunk = chunk.clamp(1, w.ops.max_pass_rows(positions.len + tokens.len()));
+        let pieces = tokens.len().div_ceil(chunk);
+        let mut logits = Vec::new();
+        let mut made = 0;
+        for (i, piece) in tokens.chunks(chunk).enumerate() {
+            let (x, pass) = self.pass(w, &[piece], vec![&mut *positions], vec![&mut *store]);
+            if all_logits || i + 1 == pieces {
+                let rows = if all_logits {
+                    LogitRows::All
+                } else {
+                    LogitRows::Last
+                };
+                logits.push(self.classify(w, x, &pass, rows, made));
+                made += if all_logits { piece.len() } else { 1 };
+            }
         }
-        let x = if all_logits {
-            w.ops.cat(hidden)
-        } else {
-            hidden.pop().expect("forward needs at least one token")
-        };
-        self.classify(w, x)
+        Logits::cat(logits)
     }
 
     /// Several sequences in one pass, each `(tokens, positions, cache)`; logits for each one's
@@ -153,19 +142,8 @@ impl Transformer {
         positions: Vec<&mut Positions>,
         stores: Vec<&mut O::Cache>,
     ) -> Logits {
-        let x = self.pass(w, tokens, positions, stores);
-        // Each segment's last row; a decode step's rows are all last rows already.
-        let x = if tokens.iter().all(|t| t.len() == 1) {
-            x
-        } else {
-            let mut end = 0;
-            let last = tokens.iter().map(|t| {
-                end += t.len();
-                w.ops.rows(x.clone(), end - 1..end)
-            });
-            w.ops.cat(last.collect())
-        };
-        self.classify(w, x)
+        let (x, pass) = self.pass(w, tokens, positions, stores);
+        self.classify(w, x, &pass, LogitRows::Last, 0)
     }
 
     /// Grow each cache for its tokens, run the layers over all of them, and advance the caches.
@@ -176,7 +154,7 @@ impl Transformer {
         tokens: &[&[u32]],
         mut positions: Vec<&mut Positions>,
         mut stores: Vec<&mut O::Cache>,
-    ) -> O::Act {
+    ) -> (O::Act, O::Pass) {
         let mut spans = Vec::with_capacity(tokens.len());
         for ((t, p), s) in tokens.iter().zip(&mut positions).zip(&mut stores) {
             let end = p.len + t.len();
@@ -189,29 +167,37 @@ impl Transformer {
                 len: t.len(),
             });
         }
-        let x = self.transformer(w, &tokens.concat(), &spans, &mut stores);
+        let done = self.transformer(w, &tokens.concat(), &spans, &mut stores);
         for (p, span) in positions.into_iter().zip(&spans) {
             p.len = span.start + span.len;
         }
-        x
+        done
     }
 
-    /// The final norm and the classifier.
-    fn classify<O: Ops>(&self, w: &Weights<O>, x: O::Act) -> Logits {
-        let x = w.ops.rms_norm(&x, &w.rms_final, self.config.norm_eps);
-        w.ops.logits(w.ops.matmul(&x, &w.classifier))
+    /// The final norm and the classifier over `rows` of the pass.
+    fn classify<O: Ops>(
+        &self,
+        w: &Weights<O>,
+        x: O::Act,
+        pass: &O::Pass,
+        rows: LogitRows,
+        first: usize,
+    ) -> Logits {
+        let eps = self.config.norm_eps;
+        w.ops
+            .classify(x, pass, rows, first, &w.rms_final, &w.classifier, eps)
     }
 
     /// Every layer for `tokens` (the spans' rows, one after another) in one batched pass, storing
     /// their keys and values in each span's cache (which holds room for them). Returns the hidden
-    /// states `[T, dim]` before the final norm.
+    /// states `[T, dim]` before the final norm, and the pass.
     fn transformer<O: Ops>(
         &self,
         w: &Weights<O>,
         tokens: &[u32],
         spans: &[Span],
         caches: &mut [&mut O::Cache],
-    ) -> O::Act {
+    ) -> (O::Act, O::Pass) {
         let (c, ops) = (&self.config, &w.ops);
         let (t, dim) = (tokens.len(), c.dim);
         assert!(t > 0, "a pass needs at least one token");
@@ -248,99 +234,121 @@ impl Transformer {
                 cos.extend(c);
                 sin.extend(s);
             }
-            ops.pass(spans, cos, sin)
+            (cos, sin)
         };
-        let global = angles(&self.rope_freqs);
+        let (cos, sin) = angles(&self.rope_freqs);
         let local = self.local_rope_freqs.as_deref().map(angles);
+        let has_local = local.is_some();
+        let pass = ops.pass(spans, Angles { cos, sin, local }, caches);
 
         for (l, layer) in w.layers.iter().enumerate() {
-            // Attention: project, (norm each head,) rotate, store in the caches, attend over each
-            // sequence's past (its last `window` positions, on a local layer).
             let (window, _) = c.layer_attention(l);
-            let pass = match (window, &local) {
-                (Some(_), Some(local)) => local,
-                _ => &global,
+            let at = LayerAt {
+                index: l,
+                window,
+                local: window.is_some() && has_local,
             };
-            let (h, extras) = (ops.rms_norm(&x, &layer.rms_att, c.norm_eps), &layer.extras);
-            let (mut q, mut k) = (ops.matmul(&h, &layer.wq), ops.matmul(&h, &layer.wk));
-            let mut v = ops.matmul(&h, &layer.wv);
-            if let Some([bq, bk, bv]) = &extras.qkv_bias {
-                (q, k, v) = (
-                    ops.add_bias(q, bq),
-                    ops.add_bias(k, bk),
-                    ops.add_bias(v, bv),
-                );
-            }
-            if let Some([nq, nk]) = &extras.qk_norm {
-                q = ops.head_rms_norm(q, nq, c.norm_eps);
-                k = ops.head_rms_norm(k, nk, c.norm_eps);
-            }
-            let (q, k) = ops.rope(q, k, pass);
-            let attention = ops.attention(q, k, v, caches, l, pass, window);
-            x = match &extras.post_norms {
-                None => ops.matmul_add(x, &attention, &layer.wo),
-                // Gemma norms the projection before the residual.
-                Some([after_attention, _]) => {
-                    let out = ops.matmul(&attention, &layer.wo);
-                    ops.add(x, ops.rms_norm(&out, after_attention, c.norm_eps))
-                }
-            };
-
-            // Feed-forward: w2(act(w1 x) * w3 x), SiLU or GELU.
-            let h = ops.rms_norm(&x, &layer.rms_ffn, c.norm_eps);
-            let (gate, up) = (ops.matmul(&h, &layer.w1), ops.matmul(&h, &layer.w3));
-            let hidden = match c.recipe.activation {
-                Activation::Silu => ops.swiglu(gate, up),
-                Activation::GeluTanh => ops.geglu(gate, up),
-            };
-            x = match &extras.post_norms {
-                None => ops.matmul_add(x, &hidden, &layer.w2),
-                Some([_, after_ffn]) => {
-                    let out = ops.matmul(&hidden, &layer.w2);
-                    ops.add(x, ops.rms_norm(&out, after_ffn, c.norm_eps))
-                }
-            };
+            x = ops.attention_half(x, layer, at, caches, &pass, c);
+            x = ops.feed_forward_half(x, layer, c);
         }
-        x
+        (x, pass)
     }
 }
 
+/// A layer's first half: `x + attention(norm(x))`. Project the normed rows to queries, keys and
+/// values (plus biases, and each head normed, where the recipe says), rotate, store in the caches,
+/// attend over each sequence's past (its last `window` positions, on a local layer), project back
+/// and add (Gemma norms the projection before adding).
+pub fn attention_half<K: Kernels>(
+    ops: &K,
+    x: K::Act,
+    layer: &LayerOf<K>,
+    at: LayerAt,
+    caches: &mut [&mut K::Cache],
+    pass: &K::Pass,
+    c: &LlamaConfig,
+) -> K::Act {
+    let (h, extras) = (ops.rms_norm(&x, &layer.rms_att, c.norm_eps), &layer.extras);
+    let (mut q, mut k) = (ops.matmul(&h, &layer.wq), ops.matmul(&h, &layer.wk));
+    let mut v = ops.matmul(&h, &layer.wv);
+    if let Some([bq, bk, bv]) = &extras.qkv_bias {
+        (q, k, v) = (
+            ops.add_bias(q, bq),
+            ops.add_bias(k, bk),
+            ops.add_bias(v, bv),
+        );
+    }
+    if let Some([nq, nk]) = &extras.qk_norm {
+        q = ops.head_rms_norm(q, nq, c.norm_eps);
+        k = ops.head_rms_norm(k, nk, c.norm_eps);
+    }
+    let (q, k) = ops.rope(q, k, pass, at.local);
+    let attention = ops.attention(q, k, v, caches, at.index, pass, at.window);
+    let out = ops.matmul(&attention, &layer.wo);
+    match &extras.post_norms {
+        None => ops.add(x, out),
+        Some([after_attention, _]) => ops.add(x, ops.rms_norm(&out, after_attention, c.norm_eps)),
+    }
+}
+
+/// A layer's second half: `x + w2(act(w1 h) * w3 h)` with `h = norm(x)`, SiLU or GELU (Gemma norms
+/// the projection before adding).
+pub fn feed_forward_half<K: Kernels>(
+    ops: &K,
+    x: K::Act,
+    layer: &LayerOf<K>,
+    c: &LlamaConfig,
+) -> K::Act {
+    let h = ops.rms_norm(&x, &layer.rms_ffn, c.norm_eps);
+    let (gate, up) = (ops.matmul(&h, &layer.w1), ops.matmul(&h, &layer.w3));
+    let hidden = match c.recipe.activation {
+        Activation::Silu => ops.swiglu(gate, up),
+        Activation::GeluTanh => ops.geglu(gate, up),
+    };
+    let out = ops.matmul(&hidden, &layer.w2);
+    match &layer.extras.post_norms {
+        None => ops.add(x, out),
+        Some([_, after_ffn]) => ops.add(x, ops.rms_norm(&out, after_ffn, c.norm_eps)),
+    }
+}
+
+/// The final norm and the classifier over `rows` of the pass.
+pub fn classify<K: Kernels>(
+    ops: &K,
+    x: K::Act,
+    pass: &K::Pass,
+    rows: LogitRows,
+    norm: &K::Vector,
+    classifier: &K::Linear,
+    eps: f32,
+) -> Logits {
+    let x = match rows {
+        LogitRows::All => x,
+        LogitRows::Last => ops.last_rows(x, pass),
+    };
+    let x = ops.rms_norm(&x, norm, eps);
+    ops.logits(ops.matmul(&x, classifier))
+}
+
 impl<O: Ops> Weights<O> {
-    /// Convert every matrix (consuming its f32 copy as it goes) into `ops`' form.
+    /// Convert every layer (consuming its f32 copies as it goes) into `ops`' form.
     pub fn new(
         ops: O,
         layers: Vec<LayerWeights>,
         rms_final: &[f32],
         classifier: Matrix,
         plan: &mut QuantPlan,
-        dim: usize,
     ) -> Self {
-        let mut out = Vec::with_capacity(layers.len());
-        for (i, l) in layers.into_iter().enumerate() {
-            let name = |w: &str| format!("layers.{i}.{w}");
-            let mut linear = |w: &str, m: Matrix| ops.linear(&name(w), m, plan);
-            out.push(Layer {
-                wq: linear("wq", l.wq),
-                wk: linear("wk", l.wk),
-                wv: linear("wv", l.wv),
-                wo: linear("wo", l.wo),
-                w1: linear("w1", l.w1),
-                w2: linear("w2", l.w2),
-                w3: linear("w3", l.w3),
-                rms_att: ops.vector(&l.rms_att),
-                rms_ffn: ops.vector(&l.rms_ffn),
-                extras: {
-                    plan.add_f32(l.extras.value_count());
-                    l.extras.map(|v| ops.vector(v))
-                },
-            });
-            plan.add_f32(2 * dim);
-        }
+        let layers = layers
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| ops.layer(i, l, plan))
+            .collect();
         let classifier = ops.linear("classifier", classifier, plan);
-        plan.add_f32(dim);
+        plan.add_f32(rms_final.len());
         Self {
             rms_final: ops.vector(rms_final),
-            layers: out,
+            layers,
             classifier,
             ops,
         }

@@ -1,47 +1,65 @@
 //! Logits where the forward pass left them, and how a pick reads them back.
 
-#[cfg(feature = "gpu")]
-use burn::{prelude::*, tensor::ExecutionError};
+use std::future::Future;
+use std::pin::Pin;
 
-#[cfg(feature = "gpu")]
-use crate::error::Error;
 use crate::error::Result;
 
+/// A read-back under way (a GPU's: natively it waits on the device, in a browser on WebGPU's
+/// promise).
+pub type ReadBack<T> = Pin<Box<dyn Future<Output = Result<T>>>>;
+
+/// Logits a backend left on its device (`gpu/`), read back only as far as a pick needs.
+pub trait DeviceLogits: std::any::Any {
+    /// How many rows.
+    fn rows(&self) -> usize;
+    /// These rows followed by `next`'s, which the same forward call made after them.
+    fn then(self: Box<Self>, next: Box<dyn DeviceLogits>) -> Box<dyn DeviceLogits>;
+    /// The argmax of each row, computed on the device: only the ids come back.
+    fn argmax(self: Box<Self>) -> ReadBack<Vec<u32>>;
+    /// Every value, row-major.
+    fn into_vec(self: Box<Self>) -> ReadBack<Vec<f32>>;
+}
+
 /// Logits `[rows, vocab]` where the forward pass left them: on the GPU, or on the host (the CPU
-/// backend), where a pick needs no round trip through burn. (In the page's worker that round trip,
-/// a burn tensor, its argmax and the read-back, took 0.2 to 0.7 ms a token, up to a quarter of a
-/// q8 decode step of stories15M.)
+/// backend), where a pick needs no round trip.
 pub enum Logits {
-    #[cfg(feature = "gpu")]
-    Device(Box<Tensor<2>>),
+    Device(Box<dyn DeviceLogits>),
     /// Row-major, `vocab` values a row.
-    Host { vocab: usize, data: Vec<f32> },
+    Host {
+        vocab: usize,
+        data: Vec<f32>,
+    },
 }
 
 impl Logits {
+    /// Parts one forward call made (its chunks'), as one: their rows one after another.
+    pub fn cat(parts: Vec<Logits>) -> Logits {
+        let mut parts = parts.into_iter();
+        let Some(mut all) = parts.next() else {
+            return Logits::Host {
+                vocab: 0,
+                data: Vec::new(),
+            };
+        };
+        for part in parts {
+            all = match (all, part) {
+                (Logits::Device(a), Logits::Device(b)) => Logits::Device(a.then(b)),
+                (Logits::Host { vocab, mut data }, Logits::Host { data: more, .. }) => {
+                    data.extend(more);
+                    Logits::Host { vocab, data }
+                }
+                _ => unreachable!("one forward call's logits are all on one backend"),
+            };
+        }
+        all
+    }
+
     /// The argmax of each row (the first of equal maxima, as run.c's); on the GPU it is computed
     /// there and only the ids are read back.
     pub async fn argmax(self) -> Result<Vec<u32>> {
         match self {
-            #[cfg(feature = "gpu")]
-            Logits::Device(t) => {
-                let data = (*t)
-                    .argmax(1)
-                    .into_data_async()
-                    .await
-                    .map_err(device_error)?;
-                // The backend's integer type (i32 on wgpu), read as it is: burn's converting
-                // iterator links a cast for every element type, 2 kB of the page's wasm.
-                let ids = match data.as_slice::<i32>() {
-                    Ok(ids) => Ok(ids.iter().map(|&id| id as u32).collect()),
-                    Err(_) => data
-                        .as_slice::<i64>()
-                        .map(|ids| ids.iter().map(|&id| id as u32).collect()),
-                };
-                ids.map_err(|e| {
-                    Error::Device(format!("reading the picked tokens back failed: {e:?}"))
-                })
-            }
+            Logits::Device(d) => d.argmax().await,
             Logits::Host { vocab, data, .. } => Ok(data.chunks_exact(vocab).map(argmax).collect()),
         }
     }
@@ -49,12 +67,7 @@ impl Logits {
     /// Every value, row-major, on the host.
     pub async fn into_vec(self) -> Result<Vec<f32>> {
         match self {
-            #[cfg(feature = "gpu")]
-            Logits::Device(t) => {
-                let data = (*t).into_data_async().await.map_err(device_error)?;
-                data.try_into_vec::<f32>()
-                    .map_err(|e| Error::Device(format!("reading the logits back failed: {e:?}")))
-            }
+            Logits::Device(d) => d.into_vec().await,
             Logits::Host { data, .. } => Ok(data),
         }
     }
@@ -89,27 +102,6 @@ pub(crate) fn argmax(row: &[f32]) -> u32 {
         .fold(first, |top, &v| if v > top { v } else { top });
     // `top` is one of the row's values, and no value before its first place is larger.
     row.iter().position(|&v| v == top).unwrap_or(0) as u32
-}
-
-#[cfg(feature = "gpu")]
-fn device_error(e: ExecutionError) -> Error {
-    match e {
-        // Once lost, every later operation on the device fails the same way.
-        ExecutionError::DevicePoisoned { reason } => Error::DeviceLost(root_cause(&reason)),
-        other => Error::Device(format!(
-            "reading results back from the device failed: {}",
-            root_cause(&other.to_string())
-        )),
-    }
-}
-
-/// burn's execution errors nest ("...\nCaused by:\n  ...\nBacktrace: ..."); keep the innermost
-/// cause, on one line, as every error message here is.
-#[cfg(feature = "gpu")]
-fn root_cause(message: &str) -> String {
-    let message = message.split("Backtrace:").next().unwrap_or(message);
-    let cause = message.rsplit("Caused by:").next().unwrap_or(message);
-    cause.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
@@ -156,26 +148,5 @@ mod tests {
         assert_eq!(argmax(&[f32::NAN, 5.0]), 0);
         assert_eq!(argmax(&[1.0, f32::NAN, 5.0, 5.0]), 2);
         assert_eq!(argmax(&[-0.0, 0.0]), 0);
-    }
-
-    #[cfg(feature = "gpu")]
-    #[test]
-    fn a_lost_device_is_its_own_error_and_errors_keep_their_innermost_cause() {
-        let lost = device_error(ExecutionError::DevicePoisoned {
-            reason: "The device is poisoned\nCaused by:\n  Destroyed: Device was destroyed.\n\
-                     Backtrace:\nNo backtrace available"
-                .into(),
-        });
-        assert_eq!(
-            lost.to_string(),
-            "the GPU device was lost (Destroyed: Device was destroyed.)"
-        );
-        let other = device_error(ExecutionError::WithContext {
-            reason: "buffer map\n failed".into(),
-        });
-        assert_eq!(
-            other,
-            Error::Device("reading results back from the device failed: buffer map failed".into())
-        );
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! Q8_0 and Q4_0 blocks of 32 values along each row, with one f32 scale each (f32, not f16:
 //! browsers without `shader-f16` cannot read f16), as [`Stored`]. The CPU kernels (`cpu/`) and
-//! the wgpu kernels (`gpu/`) both multiply straight from the blocks, never widening a whole
-//! matrix to f32. (burn's CPU backend dequantized the whole weight on every
+//! the GPU's (`gpu/`) both multiply straight from the blocks, never widening a whole matrix to
+//! f32. (burn's CPU backend dequantized the whole weight on every
 //! matmul: 3.8 tok/s for stories15M q8 against 280 in f32, and stored q4 as one byte per value.)
 
 use std::fmt;
@@ -182,9 +182,8 @@ impl QuantPlan {
     /// What loading does to a GGUF's tensor `types` (type, count) at this precision, as one note
     /// for the conditions: "GGUF tensors as stored: 210 Q4_1 (run by the Q4_0 kernels, exactly),
     /// 1 Q8_0, 61 F32".
-    /// `on_gpu`: the wgpu kernels run blocks of one scale and of bytes or nibbles, so Q6_K is
-    /// widened there and Q5_0 read as Q8_0.
-    pub fn note_tensor_types(&mut self, types: &[(TensorType, usize)], on_gpu: bool) {
+    /// Both backends run the same stored types (`cpu/` and `gpu/layer.rs`).
+    pub fn note_tensor_types(&mut self, types: &[(TensorType, usize)]) {
         if types.is_empty() {
             return;
         }
@@ -197,12 +196,6 @@ impl QuantPlan {
                 let name = kind.name();
                 let what = match (quant, kind.runs_as()) {
                     _ if kind == TensorType::F32 => String::new(),
-                    (Quant::Stored, Some(Format::Q6K)) if on_gpu => {
-                        " (widened to f32 on the GPU)".to_string()
-                    }
-                    (Quant::Stored, Some(Format::Q5_0)) if on_gpu => {
-                        " (run by the Q8_0 kernels on the GPU, exactly)".to_string()
-                    }
                     (Quant::Stored, Some(format)) if format.name() == name => String::new(),
                     (Quant::Stored, Some(format)) => {
                         format!(" (run by the {} kernels, exactly)", format.name())

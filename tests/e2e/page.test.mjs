@@ -479,7 +479,7 @@ test('the lab batches users on WebGPU too', async () => {
   await page.getByTestId('lab-start').click();
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lab-status]').textContent), null, { timeout: 300_000 });
   assert.equal(await page.getByTestId('lab-error').isHidden(), true, await text(page, 'lab-error'));
-  assert.match(await text(page, 'lab-conditions'), /on wgpu \[google swiftshader.*\], 2 users/);
+  assert.match(await text(page, 'lab-conditions'), /on wgpu \[google swiftshader[^\]]*\] \(GPU check passed: argmax \d+ of \d+ clear positions, [^)]*\), 2 users/);
   assert.equal(await text(page, 'lab-completed'), '2 of 2');
   assert.equal(await page.getByTestId('lab-lane').first().locator('.lane-text').textContent(), ', there was a little girl');
   // The ceiling is timed on the CPU only: on a GPU the products would be queued, not run.
@@ -919,23 +919,29 @@ test('repeat 3 shows median, min and max; every run is a result row, exported as
   await page.close();
 });
 
-test('WebGPU: a decode step is at most 14 dispatches a layer and 2 queue submits', async () => {
-  // Count in the worker, as the GPU sees it: every dispatchWorkgroups and every queue submit
-  // between two of the worker's event messages (one pump, one token per pump on this adapter).
+test('WebGPU: a decode step is 4 dispatches a layer and 2 more, in one queue submit, creating no buffer and no bind group', async () => {
+  // Count in the worker, as the GPU sees it: every dispatchWorkgroups, queue submit, createBuffer
+  // and createBindGroup between two of the worker's event messages (one pump, one token per pump
+  // on this adapter).
   const count = `{
-    const counts = { dispatches: 0, submits: 0 };
-    const dispatch = GPUComputePassEncoder.prototype.dispatchWorkgroups;
-    GPUComputePassEncoder.prototype.dispatchWorkgroups = function (...args) { counts.dispatches++; return dispatch.apply(this, args); };
-    const submit = GPUQueue.prototype.submit;
-    GPUQueue.prototype.submit = function (...args) { counts.submits++; return submit.apply(this, args); };
+    const counts = { dispatches: 0, submits: 0, buffers: 0, bindGroups: 0 };
+    const zero = () => Object.assign(counts, { dispatches: 0, submits: 0, buffers: 0, bindGroups: 0 });
+    const wrap = (proto, name, key) => {
+      const original = proto[name];
+      proto[name] = function (...args) { counts[key]++; return original.apply(this, args); };
+    };
+    wrap(GPUComputePassEncoder.prototype, 'dispatchWorkgroups', 'dispatches');
+    wrap(GPUQueue.prototype, 'submit', 'submits');
+    wrap(GPUDevice.prototype, 'createBuffer', 'buffers');
+    wrap(GPUDevice.prototype, 'createBindGroup', 'bindGroups');
     const post = self.postMessage.bind(self);
     self.postMessage = (message, ...rest) => {
-      if (message?.type === 'warmed') Object.assign(counts, { dispatches: 0, submits: 0 });
+      if (message?.type === 'warmed') zero();
       if (message?.type === 'events') {
         const tokens = message.events.filter((e) => e.event === 'token').length;
         const prefill = message.events.some((e) => e.event === 'prefill');
         console.log('GPU-WORK ' + JSON.stringify({ tokens, prefill, ...counts }));
-        Object.assign(counts, { dispatches: 0, submits: 0 });
+        zero();
       }
       return post(message, ...rest);
     };
@@ -951,14 +957,69 @@ test('WebGPU: a decode step is at most 14 dispatches a layer and 2 queue submits
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   const layers = 5;
-  const decode = pumps.filter((p) => !p.prefill && p.tokens > 0);
+  // Past the first few tokens: the KV pool grows at 64 positions, not within these 16.
+  const decode = pumps.filter((p) => !p.prefill && p.tokens > 0).slice(2);
   const tokens = decode.reduce((sum, p) => sum + p.tokens, 0);
   assert.ok(tokens >= 10, `decode pumps seen: ${JSON.stringify(pumps)}`);
   const perToken = (key) => decode.reduce((sum, p) => sum + p[key], 0) / tokens;
   const prefill = pumps.find((p) => p.prefill);
-  console.log(`stories260K f32 on WebGPU: ${perToken('dispatches').toFixed(1)} dispatches and ${perToken('submits').toFixed(1)} submits per decode token; prefill (5 tokens): ${prefill.dispatches} dispatches, ${prefill.submits} submits`);
-  assert.ok(perToken('dispatches') <= 14 * layers, `${perToken('dispatches')} dispatches per token over ${layers} layers`);
-  assert.ok(perToken('submits') <= 2, `${perToken('submits')} submits per token`);
+  console.log(`stories260K f32 on WebGPU: ${perToken('dispatches').toFixed(1)} dispatches, ${perToken('submits').toFixed(1)} submits, ${perToken('buffers')} buffers and ${perToken('bindGroups')} bind groups made per decode token; prefill (5 tokens): ${JSON.stringify(prefill)}`);
+  assert.equal(perToken('dispatches'), 4 * layers + 2);
+  assert.equal(perToken('submits'), 1);
+  assert.equal(perToken('buffers'), 0);
+  assert.equal(perToken('bindGroups'), 0);
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+// A GPU that computes wrong, as users of other engines have met: every read-back from it is noise.
+const NOISY_GPU = `{
+  const getMappedRange = GPUBuffer.prototype.getMappedRange;
+  GPUBuffer.prototype.getMappedRange = function (...args) {
+    const range = getMappedRange.apply(this, args);
+    const words = new Float32Array(range, 0, Math.floor(range.byteLength / 4));
+    for (let i = 0; i < words.length; i++) words[i] = Math.random() * 40 - 20;
+    return range;
+  };
+}`;
+const noisyWorkers = (page) => page.route('**/worker.js', async (route) => {
+  const response = await route.fetch();
+  await route.fulfill({ response, body: NOISY_GPU + (await response.text()) });
+});
+
+test('auto=race races the CPU and the GPU, keeps the faster, says both figures, and a reload keeps the verdict', async () => {
+  const { page, errors } = await open('model=stories260K&max=8&backend=auto&auto=race&autorun=1');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
+  const conditions = await text(page, 'conditions');
+  const raced = conditions.match(/auto: CPU 1 thread (\d+) tok\/s, WebGPU \(google swiftshader[^)]*\) (\d+) tok\/s -> (CPU|GPU)/);
+  assert.ok(raced, conditions);
+  const [, cpu, gpu, choice] = raced;
+  assert.equal(choice, Number(gpu) > Number(cpu) ? 'GPU' : 'CPU');
+  assert.match(conditions, choice === 'GPU' ? /on wgpu/ : /on cpu/);
+  assert.equal(await page.getByTestId('gpu-check').isHidden(), true);
+  // The verdict is kept: the next visit loads the winner at once and says so.
+  await page.goto(`${base}/?model=stories260K&max=4&backend=auto&autorun=1`);
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.match(await text(page, 'conditions'), /kept from an earlier race in this browser/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a GPU that computes wrong is never chosen by auto, and chosen explicitly the page says so beside the text', async () => {
+  const raced = await open('model=stories260K&max=8&backend=auto&auto=race&autorun=1', noisyWorkers);
+  await raced.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await raced.page.getByTestId('error').isHidden(), true, await text(raced.page, 'error'));
+  const conditions = await text(raced.page, 'conditions');
+  assert.match(conditions, /-> CPU \(the GPU failed its check\); this GPU disagrees with the CPU engine: /, conditions);
+  assert.match(conditions, /on cpu/);
+  assert.deepEqual(raced.errors, []);
+  await raced.page.close();
+
+  const chosen = await open('model=stories260K&max=4&backend=wgpu&quant=f32&autorun=1', noisyWorkers);
+  await chosen.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await chosen.page.getByTestId('gpu-check').isVisible(), true);
+  assert.match(await text(chosen.page, 'gpu-check'), /^this GPU disagrees with the CPU engine: argmax \d+ of \d+ clear positions, logits rms /);
+  assert.deepEqual(chosen.errors, []);
+  await chosen.page.close();
 });

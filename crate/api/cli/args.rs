@@ -39,8 +39,15 @@ pub(super) struct ModelArgs {
     /// or re-encode at load: f32, q8 (Q8_0) or q4 (Q4_0).
     #[arg(long, default_value = "stored", value_parser = parse::<Quant>)]
     pub(super) quant: Quant,
+    /// cpu, wgpu (the GPU), or auto: where a hardware GPU is granted, the GPU checked against the
+    /// CPU and both timed on a short decode, the faster kept (the verdict is remembered per
+    /// adapter, model and quantization in the user's cache folder).
     #[arg(long, default_value = "cpu", value_parser = parse::<BackendChoice>)]
     pub(super) backend: BackendChoice,
+    /// With --backend auto: race again, even on a software adapter, instead of using a verdict
+    /// remembered from an earlier race.
+    #[arg(long)]
+    pub(super) race: bool,
     /// The CPU backend's instruction set, to compare them: scalar, avx2, vnni (the best this CPU
     /// runs when left out).
     #[arg(long, value_parser = Isa::by_name)]

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod args;
+mod auto;
 mod quality;
 mod remote;
 mod runs;
@@ -372,7 +373,23 @@ async fn load(args: &ModelArgs) -> Result<Engine, Error> {
         None if matches!(files.format, ModelFormat::Gguf(_)) => None,
         None => Some(read(&find_tokenizer(model)?)?),
     };
+    if args.race && args.backend != BackendChoice::Auto {
+        return Err(Error::Unsupported(
+            "--race races the backends for --backend auto: add --backend auto or drop --race"
+                .into(),
+        ));
+    }
     let backend = match (args.cpu_kernels, args.backend) {
+        (None, BackendChoice::Auto) => {
+            return auto::load(
+                model,
+                tokenizer.as_deref(),
+                args.quant,
+                cpu_threads(args)?,
+                args.race,
+            )
+            .await;
+        }
         (None, choice) => Backend::init(choice).await?,
         (Some(isa), BackendChoice::Cpu) => Backend::cpu_with(isa),
         (Some(_), _) => {
@@ -383,13 +400,16 @@ async fn load(args: &ModelArgs) -> Result<Engine, Error> {
         }
     };
     let backend = match backend.kind {
-        BackendKind::Cpu => {
-            let count = args.threads.unwrap_or_else(Threads::physical_cores);
-            backend.with_threads(Threads::new(count).map_err(Error::Unsupported)?)
-        }
+        BackendKind::Cpu => backend.with_threads(cpu_threads(args)?),
         BackendKind::Wgpu => backend,
     };
     Engine::load(files, tokenizer.as_deref(), args.quant, &backend)
+}
+
+/// The CPU backend's threads: `--threads`, or every physical core.
+fn cpu_threads(args: &ModelArgs) -> Result<Threads, Error> {
+    let count = args.threads.unwrap_or_else(Threads::physical_cores);
+    Threads::new(count).map_err(Error::Unsupported)
 }
 
 /// `tokenometer serve`: the engine is loaded on its own thread, the page found beside the sources.
@@ -464,6 +484,7 @@ async fn speculation(
             backend: model.backend,
             cpu_kernels: model.cpu_kernels,
             threads: model.threads,
+            race: false,
         };
         let draft = load(&args).await?;
         let name = format!("{} {quant}", draft.info.name);

@@ -207,7 +207,11 @@ pub(super) async fn bench(
         ..Default::default()
     };
     let mut reports = Vec::with_capacity(runs + 1);
-    for _ in 0..=runs {
+    let mut before = None;
+    for run in 0..=runs {
+        if run == 1 {
+            before = gpu_work(engine);
+        }
         let quiet = Output::Quiet;
         let wpm = DEFAULT_READING_WPM;
         reports.push(generate(engine, prompt, &options, speculation, wpm, None, quiet).await?);
@@ -216,8 +220,43 @@ pub(super) async fn bench(
     reports.remove(0);
     let untimed = "one untimed run";
     print_runs(&reports, warm_up_ms, untimed, speculation.is_some(), json);
+    if !json {
+        print_gpu_work(before, engine);
+    }
     Ok(())
 }
+
+/// What the model has done on the GPU so far (`None` on the CPU).
+#[cfg(feature = "gpu")]
+fn gpu_work(engine: &Engine) -> Option<crate::gpu::Counts> {
+    engine.model.gpu_counts()
+}
+
+#[cfg(not(feature = "gpu"))]
+fn gpu_work(_: &Engine) -> Option<()> {
+    None
+}
+
+/// What the GPU did since `before`: the step's counts and the host's time a dispatch.
+#[cfg(feature = "gpu")]
+fn print_gpu_work(before: Option<crate::gpu::Counts>, engine: &Engine) {
+    if let (Some(before), Some(after)) = (before, gpu_work(engine)) {
+        let spent = after - before;
+        println!(
+            "GPU work of the timed runs: {} dispatches in {} submits, {} buffers and {} bind groups \
+             made; the host spent {:.1} us a dispatch recording, encoding and submitting (not \
+             waiting)",
+            spent.dispatches,
+            spent.submits,
+            spent.buffers,
+            spent.bind_groups,
+            spent.host_us_per_dispatch()
+        );
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+fn print_gpu_work(_: Option<()>, _: &Engine) {}
 
 /// `bench`'s runs: as JSON, or their conditions and each figure's median, min and max.
 pub(super) fn print_runs(

@@ -46,13 +46,10 @@ pub fn recorded_fatal() -> (Option<String>, Option<String>) {
     (get("tokenometerFatalKind"), get("tokenometerFatal"))
 }
 
-/// Run the static constructors (`crate::gpu::run_constructors`), then install a panic hook that logs to the
-/// console and records the message for the worker (see `record_fatal`): a panic in wasm traps,
+/// Install a panic hook that logs to the console and records the message for the worker (see `record_fatal`): a panic in wasm traps,
 /// and the page shows this message instead of "unreachable".
 #[wasm_bindgen(start)]
 pub fn start() {
-    #[cfg(feature = "gpu")]
-    crate::gpu::run_constructors();
     std::panic::set_hook(Box::new(|info| {
         let message = match info.payload_as_str() {
             Some(text) => text.to_string(),

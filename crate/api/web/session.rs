@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
+use crate::api::auto::{self, Check, Entrant, Verdict};
 use crate::api::drive::{MeteredRun, pumping, slice};
 use crate::api::web::js::{Pumped, engine_error, js_error, now_epoch_ms, to_js};
 use crate::api::web::options::RunOptions;
@@ -26,13 +27,18 @@ pub struct Session {
     pub(super) warm_up_ms: Rc<Cell<Option<f64>>>,
     /// A draft model for speculative decoding (`loadDraft`), and its name.
     draft: RefCell<Option<(Arc<Engine>, String)>>,
+    /// What the GPU's check against the CPU found, where it ran (`check_gpu` at load).
+    gpu_check: Option<Check>,
 }
 
 /// Load a model. `model` is a GGUF or a llama2.c `.bin`, or `model.safetensors` when `hf_config`
 /// (the bytes of `config.json`) is given. `tokenizer` may be left out for a GGUF that carries one.
 /// `backend` is `auto`, `wgpu` or `cpu`; `quant` is `f32`, `q8` or `q4`. `threads` (default 1)
 /// runs the CPU kernels on that many threads: Web Workers that this build (the threaded one,
-/// `threadedBuild()`) starts beside the caller, which must itself be a worker.
+/// `threadedBuild()`) starts beside the caller, which must itself be a worker. With `check_gpu`
+/// and a GPU backend, the model is also loaded on the CPU for a moment and the GPU's logits are
+/// checked against it (`api/auto.rs`); `info().gpu_check` says what was found.
+#[allow(clippy::too_many_arguments)]
 #[wasm_bindgen(js_name = loadSession)]
 pub async fn load_session(
     name: String,
@@ -42,12 +48,21 @@ pub async fn load_session(
     quant: String,
     hf_config: Option<Vec<u8>>,
     threads: Option<u32>,
+    check_gpu: Option<bool>,
 ) -> Result<Session, JsError> {
     let files = match hf_config {
         Some(config) => ModelFiles::hugging_face(name, config, in_memory(model)),
         None => model_files(name, model),
     };
-    Session::load(files, tokenizer, backend, quant, threads).await
+    Session::load(
+        files,
+        tokenizer,
+        backend,
+        quant,
+        threads,
+        check_gpu.unwrap_or(false),
+    )
+    .await
 }
 
 /// A GGUF read as it downloads: `push` each piece as it arrives (each tensor is made into the
@@ -78,9 +93,27 @@ pub async fn load_streamed(
     backend: String,
     quant: String,
     threads: Option<u32>,
+    check_gpu: Option<bool>,
 ) -> Result<Session, JsError> {
     let files = ModelFiles::streamed(name, model.0.finish().map_err(js_error)?);
-    Session::load(files, tokenizer, backend, quant, threads).await
+    Session::load(
+        files,
+        tokenizer,
+        backend,
+        quant,
+        threads,
+        check_gpu.unwrap_or(false),
+    )
+    .await
+}
+
+/// The race's verdict from each backend's timed decode (`{ label, decode_tps }`) and the GPU's
+/// check (or null): the faster, never a GPU that failed, and the conditions line that says so.
+#[wasm_bindgen(js_name = raceVerdict)]
+pub fn race_verdict(cpu: JsValue, gpu: JsValue, check: JsValue) -> Result<JsValue, JsError> {
+    let entrant = |v: JsValue| serde_wasm_bindgen::from_value::<Entrant>(v).map_err(js_error);
+    let check: Option<Check> = serde_wasm_bindgen::from_value(check).map_err(js_error)?;
+    Ok(to_js(&Verdict::new(entrant(cpu)?, entrant(gpu)?, check)))
 }
 
 impl Session {
@@ -90,6 +123,7 @@ impl Session {
         backend: String,
         quant: String,
         threads: Option<u32>,
+        check_gpu: bool,
     ) -> Result<Session, JsError> {
         let choice: BackendChoice = backend.parse().map_err(js_error)?;
         let quant: Quant = quant.parse().map_err(js_error)?;
@@ -98,14 +132,25 @@ impl Session {
         if backend.kind == BackendKind::Cpu && threads > 1 {
             backend = backend.with_threads(start_threads(threads).await?);
         }
-        let engine =
-            Engine::load(files, tokenizer.as_deref(), quant, &backend).map_err(js_error)?;
+        let check_gpu = check_gpu && backend.kind == BackendKind::Wgpu;
+        let (engine, twin) =
+            Engine::load_twin(files, tokenizer.as_deref(), quant, &backend, check_gpu)
+                .map_err(js_error)?;
+        let mut engine = engine;
+        let gpu_check = match twin {
+            Some(cpu) => Some(auto::check(&engine, &cpu).await.map_err(js_error)?),
+            None => None,
+        };
+        if let Some(check) = &gpu_check {
+            engine.info.backend_note = Some(check.sentence());
+        }
         Ok(Session {
             engine: Rc::new(engine),
             details: backend.details.clone(),
             backend,
             warm_up_ms: Rc::new(Cell::new(None)),
             draft: RefCell::new(None),
+            gpu_check,
         })
     }
 
@@ -167,10 +212,36 @@ impl Session {
             #[serde(flatten)]
             model: &'a ModelInfo,
             adapter_details: &'a str,
+            gpu_check: Option<&'a Check>,
+            /// The check in one sentence ("GPU check passed: ..." or "this GPU disagrees ...").
+            gpu_check_sentence: Option<String>,
         }
         to_js(&Info {
             model: &self.engine.info,
             adapter_details: &self.details,
+            gpu_check: self.gpu_check.as_ref(),
+            gpu_check_sentence: self.gpu_check.as_ref().map(Check::sentence),
+        })
+    }
+
+    /// Say how the backend was chosen in every report's conditions (`auto`'s verdict, which the
+    /// page's race decides across two workers). Before any run holds the engine.
+    #[wasm_bindgen(js_name = setBackendNote)]
+    pub fn set_backend_note(&mut self, note: String) -> Result<(), JsError> {
+        let engine = Rc::get_mut(&mut self.engine)
+            .ok_or_else(|| js_error("the backend's note is set before any run"))?;
+        engine.info.backend_note = Some(note);
+        Ok(())
+    }
+
+    /// The race's timed decode on this (warm) session: a few greedy tokens, resolving to the
+    /// meter's decode tok/s (`api/auto.rs`).
+    #[wasm_bindgen(js_name = raceDecode)]
+    pub fn race_decode(&self) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let tps = auto::timed_decode(&engine).await.map_err(engine_error)?;
+            Ok(JsValue::from_f64(tps))
         })
     }
 
