@@ -200,6 +200,7 @@ const verdictKey = (adapter, want) => [adapter, want.name, want.quant, buildFor(
 
 /** Load the form's configuration in the main engine (nothing to do if it is loaded). */
 async function ensureLoaded() {
+  /** @type {any} the spec, and where it came from a verdict or asks for a check, that too */
   let want = spec({ backend: el.backend.value, quant: el.quant.value });
   if (engine.loadedKey === want.key) return;
   el.gpuCheck.hidden = true;
