@@ -33,9 +33,10 @@ pub const RACE_TOKENS: usize = 24;
 /// The most the GPU's logits may differ from the CPU's, as the rms of the difference over the rms
 /// of the CPU logits about their mean. The GPU multiplies f32 activations with the weights as
 /// stored; the CPU rounds the activations to int8 where the weights are blocks (as llama.cpp
-/// does), so quantized models differ more. Measured on Mesa's lavapipe (docs/measurements.md, "The
-/// GPU's self-check"): the largest ratio seen is well under a tenth of each bound; a GPU returning
-/// noise gives about 1.4.
+/// does), so quantized models differ more. Measured on Mesa's lavapipe (2026-11-29,
+/// docs/measurements.md, "The GPU's self-check"): f32 3e-7 (stories260K); quantized 0.012-0.014
+/// (stories260K q8, q4), 0.070 and 0.090 (SmolLM2-135M q8 and as stored, Q4_1), 0.051 and 0.091
+/// (Gemma 3 270M q8 and as stored, Q4_K_M); a GPU whose read-backs are noise gives above 1.
 pub fn rms_bound(quant: Quant) -> f64 {
     match quant {
         Quant::F32 => 0.01,
