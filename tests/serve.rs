@@ -531,3 +531,91 @@ fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
     assert_eq!(room["room"]["served"], 18, "{room}");
     assert_eq!(room["room"]["users"], 0, "{room}");
 }
+
+/// OpenAI's fields this server does not implement are refused by name with a 400 (never a 200
+/// that quietly ignored them), their defaults pass; a stop string past 256 bytes, a user message
+/// without content, an unknown path and a wrong method each get OpenAI's error object.
+#[test]
+fn unimplemented_fields_are_refused_by_name_and_their_defaults_pass() {
+    let server = Server::start(&stories_args(&[]));
+    let refused = [
+        ("logprobs", json!(true)),
+        ("logprobs", json!(5)),
+        ("top_logprobs", json!(3)),
+        (
+            "tools",
+            json!([{"type": "function", "function": {"name": "f"}}]),
+        ),
+        ("tool_choice", json!("required")),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "x"}}),
+        ),
+        ("frequency_penalty", json!(0.5)),
+        ("presence_penalty", json!(-1)),
+        ("logit_bias", json!({"50256": -100})),
+        ("echo", json!(true)),
+        ("best_of", json!(3)),
+        ("suffix", json!("the end")),
+    ];
+    for (field, value) in refused {
+        let mut body = json!({"prompt": "Once upon a time", "max_tokens": 2});
+        body[field] = value.clone();
+        let (status, error) = server.post("/v1/completions", &body);
+        assert_eq!(status, 400, "{field}: {value} gave {error}");
+        assert_eq!(error["error"]["param"], field, "{error}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("{field} is ")), "{message}");
+    }
+    // Their defaults ask for nothing, and pass.
+    let defaults = json!({
+        "prompt": "Once upon a time", "max_tokens": 2, "logprobs": null, "top_logprobs": 0,
+        "tools": [], "tool_choice": "none", "response_format": {"type": "text"},
+        "frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "echo": false,
+        "best_of": 1, "suffix": ""
+    });
+    let (status, whole) = server.post("/v1/completions", &defaults);
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["usage"]["completion_tokens"], 2);
+    // A stop string of 257 bytes.
+    let (status, error) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "x", "stop": "a".repeat(257)}),
+    );
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 256"),
+        "{error}"
+    );
+    // A user message without content (refused before the chat template is asked for).
+    let (status, error) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user"}]}),
+    );
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("without content"),
+        "{error}"
+    );
+    // An unknown path and a wrong method: OpenAI's error object, not an empty body.
+    let response = client()
+        .get(format!("{}/v1/nothing", server.url))
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+    let error: Value = response.json().unwrap();
+    assert_eq!(error["error"]["code"], "not_found", "{error}");
+    let response = client()
+        .delete(format!("{}/v1/chat/completions", server.url))
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 405);
+    let error: Value = response.json().unwrap();
+    assert_eq!(error["error"]["code"], "method_not_allowed", "{error}");
+}

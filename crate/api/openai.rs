@@ -14,6 +14,8 @@ use crate::meter::LlamaTimings;
 
 /// The most stop strings a request may give (OpenAI's limit).
 pub const MAX_STOPS: usize = 4;
+/// The longest stop string, in bytes (a stop string is matched against every token's text).
+pub const MAX_STOP_BYTES: usize = 256;
 
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Clone, Deserialize)]
@@ -108,6 +110,135 @@ pub struct Params {
     /// vLLM's and llama.cpp's extension: go on past end-of-text (load testers ask for it).
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// OpenAI's fields this server does not implement: read only to refuse a value that asks for
+    /// something (their defaults pass), so a client never gets a 200 that quietly ignored them.
+    #[serde(flatten)]
+    pub unsupported: Unsupported,
+}
+
+/// OpenAI's request fields that this server does not implement (see [`Unsupported::refuse`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Unsupported {
+    #[serde(default)]
+    pub logprobs: Option<serde_json::Value>,
+    #[serde(default)]
+    pub top_logprobs: Option<serde_json::Value>,
+    #[serde(default)]
+    pub tools: Option<serde_json::Value>,
+    #[serde(default)]
+    pub tool_choice: Option<serde_json::Value>,
+    #[serde(default)]
+    pub functions: Option<serde_json::Value>,
+    #[serde(default)]
+    pub function_call: Option<serde_json::Value>,
+    #[serde(default)]
+    pub response_format: Option<serde_json::Value>,
+    #[serde(default)]
+    pub frequency_penalty: Option<serde_json::Value>,
+    #[serde(default)]
+    pub presence_penalty: Option<serde_json::Value>,
+    #[serde(default)]
+    pub logit_bias: Option<serde_json::Value>,
+    #[serde(default)]
+    pub echo: Option<serde_json::Value>,
+    #[serde(default)]
+    pub best_of: Option<serde_json::Value>,
+    #[serde(default)]
+    pub suffix: Option<serde_json::Value>,
+}
+
+impl Unsupported {
+    /// 400 naming the first field whose value asks for what this server does not do; a field
+    /// absent, null, or at OpenAI's default (false, 0, 1 for `best_of`, an empty list or object,
+    /// `"none"` or `"auto"` with no tools, a `text` response format, an empty suffix) passes.
+    pub fn refuse(&self) -> Result<(), ApiError> {
+        use serde_json::Value;
+        let default = |v: &Value| match v {
+            Value::Null => true,
+            Value::Bool(b) => !b,
+            Value::Number(n) => n.as_f64() == Some(0.0),
+            Value::String(s) => s.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            Value::Object(o) => o.is_empty(),
+        };
+        let fields: [(&'static str, &Option<Value>, &str); 13] = [
+            (
+                "logprobs",
+                &self.logprobs,
+                "log probabilities are not returned by this server",
+            ),
+            (
+                "top_logprobs",
+                &self.top_logprobs,
+                "log probabilities are not returned by this server",
+            ),
+            ("tools", &self.tools, "this server does not call tools"),
+            (
+                "tool_choice",
+                &self.tool_choice,
+                "this server does not call tools",
+            ),
+            (
+                "functions",
+                &self.functions,
+                "this server does not call functions",
+            ),
+            (
+                "function_call",
+                &self.function_call,
+                "this server does not call functions",
+            ),
+            (
+                "response_format",
+                &self.response_format,
+                "this server answers in plain text only",
+            ),
+            (
+                "frequency_penalty",
+                &self.frequency_penalty,
+                "this server applies no penalties",
+            ),
+            (
+                "presence_penalty",
+                &self.presence_penalty,
+                "this server applies no penalties",
+            ),
+            (
+                "logit_bias",
+                &self.logit_bias,
+                "this server applies no logit bias",
+            ),
+            ("echo", &self.echo, "this server does not echo the prompt"),
+            (
+                "best_of",
+                &self.best_of,
+                "this server generates one choice a request",
+            ),
+            ("suffix", &self.suffix, "this server does not insert text"),
+        ];
+        for (field, value, why) in fields {
+            let Some(value) = value else { continue };
+            let passes = default(value)
+                || match field {
+                    "best_of" => value.as_f64() == Some(1.0),
+                    "tool_choice" | "function_call" => {
+                        matches!(value.as_str(), Some("none" | "auto"))
+                            && self.tools.as_ref().is_none_or(default)
+                            && self.functions.as_ref().is_none_or(default)
+                    }
+                    "response_format" => value.get("type").and_then(Value::as_str) == Some("text"),
+                    _ => false,
+                };
+            if !passes {
+                let shown = clip(&value.to_string()).to_string();
+                return Err(ApiError::invalid(
+                    field,
+                    format!("{field} is {shown}: {why}; leave it out"),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a request asks the engine for, checked.
@@ -187,6 +318,16 @@ impl Params {
                 "a stop string is empty; give text to stop at",
             ));
         }
+        if let Some(long) = stops.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(ApiError::invalid(
+                "stop",
+                format!(
+                    "a stop string is {} bytes; at most {MAX_STOP_BYTES}",
+                    long.len()
+                ),
+            ));
+        }
+        self.unsupported.refuse()?;
         Ok(Checked {
             max_tokens,
             sampling: Sampling {
@@ -237,6 +378,16 @@ impl ChatRequest {
                     }
                 };
                 let text = match &m.content {
+                    // OpenAI refuses a user message without content; an assistant's may have
+                    // none (it called a tool).
+                    None if role == "user" => {
+                        return Err(ApiError::invalid(
+                            "messages",
+                            format!(
+                                "messages[{i}] is a user message without content; give its text"
+                            ),
+                        ));
+                    }
                     None => String::new(),
                     Some(Content::Text(t)) => t.clone(),
                     Some(Content::Parts(parts)) => {

@@ -11,10 +11,10 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
 use crate::api::openai::{
@@ -73,13 +73,34 @@ impl IntoResponse for ApiError {
 /// The API's routes (the page's files are added by the caller).
 pub fn api(app: Arc<App>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/completions", post(completions))
-        .route("/v1/models", get(models))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/room", get(room))
+        .route("/v1/chat/completions", post(chat).fallback(wrong_method))
+        .route("/v1/completions", post(completions).fallback(wrong_method))
+        .route("/v1/models", get(models).fallback(wrong_method))
+        .route("/v1/{*path}", any(unknown_path))
+        .route("/health", get(health).fallback(wrong_method))
+        .route("/metrics", get(metrics).fallback(wrong_method))
+        .route("/room", get(room).fallback(wrong_method))
         .with_state(app)
+}
+
+/// 405 in OpenAI's error shape, never an empty body.
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::bad_request(format!(
+        "{} is not a method {} takes",
+        clip(method.as_str()),
+        clip(uri.path())
+    ))
+    .with_status(405, "method_not_allowed")
+}
+
+/// 404 in OpenAI's error shape for a path of the API that does not exist.
+async fn unknown_path(uri: Uri) -> ApiError {
+    ApiError::bad_request(format!(
+        "{} is not a path of this API (POST /v1/chat/completions, POST /v1/completions, GET \
+         /v1/models)",
+        clip(uri.path())
+    ))
+    .with_status(404, "not_found")
 }
 
 async fn health() -> impl IntoResponse {
@@ -131,6 +152,11 @@ async fn chat(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) 
     if let Err(e) = check_model(&app, request.model.as_deref()) {
         return e.into_response();
     }
+    // The request's own faults first, then whether this model takes messages at all.
+    let turns = match request.turns() {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
     let Some(template) = &app.chat else {
         return ApiError::bad_request(format!(
             "{} has no chat template in its file, so it cannot take messages; send a raw prompt \
@@ -138,10 +164,6 @@ async fn chat(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) 
             app.info.name
         ))
         .into_response();
-    };
-    let turns = match request.turns() {
-        Ok(t) => t,
-        Err(e) => return e.into_response(),
     };
     let turns: Vec<(&str, &str)> = turns.iter().map(|(r, t)| (*r, t.as_str())).collect();
     let prompt = template.render(&turns);
