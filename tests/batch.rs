@@ -14,10 +14,11 @@ use tokenometer::{
 };
 
 /// Different lengths and different stories.
-const PROMPTS: [&str; 3] = [
+const PROMPTS: [&str; 4] = [
     "Once upon a time",
     "Lily and Ben went to the park with their dog",
     "The little red car",
+    "Tom had a big red ball",
 ];
 
 fn engine(backend: &Backend) -> Engine {
@@ -130,7 +131,7 @@ fn check_batch_equals_solo(backend: &Backend) {
         );
         assert_eq!(
             outcomes[&i].ids, ids,
-            "{prompt:?} in a batch of 3 on {}",
+            "{prompt:?} in a batch of 4 on {}",
             backend.adapter
         );
         assert_eq!(outcomes[&i].reason, Some(reason));
@@ -142,12 +143,12 @@ fn check_batch_equals_solo(backend: &Backend) {
 }
 
 #[test]
-fn a_batch_of_three_prompts_gives_each_its_batch_1_tokens_on_cpu() {
+fn a_batch_of_four_prompts_gives_each_its_batch_1_tokens_on_cpu() {
     check_batch_equals_solo(&Backend::cpu());
 }
 
 #[test]
-fn a_batch_of_three_prompts_gives_each_its_batch_1_tokens_on_wgpu() {
+fn a_batch_of_four_prompts_gives_each_its_batch_1_tokens_on_wgpu() {
     check_batch_equals_solo(&gpu());
 }
 
