@@ -828,11 +828,14 @@ fn auto_races_checks_and_remembers_its_verdict() {
             .env("XDG_CACHE_HOME", &cache)
             .output()
             .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         let stdout = succeeded(output);
+        // The text goes to stdout, the report with its conditions to stderr.
         stdout
             .lines()
+            .chain(stderr.lines())
             .find(|l| l.starts_with("conditions:"))
-            .expect("a conditions line")
+            .unwrap_or_else(|| panic!("a conditions line in {stdout} / {stderr}"))
             .to_string()
     };
     let raced = run(&["--race"]);
