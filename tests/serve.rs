@@ -577,6 +577,20 @@ fn unimplemented_fields_are_refused_by_name_and_their_defaults_pass() {
     let (status, whole) = server.post("/v1/completions", &defaults);
     assert_eq!(status, 200, "{whole}");
     assert_eq!(whole["usage"]["completion_tokens"], 2);
+    // A prompt and max_tokens that the context (512) cannot hold together: refused, not run.
+    let (status, error) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "max_tokens": 510}),
+    );
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["code"], "context_length_exceeded", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ask for at most"),
+        "{error}"
+    );
     // A stop string of 257 bytes.
     let (status, error) = server.post(
         "/v1/completions",

@@ -229,6 +229,12 @@ impl Scheduler {
         Some(self.waiting.remove(i).seq.done(StopReason::Cancelled, now))
     }
 
+    /// The prompt's tokens of sequence `id`, while it waits to join the batch.
+    pub fn waiting_prompt_len(&self, id: usize) -> Option<usize> {
+        let w = self.waiting.iter().find(|w| w.seq.id == id)?;
+        Some(w.seq.prompt_ids.len())
+    }
+
     /// Sequences in the batch (decoding, or their prompts being read).
     pub fn running(&self) -> usize {
         self.running.len() + usize::from(self.prefilling.is_some())

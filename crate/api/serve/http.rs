@@ -259,6 +259,7 @@ async fn complete(
             queued_ms: 0.0,
             chat: false,
         },
+        max_tokens_asked: checked.max_tokens,
         ignore_eos: checked.ignore_eos,
         received,
         updates,

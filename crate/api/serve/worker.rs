@@ -43,6 +43,8 @@ pub struct Job {
     /// Whether `prompt` is a conversation in the model's chat template (for the conditions).
     pub templated: bool,
     pub options: GenerateOptions,
+    /// The `max_tokens` the request asked for (`None`: until the context is full).
+    pub max_tokens_asked: Option<usize>,
     pub ignore_eos: bool,
     /// When the HTTP request came in: the time before it reaches the engine is queue time.
     pub received: Instant,
@@ -245,6 +247,23 @@ impl Worker {
                 return;
             }
         };
+        // A prompt and the tokens asked for that the context cannot hold together are refused,
+        // as OpenAI and vLLM refuse them, not run until the context stops them.
+        let context = self.engine.model.config.seq_len;
+        if let (Some(asked), Some(prompt)) =
+            (job.max_tokens_asked, self.scheduler.waiting_prompt_len(seq))
+            && prompt + asked > context
+        {
+            self.scheduler.cancel(seq);
+            let too_long = ApiError::bad_request(format!(
+                "the prompt is {prompt} tokens and max_tokens asks for {asked} more, but the \
+                 context holds {context}; ask for at most {}",
+                context - prompt
+            ))
+            .with_status(400, "context_length_exceeded");
+            let _ = job.accepted.send(Err(too_long));
+            return;
+        }
         if job.ignore_eos {
             self.scheduler.ignore_eos(seq);
         }
