@@ -136,6 +136,7 @@ async fn the_js_api_loads_on_threads_and_generates_run_c_s_text() {
         "f32".into(),
         None,
         Some(3),
+        None,
     )
     .await
     .map_err(JsValue::from)
