@@ -91,6 +91,7 @@ impl Engine {
         let name = files.name.clone();
         drop(files);
         let config = weights.config.clone();
+        let parameters = config.parameter_count();
         // Every id the tokenizer can produce (and BOS and EOS, which the model's vocabulary of at
         // least 3 holds) must be a row of the embedding.
         if tokenizer.vocab_size() != config.vocab_size {
@@ -108,7 +109,7 @@ impl Engine {
         let twin = twin.then(|| {
             let cpu = Backend::cpu_with(backend.isa);
             let model = Llama::new(weights.clone(), quant, None, cpu.isa, &cpu.threads);
-            Engine::new(model, tokenizer.clone(), &name, quant, &cpu)
+            Engine::new(model, tokenizer.clone(), &name, quant, &cpu, parameters)
         });
         let model = Llama::new(
             weights,
@@ -117,22 +118,27 @@ impl Engine {
             backend.isa,
             &backend.threads,
         );
-        Ok((Engine::new(model, tokenizer, &name, quant, backend), twin))
+        Ok((
+            Engine::new(model, tokenizer, &name, quant, backend, parameters),
+            twin,
+        ))
     }
 
+    /// `parameters`: the file's, counted before a hidden size is padded to whole blocks.
     fn new(
         model: Llama,
         tokenizer: Tokenizer,
         name: &str,
         quant: Quant,
         backend: &Backend,
+        parameters: u64,
     ) -> Engine {
         let config = &model.config;
         let embedding_bytes = model.embedding_bytes();
         let info = ModelInfo {
             name: name.to_string(),
             architecture: config.recipe.name.to_string(),
-            parameters: config.parameter_count(),
+            parameters,
             quant,
             weight_bytes: model.quant.device_bytes + embedding_bytes,
             bytes_per_token: model.quant.device_bytes + embedding_bytes / config.vocab_size as u64,
