@@ -54,13 +54,14 @@ fn pass_rows(c: &LlamaConfig, end: usize) -> usize {
 fn loop_iterations(c: &LlamaConfig, rows: usize, end: usize) -> usize {
     const WG: usize = 256;
     let (hs, dim) = (c.head_size(), c.dim);
-    let norms = rows * (dim.div_ceil(WG) + 10);
+    // A workgroup's sum or maximum runs up to 32 iterations (`common.wgsl`, `sum_all`).
+    let norms = rows * (dim.div_ceil(WG) + 34);
     // A block's weights decoded (up to 40 iterations), then four rows of 8 fours each.
     let projections = rows.div_ceil(4) * (3 * hs).div_ceil(WG) * dim.div_ceil(32) * 76;
-    let rotations = rows * (2 + if c.recipe.qk_norm { 20 } else { 0 });
+    let rotations = rows * (2 + if c.recipe.qk_norm { 66 } else { 0 });
     let parts = (WG / hs).max(1);
     let per_row =
-        end.div_ceil(1024) * 25 + end.div_ceil(WG) * (hs / 4 + 2) + end.div_ceil(parts) + parts + 5;
+        end.div_ceil(1024) * 70 + end.div_ceil(WG) * (hs / 4 + 2) + end.div_ceil(parts) + parts + 5;
     norms + projections + rotations + rows * per_row
 }
 

@@ -29,16 +29,18 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) u
     let slice = unit.y;
     let r0 = group.y * ROWS;
     let nr = min(ROWS, step.rows - r0);
+    var squares = vec4<f32>(0.0);
     for (var r = 0u; r < ROWS; r++) {
         tile[r] = r0 + min(r, nr - 1u);
-        var squares = 0.0;
         for (var i = tid; i < DIM; i += WG) {
             let v = x[tile[r] * DIM + i];
-            squares += v * v;
+            squares[r] += v * v;
         }
-        let total = sum_all(squares, tid);
-        if tid == 0u {
-            inv[r] = inv_rms(total, DIM);
+    }
+    let totals = sum_all4(squares, tid);
+    if tid == 0u {
+        for (var r = 0u; r < ROWS; r++) {
+            inv[r] = inv_rms(totals[r], DIM);
         }
     }
     workgroupBarrier();
