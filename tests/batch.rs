@@ -273,8 +273,8 @@ fn cancelling_one_sequence_leaves_the_others_running() {
     let requests: Vec<_> = PROMPTS.iter().map(|p| (*p, 100, 0)).collect();
     let outcomes = batch(&engine, &requests, |step, scheduler| {
         // Sequence 1 (the second request) is cancelled after its 10th token: its prompt is read
-        // in step 1 (a prompt a step), which gives its first token.
-        if step == 10 {
+        // in step 0 with the others', which gives its first token.
+        if step == 9 {
             vec![scheduler.cancel(1).expect("running")]
         } else {
             Vec::new()
@@ -303,6 +303,139 @@ fn a_full_context_ends_only_its_own_sequence() {
     assert!(outcomes[&1].ended_at > outcomes[&0].ended_at);
     for (i, (prompt, max, _)) in requests.iter().enumerate() {
         assert_eq!(outcomes[&i].ids, solo(&engine, prompt, *max).0);
+    }
+}
+
+/// A burst of short prompts is read in one pass (each weight read once for all of them), within
+/// the step's budget of prompt tokens: four prompts, one step, four first tokens. (From 82ae6d6
+/// to 2026-11-29 a step read one prompt, so this took four steps.)
+#[test]
+fn a_burst_of_four_short_prompts_is_read_in_one_step() {
+    let engine = engine(&Backend::cpu());
+    let mut scheduler = Scheduler::new(4);
+    let lens: usize = PROMPTS
+        .iter()
+        .map(|p| engine.encode_prompt(p, true).unwrap().len())
+        .sum();
+    assert!(
+        lens <= tokenometer::decode::STEP_TOKENS,
+        "{lens} prompt tokens"
+    );
+    for prompt in PROMPTS {
+        let request = Request {
+            prompt: prompt.to_string(),
+            options: options(10),
+        };
+        scheduler.submit(&engine, &request, None).unwrap();
+    }
+    let events = pollster::block_on(scheduler.step(&engine)).unwrap();
+    let count = |f: fn(&Event) -> bool| events.iter().filter(|e| f(&e.event)).count();
+    assert_eq!(count(|e| matches!(e, Event::Prefill { .. })), 4);
+    assert_eq!(count(|e| matches!(e, Event::Token { .. })), 4);
+    assert_eq!((scheduler.running(), scheduler.waiting()), (4, 0));
+}
+
+/// The budget is spent in arrival order and the prompt that does not fit is cut: with one
+/// sequence decoding and a budget of a few tokens, two prompts joining together are read as one
+/// stream of prompt tokens, `budget` a step, the second starting in the first's last step; each
+/// step's pass holds exactly the decoding rows and the budget's tokens (a clock that counts
+/// rows); every text is its run alone, greedy and sampled from a seed.
+#[test]
+fn prompts_past_the_step_budget_are_cut_and_their_texts_unchanged_on_cpu() {
+    check_budget_cuts(&Backend::cpu());
+}
+
+#[test]
+fn prompts_past_the_step_budget_are_cut_and_their_texts_unchanged_on_wgpu() {
+    check_budget_cuts(&gpu());
+}
+
+fn check_budget_cuts(backend: &Backend) {
+    let engine = engine(backend);
+    let len = |p: &str| engine.encode_prompt(p, true).unwrap().len();
+    let (len1, len2) = (len(PROMPTS[1]), len(PROMPTS[2]));
+    // A budget that cuts the first joining prompt in the middle of a step.
+    let budget = (3..).find(|b| len1 % b != 0).unwrap();
+    assert!(len1 > 2 * budget && len2 > budget, "{len1}, {len2}");
+    for temperature in [0.0, 0.9] {
+        let options = |max_tokens| GenerateOptions {
+            max_tokens,
+            sampling: Sampling {
+                temperature,
+                top_p: 0.95,
+                seed: 11,
+            },
+            ..Default::default()
+        };
+        let clock = tokenometer::decode::Clock::Passes {
+            now_ms: 0.0,
+            pass_ms: 0.0,
+            row_ms: 1.0,
+        };
+        let mut scheduler = Scheduler::with_clock(3, clock);
+        scheduler.set_step_tokens(budget);
+        let submit = |scheduler: &mut Scheduler, prompt: &str| {
+            let request = Request {
+                prompt: prompt.to_string(),
+                options: options(40),
+            };
+            scheduler.submit(&engine, &request, None).unwrap()
+        };
+        let first = submit(&mut scheduler, PROMPTS[0]);
+        let mut joined = Vec::new();
+        let mut tokens: BTreeMap<usize, Vec<(u32, usize)>> = BTreeMap::new();
+        // The prompt tokens each step read: its rows less the sequences decoding in it (those
+        // that had given a token and not ended).
+        let mut prompt_rows = Vec::new();
+        let mut live = std::collections::BTreeSet::new();
+        let mut step = 0;
+        while step < 2 || !scheduler.is_idle() {
+            if step == 1 {
+                joined = vec![
+                    submit(&mut scheduler, PROMPTS[1]),
+                    submit(&mut scheduler, PROMPTS[2]),
+                ];
+            }
+            let before = scheduler.now_ms();
+            let events = pollster::block_on(scheduler.step(&engine)).unwrap();
+            let rows = (scheduler.now_ms() - before) as usize;
+            prompt_rows.push(rows - live.len());
+            for e in events {
+                match e.event {
+                    Event::Token { id, .. } => {
+                        tokens.entry(e.seq).or_default().push((id, step));
+                        live.insert(e.seq);
+                    }
+                    Event::Done { .. } => {
+                        live.remove(&e.seq);
+                    }
+                    _ => {}
+                }
+            }
+            step += 1;
+        }
+        // Step 0 read the first prompt alone; from step 1 the two others' tokens, `budget` a
+        // step, then nothing.
+        let total = len1 + len2;
+        let reading = total.div_ceil(budget);
+        let mut expected = vec![budget; reading];
+        expected[reading - 1] = total - budget * (reading - 1);
+        assert_eq!(prompt_rows[0], len(PROMPTS[0]));
+        assert_eq!(prompt_rows[1..=reading], expected, "T={temperature}");
+        assert!(prompt_rows[reading + 1..].iter().all(|&r| r == 0));
+        // The second prompt's first token came in the step that read its last token; the third
+        // began in that same step (the first's last chunk left room in the budget).
+        assert_eq!(tokens[&joined[0]][0].1, len1.div_ceil(budget));
+        assert_eq!(tokens[&joined[1]][0].1, reading);
+        for (id, prompt) in [
+            (first, PROMPTS[0]),
+            (joined[0], PROMPTS[1]),
+            (joined[1], PROMPTS[2]),
+        ] {
+            let ids: Vec<u32> = tokens[&id].iter().map(|t| t.0).collect();
+            let (alone, _) = solo_with(&engine, prompt, &options(40));
+            assert_eq!(ids, alone, "{prompt:?} at T={temperature}");
+        }
     }
 }
 

@@ -235,6 +235,8 @@ pub struct Level {
     pub arrival: Arrival,
     /// The most sequences one step decodes (the rest wait).
     pub max_batch: usize,
+    /// The most prompt tokens a step reads ([`Scheduler::set_step_tokens`]).
+    pub step_tokens: usize,
     /// Given to the users in turn.
     pub prompts: Vec<String>,
     pub options: GenerateOptions,
@@ -283,6 +285,7 @@ impl LoadLevel {
         };
         let mut meter = BatchMeter::new(conditions, level.reading_wpm);
         let mut scheduler = Scheduler::new(level.max_batch);
+        scheduler.set_step_tokens(level.step_tokens);
         for (i, at) in level.arrival.times(users).into_iter().enumerate() {
             let prompt = &level.prompts[i % level.prompts.len()];
             let request = Request {

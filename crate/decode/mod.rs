@@ -16,6 +16,6 @@ pub use arrival::{Arrival, DEFAULT_PROMPTS};
 pub use engine::{Engine, ProductPasses};
 pub use events::{DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo, StopReason};
 pub use sampling::Sampling;
-pub use scheduler::{Clock, PREFILL_CHUNK, Request, Scheduler};
+pub use scheduler::{Clock, PREFILL_CHUNK, Request, STEP_TOKENS, Scheduler};
 pub use sequence::SeqEvent;
 pub use speculate::{DraftSource, Speculation};

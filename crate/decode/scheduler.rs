@@ -5,12 +5,15 @@
 //! of the sequence joining (or a chunk of it), through ONE forward pass ([`crate::backend::Llama::forward_batch`]): each weight is
 //! read once per step for the whole batch, which is why batching raises aggregate tok/s on
 //! memory-bound hardware, while every sequence waits for the whole batch's step, which is why it
-//! lowers each one's own tok/s. One prompt is read a step (a long one in chunks, while the others
-//! keep decoding): see [`PREFILL_CHUNK`].
+//! lowers each one's own tok/s. A step reads as many waiting prompts as its budget of prompt tokens
+//! holds ([`STEP_TOKENS`]), a long one in chunks while the others keep decoding
+//! ([`PREFILL_CHUNK`]).
 //!
 //! A single `generate` is the batch-1 case of this same code. The caller drives the steps (the CLI
 //! in a loop, the page's worker a few at a time between messages), so cancel is an ordinary call
 //! between steps.
+
+use std::ops::Range;
 
 use web_time::Instant;
 
@@ -45,8 +48,8 @@ struct Prefilling {
 }
 
 /// The most prompt tokens a step reads beside sequences that are decoding, unless set otherwise
-/// ([`Scheduler::set_prefill_chunk`]): a longer prompt is read over several steps. A step reads
-/// one prompt (or a chunk of one) at most, the others waiting their turn. Measured under AIPerf
+/// ([`Scheduler::set_prefill_chunk`]): a longer prompt is read over several steps. (Until
+/// 2026-11-29 a step read one prompt at most, the others waiting their turn.) Measured under AIPerf
 /// 0.13 on this project's Intel Xeon (SmolLM2 Q8_0, `serve --threads 1`, 8 users, 158 tokens in
 /// and 64 out, 2026-11-28), aggregate tok/s, then TTFT and inter-token means:
 /// - every waiting prompt in one pass, as before: 138 / 155 / 133 tok/s, 1.3-1.6 s, 32-36 ms.
@@ -63,6 +66,28 @@ struct Prefilling {
 /// 1.19 / 1.21 / 1.23 s (its last chunk, whose rows attend over the most keys), where reading it
 /// in one pass left 4.7 / 5.2 / 5.2 s (`tests/bench/long_prompt_joins.py`, same host and model).
 pub const PREFILL_CHUNK: usize = 256;
+
+/// The most prompt tokens a step reads, over all the prompts in it, unless set otherwise
+/// ([`Scheduler::set_step_tokens`]): waiting prompts join the step in arrival order while it has
+/// room, the last one cut, as vLLM's `max_num_batched_tokens` with chunked prefill does.
+///
+/// Measured with `bench --concurrency 8` (burst, greedy, 2 threads, AVX2+VNNI Xeon, 2026-11-29,
+/// budgets interleaved with the one-prompt-a-step build, 2 rounds), aggregate tok/s and TTFT
+/// p50 / p99 ms:
+/// - stories15M (f32, prompts of 10-20 tokens, so any budget from 256 holds the whole burst):
+///   one prompt a step 2,054 / 2,400, 14.1-8.6 / 32.8-22.5; a budget of 64: 2,617 / 2,677,
+///   7.7 / 11.8-11.6; 512: 2,616 / 2,635, 10.7-10.9 / the same (everyone's first token in one
+///   pass).
+/// - SmolLM2 Q8_0 (chat prompts of about 45 tokens): one prompt a step 212 / 224, 174-215 /
+///   432-473; 128: 199 / 226, 344-274 / 439-332; 256: 231 / 211, 257-260 / 315-338; 512: 203 /
+///   217, 308-346 / the same.
+///
+/// A CPU reads a prompt at full arithmetic speed (1 user: 33 ms for SmolLM2's prompt, 8 in one
+/// pass: 308 ms), so reading prompts together saves the weights' reads but not their arithmetic:
+/// the burst's last first token comes much sooner, its median one later. 256 holds a usual burst
+/// in one or two passes and is also [`PREFILL_CHUNK`], so a long prompt joining leaves the same
+/// largest gap in the others' streams as before.
+pub const STEP_TOKENS: usize = 256;
 
 /// Where a scheduler's times come from.
 #[derive(Debug, Clone, Copy)]
@@ -106,10 +131,11 @@ pub struct Scheduler {
     next_id: usize,
     /// In order of `ready_ms`.
     waiting: Vec<Waiting>,
-    /// In the batch, its prompt partly read (one at a time).
-    prefilling: Option<Prefilling>,
+    /// In the batch, their prompts partly read, in arrival order.
+    prefilling: Vec<Prefilling>,
     running: Vec<Sequence>,
     prefill_chunk: usize,
+    step_tokens: usize,
 }
 
 impl Scheduler {
@@ -126,9 +152,10 @@ impl Scheduler {
             max_batch: max_batch.max(1),
             next_id: 0,
             waiting: Vec::new(),
-            prefilling: None,
+            prefilling: Vec::new(),
             running: Vec::new(),
             prefill_chunk: PREFILL_CHUNK,
+            step_tokens: STEP_TOKENS,
         }
     }
 
@@ -137,6 +164,14 @@ impl Scheduler {
     /// coming (smaller chunks: shorter steps for them, a later first token for the new one).
     pub fn set_prefill_chunk(&mut self, tokens: usize) {
         self.prefill_chunk = tokens.max(1);
+    }
+
+    /// The most prompt tokens a step reads over all its prompts (at least 1): a burst of short
+    /// prompts is read in one pass, where each weight is read once for all of them; the prompt
+    /// that does not fit whole is cut, the rest of it read in the next steps. With nothing
+    /// decoding, the first prompt is read whole whatever the budget.
+    pub fn set_step_tokens(&mut self, tokens: usize) {
+        self.step_tokens = tokens.max(1);
     }
 
     /// Milliseconds since the scheduler was made.
@@ -222,8 +257,13 @@ impl Scheduler {
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             return Some(self.running.remove(i).done(StopReason::Cancelled, now));
         }
-        if let Some(mut p) = self.prefilling.take_if(|p| p.seq.id == id) {
-            return Some(p.seq.done(StopReason::Cancelled, now));
+        if let Some(i) = self.prefilling.iter().position(|p| p.seq.id == id) {
+            return Some(
+                self.prefilling
+                    .remove(i)
+                    .seq
+                    .done(StopReason::Cancelled, now),
+            );
         }
         let i = self.waiting.iter().position(|w| w.seq.id == id)?;
         Some(self.waiting.remove(i).seq.done(StopReason::Cancelled, now))
@@ -237,7 +277,7 @@ impl Scheduler {
 
     /// Sequences in the batch (decoding, or their prompts being read).
     pub fn running(&self) -> usize {
-        self.running.len() + usize::from(self.prefilling.is_some())
+        self.running.len() + self.prefilling.len()
     }
 
     /// Sequences submitted that have not joined the batch.
@@ -247,7 +287,7 @@ impl Scheduler {
 
     /// Nothing running and nothing waiting.
     pub fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.prefilling.is_none() && self.waiting.is_empty()
+        self.running.is_empty() && self.prefilling.is_empty() && self.waiting.is_empty()
     }
 
     /// When the next waiting request may join, on the scheduler's clock: a caller with nothing
@@ -256,13 +296,15 @@ impl Scheduler {
         self.waiting.first().map(|w| w.ready_ms)
     }
 
-    /// Advance: run one pass over every decoding sequence (one token each) and the prompt being
-    /// read, if any: the first request that has arrived takes its turn when there is room in the
-    /// batch, and a step reads at most the prefill chunk
-    /// ([`set_prefill_chunk`](Self::set_prefill_chunk)) of it while others decode; with nothing
-    /// decoding, the whole prompt (as far as one pass may hold:
-    /// [`crate::backend::Llama::prefill_chunk`]), since nobody waits on it. Its first token is sampled after its last chunk. Returns the step's
-    /// events (empty when nothing could run yet: see [`next_arrival_ms`](Self::next_arrival_ms)).
+    /// Advance: run one pass over every decoding sequence (one token each) and the prompts being
+    /// read. Prompts are read in arrival order, as many as the step's budget of prompt tokens holds
+    /// ([`set_step_tokens`](Self::set_step_tokens)) while there is room in the batch, the last one
+    /// cut when it does not fit whole; while others decode, one prompt takes at most the prefill
+    /// chunk ([`set_prefill_chunk`](Self::set_prefill_chunk)) a step. With nothing decoding, the
+    /// first prompt is read whole (as far as one pass may hold:
+    /// [`crate::backend::Llama::prefill_chunk`]), since nobody waits on it. A prompt's first token
+    /// is sampled after its last chunk. Returns the step's events (empty when nothing could run
+    /// yet: see [`next_arrival_ms`](Self::next_arrival_ms)).
     ///
     /// Chunks change no bits: a row's products do not depend on the rows beside it, and attention
     /// takes keys in blocks counted from position 0 (`cpu::attention`).
@@ -271,73 +313,66 @@ impl Scheduler {
         let context = model.config.seq_len;
         let tokenizer = &engine.tokenizer;
         let now = self.now_ms();
-        if self.prefilling.is_none()
-            && self.running.len() < self.max_batch
-            && self.waiting.first().is_some_and(|w| w.ready_ms <= now)
-        {
-            let Waiting { seq, ready_ms } = self.waiting.remove(0);
-            self.prefilling = Some(Prefilling {
-                seq,
-                ready_ms,
-                start_ms: now,
-            });
-        }
-        if self.prefilling.is_none() && self.running.len() == 1 && self.running[0].drafter.is_some()
-        {
+        let decoding = self.running.len();
+        let chunks = self.plan_prompts(engine, now);
+        // The prompts in this pass: the first `chunks.len()` of the prefill (any others sit
+        // this step out).
+        let reading = chunks.len();
+        if self.prefilling.is_empty() && decoding == 1 && self.running[0].drafter.is_some() {
             return self.speculative_step(engine).await;
         }
         let mut out = Vec::new();
-        if self.running.is_empty() && self.prefilling.is_none() {
+        if self.running.is_empty() && self.prefilling.is_empty() {
             return Ok(out);
         }
 
-        // One pass: a token for each decoding sequence, then the prompt's chunk.
-        let decoding = self.running.len();
-        let chunk = self.prefilling.as_ref().map_or(0..0, |p| {
-            let (at, n) = (p.seq.cache.len(), p.seq.prompt_ids.len());
-            let rest = (n - at).min(model.prefill_chunk(n));
-            let take = if decoding == 0 {
-                rest
-            } else {
-                rest.min(self.prefill_chunk)
+        // One pass: a token for each decoding sequence, then each prompt's chunk.
+        let logits =
+            {
+                let mut segments: Vec<Segment> =
+                    self.running
+                        .iter_mut()
+                        .map(|s| Segment {
+                            tokens: std::slice::from_ref(&s.input),
+                            cache: &mut s.cache,
+                        })
+                        .chain(self.prefilling[..reading].iter_mut().zip(&chunks).map(
+                            |(p, chunk)| Segment {
+                                tokens: &p.seq.prompt_ids[chunk.clone()],
+                                cache: &mut p.seq.cache,
+                            },
+                        ))
+                        .collect();
+                model.forward_batch(&mut segments)
             };
-            at..at + take
-        });
-        let logits = {
-            let mut segments: Vec<Segment> = self
-                .running
-                .iter_mut()
-                .map(|s| Segment {
-                    tokens: std::slice::from_ref(&s.input),
-                    cache: &mut s.cache,
-                })
-                .chain(self.prefilling.as_mut().map(|p| Segment {
-                    tokens: &p.seq.prompt_ids[chunk.clone()],
-                    cache: &mut p.seq.cache,
-                }))
-                .collect();
-            model.forward_batch(&mut segments)
-        };
         // A sampler for each row whose token is wanted: not after a prompt's earlier chunks (a
         // sampled pick there would use up the seed's randomness).
-        let read = self
-            .prefilling
-            .as_ref()
-            .is_some_and(|p| p.seq.cache.len() == p.seq.prompt_ids.len());
         let mut samplers: Vec<Option<&mut Sampler>> = self
             .running
             .iter_mut()
             .map(|s| Some(&mut s.sampler))
-            .chain(
-                self.prefilling
-                    .as_mut()
-                    .map(|p| read.then_some(&mut p.seq.sampler)),
-            )
+            .chain(self.prefilling[..reading].iter_mut().map(|p| {
+                let read = p.seq.cache.len() == p.seq.prompt_ids.len();
+                read.then_some(&mut p.seq.sampler)
+            }))
             .collect();
         let ids = Sampler::sample_rows(&mut samplers, logits).await?;
-        self.clock.passed(decoding + chunk.len());
-        let mut first = if read { self.prefilling.take() } else { None };
-        if let Some(p) = first.as_mut() {
+        let rows = decoding + chunks.iter().map(|c| c.len()).sum::<usize>();
+        self.clock.passed(rows);
+        // The prompts read to their end leave the prefill, in order, with their rows' picks.
+        let mut read = Vec::new();
+        let mut still = Vec::new();
+        let rest = self.prefilling.split_off(reading);
+        for (p, &id) in self.prefilling.drain(..).zip(&ids[decoding..]) {
+            if p.seq.cache.len() == p.seq.prompt_ids.len() {
+                read.push((p, id));
+            } else {
+                still.push(p);
+            }
+        }
+        still.extend(rest);
+        self.prefilling = still;
+        for (p, _) in read.iter_mut() {
             prefill_draft(&mut p.seq).await?;
         }
         let now = self.now_ms();
@@ -348,19 +383,91 @@ impl Scheduler {
                 running.push(seq);
             }
         }
-        if let Some(Prefilling {
-            mut seq,
-            ready_ms,
-            start_ms,
-        }) = first
-        {
+        for (p, id) in read {
+            let Prefilling {
+                mut seq,
+                ready_ms,
+                start_ms,
+            } = p;
             prefilled(&seq, ready_ms, start_ms, now, &mut out);
-            if !seq.accept(tokenizer, ids[decoding], now, context, &mut out) {
+            if !seq.accept(tokenizer, id, now, context, &mut out) {
                 running.push(seq);
             }
         }
         self.running = running;
         Ok(out)
+    }
+
+    /// This step's chunk of each prompt being read (in `self.prefilling`'s order), admitting
+    /// waiting requests that have arrived by `now` while the batch has room and the budget of
+    /// prompt tokens is not spent. The chunks are for the first prompts of the prefill, in order;
+    /// when the pass is full before the last, the others sit this step out (a request admitted
+    /// now goes back to the head of the queue).
+    fn plan_prompts(&mut self, engine: &Engine, now: f64) -> Vec<Range<usize>> {
+        let model = &engine.model;
+        let decoding = self.running.len();
+        let mut chunks: Vec<Range<usize>> = Vec::new();
+        // Rows in the pass, and the furthest position any of them reaches (what one pass may hold
+        // depends on it: `Llama::prefill_chunk`).
+        let mut rows = decoding;
+        let mut end = self
+            .running
+            .iter()
+            .map(|s| s.cache.len() + 1)
+            .max()
+            .unwrap_or(0);
+        let mut budget = self.step_tokens;
+        let mut i = 0;
+        loop {
+            let fresh = i == self.prefilling.len();
+            if fresh {
+                let room = decoding + self.prefilling.len() < self.max_batch;
+                let arrived = self.waiting.first().is_some_and(|w| w.ready_ms <= now);
+                if !(room && arrived && budget > 0) {
+                    break;
+                }
+                let Waiting { seq, ready_ms } = self.waiting.remove(0);
+                self.prefilling.push(Prefilling {
+                    seq,
+                    ready_ms,
+                    start_ms: now,
+                });
+            }
+            let seq = &self.prefilling[i].seq;
+            let (at, n) = (seq.cache.len(), seq.prompt_ids.len());
+            // Alone in the pass, a prompt is read as far as one pass holds; beside others, a
+            // chunk at most, and within what is left of the budget (the first prompt always
+            // reads, so a budget below a chunk still moves).
+            let mut take = n - at;
+            if decoding > 0 || i > 0 {
+                take = take.min(self.prefill_chunk);
+            }
+            if i > 0 || decoding > 0 {
+                take = take.min(budget);
+            }
+            let most = model.prefill_chunk(end.max(at + take));
+            take = take.min(most.saturating_sub(rows));
+            if take == 0 {
+                // The pass is full: a prompt admitted in this step waits for the next.
+                if fresh {
+                    let p = self.prefilling.pop().expect("just admitted");
+                    self.waiting.insert(
+                        0,
+                        Waiting {
+                            seq: p.seq,
+                            ready_ms: p.ready_ms,
+                        },
+                    );
+                }
+                break;
+            }
+            budget = budget.saturating_sub(take);
+            rows += take;
+            end = end.max(at + take);
+            chunks.push(at..at + take);
+            i += 1;
+        }
+        chunks
     }
 }
 

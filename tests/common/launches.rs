@@ -70,7 +70,7 @@ pub fn per_batched_step(engine: &Engine, users: usize) -> Counts {
         };
         scheduler.submit(engine, &request, None).expect("submits");
     }
-    // The prompts' prefills (one a step, the others decoding in it), then the first decode steps.
+    // The prompts' prefill (all in the first step, within its budget), then decode steps.
     for _ in 0..users + 2 {
         pollster::block_on(scheduler.step(engine)).expect("steps");
     }

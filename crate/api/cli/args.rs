@@ -110,6 +110,11 @@ pub(super) enum Command {
         /// A file of prompts, one a line: every line is its own sequence, all in one batch.
         #[arg(long)]
         prompts: Option<PathBuf>,
+        /// With --prompts: the most prompt tokens a step reads, over all the prompts in it (1 to
+        /// 65536); a burst of short prompts is read in one pass, a prompt past the budget in parts.
+        #[arg(long, default_value_t = crate::decode::STEP_TOKENS as u32, requires = "prompts",
+              value_parser = clap::value_parser!(u32).range(1..=65536))]
+        step_tokens: u32,
         #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
         max_tokens: usize,
         /// 0 is greedy.
@@ -250,6 +255,10 @@ pub(super) enum Command {
         /// The most sequences one step decodes (default: as many as there are users); the rest wait.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_USERS), requires = "concurrency")]
         max_batch: Option<u32>,
+        /// The most prompt tokens a step reads, over all the prompts in it (1 to 65536).
+        #[arg(long, default_value_t = crate::decode::STEP_TOKENS as u32,
+              value_parser = clap::value_parser!(u32).range(1..=65536))]
+        step_tokens: u32,
         /// A file of prompts, one a line, given to the users in turn (default: built-in stories).
         #[arg(long, requires = "concurrency")]
         prompts: Option<PathBuf>,
@@ -284,6 +293,11 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = crate::decode::PREFILL_CHUNK as u32,
           value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub(super) prefill_chunk: u32,
+    /// The most prompt tokens a step reads, over all the prompts joining in it (1 to 65536): a
+    /// burst of short prompts is read in one pass, the prompt that does not fit cut.
+    #[arg(long, default_value_t = crate::decode::STEP_TOKENS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub(super) step_tokens: u32,
     /// `lookup`: a request that runs alone drafts from its prompt and verifies in one pass.
     #[arg(long)]
     pub(super) speculate: Option<String>,

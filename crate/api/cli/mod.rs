@@ -76,6 +76,7 @@ async fn run(command: Command) -> Result<(), Error> {
             model,
             prompt,
             prompts,
+            step_tokens,
             max_tokens,
             temperature,
             top_p,
@@ -109,9 +110,17 @@ async fn run(command: Command) -> Result<(), Error> {
             if let Some(path) = prompts {
                 let prompts = read_prompts(&path)?;
                 let output = if json { Output::Json } else { Output::Text };
-                let report =
-                    generate_batch(&engine, &prompts, &options, reading_wpm, warm_up_ms, output)
-                        .await?;
+                let step_tokens = step_tokens as usize;
+                let report = generate_batch(
+                    &engine,
+                    &prompts,
+                    &options,
+                    step_tokens,
+                    reading_wpm,
+                    warm_up_ms,
+                    output,
+                )
+                .await?;
                 if !json {
                     eprintln!("\n{}", load_table(&report));
                 }
@@ -161,6 +170,7 @@ async fn run(command: Command) -> Result<(), Error> {
             concurrency: Some(levels),
             arrival,
             max_batch,
+            step_tokens,
             prompts,
             json,
             speculate,
@@ -183,6 +193,7 @@ async fn run(command: Command) -> Result<(), Error> {
                 levels: levels.iter().map(|&n| n as usize).collect(),
                 arrival,
                 max_batch: max_batch.map(|n| n as usize),
+                step_tokens: step_tokens as usize,
                 prompts,
                 max_tokens,
                 slo,
@@ -439,6 +450,7 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
             parallel: args.parallel as usize,
             queue: args.queue as usize,
             prefill_chunk: args.prefill_chunk as usize,
+            step_tokens: args.step_tokens as usize,
             speculation,
         },
         cors: args.cors,

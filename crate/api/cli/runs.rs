@@ -341,6 +341,7 @@ pub(super) async fn generate_batch(
     engine: &Engine,
     prompts: &[String],
     options: &GenerateOptions,
+    step_tokens: usize,
     reading_wpm: f64,
     warm_up_ms: Option<f64>,
     output: Output,
@@ -352,6 +353,7 @@ pub(super) async fn generate_batch(
             users,
             arrival: Arrival::Burst,
             max_batch: users,
+            step_tokens,
             prompts: prompts.to_vec(),
             options: *options,
             reading_wpm,
@@ -522,6 +524,7 @@ pub(super) struct Load {
     pub levels: Vec<usize>,
     pub arrival: Arrival,
     pub max_batch: Option<usize>,
+    pub step_tokens: usize,
     pub prompts: Vec<String>,
     pub max_tokens: usize,
     pub slo: Option<Slo>,
@@ -543,6 +546,7 @@ async fn load_level(
             users,
             arrival: load.arrival,
             max_batch: load.max_batch.unwrap_or(users),
+            step_tokens: load.step_tokens,
             prompts: load.prompts.clone(),
             options: GenerateOptions {
                 max_tokens,
@@ -577,7 +581,11 @@ pub(super) async fn bench_concurrency(
                 let limit = load
                     .max_batch
                     .map_or_else(|| "= users".to_string(), |n| n.to_string());
-                print_level_header(&report, &format!("batch limit {limit}"), warm_up_ms);
+                let budget = format!(
+                    "batch limit {limit}, at most {} prompt tokens a step",
+                    load.step_tokens
+                );
+                print_level_header(&report, &budget, warm_up_ms);
             }
             print_level_row(&report);
         }

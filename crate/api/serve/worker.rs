@@ -91,6 +91,9 @@ pub struct Limits {
     /// The most prompt tokens a step reads while others decode
     /// ([`Scheduler::set_prefill_chunk`]).
     pub prefill_chunk: usize,
+    /// The most prompt tokens a step reads over all its prompts
+    /// ([`Scheduler::set_step_tokens`]).
+    pub step_tokens: usize,
     pub speculation: Option<Speculation>,
 }
 
@@ -98,6 +101,7 @@ pub struct Limits {
 fn scheduler(limits: &Limits) -> Scheduler {
     let mut scheduler = Scheduler::new(limits.parallel);
     scheduler.set_prefill_chunk(limits.prefill_chunk);
+    scheduler.set_step_tokens(limits.step_tokens);
     scheduler
 }
 

@@ -54,6 +54,7 @@ impl Session {
             users: options.users,
             arrival,
             max_batch: options.max_batch.unwrap_or(options.users).max(1),
+            step_tokens: crate::decode::STEP_TOKENS,
             prompts,
             options: GenerateOptions {
                 max_tokens: options.max_tokens,
