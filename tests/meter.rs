@@ -51,6 +51,7 @@ fn token(m: &mut Meter, t_ms: f64, text: &str) {
         text: text.into(),
         t_ms,
         drafted: false,
+        logprobs: None,
     });
 }
 
@@ -305,6 +306,7 @@ fn event(text: &str, t_ms: f64) -> Event {
         text: text.into(),
         t_ms,
         drafted: false,
+        logprobs: None,
     }
 }
 

@@ -533,15 +533,16 @@ fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
 }
 
 /// OpenAI's fields this server does not implement are refused by name with a 400 (never a 200
-/// that quietly ignored them), their defaults pass; a stop string past 256 bytes, a user message
+/// that quietly ignored them), their defaults pass (and `top_logprobs` without `logprobs`, or
+/// past 20, is refused); a stop string past 256 bytes, a user message
 /// without content, an unknown path and a wrong method each get OpenAI's error object.
 #[test]
 fn unimplemented_fields_are_refused_by_name_and_their_defaults_pass() {
     let server = Server::start(&stories_args(&[]));
     let refused = [
-        ("logprobs", json!(true)),
-        ("logprobs", json!(5)),
         ("top_logprobs", json!(3)),
+        ("logprobs", json!(21)),
+        ("logprobs", json!("yes")),
         (
             "tools",
             json!([{"type": "function", "function": {"name": "f"}}]),
@@ -632,4 +633,156 @@ fn unimplemented_fields_are_refused_by_name_and_their_defaults_pass() {
     assert_eq!(response.status().as_u16(), 405);
     let error: Value = response.json().unwrap();
     assert_eq!(error["error"]["code"], "method_not_allowed", "{error}");
+}
+
+/// `logprobs` work as OpenAI's do, streamed and whole: completions' `logprobs: N` gives parallel
+/// lists (tokens, their logprobs, N alternatives each, offsets), the engine's own numbers
+/// (`generate --logprobs N --json`'s); chat's `logprobs: true, top_logprobs: N` gives `content`
+/// entries (token, logprob, bytes, top_logprobs); the tokens spell the text, a stream's chunks
+/// carry their own tokens' entries, and a stop string's cut leaves out the tokens after it.
+#[test]
+fn logprobs_are_the_engines_streamed_or_whole() {
+    let server = Server::stories();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tokenometer"));
+    command.arg("generate").args(stories_args(&[])).args([
+        "--prompt",
+        "Once upon a time",
+        "--max-tokens",
+        "20",
+        "--json",
+        "--raw",
+        "--logprobs",
+        "3",
+    ]);
+    let out = String::from_utf8(command.output().unwrap().stdout).unwrap();
+    let engine: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "token")
+        .map(|e| e["logprobs"].clone())
+        .collect();
+    assert_eq!(engine.len(), 20, "{out}");
+    let body =
+        json!({"prompt": "Once upon a time", "max_tokens": 20, "temperature": 0, "logprobs": 3});
+    let (status, whole) = server.post("/v1/completions", &body);
+    assert_eq!(status, 200, "{whole}");
+    let choice = &whole["choices"][0];
+    let lp = &choice["logprobs"];
+    let tokens: Vec<&str> = lp["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tokens.concat(), choice["text"].as_str().unwrap());
+    let mut offset = 0;
+    for (i, e) in engine.iter().enumerate() {
+        assert_eq!(
+            lp["token_logprobs"][i].as_f64().unwrap() as f32,
+            e["logprob"].as_f64().unwrap() as f32
+        );
+        let top = lp["top_logprobs"][i].as_object().unwrap();
+        assert!(top.len() <= 3 && !top.is_empty(), "{top:?}");
+        assert_eq!(
+            top[tokens[i]], lp["token_logprobs"][i],
+            "greedy: the token heads its alternatives"
+        );
+        assert_eq!(lp["text_offset"][i], offset);
+        offset += tokens[i].len();
+    }
+    // Streamed: each chunk carries its own tokens, and together they are the whole answer's.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (text, chunks) = streamed_text(&server.stream("/v1/completions", &streamed));
+    assert_eq!(text, choice["text"].as_str().unwrap());
+    let mut joined = Vec::new();
+    for c in chunks.iter().filter(|c| c["choices"][0]["text"] != "") {
+        let lp = &c["choices"][0]["logprobs"];
+        let these: Vec<&str> = lp["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            these.concat(),
+            c["choices"][0]["text"].as_str().unwrap(),
+            "{c}"
+        );
+        joined.extend(lp["token_logprobs"].as_array().unwrap().clone());
+    }
+    assert_eq!(&Value::Array(joined), &lp["token_logprobs"]);
+    // A stop string: the tokens up to it, none after.
+    let mut stopped = body.clone();
+    stopped["stop"] = json!(" was");
+    let (_, cut) = server.post("/v1/completions", &stopped);
+    let text = cut["choices"][0]["text"].as_str().unwrap();
+    let tokens: Vec<&str> = cut["choices"][0]["logprobs"]["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tokens.concat().starts_with(text) && tokens.concat().len() < text.len() + " was".len(),
+        "{cut}"
+    );
+    assert!(text.len() < choice["text"].as_str().unwrap().len(), "{cut}");
+    drop(server);
+
+    // Chat, on SmolLM2 (a chat template): entries in OpenAI's shape, streamed or whole.
+    let server = Server::start(&["--model", &smollm2(), "--threads", "1"]);
+    let chat = |stream: bool| {
+        json!({"messages": [{"role": "user", "content": "What is a token?"}],
+        "max_completion_tokens": 12, "temperature": 0, "logprobs": true, "top_logprobs": 2, "stream": stream})
+    };
+    let (status, whole) = server.post("/v1/chat/completions", &chat(false));
+    assert_eq!(status, 200, "{whole}");
+    let content = whole["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert_eq!(content.len(), 12, "{whole}");
+    let mut spelled = Vec::new();
+    for entry in content {
+        let token = entry["token"].as_str().unwrap();
+        let bytes: Vec<u8> = entry["bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap() as u8)
+            .collect();
+        spelled.extend(&bytes);
+        let top = entry["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 2, "{entry}");
+        assert_eq!(top[0]["token"], token, "{entry}");
+        assert_eq!(top[0]["logprob"], entry["logprob"], "{entry}");
+        assert!(top[1]["logprob"].as_f64() <= top[0]["logprob"].as_f64());
+        assert!(entry["logprob"].as_f64().unwrap() <= 0.0);
+    }
+    assert_eq!(
+        String::from_utf8(spelled).unwrap(),
+        whole["choices"][0]["message"]["content"]
+    );
+    let (text, chunks) = streamed_text(&server.stream("/v1/chat/completions", &chat(true)));
+    assert_eq!(text, whole["choices"][0]["message"]["content"]);
+    let entries: Vec<Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0))
+        .filter(|c| {
+            c["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
+        .flat_map(|c| c["logprobs"]["content"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(
+        &Value::Array(entries),
+        &whole["choices"][0]["logprobs"]["content"]
+    );
+    // Without logprobs, a choice's logprobs is null, as OpenAI sends it.
+    let mut plain = chat(false);
+    plain.as_object_mut().unwrap().remove("logprobs");
+    plain.as_object_mut().unwrap().remove("top_logprobs");
+    let (_, whole) = server.post("/v1/chat/completions", &plain);
+    assert_eq!(whole["choices"][0]["logprobs"], Value::Null);
 }

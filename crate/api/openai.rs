@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::decode::{Sampling, StopReason};
+use crate::decode::{MAX_TOP_LOGPROBS, Sampling, StopReason, TokenLogprobs};
 use crate::error::clip;
 use crate::meter::LlamaTimings;
 
@@ -110,6 +110,12 @@ pub struct Params {
     /// vLLM's and llama.cpp's extension: go on past end-of-text (load testers ask for it).
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// Chat: `true` for each token's log probability; completions: the number of alternatives.
+    #[serde(default)]
+    pub logprobs: Option<serde_json::Value>,
+    /// Chat: how many alternatives each token lists (0 to 20), with `logprobs: true`.
+    #[serde(default)]
+    pub top_logprobs: Option<serde_json::Value>,
     /// OpenAI's fields this server does not implement: read only to refuse a value that asks for
     /// something (their defaults pass), so a client never gets a 200 that quietly ignored them.
     #[serde(flatten)]
@@ -119,10 +125,6 @@ pub struct Params {
 /// OpenAI's request fields that this server does not implement (see [`Unsupported::refuse`]).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Unsupported {
-    #[serde(default)]
-    pub logprobs: Option<serde_json::Value>,
-    #[serde(default)]
-    pub top_logprobs: Option<serde_json::Value>,
     #[serde(default)]
     pub tools: Option<serde_json::Value>,
     #[serde(default)]
@@ -161,17 +163,7 @@ impl Unsupported {
             Value::Array(a) => a.is_empty(),
             Value::Object(o) => o.is_empty(),
         };
-        let fields: [(&'static str, &Option<Value>, &str); 13] = [
-            (
-                "logprobs",
-                &self.logprobs,
-                "log probabilities are not returned by this server",
-            ),
-            (
-                "top_logprobs",
-                &self.top_logprobs,
-                "log probabilities are not returned by this server",
-            ),
+        let fields: [(&'static str, &Option<Value>, &str); 11] = [
             ("tools", &self.tools, "this server does not call tools"),
             (
                 "tool_choice",
@@ -253,6 +245,8 @@ pub struct Checked {
     pub include_usage: bool,
     /// Usage on every chunk (vLLM's `continuous_usage_stats`).
     pub continuous_usage: bool,
+    /// Each token's log probability with this many alternatives (`None`: not asked).
+    pub logprobs: Option<usize>,
 }
 
 impl Params {
@@ -328,7 +322,9 @@ impl Params {
             ));
         }
         self.unsupported.refuse()?;
+        let logprobs = self.logprobs()?;
         Ok(Checked {
+            logprobs,
             max_tokens,
             sampling: Sampling {
                 temperature,
@@ -347,6 +343,40 @@ impl Params {
                 .as_ref()
                 .is_some_and(|o| o.continuous_usage_stats),
         })
+    }
+}
+
+impl Params {
+    /// `logprobs` and `top_logprobs` as the number of alternatives a token lists: chat's
+    /// `logprobs: true` with `top_logprobs: N` (N from 0 to 20, 0 when absent), completions'
+    /// `logprobs: N`; `None` when neither asks.
+    fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        use serde_json::Value;
+        let count = |field: &'static str, v: &Value| match v.as_u64() {
+            Some(n) if n as usize <= MAX_TOP_LOGPROBS => Ok(n as usize),
+            _ => Err(ApiError::invalid(
+                field,
+                format!(
+                    "{field} is {}; give a whole number from 0 to {MAX_TOP_LOGPROBS}",
+                    clip(&v.to_string())
+                ),
+            )),
+        };
+        let top = match &self.top_logprobs {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(count("top_logprobs", v)?),
+        };
+        match &self.logprobs {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => match top {
+                Some(n) if n > 0 => Err(ApiError::invalid(
+                    "top_logprobs",
+                    format!("top_logprobs is {n} but logprobs is not true; set logprobs: true"),
+                )),
+                _ => Ok(None),
+            },
+            Some(Value::Bool(true)) => Ok(Some(top.unwrap_or(0))),
+            Some(v) => count("logprobs", v).map(Some),
+        }
     }
 }
 
@@ -477,8 +507,88 @@ pub struct Choice {
     pub delta: Option<Delta>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    pub logprobs: Option<()>,
+    /// The choice's tokens' log probabilities, when asked (null otherwise, as OpenAI sends it).
+    pub logprobs: Option<ChoiceLogprobs>,
     pub finish_reason: Option<&'static str>,
+}
+
+/// A choice's (or a chunk's) tokens with their log probabilities, in the endpoint's shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ChoiceLogprobs {
+    /// Chat: `{"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}`.
+    Chat {
+        content: Vec<ChatLogprob>,
+        refusal: Option<String>,
+    },
+    /// Completions: parallel lists, `top_logprobs` a map from token to logprob a position, and
+    /// `text_offset` each token's byte offset in the generated text.
+    Text {
+        tokens: Vec<String>,
+        token_logprobs: Vec<f32>,
+        top_logprobs: Vec<std::collections::BTreeMap<String, f32>>,
+        text_offset: Vec<usize>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+impl ChoiceLogprobs {
+    /// `tokens` (each with its byte offset in the generated text) in `kind`'s shape.
+    pub fn new(kind: Kind, tokens: &[(usize, TokenLogprobs)]) -> Self {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        match kind {
+            Kind::Chat => ChoiceLogprobs::Chat {
+                content: tokens
+                    .iter()
+                    .map(|(_, t)| ChatLogprob {
+                        token: text(&t.bytes),
+                        logprob: t.logprob,
+                        bytes: t.bytes.clone(),
+                        top_logprobs: t
+                            .top
+                            .iter()
+                            .map(|a| TopLogprob {
+                                token: text(&a.bytes),
+                                logprob: a.logprob,
+                                bytes: a.bytes.clone(),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+                refusal: None,
+            },
+            Kind::Text => ChoiceLogprobs::Text {
+                tokens: tokens.iter().map(|(_, t)| text(&t.bytes)).collect(),
+                token_logprobs: tokens.iter().map(|(_, t)| t.logprob).collect(),
+                top_logprobs: tokens
+                    .iter()
+                    .map(|(_, t)| {
+                        // Likeliest last, so that of two tokens with one text it is kept.
+                        t.top
+                            .iter()
+                            .rev()
+                            .map(|a| (text(&a.bytes), a.logprob))
+                            .collect()
+                    })
+                    .collect(),
+                text_offset: tokens.iter().map(|(at, _)| *at).collect(),
+            },
+        }
+    }
 }
 
 /// A whole response (`chat.completion`, `text_completion`) or a stream chunk

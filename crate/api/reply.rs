@@ -2,9 +2,9 @@
 //! streamed as Server-Sent Events or sent whole) and the page's `chat.completions.create`
 //! (`web/chat.rs`) build theirs here, so both give the same chunks for the same run.
 
-use crate::api::openai::{Checked, Completion, Kind, Usage, finish_reason};
+use crate::api::openai::{Checked, ChoiceLogprobs, Completion, Kind, Usage, finish_reason};
 use crate::api::stop::StopText;
-use crate::decode::Event;
+use crate::decode::{Event, TokenLogprobs};
 use crate::meter::Report;
 
 /// An answer in the making: what has been sent, and what the request asked for.
@@ -27,6 +27,15 @@ pub struct Reply {
     text: String,
     /// Whether chat's first chunk, with the role, has been made.
     role_sent: bool,
+    /// Whether the request asked for log probabilities.
+    logprobs: bool,
+    /// Bytes of token text generated, and of text released past the stop strings.
+    generated_bytes: usize,
+    released_bytes: usize,
+    /// Tokens whose text is not released yet, each with its text's byte offset.
+    held: Vec<(usize, TokenLogprobs)>,
+    /// A whole answer's released tokens.
+    kept: Vec<(usize, TokenLogprobs)>,
 }
 
 impl Reply {
@@ -50,6 +59,11 @@ impl Reply {
             stop: StopText::new(checked.stops.clone()),
             text: String::new(),
             role_sent: false,
+            logprobs: checked.logprobs.is_some(),
+            generated_bytes: 0,
+            released_bytes: 0,
+            held: Vec::new(),
+            kept: Vec::new(),
         }
     }
 
@@ -84,8 +98,12 @@ impl Reply {
                 self.prompt_tokens = *prompt_tokens;
                 String::new()
             }
-            Event::Token { text, .. } => {
+            Event::Token { text, logprobs, .. } => {
                 self.generated += 1;
+                if let Some(l) = logprobs.as_deref().filter(|_| self.logprobs) {
+                    self.held.push((self.generated_bytes, l.clone()));
+                }
+                self.generated_bytes += text.len();
                 self.stop.push(text)
             }
             Event::Done { trailing_text, .. } => {
@@ -98,12 +116,28 @@ impl Reply {
         if text.is_empty() {
             return out;
         }
+        let tokens = self.release(text.len());
         if self.stream {
-            out.push(self.completion(vec![self.kind.choice(true, false, Some(text), None)]));
+            let mut choice = self.kind.choice(true, false, Some(text), None);
+            if self.logprobs {
+                choice.logprobs = Some(ChoiceLogprobs::new(self.kind, &tokens));
+            }
+            out.push(self.completion(vec![choice]));
         } else {
             self.text.push_str(&text);
+            self.kept.extend(tokens);
         }
         out
+    }
+
+    /// `bytes` more of the text have been released: the held tokens whose text begins in what is
+    /// now released go with it (a token cut by a stop string went out if any of it did).
+    fn release(&mut self, bytes: usize) -> Vec<(usize, TokenLogprobs)> {
+        self.released_bytes += bytes;
+        let ready = self
+            .held
+            .partition_point(|(at, _)| *at < self.released_bytes);
+        self.held.drain(..ready).collect()
     }
 
     /// Chat's first chunk, once, before anything else in a stream.
@@ -141,8 +175,11 @@ impl Reply {
         }
         if !self.stream {
             let text = std::mem::take(&mut self.text);
-            let mut whole =
-                self.completion(vec![self.kind.choice(false, true, Some(text), finish)]);
+            let mut choice = self.kind.choice(false, true, Some(text), finish);
+            if self.logprobs {
+                choice.logprobs = Some(ChoiceLogprobs::new(self.kind, &self.kept));
+            }
+            let mut whole = self.completion(vec![choice]);
             whole.usage = Some(usage);
             whole.timings = Some(timings);
             return vec![whole];

@@ -83,6 +83,10 @@ pub enum Event {
         t_ms: f64,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         drafted: bool,
+        /// Its log probability and the likeliest alternatives, when the request asked for them
+        /// ([`GenerateOptions::logprobs`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        logprobs: Option<Box<TokenLogprobs>>,
     },
     /// Part of a stream from elsewhere (a server's chunk): `tokens` tokens that arrived together
     /// at `t_ms` (a server may send several in one chunk; counted as the run's conditions say),
@@ -118,6 +122,31 @@ pub enum Event {
     },
 }
 
+/// A generated token's log probability and the likeliest tokens at its step, as OpenAI's
+/// `logprobs` report them: natural logs of the softmax of the step's logits divided by the
+/// sampler's temperature (1 for greedy), before top-p cuts the tail.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    /// The chosen token's rank among the whole vocabulary (1: the likeliest).
+    pub rank: usize,
+    /// The chosen token's bytes (part of a character, for a byte token; none for a special).
+    pub bytes: Vec<u8>,
+    /// The likeliest tokens, likeliest first (as many as asked).
+    pub top: Vec<Alternative>,
+}
+
+/// One of the likeliest tokens at a step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Alternative {
+    pub id: u32,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+/// The most alternatives a token's [`TokenLogprobs`] lists (OpenAI's `top_logprobs` limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
 /// How many tokens a run generates unless told otherwise (the CLI's and the wasm API's default too).
 pub const DEFAULT_MAX_TOKENS: usize = 256;
 
@@ -131,6 +160,10 @@ pub struct GenerateOptions {
     /// Wrap the prompt as a user's turn in the model's chat template, when it has one (a model
     /// without one takes the prompt as it is either way).
     pub chat: bool,
+    /// Each token's log probability and this many likeliest alternatives
+    /// ([`TokenLogprobs`], at most [`MAX_TOP_LOGPROBS`]); `None`: none.
+    #[serde(default)]
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -140,6 +173,7 @@ impl Default for GenerateOptions {
             sampling: Sampling::default(),
             queued_ms: 0.0,
             chat: true,
+            logprobs: None,
         }
     }
 }

@@ -14,7 +14,10 @@ pub mod speculate;
 
 pub use arrival::{Arrival, DEFAULT_PROMPTS};
 pub use engine::{Engine, ProductPasses};
-pub use events::{DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo, StopReason};
+pub use events::{
+    Alternative, DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, MAX_TOP_LOGPROBS, ModelInfo,
+    StopReason, TokenLogprobs,
+};
 pub use sampling::Sampling;
 pub use scheduler::{Clock, PREFILL_CHUNK, Request, STEP_TOKENS, Scheduler};
 pub use sequence::SeqEvent;

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::decode::events::{Alternative, MAX_TOP_LOGPROBS, TokenLogprobs};
 use crate::error::{Error, Result};
 use crate::model::logits::{Logits, argmax};
 
@@ -71,6 +72,8 @@ impl Sampling {
 pub struct Sampler {
     settings: Sampling,
     rng_state: u64,
+    /// Log probabilities for each pick, with this many alternatives.
+    logprobs: Option<usize>,
 }
 
 impl Sampler {
@@ -79,7 +82,14 @@ impl Sampler {
         Self {
             settings,
             rng_state: settings.seed.max(1),
+            logprobs: None,
         }
+    }
+
+    /// Report each pick's log probability and `top` alternatives ([`TokenLogprobs`]).
+    pub fn with_logprobs(mut self, top: Option<usize>) -> Self {
+        self.logprobs = top.map(|n| n.min(MAX_TOP_LOGPROBS));
+        self
     }
 
     /// Choose the next id from logits `[1, vocab]`, reading back as little as the method needs.
@@ -99,11 +109,23 @@ impl Sampler {
         samplers: &mut [Option<&mut Sampler>],
         logits: Logits,
     ) -> Result<Vec<u32>> {
-        if samplers
-            .iter()
-            .all(|s| s.as_ref().is_none_or(|s| s.settings.temperature == 0.0))
-        {
-            return logits.argmax().await;
+        let picks = Self::pick_rows(samplers, logits).await?;
+        Ok(picks.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// [`sample_rows`](Self::sample_rows), with each pick's log probabilities where its sampler
+    /// asks for them ([`with_logprobs`](Self::with_logprobs)). When every row is greedy and none
+    /// asks, only the picked ids leave the device.
+    pub async fn pick_rows(
+        samplers: &mut [Option<&mut Sampler>],
+        logits: Logits,
+    ) -> Result<Vec<(u32, Option<Box<TokenLogprobs>>)>> {
+        if samplers.iter().all(|s| {
+            s.as_ref()
+                .is_none_or(|s| s.settings.temperature == 0.0 && s.logprobs.is_none())
+        }) {
+            let ids = logits.argmax().await?;
+            return Ok(ids.into_iter().map(|id| (id, None)).collect());
         }
         let data = logits.into_vec().await?;
         let vocab = data.len() / samplers.len().max(1);
@@ -111,9 +133,19 @@ impl Sampler {
             .iter_mut()
             .zip(data.chunks_exact(vocab))
             .map(|(sampler, row)| match sampler {
-                Some(s) if s.settings.temperature > 0.0 => s.sample_host(row),
-                Some(_) => argmax(row),
-                None => 0,
+                Some(s) => {
+                    let temperature = s.settings.temperature;
+                    let id = if temperature > 0.0 {
+                        s.sample_host(row)
+                    } else {
+                        argmax(row)
+                    };
+                    let logprobs = s
+                        .logprobs
+                        .map(|top| Box::new(logprobs(row, temperature, id, top)));
+                    (id, logprobs)
+                }
+                None => (0, None),
             })
             .collect())
     }
@@ -172,6 +204,45 @@ impl Sampler {
         *s ^= *s >> 27;
         let r = (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32;
         (r >> 8) as f32 / 16_777_216.0
+    }
+}
+
+/// `id`'s log probability in `row` at `temperature` (0: greedy, read at 1), its rank, and the
+/// `top` likeliest ids ([`TokenLogprobs`]; their bytes are the tokenizer's to fill in). The log of the sum is taken in f64 over the whole
+/// vocabulary, so a likely token's logprob is exact to f32's precision.
+pub fn logprobs(row: &[f32], temperature: f32, id: u32, top: usize) -> TokenLogprobs {
+    let t = if temperature > 0.0 { temperature } else { 1.0 } as f64;
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = row.iter().map(|&l| ((l as f64 - max) / t).exp()).sum();
+    let log_sum = sum.ln();
+    let logprob = |l: f32| ((l as f64 - max) / t - log_sum) as f32;
+    let chosen = row[id as usize];
+    // Ties rank by id, as the argmax picks the first of equals.
+    let rank = 1 + row
+        .iter()
+        .enumerate()
+        .filter(|&(i, &l)| l > chosen || (l == chosen && (i as u32) < id))
+        .count();
+    let mut order: Vec<u32> = (0..row.len() as u32).collect();
+    let top = top.min(row.len());
+    let by_logit = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+    if top > 0 && top < order.len() {
+        order.select_nth_unstable_by(top - 1, by_logit);
+    }
+    order.truncate(top);
+    order.sort_by(by_logit);
+    TokenLogprobs {
+        logprob: logprob(chosen),
+        rank,
+        bytes: Vec::new(),
+        top: order
+            .into_iter()
+            .map(|id| Alternative {
+                id,
+                logprob: logprob(row[id as usize]),
+                bytes: Vec::new(),
+            })
+            .collect(),
     }
 }
 

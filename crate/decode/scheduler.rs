@@ -21,7 +21,7 @@ use crate::backend::Segment;
 use crate::decode::engine::{Engine, ms_since};
 use crate::decode::events::{Event, Flow, GenerateOptions, StopReason};
 use crate::decode::sampling::Sampler;
-use crate::decode::sequence::{SeqEvent, Sequence};
+use crate::decode::sequence::{Position, SeqEvent, Sequence};
 use crate::decode::speculate::{Speculation, accept_greedy, accept_sampled};
 use crate::error::{Error, Result};
 
@@ -356,16 +356,18 @@ impl Scheduler {
                 read.then_some(&mut p.seq.sampler)
             }))
             .collect();
-        let ids = Sampler::sample_rows(&mut samplers, logits).await?;
+        let picks = Sampler::pick_rows(&mut samplers, logits).await?;
         let rows = decoding + chunks.iter().map(|c| c.len()).sum::<usize>();
         self.clock.passed(rows);
         // The prompts read to their end leave the prefill, in order, with their rows' picks.
         let mut read = Vec::new();
         let mut still = Vec::new();
         let rest = self.prefilling.split_off(reading);
-        for (p, &id) in self.prefilling.drain(..).zip(&ids[decoding..]) {
+        let mut picks = picks.into_iter();
+        let decoded: Vec<_> = picks.by_ref().take(decoding).collect();
+        for (p, pick) in self.prefilling.drain(..).zip(picks) {
             if p.seq.cache.len() == p.seq.prompt_ids.len() {
-                read.push((p, id));
+                read.push((p, pick));
             } else {
                 still.push(p);
             }
@@ -378,19 +380,19 @@ impl Scheduler {
         let now = self.now_ms();
 
         let mut running = Vec::with_capacity(self.max_batch);
-        for (mut seq, &id) in self.running.drain(..).zip(&ids) {
-            if !seq.accept(tokenizer, id, now, context, &mut out) {
+        for (mut seq, pick) in self.running.drain(..).zip(decoded) {
+            if !seq.accept(tokenizer, pick, now, context, &mut out) {
                 running.push(seq);
             }
         }
-        for (p, id) in read {
+        for (p, pick) in read {
             let Prefilling {
                 mut seq,
                 ready_ms,
                 start_ms,
             } = p;
             prefilled(&seq, ready_ms, start_ms, now, &mut out);
-            if !seq.accept(tokenizer, id, now, context, &mut out) {
+            if !seq.accept(tokenizer, pick, now, context, &mut out) {
                 running.push(seq);
             }
         }
@@ -531,15 +533,12 @@ impl Scheduler {
         let tokenizer = &engine.tokenizer;
         let picked = draft.tokens[..kept].iter().map(|&d| (d, true));
         for (i, (id, drafted)) in picked.chain([(next, false)]).enumerate() {
-            if seq.accept_at(
-                tokenizer,
-                id,
-                start + 1 + i,
+            let at = Position {
+                pos: start + 1 + i,
                 drafted,
-                now,
-                context,
-                &mut out,
-            ) {
+                logprobs: None,
+            };
+            if seq.accept_at(tokenizer, id, at, now, context, &mut out) {
                 self.running.clear();
                 break;
             }

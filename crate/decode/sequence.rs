@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use crate::backend::KvCache;
-use crate::decode::events::{Event, GenerateOptions, StopReason};
+use crate::decode::events::{Event, GenerateOptions, StopReason, TokenLogprobs};
 use crate::decode::sampling::Sampler;
 use crate::decode::speculate::{Drafter, Speculation};
 use crate::loading::tokenizer::{TextStream, Tokenizer};
@@ -18,6 +18,14 @@ pub struct SeqEvent {
     pub seq: usize,
     #[serde(flatten)]
     pub event: Event,
+}
+
+/// Where a picked token goes: its position, whether it was a draft the model kept, and its log
+/// probabilities when asked for.
+pub struct Position {
+    pub pos: usize,
+    pub drafted: bool,
+    pub logprobs: Option<Box<TokenLogprobs>>,
 }
 
 /// A request's state while it is generated.
@@ -56,8 +64,12 @@ impl Sequence {
     ) -> Self {
         Self {
             id,
-            sampler: Sampler::new(options.sampling),
-            drafter: speculation.map(|s| Drafter::new(s.clone(), options.sampling)),
+            sampler: Sampler::new(options.sampling).with_logprobs(options.logprobs),
+            // A speculative step keeps several tokens from one pass and reports no log
+            // probabilities: a request that asks for them decodes plainly.
+            drafter: speculation
+                .filter(|_| options.logprobs.is_none())
+                .map(|s| Drafter::new(s.clone(), options.sampling)),
             ids: prompt_ids.clone(),
             options,
             made_ms,
@@ -81,28 +93,42 @@ impl Sequence {
     pub fn accept(
         &mut self,
         tokenizer: &Tokenizer,
-        id: u32,
+        (id, logprobs): (u32, Option<Box<TokenLogprobs>>),
         now_ms: f64,
         context: usize,
         out: &mut Vec<SeqEvent>,
     ) -> bool {
         let pos = self.cache.len();
-        self.accept_at(tokenizer, id, pos, false, now_ms, context, out)
+        let at = Position {
+            pos,
+            drafted: false,
+            logprobs,
+        };
+        self.accept_at(tokenizer, id, at, now_ms, context, out)
     }
 
-    /// [`accept`](Self::accept) for a token at position `pos` (a speculative step keeps several
-    /// at once), `drafted` when it was a draft the model kept.
-    #[allow(clippy::too_many_arguments)]
+    /// [`accept`](Self::accept) for a token at `at` (a speculative step keeps several at once).
     pub fn accept_at(
         &mut self,
         tokenizer: &Tokenizer,
         id: u32,
-        pos: usize,
-        drafted: bool,
+        at: Position,
         now_ms: f64,
         context: usize,
         out: &mut Vec<SeqEvent>,
     ) -> bool {
+        let Position {
+            pos,
+            drafted,
+            logprobs,
+        } = at;
+        let logprobs = logprobs.map(|mut l| {
+            l.bytes = tokenizer.piece_bytes(id).to_vec();
+            for a in &mut l.top {
+                a.bytes = tokenizer.piece_bytes(a.id).to_vec();
+            }
+            l
+        });
         // With `ignore_eos` an end-of-text token is kept as a token and generation goes on.
         let stops = tokenizer.is_stop(id) && !self.ignore_eos;
         let reason = match id {
@@ -119,6 +145,7 @@ impl Sequence {
                         text: piece,
                         t_ms: self.t_ms(now_ms),
                         drafted,
+                        logprobs,
                     },
                 );
                 self.input = id;

@@ -297,7 +297,7 @@ test('SmolLM2-135M-Instruct from the list: a chat question in its ChatML templat
     const stream = await tokenometer.chat.completions.create({ messages, stream: true, stream_options: { include_usage: true }, max_tokens: 12, temperature: 0 });
     const chunks = [];
     for await (const chunk of stream) chunks.push(chunk);
-    const whole = await tokenometer.chat.completions.create({ messages, max_tokens: 12, temperature: 0 });
+    const whole = await tokenometer.chat.completions.create({ messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 2 });
     const refused = await tokenometer.chat.completions.create({ messages: [] }).then(() => 'answered', (/** @type {Error} */ e) => e.message);
     return { chunks, whole, refused };
   });
@@ -316,6 +316,13 @@ test('SmolLM2-135M-Instruct from the list: a chat question in its ChatML templat
   assert.equal(api.whole.object, 'chat.completion');
   assert.equal(api.whole.choices[0].message.content, generated);
   assert.equal(api.whole.usage.completion_tokens, 12);
+  // With logprobs: true each token comes with its log probability and 2 alternatives, the
+  // engine's own (as `serve` returns them), and the tokens spell the text.
+  const entries = api.whole.choices[0].logprobs.content;
+  assert.equal(entries.length, 12);
+  assert.equal(entries.map((e) => e.token).join(''), generated);
+  assert.ok(entries.every((e) => e.top_logprobs.length === 2 && e.top_logprobs[0].token === e.token && e.logprob <= 0), JSON.stringify(entries[0]));
+  assert.equal(api.chunks[1].choices[0].logprobs, null, 'a stream that did not ask has none');
   assert.match(api.refused, /messages/);
   // Without the template the same question is its 9 tokens alone.
   await page.getByTestId('chat').uncheck();

@@ -130,6 +130,10 @@ pub(super) enum Command {
         /// Print one JSON object per event instead of text.
         #[arg(long)]
         json: bool,
+        /// Each generated token's log probability and its N likeliest alternatives (0 to 20):
+        /// a table after the text, or `logprobs` on each token event with --json.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=20), conflicts_with = "prompts")]
+        logprobs: Option<u32>,
         /// Measure a cold start: no warm-up run before the measured one.
         #[arg(long)]
         no_warmup: bool,

@@ -83,6 +83,7 @@ async fn run(command: Command) -> Result<(), Error> {
             seed,
             reading_wpm,
             json,
+            logprobs,
             no_warmup,
             raw,
             speculate,
@@ -96,6 +97,13 @@ async fn run(command: Command) -> Result<(), Error> {
                     "--speculate runs one prompt at a time: give --prompt, not --prompts".into(),
                 ));
             }
+            if speculation.is_some() && logprobs.is_some() {
+                return Err(Error::Unsupported(
+                    "--speculate keeps several tokens a pass and reports no log probabilities; \
+                     drop one of --speculate and --logprobs"
+                        .into(),
+                ));
+            }
             let warm_up_ms = if no_warmup {
                 None
             } else {
@@ -106,6 +114,7 @@ async fn run(command: Command) -> Result<(), Error> {
                 sampling,
                 queued_ms: 0.0,
                 chat: !raw,
+                logprobs: logprobs.map(|n| n as usize),
             };
             if let Some(path) = prompts {
                 let prompts = read_prompts(&path)?;

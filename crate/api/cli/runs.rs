@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use crate::api::drive::{Level, LoadLevel, MeteredRun};
-use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions, Speculation};
+use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions, Speculation, TokenLogprobs};
 use crate::error::Error;
 use crate::meter::{DEFAULT_READING_WPM, LoadReport, Report, Slo, Source, human_bytes};
 
@@ -42,6 +42,7 @@ pub(super) async fn generate(
         let _ = write!(out, "{prompt}");
     }
     let mut done = None;
+    let mut picks = Vec::new();
     let report = run
         .run_to_end(engine, &mut |event| {
             match (event, output) {
@@ -50,9 +51,12 @@ pub(super) async fn generate(
                 (_, Output::Json) => {
                     let _ = writeln!(out, "{}", serde_json::to_string(event).unwrap());
                 }
-                (Event::Token { text, .. }, Output::Text) => {
+                (Event::Token { text, logprobs, .. }, Output::Text) => {
                     let _ = write!(out, "{text}");
                     let _ = out.flush();
+                    if let Some(l) = logprobs {
+                        picks.push(l.clone());
+                    }
                 }
                 _ => {}
             }
@@ -70,10 +74,43 @@ pub(super) async fn generate(
         }
         Output::Text => {
             let _ = writeln!(out);
+            if options.logprobs.is_some() {
+                eprintln!("\n{}", logprobs_table(&picks, options.sampling.temperature));
+            }
         }
         Output::Quiet => {}
     }
     Ok(report)
+}
+
+/// Each generated token with its probability, its rank and the likeliest alternatives, a line
+/// each (`generate --logprobs N`).
+fn logprobs_table(picks: &[Box<TokenLogprobs>], temperature: f32) -> String {
+    let at = if temperature > 0.0 {
+        format!("at temperature {temperature}")
+    } else {
+        "greedy, read at temperature 1".to_string()
+    };
+    let shown = |bytes: &[u8]| format!("{:?}", String::from_utf8_lossy(bytes));
+    let mut lines = vec![format!(
+        "log probabilities ({at}): token, its probability and rank, then the likeliest"
+    )];
+    for (i, p) in picks.iter().enumerate() {
+        let top: Vec<String> = p
+            .top
+            .iter()
+            .map(|a| format!("{} {:.1}%", shown(&a.bytes), 100.0 * a.logprob.exp()))
+            .collect();
+        lines.push(format!(
+            "{:>4} {:<16} {:>6.1}% #{:<5} {}",
+            i + 1,
+            shown(&p.bytes),
+            100.0 * p.logprob.exp(),
+            p.rank,
+            top.join("  ")
+        ));
+    }
+    lines.join("\n")
 }
 
 fn fmt(v: Option<f64>, digits: usize) -> String {

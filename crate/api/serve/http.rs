@@ -258,6 +258,7 @@ async fn complete(
             sampling: checked.sampling,
             queued_ms: 0.0,
             chat: false,
+            logprobs: checked.logprobs,
         },
         max_tokens_asked: checked.max_tokens,
         ignore_eos: checked.ignore_eos,

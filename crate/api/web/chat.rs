@@ -73,6 +73,7 @@ impl Session {
             sampling: checked.sampling,
             queued_ms: 0.0,
             chat: false,
+            logprobs: checked.logprobs,
         };
         let run = MeteredRun::start(
             &self.engine,
