@@ -786,3 +786,79 @@ fn logprobs_are_the_engines_streamed_or_whole() {
     let (_, whole) = server.post("/v1/chat/completions", &plain);
     assert_eq!(whole["choices"][0]["logprobs"], Value::Null);
 }
+
+/// The KV cache a room can make the server hold is bounded (`--kv-memory`): requests asking for
+/// the whole context at every place of `--parallel 32` are refused at once, naming the budget
+/// (they could never fit), as is one that gives no max_tokens (1,024 by default, past this small
+/// budget); requests that fit two at a time run two at a time, the others waiting their turn,
+/// and every one is served in full. The server's own peak reservation says so.
+#[test]
+fn the_kv_budget_bounds_what_a_room_can_make_the_server_hold() {
+    let model = smollm2();
+    let server = Server::start(&[
+        "--model",
+        &model,
+        "--threads",
+        "1",
+        "--parallel",
+        "32",
+        "--kv-memory",
+        "10MB",
+    ]);
+    // SmolLM2-135M: 30 layers x 2 x 3 KV heads x 64 x 4 bytes = 46,080 bytes a position.
+    let budget = server.metric("tokenometer:kv_cache_positions_budget");
+    assert_eq!(budget, (10_000_000 / 46_080) as f64);
+    let chat = |max: Option<usize>| {
+        let mut body = json!({"messages": [{"role": "user", "content": "Count to ten."}],
+            "temperature": 0, "ignore_eos": true});
+        if let Some(max) = max {
+            body["max_tokens"] = json!(max);
+        }
+        body
+    };
+    let hostile = std::thread::scope(|s| {
+        let asks: Vec<_> = (0..32)
+            .map(|_| s.spawn(|| server.post("/v1/chat/completions", &chat(Some(8000)))))
+            .collect();
+        asks.into_iter()
+            .map(|a| a.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (status, error) in hostile
+        .iter()
+        .chain([&server.post("/v1/chat/completions", &chat(None))])
+    {
+        assert_eq!(*status, 400, "{error}");
+        assert_eq!(error["error"]["code"], "kv_budget_exceeded", "{error}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("--kv-memory") && message.contains("ask for at most"),
+            "{message}"
+        );
+    }
+    // Four that fit two at a time: about 40 prompt tokens and 60 more each.
+    let served = std::thread::scope(|s| {
+        let asks: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| server.post("/v1/chat/completions", &chat(Some(60)))))
+            .collect();
+        asks.into_iter()
+            .map(|a| a.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut reservation = 0;
+    for (status, whole) in &served {
+        assert_eq!(*status, 200, "{whole}");
+        assert_eq!(whole["usage"]["completion_tokens"], 60);
+        reservation = whole["usage"]["total_tokens"].as_u64().unwrap();
+    }
+    assert!(
+        (3 * reservation) as f64 > budget && (2 * reservation) as f64 <= budget,
+        "{reservation}"
+    );
+    let peak = server.metric("tokenometer:kv_cache_positions_reserved_peak");
+    assert_eq!(peak, 2.0 * reservation as f64, "two at a time, never more");
+    assert_eq!(
+        server.metric("tokenometer:kv_cache_positions_reserved"),
+        0.0
+    );
+}

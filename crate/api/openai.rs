@@ -14,6 +14,9 @@ use crate::meter::LlamaTimings;
 
 /// The most stop strings a request may give (OpenAI's limit).
 pub const MAX_STOPS: usize = 4;
+/// The most tokens a request generates when it gives no `max_tokens` (within the context): a
+/// client that forgets it reserves this much KV cache, not the whole context.
+pub const DEFAULT_MAX_TOKENS_SERVED: usize = 1024;
 /// The longest stop string, in bytes (a stop string is matched against every token's text).
 pub const MAX_STOP_BYTES: usize = 256;
 
@@ -236,7 +239,8 @@ impl Unsupported {
 /// What a request asks the engine for, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checked {
-    /// The most tokens to generate; `None`: until the context is full.
+    /// The most tokens to generate, as asked; `None`: [`DEFAULT_MAX_TOKENS_SERVED`] (within the
+    /// context).
     pub max_tokens: Option<usize>,
     pub sampling: Sampling,
     pub stops: Vec<String>,

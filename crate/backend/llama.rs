@@ -104,6 +104,12 @@ impl KvCache {
     pub fn capacity(&self) -> usize {
         self.positions.capacity
     }
+
+    /// Grow to at most `positions` (a sequence that will never need more: its prompt and its
+    /// max tokens), so that a cache growing by doubling holds no more than that.
+    pub fn limit_to(&mut self, positions: usize) {
+        self.positions.limit = self.positions.limit.min(positions.max(1));
+    }
 }
 
 /// One sequence's tokens in a batched pass, with its cache.
@@ -202,6 +208,12 @@ impl Llama {
             Body::Device(w) => Some(w.ops.counts()),
             Body::Host(_) => None,
         }
+    }
+
+    /// The bytes a sequence's KV cache holds a position: keys and values of every layer, in f32.
+    pub fn kv_bytes_per_position(&self) -> usize {
+        let c = &self.config;
+        c.n_layers * 2 * c.n_kv_heads * c.head_size() * 4
     }
 
     /// An empty cache; it allocates as positions are written.

@@ -19,6 +19,6 @@ pub use events::{
     StopReason, TokenLogprobs,
 };
 pub use sampling::Sampling;
-pub use scheduler::{Clock, PREFILL_CHUNK, Request, STEP_TOKENS, Scheduler};
+pub use scheduler::{Clock, PREFILL_CHUNK, Request, STEP_TOKENS, Scheduler, kv_reservation};
 pub use sequence::SeqEvent;
 pub use speculate::{DraftSource, Speculation};

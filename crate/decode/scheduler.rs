@@ -136,6 +136,14 @@ pub struct Scheduler {
     running: Vec<Sequence>,
     prefill_chunk: usize,
     step_tokens: usize,
+    /// The most KV cache positions the batch may hold together ([`set_kv_positions`](Self::set_kv_positions)).
+    kv_positions: Option<usize>,
+}
+
+/// The KV cache positions a sequence may come to hold: its prompt and its max tokens, within the
+/// context (its cache never grows past that: [`Scheduler::submit`]).
+pub fn kv_reservation(prompt_tokens: usize, max_tokens: usize, context: usize) -> usize {
+    (prompt_tokens + max_tokens).min(context)
 }
 
 impl Scheduler {
@@ -156,6 +164,7 @@ impl Scheduler {
             running: Vec::new(),
             prefill_chunk: PREFILL_CHUNK,
             step_tokens: STEP_TOKENS,
+            kv_positions: None,
         }
     }
 
@@ -172,6 +181,37 @@ impl Scheduler {
     /// decoding, the first prompt is read whole whatever the budget.
     pub fn set_step_tokens(&mut self, tokens: usize) {
         self.step_tokens = tokens.max(1);
+    }
+
+    /// Hold at most `positions` KV cache positions over the batch (`None`: no bound but the batch
+    /// size): a request joins only when its reservation ([`kv_reservation`]) fits beside those of
+    /// the requests running, and waits in order until it does. A request whose reservation alone
+    /// is past the bound would wait forever: the caller refuses it
+    /// ([`waiting_reservation`](Self::waiting_reservation)).
+    pub fn set_kv_positions(&mut self, positions: Option<usize>) {
+        self.kv_positions = positions;
+    }
+
+    /// The KV positions reserved by the sequences in the batch.
+    pub fn reserved_positions(&self, context: usize) -> usize {
+        let reserve =
+            |s: &Sequence| kv_reservation(s.prompt_ids.len(), s.options.max_tokens, context);
+        self.running.iter().map(reserve).sum::<usize>()
+            + self
+                .prefilling
+                .iter()
+                .map(|p| reserve(&p.seq))
+                .sum::<usize>()
+    }
+
+    /// The reservation of sequence `id`, while it waits to join the batch.
+    pub fn waiting_reservation(&self, id: usize, context: usize) -> Option<usize> {
+        let w = self.waiting.iter().find(|w| w.seq.id == id)?;
+        Some(kv_reservation(
+            w.seq.prompt_ids.len(),
+            w.seq.options.max_tokens,
+            context,
+        ))
     }
 
     /// Milliseconds since the scheduler was made.
@@ -223,13 +263,20 @@ impl Scheduler {
         let tokenize_ms = (tokenized - start.max(made_ms)).max(0.0);
         let id = self.next_id;
         self.next_id += 1;
+        let mut cache = engine.model.new_cache();
+        let context = engine.model.config.seq_len;
+        cache.limit_to(kv_reservation(
+            prompt_ids.len(),
+            options.max_tokens,
+            context,
+        ));
         let seq = Sequence::new(
             id,
             options,
             made_ms,
             prompt_ids,
             tokenize_ms,
-            engine.model.new_cache(),
+            cache,
             speculation,
         );
         let ready_ms = made_ms.max(tokenized);
@@ -407,7 +454,9 @@ impl Scheduler {
     /// now goes back to the head of the queue).
     fn plan_prompts(&mut self, engine: &Engine, now: f64) -> Vec<Range<usize>> {
         let model = &engine.model;
+        let context = model.config.seq_len;
         let decoding = self.running.len();
+        let mut reserved = self.reserved_positions(context);
         let mut chunks: Vec<Range<usize>> = Vec::new();
         // Rows in the pass, and the furthest position any of them reaches (what one pass may hold
         // depends on it: `Llama::prefill_chunk`).
@@ -428,6 +477,19 @@ impl Scheduler {
                 if !(room && arrived && budget > 0) {
                     break;
                 }
+                // The first in line waits (and the others behind it) until its cache fits; with
+                // nothing in the batch it goes ahead (waiting would not make room).
+                let head = &self.waiting[0].seq;
+                let wants = kv_reservation(head.prompt_ids.len(), head.options.max_tokens, context);
+                let empty = decoding == 0 && self.prefilling.is_empty();
+                if self
+                    .kv_positions
+                    .is_some_and(|most| reserved + wants > most)
+                    && !empty
+                {
+                    break;
+                }
+                reserved += wants;
                 let Waiting { seq, ready_ms } = self.waiting.remove(0);
                 self.prefilling.push(Prefilling {
                     seq,

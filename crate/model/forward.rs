@@ -42,7 +42,8 @@ pub struct Positions {
     pub len: usize,
     /// Positions each layer can hold now.
     pub capacity: usize,
-    /// The context length: the most the cache may grow to.
+    /// The most the cache grows to by doubling: the context, or less where the sequence can
+    /// never need more (a write past it still grows the cache to what it needs).
     pub limit: usize,
 }
 
@@ -55,7 +56,7 @@ impl Positions {
         (end > self.capacity).then(|| {
             end.max(2 * self.capacity)
                 .max(MIN_CACHE_POSITIONS)
-                .min(self.limit)
+                .min(self.limit.max(end))
         })
     }
 }

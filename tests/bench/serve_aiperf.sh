@@ -6,6 +6,8 @@
 #
 # Usage: AIPERF=.../bin/aiperf LLAMA_SERVER=.../llama-server tests/bench/serve_aiperf.sh MODEL.gguf
 #   LEVELS="1 4 8" ROUNDS=2 OSL=64 ISL=128 PARALLEL=8 THREADS=1 OUT=target/bench/serve
+#   SERVERS="ours llama" (add `before` with BEFORE=path/to/an/older/tokenometer to compare builds)
+#   TEMPERATURE=0: the same sampler on every server (greedy; llama-server's own chain otherwise)
 # AIPerf wants a Hugging Face tokenizer (its "builtin" one downloads its encoding): the model's
 # own is written from the GGUF into $OUT/tokenizer by gguf_tokenizer_json.py, with PyPI's `gguf`
 # installed in AIPerf's environment (pip install gguf).
@@ -23,6 +25,8 @@ OSL=${OSL:-64}
 ISL=${ISL:-128}
 PARALLEL=${PARALLEL:-8}
 THREADS=${THREADS:-1}
+SERVERS=${SERVERS:-"ours llama"}
+TEMPERATURE=${TEMPERATURE:-0}
 OUT=${OUT:-target/bench/serve}
 PORT=${PORT:-18431}
 URL="http://127.0.0.1:$PORT"
@@ -41,8 +45,10 @@ wait_healthy() {
 
 # Start server $1 (ours | llama) and wait until it answers /health.
 start() {
-  if [ "$1" = ours ]; then
-    target/release/tokenometer serve --model "$MODEL" --threads "$THREADS" --parallel "$PARALLEL" \
+  if [ "$1" = ours ] || [ "$1" = before ]; then
+    bin=target/release/tokenometer
+    [ "$1" = before ] && bin=${BEFORE:?BEFORE= an older tokenometer binary}
+    "$bin" serve --model "$MODEL" --threads "$THREADS" --parallel "$PARALLEL" \
       --queue 256 --port "$PORT" --exit-after 1800 > "$OUT/server.log" 2>&1 &
   else
     # Each of llama-server's slots gets context/parallel tokens: 1024 a user is plenty here.
@@ -64,7 +70,7 @@ trap stop EXIT
 
 for round in $(seq 1 "$ROUNDS"); do
   for c in $LEVELS; do
-    for server in ours llama; do
+    for server in $SERVERS; do
       start "$server"
       name=$(curl -s "$URL/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
       dir="$OUT/$server-c$c-r$round"
@@ -73,6 +79,7 @@ for round in $(seq 1 "$ROUNDS"); do
         --concurrency "$c" --request-count $((c * 6)) --warmup-request-count "$c" \
         --synthetic-input-tokens-mean "$ISL" --synthetic-input-tokens-stddev 0 \
         --output-tokens-mean "$OSL" --output-tokens-stddev 0 --extra-inputs ignore_eos:true \
+        --extra-inputs temperature:"$TEMPERATURE" \
         --tokenizer "$TOKENIZER" --use-server-token-count --random-seed 7 \
         --export-level raw --artifact-dir "$dir" --ui-type none > "$dir.log" 2>&1 \
         || { echo "serve_aiperf: aiperf failed on $server at $c users (see $dir.log)" >&2; tail -20 "$dir.log" >&2; }

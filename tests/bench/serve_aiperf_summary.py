@@ -82,11 +82,34 @@ def main(out):
             values = [r[key] for r in runs if r[key] is not None]
             return ", ".join(f"{v:.1f}" for v in values) if values else "-"
         errors = sum(r["errors"] for r in runs)
-        name = "tokenometer serve" if server == "ours" else "llama-server"
+        name = {"ours": "tokenometer serve", "before": "tokenometer serve (before)"}.get(server, "llama-server")
         print(f"| {name} | {c} | {cell('aggregate')} | {cell('per_user_p50')} | {cell('server_per_user_p50')} | "
               f"{cell('ttft_p50')} | {cell('ttft_p99')} | {cell('server_prompt_ms_p50')} | {cell('ttft_mean')} | "
               f"{cell('server_ttft_mean')} | {errors:.0f} |")
 
 
+
+
+def medians(out):
+    """Each server's median aggregate tok/s at each level, and the ratios the issue asks for."""
+    out = Path(out)
+    agg = defaultdict(list)
+    for run in sorted(out.glob("*-c*-r*")):
+        if run.is_dir() and (run / "profile_export_aiperf.json").exists():
+            server, c, _ = run.name.rsplit("-", 2)
+            d = json.loads((run / "profile_export_aiperf.json").read_text())
+            agg[(server, int(c[1:]))].append(d["output_token_throughput"]["avg"])
+    med = {k: statistics.median(v) for k, v in agg.items()}
+    print()
+    print("| server | users | median aggregate tok/s (rounds) | over its own 1 user | over llama-server's |")
+    print("| --- | --- | --- | --- | --- |")
+    for (server, c), m in sorted(med.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        one = med.get((server, 1))
+        llama = med.get(("llama", c))
+        ratio = lambda d: f"{m / d:.2f}x" if d else "-"
+        print(f"| {server} | {c} | {m:.1f} ({len(agg[(server, c)])}) | {ratio(one)} | {ratio(llama)} |")
+
+
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    medians(sys.argv[1])

@@ -302,6 +302,11 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = crate::decode::STEP_TOKENS as u32,
           value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub(super) step_tokens: u32,
+    /// The most memory the running requests' KV caches hold together, e.g. 64MB or 2GB (default:
+    /// a quarter of this machine's memory, printed at start): a request waits until its prompt
+    /// and max_tokens fit, and one that never could is refused.
+    #[arg(long, value_parser = parse_bytes)]
+    pub(super) kv_memory: Option<u64>,
     /// `lookup`: a request that runs alone drafts from its prompt and verifies in one pass.
     #[arg(long)]
     pub(super) speculate: Option<String>,
@@ -360,4 +365,38 @@ pub(super) fn reading_wpm(s: &str) -> Result<f64, String> {
         ));
     }
     Ok(v)
+}
+
+/// A size in bytes: a number with KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (of 1024),
+/// or B or nothing for bytes; at least 1 MB, at most 1 PB.
+pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let v: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size; give e.g. 64MB or 2GB"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "tb" | "t" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "{other:?} is not a unit of size; use KB, MB, GB or KiB, MiB, GiB"
+            ));
+        }
+    };
+    let bytes = v * scale;
+    if !(1e6..=1e15).contains(&bytes) {
+        return Err(format!("{s}: give a size from 1MB to 1PB"));
+    }
+    Ok(bytes as u64)
 }

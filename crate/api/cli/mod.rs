@@ -443,6 +443,16 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
             )));
         }
     };
+    let kv_memory = match args.kv_memory {
+        Some(bytes) => (bytes, "--kv-memory".to_string()),
+        None => crate::api::serve::default_kv_memory(),
+    };
+    println!(
+        "tokenometer: KV cache for the running requests: at most {} ({}); a request joins when its \
+         prompt and max_tokens fit beside the others'",
+        crate::api::serve::bytes_said(kv_memory.0),
+        kv_memory.1
+    );
     let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let page = args
         .page
@@ -460,6 +470,8 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
             queue: args.queue as usize,
             prefill_chunk: args.prefill_chunk as usize,
             step_tokens: args.step_tokens as usize,
+            kv_memory: kv_memory.0,
+            kv_positions: None,
             speculation,
         },
         cors: args.cors,

@@ -18,7 +18,8 @@ use axum::routing::{any, get, post};
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
 use crate::api::openai::{
-    ApiError, ChatRequest, Completion, CompletionRequest, Kind, ModelCard, ModelList, Params,
+    ApiError, ChatRequest, Completion, CompletionRequest, DEFAULT_MAX_TOKENS_SERVED, Kind,
+    ModelCard, ModelList, Params,
 };
 use crate::api::reply::Reply;
 use crate::decode::{GenerateOptions, ModelInfo};
@@ -124,7 +125,15 @@ async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     let shared = app.shared.lock().unwrap();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        shared.metrics.render(shared.running, shared.waiting),
+        shared.metrics.render(
+            shared.running,
+            shared.waiting,
+            [
+                shared.kv_reserved,
+                shared.kv_reserved_peak,
+                shared.kv_positions,
+            ],
+        ),
     )
 }
 
@@ -254,7 +263,9 @@ async fn complete(
         prompt,
         templated,
         options: GenerateOptions {
-            max_tokens: checked.max_tokens.unwrap_or(context),
+            max_tokens: checked
+                .max_tokens
+                .unwrap_or(DEFAULT_MAX_TOKENS_SERVED.min(context)),
             sampling: checked.sampling,
             queued_ms: 0.0,
             chat: false,

@@ -130,7 +130,7 @@ impl Metrics {
     }
 
     /// The Prometheus text, with the gauges as they are now.
-    pub fn render(&self, running: usize, waiting: usize) -> String {
+    pub fn render(&self, running: usize, waiting: usize, kv: [usize; 3]) -> String {
         let labels = format!("model_name=\"{}\"", self.model);
         let mut out = String::new();
         let mut scalar = |name: &str, kind: &str, help: &str, value: u64| {
@@ -151,6 +151,24 @@ impl Metrics {
             "gauge",
             "Requests waiting for a place in the batch.",
             waiting as u64,
+        );
+        scalar(
+            "kv_cache_positions_reserved",
+            "gauge",
+            "KV cache positions the requests in the batch may come to hold (prompt and max tokens).",
+            kv[0] as u64,
+        );
+        scalar(
+            "kv_cache_positions_reserved_peak",
+            "gauge",
+            "The most KV cache positions the batch has reserved at once since the server started.",
+            kv[1] as u64,
+        );
+        scalar(
+            "kv_cache_positions_budget",
+            "gauge",
+            "The most KV cache positions the batch may reserve (--kv-memory over the bytes a position).",
+            kv[2] as u64,
         );
         scalar(
             "prompt_tokens_total",

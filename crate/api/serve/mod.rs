@@ -34,6 +34,44 @@ mod worker;
 pub use http::{BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE, MAX_BODY_BYTES, MAX_CONNECTIONS};
 pub use worker::Limits;
 
+/// The share of the machine's memory `serve` lets KV caches hold unless told (`--kv-memory`).
+pub const KV_MEMORY_SHARE: u64 = 4;
+/// The KV budget where the machine's memory cannot be read.
+const KV_MEMORY_FALLBACK: u64 = 2_000_000_000;
+
+/// The KV budget `serve` holds unless told: a quarter of the machine's memory (Linux's
+/// `/proc/meminfo`), else 2 GB; with the sentence that says where it came from.
+pub fn default_kv_memory() -> (u64, String) {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    });
+    match total {
+        Some(total) => (
+            total / KV_MEMORY_SHARE,
+            format!(
+                "a quarter of this machine's {}; --kv-memory to change it",
+                bytes_said(total)
+            ),
+        ),
+        None => (
+            KV_MEMORY_FALLBACK,
+            "this machine's memory could not be read; --kv-memory to change it".into(),
+        ),
+    }
+}
+
+/// Bytes as a person reads them: `64.0 MB`, `2.1 GB`.
+pub fn bytes_said(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= 1e9 {
+        format!("{:.1} GB", b / 1e9)
+    } else {
+        format!("{:.1} MB", b / 1e6)
+    }
+}
+
 /// What `tokenometer serve` was asked for.
 pub struct ServeOptions {
     pub host: String,
@@ -171,6 +209,17 @@ fn announce(app: &http::App, address: SocketAddr, options: &ServeOptions) {
         "tokenometer: serving {} ({}, {}) on {url} (API: {url}v1, room: {url}room)",
         app.info.name, app.info.quant, app.info.backend
     );
+    {
+        let shared = app.shared.lock().unwrap();
+        println!(
+            "tokenometer: that KV budget holds {} positions of {:.1} KB over the batch ({}'s \
+             context: {})",
+            shared.kv_positions,
+            shared.kv_bytes_per_position as f64 / 1e3,
+            app.info.name,
+            app.info.context_length
+        );
+    }
     if options.page.is_none() {
         println!("tokenometer: the page's files were not found, so only the API is served");
     }

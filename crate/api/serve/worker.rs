@@ -73,6 +73,12 @@ pub struct Shared {
     pub live_rates: Vec<Option<f64>>,
     /// The clock of the room's times.
     pub clock: Instant,
+    /// The KV cache the running requests may hold: positions, and bytes a position.
+    pub kv_positions: usize,
+    pub kv_bytes_per_position: usize,
+    /// The positions the batch has reserved, as of the last step, and the most it ever has.
+    pub kv_reserved: usize,
+    pub kv_reserved_peak: usize,
 }
 
 impl Shared {
@@ -94,6 +100,11 @@ pub struct Limits {
     /// The most prompt tokens a step reads over all its prompts
     /// ([`Scheduler::set_step_tokens`]).
     pub step_tokens: usize,
+    /// The most bytes of KV cache the running requests hold together: in positions, once the
+    /// model says its bytes a position ([`Scheduler::set_kv_positions`]).
+    pub kv_memory: u64,
+    /// Set at load from `kv_memory`.
+    pub kv_positions: Option<usize>,
     pub speculation: Option<Speculation>,
 }
 
@@ -102,6 +113,7 @@ fn scheduler(limits: &Limits) -> Scheduler {
     let mut scheduler = Scheduler::new(limits.parallel);
     scheduler.set_prefill_chunk(limits.prefill_chunk);
     scheduler.set_step_tokens(limits.step_tokens);
+    scheduler.set_kv_positions(limits.kv_positions);
     scheduler
 }
 
@@ -136,7 +148,7 @@ pub type Started = (
 /// warmed up, and its description comes back once it is ready to serve (or the load's error).
 pub fn start(
     load: impl FnOnce() -> Result<Engine, Error> + Send + 'static,
-    limits: Limits,
+    mut limits: Limits,
 ) -> Result<Started, Error> {
     let (commands, inbox) = mpsc::channel();
     let (ready, is_ready) = mpsc::channel();
@@ -150,7 +162,14 @@ pub fn start(
                     return;
                 }
             };
+            let per_position = engine.model.kv_bytes_per_position().max(1);
+            let kv_positions = (limits.kv_memory / per_position as u64).min(usize::MAX as u64);
+            limits.kv_positions = Some(kv_positions as usize);
             let shared = Arc::new(Mutex::new(Shared {
+                kv_positions: kv_positions as usize,
+                kv_bytes_per_position: per_position,
+                kv_reserved: 0,
+                kv_reserved_peak: 0,
                 metrics: Metrics::new(&engine.info.name),
                 room: Room::default(),
                 running: 0,
@@ -266,6 +285,23 @@ impl Worker {
             ))
             .with_status(400, "context_length_exceeded");
             let _ = job.accepted.send(Err(too_long));
+            return;
+        }
+        // One that the KV budget could never hold would wait forever.
+        if let (Some(most), Some(wants), Some(prompt)) = (
+            self.limits.kv_positions,
+            self.scheduler.waiting_reservation(seq, context),
+            self.scheduler.waiting_prompt_len(seq),
+        ) && wants > most
+        {
+            self.scheduler.cancel(seq);
+            let too_big = ApiError::bad_request(format!(
+                "the prompt and max_tokens need {wants} positions of KV cache but this server \
+                 holds at most {most} (--kv-memory); ask for at most {} tokens",
+                most.saturating_sub(prompt).max(1)
+            ))
+            .with_status(400, "kv_budget_exceeded");
+            let _ = job.accepted.send(Err(too_big));
             return;
         }
         if job.ignore_eos {
@@ -398,6 +434,10 @@ impl Worker {
             .collect();
         let mut shared = self.shared.lock().unwrap();
         shared.running = self.scheduler.running();
+        shared.kv_reserved = self
+            .scheduler
+            .reserved_positions(self.engine.model.config.seq_len);
+        shared.kv_reserved_peak = shared.kv_reserved_peak.max(shared.kv_reserved);
         shared.waiting = self.scheduler.waiting();
         shared.live_rates = live_rates;
     }

@@ -69,7 +69,9 @@ impl Session {
             .check(context, js_sys::Date::now() as u64)
             .map_err(|e| js_error(e.message))?;
         let options = GenerateOptions {
-            max_tokens: checked.max_tokens.unwrap_or(context),
+            max_tokens: checked
+                .max_tokens
+                .unwrap_or(crate::api::openai::DEFAULT_MAX_TOKENS_SERVED.min(context)),
             sampling: checked.sampling,
             queued_ms: 0.0,
             chat: false,
