@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -196,6 +196,8 @@ struct Script {
     /// Refuse (400) a request with fields it does not know, as OpenAI's API does: the per-chunk
     /// counting fields.
     strict: bool,
+    /// The answer's content type, when not the status's usual one.
+    ctype: Option<&'static str>,
 }
 
 /// A server on loopback that answers `/v1/models` with one model and every POST with `script`,
@@ -274,11 +276,11 @@ fn answer(
         );
         return;
     }
-    let ctype = if script.status == 200 {
+    let ctype = script.ctype.unwrap_or(if script.status == 200 {
         "text/event-stream"
     } else {
         "application/json"
-    };
+    });
     let _ = write!(
         stream,
         "HTTP/1.1 {} X\r\ncontent-type: {ctype}\r\nconnection: close\r\n\r\n",
@@ -355,6 +357,7 @@ fn a_scripted_stream_of_multi_token_chunks_pings_and_split_events_is_counted_rig
         ],
         stall: false,
         strict: false,
+        ctype: None,
     };
     let server = Scripted::start(script);
     let (text, report) = generate_json(&server);
@@ -394,6 +397,7 @@ fn only_a_final_usage_is_spread_over_the_chunks_and_said_so() {
         ],
         stall: false,
         strict: false,
+        ctype: None,
     };
     let server = Scripted::start(script);
     let (_, report) = generate_json(&server);
@@ -419,6 +423,7 @@ fn a_server_that_refuses_the_counting_fields_is_asked_again_without_them() {
         ],
         stall: false,
         strict: true,
+        ctype: None,
     };
     let server = Scripted::start(script);
     let (text, report) = generate_json(&server);
@@ -462,6 +467,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         )],
         stall: false,
         strict: false,
+        ctype: None,
     };
     for (status, says) in [
         (401, "--api-key-env"),
@@ -480,6 +486,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         ],
         stall: false,
         strict: false,
+        ctype: None,
     };
     let e = failure(mid, &[]);
     assert!(e.contains("error mid-stream: the KV cache is full"), "{e}");
@@ -488,6 +495,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         pieces: vec![(0, sse(r#"{"choices":[{"delta":{"content":"a"}}]}"#))],
         stall: true,
         strict: false,
+        ctype: None,
     };
     let e = failure(stalled, &["--endpoint-timeout", "1"]);
     assert!(e.contains("stalled: no bytes for 1 s"), "{e}");
@@ -521,6 +529,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         ],
         stall: false,
         strict: false,
+        ctype: None,
     };
     let server = Scripted::start(ok);
     let out = tokenometer(&[
@@ -557,4 +566,119 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
     )
     .to_string();
     assert!(e.contains("NO_SUCH_VAR_HERE, which is not set"), "{e}");
+}
+
+/// A client that tells the truth about what it got: a 200 that is not an event stream (a whole
+/// JSON answer, an HTML page) is an error naming what came, never a run of 0 tokens; a stream
+/// closed without a finish reason or `[DONE]` was cut off and is an error, never a completed run;
+/// a server that sends only pings stalls after `--endpoint-timeout` however often it pings; an
+/// error body that never ends is read 64 KiB at most and within the timeout; `--request-timeout`
+/// bounds a whole request; and a 400 whose message names no counting field is not retried.
+#[test]
+fn a_server_cannot_fool_the_client_about_what_it_sent() {
+    let script = |status: u16,
+                  ctype: Option<&'static str>,
+                  pieces: Vec<(u64, String)>,
+                  stall: bool| Script {
+        status,
+        pieces,
+        stall,
+        strict: false,
+        ctype,
+    };
+    let whole = r#"{"choices":[{"message":{"content":"hello"},"finish_reason":"stop"}]}"#;
+    let e = failure(
+        script(
+            200,
+            Some("application/json"),
+            vec![(0, whole.into())],
+            false,
+        ),
+        &[],
+    );
+    assert!(
+        e.contains("answered 200 with application/json where an event stream was asked for")
+            && e.contains("choices"),
+        "{e}"
+    );
+    let e = failure(
+        script(
+            200,
+            Some("text/html; charset=utf-8"),
+            vec![(0, "<html>login</html>".into())],
+            false,
+        ),
+        &[],
+    );
+    assert!(e.contains("text/html") && e.contains("<html>login"), "{e}");
+    // Cut off: text, then the connection closes.
+    let cut = vec![(0, sse(r#"{"choices":[{"delta":{"content":"a"}}]}"#))];
+    let e = failure(script(200, None, cut, false), &[]);
+    assert!(
+        e.contains("closed without a finish reason or [DONE]: the answer was cut off"),
+        "{e}"
+    );
+    // A finish reason without [DONE] is complete (some servers close so).
+    let finished = vec![(
+        0,
+        sse(r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}"#),
+    )];
+    let server = Scripted::start(script(200, None, finished, false));
+    let (text, _) = generate_json(&server);
+    assert_eq!(text, "a");
+    // Pings every 200 ms after the first chunk: stalled at the timeout all the same.
+    let mut pings = vec![(0, sse(r#"{"choices":[{"delta":{"content":"a"}}]}"#))];
+    pings.extend((0..40).map(|_| (200, ": ping\n\n".to_string())));
+    let started = Instant::now();
+    let e = failure(
+        script(200, None, pings, false),
+        &["--endpoint-timeout", "1"],
+    );
+    assert!(
+        e.contains("stalled: only keep-alive comments for 1 s"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // An error body that never ends: 1 KB every 50 ms for 20 s; read within the timeout.
+    let endless = (0..400).map(|_| (50, "x".repeat(1000))).collect();
+    let started = Instant::now();
+    let e = failure(
+        script(500, None, endless, false),
+        &["--endpoint-timeout", "1"],
+    );
+    assert!(e.contains("failed on the server's side (500"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // A stream that keeps sending text slowly, for longer than the whole request may take.
+    let slow = (0..100)
+        .map(|_| (100, sse(r#"{"choices":[{"delta":{"content":"a"}}]}"#)))
+        .collect();
+    let e = failure(
+        script(200, None, slow, false),
+        &["--request-timeout", "1", "--max-tokens", "1000"],
+    );
+    assert!(
+        e.contains("did not finish the request within 1 s (--request-timeout)"),
+        "{e}"
+    );
+    // A 400 about something else is the request's failure, not a reason to resend it.
+    let refusal = r#"{"error":{"message":"model is loading"}}"#;
+    let server = Scripted::start(script(400, None, vec![(0, refusal.into())], false));
+    let out = tokenometer(&[
+        "generate",
+        "--endpoint",
+        &server.url,
+        "--prompt",
+        "hi",
+        "--no-warmup",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(server.bodies.lock().unwrap().len(), 1, "sent once");
 }

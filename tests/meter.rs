@@ -82,10 +82,12 @@ fn hand_computed_run() {
     assert_eq!(r.prefill_tps, Some(500.0));
     assert_eq!(r.decode_ms, Some(40.0));
     assert_eq!(r.decode_tps, Some(100.0));
-    // 4 words ("!" alone is no word) over 40 ms = 100 words/s; a 240 wpm reader does 4 words/s.
+    // 4 words ("!" alone is no word); decode's span holds the 3 after the first token's
+    // ("Hello"), as its tokens are the 4 after the first: 3 over 40 ms = 75 words/s (until
+    // 2026-11-29 all 4 were divided by that span: 100); a 240 wpm reader does 4 words/s.
     assert_eq!(r.words, 4);
-    assert_eq!(r.words_per_s, Some(100.0));
-    assert_eq!(r.reading_speed_x, Some(25.0));
+    assert_eq!(r.words_per_s, Some(75.0));
+    assert_eq!(r.reading_speed_x, Some(18.75));
     assert_eq!(r.reading_time_s, 1.0);
     assert_eq!(r.tokens_per_word, Some(1.25));
     // Predicted = TTFT + 5 tokens / 100 tok/s = 23 + 50 ms.
@@ -471,4 +473,59 @@ fn reasoning_counts_as_output_but_ttft_is_the_answers() {
     assert_eq!(m.text(), "thinkingYes.");
     // Per token: 10 ms shared by the chunk of two, 20 ms for the last: [5, 5, 20].
     assert_eq!(m.token_gaps(), vec![5.0, 5.0, 20.0]);
+}
+
+/// A server's first chunk may carry several tokens: they are not decode (nothing timed them
+/// apart), so decode tok/s counts the tokens after the first chunk over the time from it to the
+/// last, as AIPerf does with per-chunk usage (until 2026-11-29 the first chunk's extra tokens
+/// were credited to decode: 4 tokens over 20 ms here, 200 tok/s).
+#[test]
+fn a_multi_token_first_chunk_is_not_credited_to_decode() {
+    let mut m = meter();
+    let chunk = |tokens: usize, text: &str, t_ms: f64| Event::Chunk {
+        tokens,
+        text: text.into(),
+        t_ms,
+        reasoning: false,
+    };
+    m.observe(&chunk(3, "Once upon a", 10.0));
+    m.observe(&chunk(1, " time", 20.0));
+    m.observe(&chunk(1, " there", 30.0));
+    let r = m.report(30.0);
+    assert_eq!(r.conditions.output_tokens, 5);
+    assert_eq!(r.decode_ms, Some(20.0));
+    assert_eq!(r.decode_tps, Some(100.0));
+    // Words likewise: the 2 after the first chunk's 3.
+    assert_eq!(r.words_per_s, Some(100.0));
+}
+
+/// A failed request counts in TTFT's percentiles as never (+infinity): two quick requests and two
+/// that failed (one after a first token) give a median of the slower quick one and a p99 of
+/// never (until 2026-11-29 the failed ones dropped out: p50 5 ms, p99 8 ms).
+#[test]
+fn failed_requests_count_in_ttft_percentiles_as_never() {
+    let mut m = load_meter(4);
+    for seq in 0..4 {
+        m.arrive(seq, 0.0);
+    }
+    m.observe(0, &event(" a", 5.0));
+    m.observe(0, &end(StopReason::MaxTokens, 1, 6.0));
+    m.observe(1, &event(" b", 8.0));
+    m.observe(1, &end(StopReason::MaxTokens, 1, 9.0));
+    m.observe(2, &event(" c", 3.0));
+    m.fail(
+        2,
+        "the stream closed without a finish reason or [DONE]".into(),
+    );
+    m.fail(3, "answered 500".into());
+    let r = m.report();
+    assert_eq!(
+        (r.requests, r.requests_completed, r.requests_failed),
+        (4, 2, 2)
+    );
+    assert_eq!(r.ttft_ms_p50, Some(8.0));
+    assert_eq!(r.ttft_ms_p99, Some(f64::INFINITY));
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["ttft_ms_p99"], serde_json::Value::Null);
+    assert_eq!(json["requests_failed"], 2);
 }

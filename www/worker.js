@@ -341,6 +341,13 @@ async function openStream(url, body, key, signal) {
     if (response.ok || (response.status !== 400 && response.status !== 422)) break;
   }
   if (response && !response.ok) throw new Error(httpFailure(url, response.status, await response.text()));
+  // A 200 that is not the stream asked for (a whole JSON answer, a login page) is said as such,
+  // never read as a run of 0 tokens.
+  const kind = response?.headers.get('content-type') ?? '';
+  if (response && !kind.toLowerCase().startsWith('text/event-stream')) {
+    const began = (await response.text()).slice(0, 120);
+    throw new Error(`${url} answered 200 with ${kind || 'no content type'} where an event stream was asked for (it began ${JSON.stringify(began)}); is it an OpenAI-compatible server that streams?`);
+  }
   return response;
 }
 

@@ -66,6 +66,9 @@ pub struct LoadReport {
     pub requests: usize,
     /// Users whose request ended other than by cancel or failure.
     pub requests_completed: usize,
+    /// Requests that failed; in the TTFT percentiles as never (+infinity: `null` in JSON when a
+    /// percentile falls on one).
+    pub requests_failed: usize,
     /// Requests that failed (an endpoint's HTTP error, a broken stream), each message once with
     /// how many had it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -197,7 +200,15 @@ impl BatchMeter {
         let output_tokens: usize = users.iter().map(|u| u.1.conditions.output_tokens).sum();
         let per_user: Vec<f64> = users.iter().filter_map(|u| u.1.decode_tps).collect();
         let words: Vec<f64> = users.iter().filter_map(|u| u.1.words_per_s).collect();
-        let ttft: Vec<f64> = users.iter().filter_map(|u| u.1.ttft_ms).collect();
+        // A failed request never gave its first token: it counts in TTFT's percentiles as never
+        // (+infinity), so that failures cannot make them look better.
+        let requests_failed = users.iter().filter(|u| u.3).count();
+        let mut ttft: Vec<f64> = users
+            .iter()
+            .filter(|u| !u.3)
+            .filter_map(|u| u.1.ttft_ms)
+            .collect();
+        ttft.extend(std::iter::repeat_n(f64::INFINITY, requests_failed));
         let itl: Vec<f64> = users.iter().flat_map(|u| u.2.token_gaps()).collect();
         let words_p50 = percentiles(&words).map(|p| p.p50);
         let reader = self.reading_wpm / 60.0;
@@ -233,6 +244,7 @@ impl BatchMeter {
             users: self.conditions.users,
             requests: records.len(),
             requests_completed: records.iter().filter(|r| r.completed).count(),
+            requests_failed,
             failures,
             prompt_tokens: users.iter().map(|u| u.1.conditions.prompt_tokens).sum(),
             output_tokens,

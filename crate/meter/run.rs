@@ -215,6 +215,8 @@ pub struct Meter {
     /// The server's own figures, where it reported them.
     server_timings: Option<LlamaTimings>,
     text: String,
+    /// The text's bytes once the first output arrival was in: decode's words are those after it.
+    first_text_bytes: Option<usize>,
     done_ms: Option<f64>,
     /// Each verification of a speculative run.
     verifications: Vec<Verification>,
@@ -238,6 +240,7 @@ impl Meter {
             final_count: None,
             server_timings: None,
             text: String::new(),
+            first_text_bytes: None,
             done_ms: None,
             verifications: Vec::new(),
             page_open_ms: None,
@@ -269,6 +272,7 @@ impl Meter {
                 self.chunks.push((*t_ms, 1));
                 self.text.push_str(text);
                 self.conditions.output_tokens = self.token_times.len();
+                self.first_text_bytes.get_or_insert(self.text.len());
             }
             Event::Chunk {
                 tokens,
@@ -288,6 +292,7 @@ impl Meter {
                     self.token_times.extend(std::iter::repeat_n(*t_ms, *tokens));
                     self.chunks.push((*t_ms, *tokens));
                     self.conditions.output_tokens = self.token_times.len();
+                    self.first_text_bytes.get_or_insert(self.text.len());
                 }
             }
             Event::Verify {
@@ -442,10 +447,21 @@ impl Meter {
         let n = self.output_tokens();
         let first_output = times.first().copied();
         let ttft = self.ttft_ms();
-        let decode_ms = (n >= 2 && !times.is_empty()).then(|| times[times.len() - 1] - times[0]);
-        let decode_tps = decode_ms.and_then(|span| rate(n - 1, span));
+        // Decode counts the tokens after the first arrival over the time from it to the last: a
+        // server's first chunk of several tokens is not decode (AIPerf's per-chunk usage counts
+        // so too), and neither are its words.
+        let first_arrival = times
+            .first()
+            .map_or(0, |&t0| times.iter().take_while(|&&t| t == t0).count());
+        let decode_ms =
+            (n > first_arrival && first_arrival > 0).then(|| times[times.len() - 1] - times[0]);
+        let decode_tps = decode_ms.and_then(|span| rate(n - first_arrival, span));
         let words = count_words(&self.text);
-        let words_per_s = decode_ms.and_then(|span| rate(words, span));
+        let first_words = self
+            .first_text_bytes
+            .and_then(|b| self.text.get(..b))
+            .map_or(0, count_words);
+        let words_per_s = decode_ms.and_then(|span| rate(words.saturating_sub(first_words), span));
         let reader_words_per_s = self.reading_wpm / 60.0;
         let total_ms = self.done_ms.or(times.last().copied());
         let speculation = self.speculation_figures();

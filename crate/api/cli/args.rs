@@ -72,9 +72,13 @@ pub(super) struct EndpointArgs {
     /// never printed, never in JSON).
     #[arg(long, requires = "endpoint")]
     pub(super) api_key_env: Option<String>,
-    /// Seconds to wait for the endpoint's next bytes before calling its stream stalled.
+    /// Seconds to wait for the endpoint's next bytes (keep-alive comments aside) before calling
+    /// its stream stalled.
     #[arg(long, default_value_t = 60.0, value_parser = positive_seconds)]
     pub(super) endpoint_timeout: f64,
+    /// Seconds a whole request to the endpoint may take before it counts as failed.
+    #[arg(long, default_value_t = 600.0, value_parser = positive_seconds)]
+    pub(super) request_timeout: f64,
 }
 
 /// Speculative decoding, for `generate` and `bench`.

@@ -270,6 +270,7 @@ fn endpoint_run(command: Command) -> Result<Result<(), Error>, Box<Command>> {
         model: endpoint.endpoint_model.clone(),
         key_env: endpoint.api_key_env.clone(),
         stall: Duration::from_secs_f64(endpoint.endpoint_timeout),
+        request_timeout: Duration::from_secs_f64(endpoint.request_timeout),
         tokenizer,
     };
     let speculating = |s: &SpeculateArgs| s.speculate.is_some();

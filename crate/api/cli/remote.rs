@@ -19,6 +19,8 @@ pub(super) struct Target {
     pub model: Option<String>,
     pub key_env: Option<String>,
     pub stall: Duration,
+    /// The longest a whole request may take.
+    pub request_timeout: Duration,
     /// The model's tokenizer, to count tokens where the server gives no counts.
     pub tokenizer: Option<Tokenizer>,
 }
@@ -38,6 +40,7 @@ async fn connect(target: &Target) -> Result<Endpoint, Error> {
         target.model.clone(),
         target.key_env.as_deref(),
         target.stall,
+        target.request_timeout,
     )
     .await
 }

@@ -462,9 +462,17 @@ pub(super) fn load_table(r: &LoadReport) -> String {
             r.reading_wpm / 60.0
         ),
         format!(
-            "TTFT p50 {} ms, p99 {} ms; inter-token p50 {} ms, p99 {} ms",
+            "TTFT p50 {} ms, p99 {} ms{}; inter-token p50 {} ms, p99 {} ms",
             fmt(r.ttft_ms_p50, 1),
             fmt(r.ttft_ms_p99, 1),
+            if r.requests_failed > 0 {
+                format!(
+                    " (of {} requests, {} failed: counted as never)",
+                    r.requests, r.requests_failed
+                )
+            } else {
+                String::new()
+            },
             fmt(r.itl_ms_p50, 2),
             fmt(r.itl_ms_p99, 2)
         ),
@@ -553,6 +561,12 @@ pub(super) fn print_level_row(report: &LoadReport) {
     println!("{row}");
     for (why, n) in &report.failures {
         println!("      {n} failed: {why}");
+    }
+    if report.requests_failed > 0 {
+        println!(
+            "      TTFT's percentiles count the {} failed as never (inf)",
+            report.requests_failed
+        );
     }
 }
 

@@ -23,8 +23,11 @@ pub struct Endpoint {
     http: reqwest::Client,
     /// The server's software, as its `Server` header names it.
     server: Option<String>,
-    /// The longest wait for the next bytes of a stream (or for the answer to start).
+    /// The longest wait for the next bytes of a stream (or for the answer to start), and for the
+    /// next bytes that are not comments (a server's pings).
     stall: Duration,
+    /// The longest a whole request may take.
+    request_timeout: Duration,
     /// Whether to ask for per-chunk counts (vLLM's `continuous_usage_stats`, llama.cpp's
     /// `timings_per_token`); off once a server refused them.
     ask_counts: AtomicBool,
@@ -45,6 +48,7 @@ impl Endpoint {
         model: Option<String>,
         key_env: Option<&str>,
         stall: Duration,
+        request_timeout: Duration,
     ) -> Result<Endpoint, Error> {
         let base = base_url(url).map_err(Error::Endpoint)?;
         let key = match key_env {
@@ -70,6 +74,7 @@ impl Endpoint {
             http,
             server: None,
             stall,
+            request_timeout,
             ask_counts: AtomicBool::new(true),
         };
         let url = format!("{}/models", endpoint.base);
@@ -162,6 +167,27 @@ impl Endpoint {
         made: Instant,
         on_event: &mut (dyn FnMut(&Event) -> Flow + Send),
     ) -> Result<Outcome, Error> {
+        let whole = self.stream_unbounded(request, tokenizer, made, on_event);
+        tokio::time::timeout(self.request_timeout, whole)
+            .await
+            .map_err(|_| {
+                Error::Endpoint(format!(
+                    "{}/{} did not finish the request within {:.0} s (--request-timeout)",
+                    self.base,
+                    request.path(),
+                    self.request_timeout.as_secs_f64()
+                ))
+            })?
+    }
+
+    /// [`stream`](Self::stream) without the bound on the whole request.
+    async fn stream_unbounded(
+        &self,
+        request: &EndpointRequest,
+        tokenizer: Option<&Tokenizer>,
+        made: Instant,
+        on_event: &mut (dyn FnMut(&Event) -> Flow + Send),
+    ) -> Result<Outcome, Error> {
         let url = format!("{}/{}", self.base, request.path());
         let mut resent = false;
         let mut response = loop {
@@ -190,13 +216,34 @@ impl Endpoint {
                 Err(e) => return Err(Error::Endpoint(self.unreachable(&e))),
             };
             let status = response.status().as_u16();
-            if status == 200 {
+            let kind = content_type(response.headers());
+            if status == 200 && kind.starts_with("text/event-stream") {
                 break response;
             }
-            let body = response.text().await.unwrap_or_default();
+            let body = read_capped(response, MAX_ERROR_BYTES, self.stall).await;
+            if status == 200 {
+                // A whole JSON answer, an HTML page: not the stream that was asked for.
+                let shown = clip_to(body.trim(), 120);
+                return Err(Error::Endpoint(format!(
+                    "{url} answered 200 with {} where an event stream was asked for (it began \
+                     {shown:?}); is it an OpenAI-compatible server that streams?",
+                    if kind.is_empty() {
+                        "no content type"
+                    } else {
+                        &kind
+                    }
+                )));
+            }
             // A server that refuses the per-chunk counting fields is asked again without them,
-            // once (OpenAI's API refuses arguments it does not know).
-            if (status == 400 || status == 422) && counts {
+            // once (OpenAI's API refuses arguments it does not know), when its error names one.
+            let names_a_counting_field = [
+                "timings_per_token",
+                "continuous_usage_stats",
+                "stream_options",
+            ]
+            .iter()
+            .any(|field| body.contains(field));
+            if (status == 400 || status == 422) && counts && names_a_counting_field {
                 self.ask_counts.store(false, Ordering::Relaxed);
                 continue;
             }
@@ -205,6 +252,9 @@ impl Endpoint {
         let mut reader = StreamReader::new(tokenizer, request.max_tokens);
         let ms = |made: Instant| made.elapsed().as_secs_f64() * 1e3;
         let mut cancelled = false;
+        // The last time bytes other than comments came: pings keep a connection open, but a
+        // server that sends nothing else for the stall limit has stalled.
+        let (mut progress, mut progressed) = (0, Instant::now());
         'read: loop {
             let bytes = tokio::time::timeout(self.stall, response.chunk())
                 .await
@@ -234,9 +284,21 @@ impl Endpoint {
                     break 'read;
                 }
             }
-            // Some servers close without `[DONE]`: the end either way.
-            if read.ended || closed {
+            if read.ended {
                 break;
+            }
+            // Some servers close after the finish reason without `[DONE]` (a stream closed with
+            // neither is an error from `finish`).
+            if closed {
+                break;
+            }
+            if reader.progress() > progress {
+                (progress, progressed) = (reader.progress(), Instant::now());
+            } else if progressed.elapsed() > self.stall {
+                return Err(Error::Endpoint(format!(
+                    "the stream from {url} stalled: only keep-alive comments for {:.0} s",
+                    self.stall.as_secs_f64()
+                )));
             }
         }
         let end = reader.done_event(ms(made), cancelled);
@@ -246,6 +308,35 @@ impl Endpoint {
             server_timings: reader.server_timings().cloned(),
         })
     }
+}
+
+/// The most of an error's (or an unexpected answer's) body that is read.
+pub const MAX_ERROR_BYTES: usize = 64 << 10;
+
+/// The response's content type, lower case (empty when it sends none).
+fn content_type(headers: &reqwest::header::HeaderMap) -> String {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+/// At most `most` bytes of `response`'s body, read within `within` (a body that never ends, or
+/// never stops, is cut there): what came, as text.
+async fn read_capped(mut response: reqwest::Response, most: usize, within: Duration) -> String {
+    let mut body = Vec::new();
+    let read = async {
+        while body.len() < most {
+            match response.chunk().await {
+                Ok(Some(bytes)) => body.extend_from_slice(&bytes),
+                _ => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(within, read).await;
+    body.truncate(most);
+    String::from_utf8_lossy(&body).into_owned()
 }
 
 /// The server's software from its `Server` header (`llama.cpp`, `uvicorn` for vLLM), if any.

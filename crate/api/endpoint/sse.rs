@@ -24,6 +24,10 @@ pub struct SseParser {
     after_cr: bool,
     data: Option<String>,
     event: Option<String>,
+    /// The line being read is a comment.
+    in_comment: bool,
+    /// Bytes read that are not comments or line ends: a server's pings are not progress.
+    progress: u64,
 }
 
 impl SseParser {
@@ -50,6 +54,12 @@ impl SseParser {
                     }
                 }
                 _ => {
+                    if self.line.is_empty() {
+                        self.in_comment = b == b':';
+                    }
+                    if !self.in_comment {
+                        self.progress += 1;
+                    }
                     if self.line.len() >= MAX_LINE {
                         return Err(
                             "the stream sent a line longer than 4 MiB without a newline: \
@@ -62,6 +72,11 @@ impl SseParser {
             }
         }
         Ok(events)
+    }
+
+    /// Bytes read so far that were not comments (`:` lines, a server's pings) or line ends.
+    pub fn progress(&self) -> u64 {
+        self.progress
     }
 
     /// The stream ended: an event whose blank line never came is dispatched all the same (a

@@ -169,10 +169,19 @@ impl<'a> StreamReader<'a> {
         Ok(read)
     }
 
-    /// The connection closed at `t_ms`: whatever was left unended.
+    /// The connection closed at `t_ms`: whatever was left unended. A stream that closed without
+    /// a finish reason or `[DONE]` was cut off: an error, so that its request never counts as
+    /// completed.
     pub fn finish(&mut self, t_ms: f64) -> Result<Read, String> {
         let last: Vec<SseEvent> = self.sse.finish().into_iter().collect();
-        self.read_events(last, t_ms)
+        let read = self.read_events(last, t_ms)?;
+        if !self.is_complete() {
+            return Err(
+                "the stream closed without a finish reason or [DONE]: the answer was cut off"
+                    .to_string(),
+            );
+        }
+        Ok(read)
     }
 
     fn read_events(&mut self, events: Vec<SseEvent>, t_ms: f64) -> Result<Read, String> {
@@ -283,6 +292,17 @@ impl<'a> StreamReader<'a> {
     /// Whether `[DONE]` came.
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// Whether the stream said it was complete: `[DONE]`, or a finish reason (some servers close
+    /// after it without `[DONE]`). A stream closed without either was cut off.
+    pub fn is_complete(&self) -> bool {
+        self.done || self.finish_reason.is_some()
+    }
+
+    /// Bytes of the stream that were not comments: what counts as progress.
+    pub fn progress(&self) -> u64 {
+        self.sse.progress()
     }
 
     /// The done event at `t_ms`: why it ended (as the server said; `cancelled` when `cancelled`)
@@ -471,8 +491,9 @@ mod tests {
             1.0,
         )
         .unwrap();
-        let read = r.finish(2.0).unwrap();
-        assert!(!read.ended);
+        // Closed with neither a finish reason nor [DONE]: cut off.
+        let e = r.finish(2.0).unwrap_err();
+        assert!(e.contains("the answer was cut off"), "{e}");
         assert_eq!(r.token_counts(), TokenCounts::Chunks);
         assert!(matches!(
             r.done_event(2.0, true),
