@@ -151,7 +151,7 @@ bench-browser: setup-serve pkg
 
 # Coverage-guided fuzzing of every parser (nightly + cargo-fuzz; not part of `make test`).
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= llama2c llama2c_sized huggingface tokenizer_bin tokenizer_json gguf
+FUZZ_TARGETS ?= llama2c llama2c_sized huggingface tokenizer_bin tokenizer_json gguf sse requests
 fuzz:
 	rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

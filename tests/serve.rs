@@ -862,3 +862,63 @@ fn the_kv_budget_bounds_what_a_room_can_make_the_server_hold() {
         0.0
     );
 }
+
+/// Prompts are tokenized on the HTTP side, never on the engine's thread, and one with more bytes
+/// than the context could hold in tokens is refused without tokenizing: while a stream runs, a
+/// 3.9 MB prompt (refused at once, by its bytes) and a 200 kB one (tokenized, then refused by
+/// its tokens) leave no long gap in it. (Until 2026-11-29 the engine tokenized them between
+/// steps: a 4 MB prompt stalled every stream for 2.3 s.)
+#[test]
+fn a_huge_prompt_never_stalls_the_other_streams() {
+    let server = Server::start(&["--model", &smollm2(), "--threads", "1"]);
+    let body = json!({"messages": [{"role": "user", "content": "Tell me a story."}],
+        "max_tokens": 120, "temperature": 0, "ignore_eos": true, "stream": true});
+    let url = server.url.clone();
+    let streaming = std::thread::spawn(move || {
+        let response = client()
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .unwrap();
+        let mut arrivals = Vec::new();
+        for line in BufReader::new(response).lines() {
+            let line = line.unwrap();
+            if line.starts_with("data: ") {
+                arrivals.push(Instant::now());
+            }
+        }
+        arrivals
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let huge = "word ".repeat(780_000);
+    let (status, error) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": huge}], "max_tokens": 4}),
+    );
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["code"], "context_length_exceeded");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bytes"),
+        "{error}"
+    );
+    let long = "word ".repeat(40_000);
+    let (status, error) = server.post("/v1/completions", &json!({"prompt": long, "max_tokens": 4}));
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tokens but the context holds 8192"),
+        "{error}"
+    );
+    let arrivals = streaming.join().unwrap();
+    assert!(arrivals.len() > 100, "{}", arrivals.len());
+    let gap = arrivals.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(
+        gap < Duration::from_millis(800),
+        "a gap of {gap:?} in the stream"
+    );
+}

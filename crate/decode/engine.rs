@@ -51,6 +51,51 @@ pub struct Engine {
     pub info: ModelInfo,
 }
 
+/// `ids`, the tokens of `prompt`, checked: a prompt with text, ids inside the vocabulary, and room
+/// left in the context.
+fn checked_prompt(prompt: &str, ids: Vec<u32>, vocab: usize, context: usize) -> Result<Vec<u32>> {
+    if prompt.trim().is_empty() {
+        return Err(Error::BadPrompt("the prompt is empty".into()));
+    }
+    if let Some(id) = ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(Error::BadTokenizer(format!(
+            "the tokenizer produced id {id}, outside the model's vocabulary of {vocab}"
+        )));
+    }
+    if ids.len() >= context {
+        return Err(Error::BadPrompt(format!(
+            "the prompt is {} tokens but the context holds {context}, leaving no room to generate",
+            ids.len()
+        )));
+    }
+    Ok(ids)
+}
+
+/// An engine's tokenizer and limits, to tokenize prompts on another thread ([`Engine::prompt_encoder`]).
+#[derive(Clone)]
+pub struct PromptEncoder {
+    tokenizer: Tokenizer,
+    vocab: usize,
+    context: usize,
+    /// The most bytes one token stands for.
+    longest_piece: usize,
+}
+
+impl PromptEncoder {
+    /// Tokenize `text` as it is (no chat template) and check it as the engine does.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let ids = self.tokenizer.encode(text)?;
+        checked_prompt(text, ids, self.vocab, self.context)
+    }
+
+    /// The most bytes a prompt may have and still fit the context: every token stands for at most
+    /// the longest piece's bytes, so a longer text is more tokens than the context holds, known
+    /// without tokenizing it.
+    pub fn max_prompt_bytes(&self) -> usize {
+        self.context.saturating_mul(self.longest_piece)
+    }
+}
+
 impl Engine {
     /// Build an engine from model files on a ready backend. The tokenizer comes from
     /// `tokenizer_bytes` (tokenizer.json or llama2.c tokenizer.bin) or, when that is `None`, from
@@ -222,24 +267,31 @@ impl Engine {
     /// early.
     /// With `chat`, a chat model's prompt is first wrapped as a user's turn ([`Engine::prompt_text`]).
     pub fn encode_prompt(&self, prompt: &str, chat: bool) -> Result<Vec<u32>> {
-        if prompt.trim().is_empty() {
-            return Err(Error::BadPrompt("the prompt is empty".into()));
-        }
         let ids = self.tokenizer.encode(&self.prompt_text(prompt, chat))?;
-        let vocab = self.model.config.vocab_size;
-        if let Some(id) = ids.iter().find(|&&id| id as usize >= vocab) {
-            return Err(Error::BadTokenizer(format!(
-                "the tokenizer produced id {id}, outside the model's vocabulary of {vocab}"
-            )));
+        checked_prompt(
+            prompt,
+            ids,
+            self.model.config.vocab_size,
+            self.model.config.seq_len,
+        )
+    }
+
+    /// What tokenizes a prompt apart from the engine (a server's HTTP side, so that the engine's
+    /// thread never waits on a long prompt): the same checks as
+    /// [`encode_prompt`](Self::encode_prompt).
+    pub fn prompt_encoder(&self) -> PromptEncoder {
+        let tokenizer = self.tokenizer.clone();
+        let longest = (0..tokenizer.vocab_size() as u32)
+            .map(|id| tokenizer.piece_bytes(id).len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        PromptEncoder {
+            tokenizer,
+            vocab: self.model.config.vocab_size,
+            context: self.model.config.seq_len,
+            longest_piece: longest,
         }
-        let context = self.model.config.seq_len;
-        if ids.len() >= context {
-            return Err(Error::BadPrompt(format!(
-                "the prompt is {} tokens but the context holds {context}, leaving no room to generate",
-                ids.len()
-            )));
-        }
-        Ok(ids)
     }
 
     /// The text the model is given for `prompt`: with `chat` and a model whose file names a chat

@@ -13,12 +13,14 @@ pub mod sequence;
 pub mod speculate;
 
 pub use arrival::{Arrival, DEFAULT_PROMPTS};
-pub use engine::{Engine, ProductPasses};
+pub use engine::{Engine, ProductPasses, PromptEncoder};
 pub use events::{
     Alternative, DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, MAX_TOP_LOGPROBS, ModelInfo,
     StopReason, TokenLogprobs,
 };
 pub use sampling::Sampling;
-pub use scheduler::{Clock, PREFILL_CHUNK, Request, STEP_TOKENS, Scheduler, kv_reservation};
+pub use scheduler::{
+    Clock, PREFILL_CHUNK, Request, STEP_TOKENS, Scheduler, Tokenized, kv_reservation,
+};
 pub use sequence::SeqEvent;
 pub use speculate::{DraftSource, Speculation};

@@ -140,6 +140,27 @@ pub struct Scheduler {
     kv_positions: Option<usize>,
 }
 
+/// A prompt's tokens, and the time tokenizing them took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tokenized {
+    pub ids: Vec<u32>,
+    pub tokenize_ms: f64,
+}
+
+/// The options and speculation a request may run with: an error in one sentence otherwise.
+fn check_options(options: &GenerateOptions, speculation: Option<&Speculation>) -> Result<()> {
+    if let Some(speculation) = speculation {
+        speculation.validate()?;
+    }
+    options.sampling.validate()?;
+    if options.max_tokens == 0 {
+        return Err(Error::Unsupported(
+            "max tokens 0 would generate nothing; ask for at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The KV cache positions a sequence may come to hold: its prompt and its max tokens, within the
 /// context (its cache never grows past that: [`Scheduler::submit`]).
 pub fn kv_reservation(prompt_tokens: usize, max_tokens: usize, context: usize) -> usize {
@@ -245,22 +266,42 @@ impl Scheduler {
         arrival_ms: Option<f64>,
         speculation: Option<&Speculation>,
     ) -> Result<usize> {
-        if let Some(speculation) = speculation {
-            speculation.validate()?;
-        }
         let options = request.options;
-        options.sampling.validate()?;
-        if options.max_tokens == 0 {
-            return Err(Error::Unsupported(
-                "max tokens 0 would generate nothing; ask for at least 1".into(),
-            ));
-        }
         let start = self.now_ms();
         let made_ms = arrival_ms.unwrap_or(start);
+        check_options(&options, speculation)?;
         let prompt_ids = engine.encode_prompt(&request.prompt, options.chat)?;
         let tokenized = self.now_ms();
         // Tokenizing before the request is made (a simulated later arrival) is not its time.
         let tokenize_ms = (tokenized - start.max(made_ms)).max(0.0);
+        let prompt = Tokenized {
+            ids: prompt_ids,
+            tokenize_ms,
+        };
+        self.submit_tokens(engine, prompt, options, Some(made_ms), speculation)
+    }
+
+    /// [`submit_speculative`](Self::submit_speculative) for a prompt tokenized already, elsewhere
+    /// ([`crate::decode::PromptEncoder`]: a server's HTTP side), its `ids` checked there.
+    pub fn submit_tokens(
+        &mut self,
+        engine: &Engine,
+        prompt: Tokenized,
+        options: GenerateOptions,
+        arrival_ms: Option<f64>,
+        speculation: Option<&Speculation>,
+    ) -> Result<usize> {
+        check_options(&options, speculation)?;
+        let Tokenized {
+            ids: prompt_ids,
+            tokenize_ms,
+        } = prompt;
+        if prompt_ids.is_empty() {
+            return Err(Error::BadPrompt("the prompt gave no tokens".into()));
+        }
+        let now = self.now_ms();
+        let made_ms = arrival_ms.unwrap_or(now);
+        let tokenized = now;
         let id = self.next_id;
         self.next_id += 1;
         let mut cache = engine.model.new_cache();

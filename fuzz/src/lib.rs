@@ -10,6 +10,9 @@ pub mod error;
 pub mod formats;
 #[path = "../../crate/loading/mod.rs"]
 pub mod loading;
+/// The Server-Sent Events parser: pure, no dependencies.
+#[path = "../../crate/api/endpoint/sse.rs"]
+pub mod sse;
 
 /// `crate/model/` without the forward pass and its logits (which use burn).
 pub mod model;

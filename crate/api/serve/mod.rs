@@ -122,7 +122,7 @@ pub fn serve(
             .local_addr()
             .map_err(|e| Error::Unsupported(format!("cannot read the listening address: {e}")))?;
         let limits = options.limits.clone();
-        let (commands, shared, info, chat) =
+        let (commands, shared, info, chat, encoder) =
             tokio::task::spawn_blocking(move || worker::start(load, limits))
                 .await
                 .map_err(|e| Error::Unsupported(format!("the engine's start failed: {e}")))??;
@@ -131,6 +131,7 @@ pub fn serve(
             shared,
             info,
             chat,
+            encoder: Arc::new(encoder),
             body_timeout: options.body_timeout,
             created: SystemTime::now()
                 .duration_since(UNIX_EPOCH)

@@ -17,7 +17,8 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 use crate::api::openai::ApiError;
 use crate::decode::engine::ms_since;
 use crate::decode::{
-    Engine, Event, GenerateOptions, ModelInfo, Request, Scheduler, SeqEvent, Speculation,
+    Engine, Event, GenerateOptions, ModelInfo, PromptEncoder, Scheduler, SeqEvent, Speculation,
+    Tokenized,
 };
 use crate::error::{Error, contain_panic};
 use crate::loading::chat::ChatTemplate;
@@ -38,8 +39,8 @@ pub enum Update {
 
 /// A request for the engine.
 pub struct Job {
-    /// The text to tokenize as it is (a chat is already in its template).
-    pub prompt: String,
+    /// The prompt's tokens (a chat's in its template), tokenized off the engine's thread.
+    pub prompt: Tokenized,
     /// Whether `prompt` is a conversation in the model's chat template (for the conditions).
     pub templated: bool,
     pub options: GenerateOptions,
@@ -142,6 +143,7 @@ pub type Started = (
     Arc<Mutex<Shared>>,
     ModelInfo,
     Option<ChatTemplate>,
+    PromptEncoder,
 );
 
 /// Start the engine's thread: `load` makes the engine there (a GPU engine is not `Send`), it is
@@ -178,7 +180,8 @@ pub fn start(
                 clock: Instant::now(),
             }));
             let chat = engine.tokenizer.specials.chat.clone();
-            let _ = ready.send(Ok((shared.clone(), engine.info.clone(), chat)));
+            let encoder = engine.prompt_encoder();
+            let _ = ready.send(Ok((shared.clone(), engine.info.clone(), chat, encoder)));
             let mut worker = Worker {
                 scheduler: scheduler(&limits),
                 engine,
@@ -190,10 +193,10 @@ pub fn start(
             worker.run(inbox);
         })
         .map_err(|e| Error::Unsupported(format!("cannot start the engine's thread: {e}")))?;
-    let (shared, info, chat) = is_ready.recv().map_err(|_| {
+    let (shared, info, chat, encoder) = is_ready.recv().map_err(|_| {
         Error::Unsupported("the engine's thread ended while loading the model".into())
     })??;
-    Ok((commands, shared, info, chat))
+    Ok((commands, shared, info, chat, encoder))
 }
 
 impl Worker {
@@ -247,16 +250,11 @@ impl Worker {
         }
         let mut options = job.options;
         options.queued_ms = ms_since(job.received);
-        let request = Request {
-            prompt: job.prompt,
-            options,
-        };
         let speculation = self.limits.speculation.as_ref();
-        // Tokenizing runs a third-party tokenizer on the client's text: a panic there fails this
-        // request alone, as one in a step fails the step's requests.
+        // A panic here fails this request alone, as one in a step fails the step's requests.
         let submitted = contain_panic(|| {
             self.scheduler
-                .submit_speculative(&self.engine, &request, None, speculation)
+                .submit_tokens(&self.engine, job.prompt, options, None, speculation)
         });
         let seq = match submitted {
             Ok(Ok(seq)) => seq,
@@ -444,7 +442,7 @@ impl Worker {
 }
 
 /// A request the engine would not take, as the client should hear it.
-fn refusal(e: Error) -> ApiError {
+pub fn refusal(e: Error) -> ApiError {
     match e {
         Error::BadPrompt(m) if m.contains("context") => {
             ApiError::bad_request(m).with_status(400, "context_length_exceeded")
