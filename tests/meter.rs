@@ -40,6 +40,7 @@ fn prefill(m: &mut Meter, prompt_tokens: usize, queued: f64, tokenize: f64, pref
         tokenize_ms: tokenize,
         prefill_ms: prefill,
         t_ms: queued + tokenize + prefill,
+        prompt: Vec::new(),
     });
 }
 

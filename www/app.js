@@ -126,6 +126,9 @@ async function settings() {
       max_tokens: number(el.max, d.run.max_tokens), temperature: number(el.temperature, d.run.temperature),
       top_p: d.run.top_p, seed: d.run.seed, reading_wpm: number(el.wpm, d.run.reading_wpm),
       chat: el.chat.checked, ...speculateOptions(el.speculate.value, state.drafts),
+      // The token inspector asks for each token's probability and 5 alternatives (a speculating
+      // run keeps several tokens a pass and reports none).
+      ...(view.showsTokens() && el.speculate.value === 'off' ? { logprobs: 5 } : {}),
     },
     drafts: state.drafts,
   };

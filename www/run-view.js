@@ -6,6 +6,10 @@
 // replay. It draws what the engine reports and computes no figure: the report comes from the meter
 // in Rust, and so do the word ends the reader's cursor walks (the meter's word rule).
 import { refs } from './dom.js';
+import { TokenView } from './tokens.js';
+
+/** Whether the token inspector is on (kept across visits, for every view). */
+const SHOW_TOKENS = 'tokenometer.showTokens';
 
 const FIGURES = `
   <div><dt title="Time to first token: queue + tokenization + prefill + first sample">TTFT</dt><dd><span data-testid="metric-ttft-ms" data-figure="ttft_ms" data-digits="1">–</span> ms</dd></div>
@@ -26,7 +30,7 @@ const OPEN_TO_FIRST = `
 /**
  * A finished run as kept for replay: its prompt, every token's text and time (ms since the request),
  * the output's word ends, and its final report.
- * @typedef {{ prompt: string, tokens: { text: string, t: number }[], points: { pos: number, rate: number | null }[], trailing: string, wordEnds: number[], report: any }} RunRecord
+ * @typedef {{ prompt: string, promptTokens?: { id: number, bytes: number[] }[], tokens: { text: string, t: number, id?: number, logprobs?: any }[], points: { pos: number, rate: number | null }[], trailing: string, wordEnds: number[], report: any }} RunRecord
  */
 
 export class RunView {
@@ -52,7 +56,9 @@ export class RunView {
       </div>
       <div class="output-section" role="group" aria-label="${label}: generated text">
         <h2>Output <small>the bar is where a reader at the chosen speed would be</small></h2>
-        <div data-testid="output" class="output" aria-live="off" tabindex="0"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
+        <label class="show-tokens"><input type="checkbox" data-testid="show-tokens" data-ref="showTokens"> Show tokens <small>(ids, and each generated token's probability and alternatives)</small></label>
+        <div data-ref="tokenView" hidden></div>
+        <div data-testid="output" class="output" data-ref="output" aria-live="off" tabindex="0"><span class="prompt-echo" data-ref="promptEcho"></span><span data-ref="read"></span><span class="cursor" aria-hidden="true"></span><span data-ref="ahead"></span></div>
         <p class="note" data-testid="drafted-legend" data-ref="draftedLegend" hidden><mark class="drafted">Tinted</mark>: drafts the model kept (speculative decoding): each tinted run of tokens came from one pass of the model.</p>
       </div>
       <div class="details" role="group" aria-label="${label}: figures">
@@ -65,6 +71,13 @@ export class RunView {
       </div>`;
     /** @type {Record<string, any>} */
     this.ref = refs(root);
+    this.tokenView = new TokenView(this.ref.tokenView);
+    this.ref.showTokens.checked = localStorage.getItem(SHOW_TOKENS) === '1';
+    this.ref.showTokens.addEventListener('change', () => {
+      localStorage.setItem(SHOW_TOKENS, this.ref.showTokens.checked ? '1' : '0');
+      this.changed = true;
+      this.scheduleRender();
+    });
     /** @type {HTMLElement[]} */
     this.figureNodes = [...root.querySelectorAll('[data-figure]')].map((n) => /** @type {HTMLElement} */ (n));
     this.frame = 0;
@@ -111,6 +124,9 @@ export class RunView {
     /** @type {string | null} set while replaying: the needle shows this rate, never a measurement */
     this.replayRate = null;
     this.prompt = prompt;
+    /** @type {{ id: number, bytes: number[] }[] | undefined} the prompt's tokens, when the run sent them */
+    this.promptTokens = undefined;
+    this.tokenView?.clear();
     this.ref.stopReason && (this.ref.stopReason.textContent = '–');
     if (this.ref.speculationSteps) this.ref.speculationSteps.hidden = true;
     this.ref.promptEcho.textContent = prompt;
@@ -149,15 +165,20 @@ export class RunView {
       this.points.push({ pos: p.token, rate: p.rate, live: report && i === points.length - 1 ? report.live_decode_tps : null });
     }
     for (const event of events) {
-      if (event.event === 'token') {
+      if (event.event === 'prefill' && event.prompt) {
+        this.tokenView.setPrompt(event.prompt);
+        this.promptTokens = event.prompt;
+      } else if (event.event === 'token') {
         if (event.drafted && event.text) this.drafted.push([this.text.length, this.text.length + event.text.length]);
         this.text += event.text;
-        this.tokens.push({ text: event.text, t: event.t_ms });
+        this.tokens.push({ text: event.text, t: event.t_ms, id: event.id, logprobs: event.logprobs ?? null });
+        this.tokenView.add(event.id, event.text, event.logprobs ?? null);
         if (this.readerStart === null) this.readerStart = performance.now();
       } else if (event.event === 'chunk') {
         // An endpoint's chunk: its text (a chunk may carry several tokens, or none yet).
         this.text += event.text;
         this.tokens.push({ text: event.text, t: event.t_ms });
+        this.tokenView.add(null, event.text, null);
         if (this.readerStart === null) this.readerStart = performance.now();
       } else if (event.event === 'done') {
         this.trailing = event.trailing_text;
@@ -184,7 +205,7 @@ export class RunView {
 
   /** @returns {RunRecord} the run as shown, for replay */
   record() {
-    return { prompt: this.prompt, tokens: [...this.tokens], points: this.points.map(({ pos, rate }) => ({ pos, rate })), trailing: this.trailing, wordEnds: [...this.wordEnds], report: this.report };
+    return { prompt: this.prompt, promptTokens: this.promptTokens, tokens: [...this.tokens], points: this.points.map(({ pos, rate }) => ({ pos, rate })), trailing: this.trailing, wordEnds: [...this.wordEnds], report: this.report };
   }
 
   /**
@@ -203,6 +224,7 @@ export class RunView {
     this.ref.live.textContent = rate === 'measured' ? (Number.isFinite(measured) ? measured.toFixed(0) : '–') : String(rate);
     this.setConditions(`Replay of a finished run at ${this.replayRate}: the model is not running, the text is played back. Run: ${record.report?.summary ?? ''}`);
     this.running = true;
+    if (record.promptTokens) this.tokenView.setPrompt(record.promptTokens);
     const t0 = record.tokens[0]?.t ?? 0;
     const start = performance.now();
     for (const [i, token] of record.tokens.entries()) {
@@ -211,6 +233,7 @@ export class RunView {
       if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
       if (signal?.aborted) break;
       this.text += token.text;
+      this.tokenView.add(token.id ?? null, token.text, token.logprobs ?? null);
       if (this.readerStart === null) this.readerStart = performance.now();
       // The chart shows the run's own rates (the meter's points), as far as the replay has come
       // (an endpoint's record holds chunks, which may carry several points' tokens).
@@ -272,6 +295,7 @@ export class RunView {
         }
       }
       this.drawChart();
+      this.renderTokens();
     }
     this.renderText();
     // The reading cursor moves a word at a time: draw again when the reader reaches the next
@@ -281,6 +305,21 @@ export class RunView {
       const next = ((Math.floor(words) + 1 - words) * 60000) / this.wpm();
       this.readerTick = setTimeout(() => this.scheduleRender(false), Math.max(16, next));
     }
+  }
+
+  /** Whether the token inspector is shown: then runs ask the engine for log probabilities. */
+  showsTokens() {
+    return this.ref.showTokens.checked;
+  }
+
+  /** The token inspector in place of the text, when shown; drawn only then. */
+  renderTokens() {
+    const show = this.showsTokens();
+    this.ref.tokenView.hidden = !show;
+    this.ref.output.hidden = show;
+    if (!show) return;
+    this.tokenView.setWords(this.wordEnds.length);
+    this.tokenView.draw();
   }
 
   readerWords() {

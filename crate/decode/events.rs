@@ -73,6 +73,10 @@ pub enum Event {
         tokenize_ms: f64,
         prefill_ms: f64,
         t_ms: f64,
+        /// The prompt's tokens, each id with its bytes, when the request asked for log
+        /// probabilities ([`GenerateOptions::logprobs`]: the page's token inspector draws them).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        prompt: Vec<PromptToken>,
     },
     /// One generated token (`text` may be empty while a multi-byte character is incomplete).
     /// `drafted`: a speculative draft the model kept (said only when true).
@@ -120,6 +124,13 @@ pub enum Event {
         t_ms: f64,
         trailing_text: String,
     },
+}
+
+/// One token of a prompt: its id and the bytes it stands for (none for a special).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PromptToken {
+    pub id: u32,
+    pub bytes: Vec<u8>,
 }
 
 /// A generated token's log probability and the likeliest tokens at its step, as OpenAI's

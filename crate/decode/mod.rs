@@ -16,7 +16,7 @@ pub use arrival::{Arrival, DEFAULT_PROMPTS};
 pub use engine::{Engine, ProductPasses, PromptEncoder};
 pub use events::{
     Alternative, DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, MAX_TOP_LOGPROBS, ModelInfo,
-    StopReason, TokenLogprobs,
+    PromptToken, StopReason, TokenLogprobs,
 };
 pub use sampling::Sampling;
 pub use scheduler::{

@@ -19,11 +19,12 @@ use web_time::Instant;
 
 use crate::backend::Segment;
 use crate::decode::engine::{Engine, ms_since};
-use crate::decode::events::{Event, Flow, GenerateOptions, StopReason};
+use crate::decode::events::{Event, Flow, GenerateOptions, PromptToken, StopReason};
 use crate::decode::sampling::Sampler;
 use crate::decode::sequence::{Position, SeqEvent, Sequence};
 use crate::decode::speculate::{Speculation, accept_greedy, accept_sampled};
 use crate::error::{Error, Result};
+use crate::loading::tokenizer::Tokenizer;
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,14 +79,17 @@ pub const PREFILL_CHUNK: usize = 256;
 ///   one prompt a step 2,054 / 2,400, 14.1-8.6 / 32.8-22.5; a budget of 64: 2,617 / 2,677,
 ///   7.7 / 11.8-11.6; 512: 2,616 / 2,635, 10.7-10.9 / the same (everyone's first token in one
 ///   pass).
-/// - SmolLM2 Q8_0 (chat prompts of about 45 tokens): one prompt a step 212 / 224, 174-215 /
-///   432-473; 128: 199 / 226, 344-274 / 439-332; 256: 231 / 211, 257-260 / 315-338; 512: 203 /
-///   217, 308-346 / the same.
+/// - SmolLM2 Q8_0 (chat prompts of about 45 tokens, 64 tokens each), a sweep while a compiler
+///   ran beside it: budgets of 128, 256 and 512 made the same aggregate within the noise, 256 the
+///   lowest TTFT p50 of the three. Then, quiet, 256 against one prompt a step, 2 rounds: 8 users
+///   517 / 522 against 487 / 476 tok/s, TTFT p50 123 / 121 against 94 / 103 ms, p99 163 / 161
+///   against 207 / 244 ms; 2 users p50 48 / 49 against 21 / 22, p99 48 / 49 against 45 / 46.
 ///
-/// A CPU reads a prompt at full arithmetic speed (1 user: 33 ms for SmolLM2's prompt, 8 in one
-/// pass: 308 ms), so reading prompts together saves the weights' reads but not their arithmetic:
-/// the burst's last first token comes much sooner, its median one later. 256 holds a usual burst
-/// in one or two passes and is also [`PREFILL_CHUNK`], so a long prompt joining leaves the same
+/// A CPU reads a prompt at full arithmetic speed (one prompt 21 ms, eight in one pass about
+/// eight times that), so reading prompts together saves the weights' reads but not their
+/// arithmetic: the burst's last first token comes sooner, its median one later (one prompt a
+/// step serves the median best when prefill is bound by arithmetic). 256 holds a usual burst in
+/// one or two passes and is also [`PREFILL_CHUNK`], so a long prompt joining leaves the same
 /// largest gap in the others' streams as before.
 pub const STEP_TOKENS: usize = 256;
 
@@ -479,7 +483,7 @@ impl Scheduler {
                 ready_ms,
                 start_ms,
             } = p;
-            prefilled(&seq, ready_ms, start_ms, now, &mut out);
+            prefilled(&seq, tokenizer, (ready_ms, start_ms, now), &mut out);
             if !seq.accept(tokenizer, pick, now, context, &mut out) {
                 running.push(seq);
             }
@@ -696,7 +700,24 @@ impl Engine {
 
 /// The prefill event of `seq`, whose pass ran from `start` to `now`; it was ready to join at
 /// `ready_ms`, so the wait between is queue time.
-fn prefilled(seq: &Sequence, ready_ms: f64, start: f64, now: f64, out: &mut Vec<SeqEvent>) {
+fn prefilled(
+    seq: &Sequence,
+    tokenizer: &Tokenizer,
+    (ready_ms, start, now): (f64, f64, f64),
+    out: &mut Vec<SeqEvent>,
+) {
+    // The prompt's tokens go with the event only when the request asked for log probabilities.
+    let prompt = match seq.options.logprobs {
+        Some(_) => seq
+            .prompt_ids
+            .iter()
+            .map(|&id| PromptToken {
+                id,
+                bytes: tokenizer.piece_bytes(id).to_vec(),
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     seq.emit(
         out,
         Event::Prefill {
@@ -705,6 +726,7 @@ fn prefilled(seq: &Sequence, ready_ms: f64, start: f64, now: f64, out: &mut Vec<
             tokenize_ms: seq.tokenize_ms,
             prefill_ms: now - start,
             t_ms: seq.t_ms(now),
+            prompt,
         },
     );
 }

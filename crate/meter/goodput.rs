@@ -207,4 +207,45 @@ mod tests {
         assert_eq!(g.share_e2e, None);
         assert_eq!(record(5.0, 9.0, 1).tpot_ms(), Some(0.0));
     }
+
+    /// Each objective decides on its own: beside the two others set so that every request meets
+    /// them, a request that misses only this one is not good, and one that meets it is.
+    #[test]
+    fn each_objective_fails_a_request_beside_trivially_met_others() {
+        let met = record(100.0, 200.0, 11); // TTFT 100, TPOT 10, e2e 200
+        let loose = 1e9;
+        let cases = [
+            // (the objective's limit in TTFT, TPOT, e2e order; a request missing only it)
+            (
+                [Some(500.0), Some(loose), Some(loose)],
+                record(900.0, 1000.0, 11),
+            ),
+            (
+                [Some(loose), Some(50.0), Some(loose)],
+                record(100.0, 1100.0, 11),
+            ),
+            (
+                [Some(loose), Some(loose), Some(1050.0)],
+                record(100.0, 1100.0, 101),
+            ),
+        ];
+        for ([ttft_ms, tpot_ms, e2e_ms], missing) in cases {
+            let slo = Slo {
+                ttft_ms,
+                tpot_ms,
+                e2e_ms,
+            };
+            let g = Goodput::new(slo, &[met, missing], None);
+            assert_eq!((g.good, g.requests), (1, 2), "{slo}");
+            let shares = [g.share_ttft, g.share_tpot, g.share_e2e];
+            let strict = [ttft_ms, tpot_ms, e2e_ms]
+                .iter()
+                .position(|l| *l != Some(loose))
+                .unwrap();
+            for (i, share) in shares.iter().enumerate() {
+                let expected = if i == strict { 0.5 } else { 1.0 };
+                assert_eq!(*share, Some(expected), "{slo}: objective {i}");
+            }
+        }
+    }
 }

@@ -35,7 +35,8 @@ pub const MAX_BODY_BYTES: usize = 4 << 20;
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// ...and its body.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
-/// The most connections served at once.
+/// The most connections served at once, where the open file limit allows them
+/// ([`super::connection_cap`]).
 pub const MAX_CONNECTIONS: usize = 4096;
 /// A stream that has nothing to send (its request waits for a place) sends a comment this often,
 /// which also finds a client that has left.

@@ -62,6 +62,27 @@ pub fn default_kv_memory() -> (u64, String) {
     }
 }
 
+/// Files the process keeps for itself beside its connections (the model, the page's files,
+/// the runtime's own descriptors).
+const RESERVED_FILES: usize = 64;
+
+/// The most connections served at once: [`MAX_CONNECTIONS`], or fewer where the process's open
+/// file limit (Linux's `/proc/self/limits`, the soft one) leaves room for fewer, keeping
+/// [`RESERVED_FILES`] for itself; with the limit it read, if any. Past the cap new connections
+/// wait in the kernel's backlog instead of failing the accept loop with "too many open files".
+pub fn connection_cap() -> (usize, Option<usize>) {
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            let line = l.lines().find(|l| l.starts_with("Max open files"))?;
+            line.split_whitespace().nth(3)?.parse::<usize>().ok()
+        });
+    let cap = limit.map_or(MAX_CONNECTIONS, |files| {
+        MAX_CONNECTIONS.min(files.saturating_sub(RESERVED_FILES).max(1))
+    });
+    (cap, limit)
+}
+
 /// Bytes as a person reads them: `64.0 MB`, `2.1 GB`.
 pub fn bytes_said(bytes: u64) -> String {
     let b = bytes as f64;
@@ -221,6 +242,13 @@ fn announce(app: &http::App, address: SocketAddr, options: &ServeOptions) {
             app.info.context_length
         );
     }
+    match connection_cap() {
+        (cap, Some(files)) => println!(
+            "tokenometer: at most {cap} connections at once (this process may open {files} \
+             files; ulimit -n raises it); more wait to be accepted"
+        ),
+        (cap, None) => println!("tokenometer: at most {cap} connections at once"),
+    }
     if options.page.is_none() {
         println!("tokenometer: the page's files were not found, so only the API is served");
     }
@@ -249,7 +277,7 @@ async fn accept(
     header_timeout: Duration,
     stop: impl Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let permits = Arc::new(Semaphore::new(connection_cap().0));
     tokio::pin!(stop);
     loop {
         let permit = tokio::select! {

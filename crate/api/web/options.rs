@@ -33,6 +33,9 @@ pub(crate) struct RunOptions {
     pub(crate) draft_max: usize,
     /// Draft `draft_max` tokens every step instead of the length measured costs favour.
     pub(crate) draft_fixed: bool,
+    /// Each token's log probability and this many alternatives (the token inspector), and the
+    /// prompt's tokens with the prefill event.
+    pub(crate) logprobs: Option<usize>,
 }
 
 impl RunOptions {
@@ -65,6 +68,7 @@ impl Default for RunOptions {
             speculate: "off".into(),
             draft_max: crate::decode::speculate::DEFAULT_MAX_DRAFT,
             draft_fixed: false,
+            logprobs: None,
         }
     }
 }

@@ -319,6 +319,9 @@ impl Session {
             sampling,
             queued_ms,
             chat: options.chat,
+            logprobs: options
+                .logprobs
+                .map(|n| n.min(crate::decode::MAX_TOP_LOGPROBS)),
         };
         let speculation = match options.speculate.as_str() {
             "off" | "" => None,
