@@ -108,7 +108,7 @@ export class RunView {
   clear(prompt) {
     this.text = '';
     this.trailing = '';
-    /** @type {{ text: string, t: number }[]} */
+    /** @type {{ text: string, t: number, id?: number, logprobs?: any }[]} */
     this.tokens = [];
     /** @type {{ pos: number, rate: number | null, live: number | null }[]} */
     this.points = [];

@@ -135,6 +135,8 @@ export class TokenView {
   span(id, text, label, logprobs) {
     const span = document.createElement('span');
     span.className = 'tok';
+    // A control that shows its details (on focus, hover or a tap), named by its label.
+    span.setAttribute('role', 'button');
     span.tabIndex = 0;
     if (id !== null) span.dataset.tokenId = String(id);
     if (logprobs) {

@@ -19,7 +19,7 @@ pub struct Granted {
     pub adapter: String,
     /// Driver and limits worth showing, one line.
     pub details: String,
-    /// A software renderer posing as a GPU (see [`is_software`]).
+    /// A software renderer posing as a GPU (see `is_software`).
     pub software: bool,
 }
 

@@ -64,7 +64,7 @@ pub fn default_kv_memory() -> (u64, String) {
 
 /// Files the process keeps for itself beside its connections (the model, the page's files,
 /// the runtime's own descriptors).
-const RESERVED_FILES: usize = 64;
+pub const RESERVED_FILES: usize = 64;
 
 /// The most connections served at once: [`MAX_CONNECTIONS`], or fewer where the process's open
 /// file limit (Linux's `/proc/self/limits`, the soft one) leaves room for fewer, keeping

@@ -271,7 +271,7 @@ impl Session {
         self.load_draft_files(name.clone(), model_files(name, model), tokenizer, quant)
     }
 
-    /// `loadDraft` for a GGUF pushed into a [`ModelStream`] as it downloaded.
+    /// `loadDraft` for a GGUF pushed into a `ModelStream` as it downloaded.
     #[wasm_bindgen(js_name = loadDraftStreamed)]
     pub fn load_draft_streamed(
         &self,

@@ -441,7 +441,7 @@ fn tile_rows<F: PackedFormat>(isa: Isa) -> usize {
 }
 
 /// How many pairs of whole groups, from the first, `isa`'s 16-lane kernel takes
-/// ([`avx2::StagedPair`]) for `t` activation rows: none where it has none.
+/// (`avx2::StagedPair`) for `t` activation rows: none where it has none.
 fn pairs<F: PackedFormat>(isa: Isa, w: &PackedRows, t: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni && F::VNNI_BIAS.is_some() && t >= PAIRED_ROWS {
@@ -464,7 +464,7 @@ const PAIRED_ROWS: usize = 9;
 
 /// The first `paired` pairs of whole groups of `w` against every activation row in `acts`, a tile
 /// of `tile` rows at a time, on AVX-512 VNNI's 16-lane kernel: each pair staged once
-/// ([`avx2::StagedPair`]) for all of the tiles.
+/// (`avx2::StagedPair`) for all of the tiles.
 #[cfg(target_arch = "x86_64")]
 fn pair_products<F: PackedFormat>(
     w: &PackedRows,
