@@ -381,10 +381,60 @@ fn synth_writes_a_loadable_checkpoint_and_bench_prints_a_table() {
         "words/s",
         "GB/s",
         "median",
+        "bandwidth ceiling (memory read by",
+        "MB a token (weights 60.8 MB, keys and values",
     ] {
         assert!(stdout.contains(row), "{row:?} missing:\n{stdout}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `bench` on the CPU measures the memory's read bandwidth and puts each run against the ceiling
+/// it allows (the meter's figure): a token's bytes are the weights as held plus the keys and
+/// values at the run's mean depth, and the ceiling moves the right way with the quantization
+/// (q4 reads fewer bytes a token than f32, so its ceiling is higher, on one file).
+#[test]
+fn bench_puts_decode_against_the_bandwidth_ceiling() {
+    let ceiling = |quant: &str| {
+        let output = tokenometer(&[
+            "bench",
+            "--model",
+            &model(),
+            "--tokenizer",
+            &tok512(),
+            "--quant",
+            quant,
+            "--runs",
+            "1",
+            "--max-tokens",
+            "16",
+            "--threads",
+            "1",
+            "--json",
+        ]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        runs[0]["bandwidth_ceiling"].clone()
+    };
+    let (f32, q4) = (ceiling("f32"), ceiling("q4"));
+    for c in [&f32, &q4] {
+        let gbps = c["read_gb_per_s"].as_f64().unwrap();
+        let bytes = c["weight_bytes"].as_f64().unwrap() + c["kv_bytes"].as_f64().unwrap();
+        let tps = c["tps"].as_f64().unwrap();
+        assert!(gbps > 0.1 && c["kv_bytes"].as_u64().unwrap() > 0, "{c}");
+        assert!((tps - gbps * 1e9 / bytes).abs() < 1e-6 * tps, "{c}");
+        assert!(c["share"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    assert!(q4["weight_bytes"].as_u64() < f32["weight_bytes"].as_u64());
+    // f32 reads over 5 times q4's bytes: no noise in the two bandwidths bridges that.
+    assert!(
+        q4["tps"].as_f64() > f32["tps"].as_f64(),
+        "{q4} against {f32}"
+    );
 }
 
 #[test]

@@ -46,6 +46,7 @@
 //!   each weight read serves them all and arithmetic binds instead. So the ceiling at N users over
 //!   the ceiling at 1 bounds what batching N users can gain on this machine, with this build.
 
+mod ceiling;
 mod format;
 mod goodput;
 mod load;
@@ -58,6 +59,7 @@ mod stats;
 mod timings;
 mod words;
 
+pub use ceiling::BandwidthCeiling;
 pub use format::{human_bytes, human_count};
 pub use goodput::{Goodput, RequestRecord, Slo};
 pub use load::{BatchMeter, LoadConditions, LoadReport};

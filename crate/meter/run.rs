@@ -171,6 +171,10 @@ pub struct Report {
     /// What speculative decoding did, when the run speculated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculation: Option<SpeculationFigures>,
+    /// Decode against the ceiling this machine's memory bandwidth allows, where the caller
+    /// measured it (`bench` on the CPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bandwidth_ceiling: Option<super::BandwidthCeiling>,
 }
 
 impl Report {
@@ -509,6 +513,7 @@ impl Meter {
             // One request's tokens after its first over its own decode span: its decode rate.
             aggregate_tps: decode_tps,
             speculation,
+            bandwidth_ceiling: None,
         }
     }
 

@@ -223,6 +223,9 @@ async fn run(command: Command) -> Result<(), Error> {
             let engine = load(&model).await?;
             let speculation = speculation(&speculate, &model, &engine).await?;
             let runs = runs as usize;
+            // The memory's read bandwidth at the engine's threads, for the ceiling (the CPU's).
+            let threads = (engine.info.backend == BackendKind::Cpu)
+                .then(|| model.threads.unwrap_or_else(Threads::physical_cores));
             bench(
                 &engine,
                 runs,
@@ -231,6 +234,7 @@ async fn run(command: Command) -> Result<(), Error> {
                 !raw,
                 speculation.as_ref(),
                 json,
+                threads,
             )
             .await
         }

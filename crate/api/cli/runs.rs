@@ -6,7 +6,9 @@ use std::io::Write;
 use crate::api::drive::{Level, LoadLevel, MeteredRun};
 use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions, Speculation, TokenLogprobs};
 use crate::error::Error;
-use crate::meter::{DEFAULT_READING_WPM, LoadReport, Report, Slo, Source, human_bytes};
+use crate::meter::{
+    BandwidthCeiling, DEFAULT_READING_WPM, LoadReport, Report, Slo, Source, human_bytes,
+};
 
 /// Where a run's events go.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -236,6 +238,7 @@ pub(super) async fn bench(
     chat: bool,
     speculation: Option<&Speculation>,
     json: bool,
+    threads: Option<usize>,
 ) -> Result<(), Error> {
     let warm_up_ms = engine.warm_up().await?;
     let options = GenerateOptions {
@@ -255,12 +258,45 @@ pub(super) async fn bench(
     }
     // The first run is not counted: it compiles every kernel shape the timed runs meet.
     reports.remove(0);
+    // The ceiling the memory's bandwidth allows, measured after the runs (apart from them).
+    let bandwidth = threads.map(|t| (t, crate::cpu::bandwidth::read_gb_per_s(t)));
+    if let Some((_, gb_per_s)) = bandwidth {
+        let per_position = engine.model.kv_bytes_per_position() as u64;
+        for r in &mut reports {
+            let c = &r.conditions;
+            let depth = c.prompt_tokens as f64 + c.output_tokens as f64 / 2.0;
+            r.bandwidth_ceiling = Some(BandwidthCeiling::new(
+                gb_per_s,
+                engine.info.bytes_per_token,
+                per_position,
+                depth,
+                r.decode_tps,
+            ));
+        }
+    }
     let untimed = "one untimed run";
     print_runs(&reports, warm_up_ms, untimed, speculation.is_some(), json);
     if !json {
         print_gpu_work(before, engine);
+        print_ceiling(&reports, bandwidth);
     }
     Ok(())
+}
+
+/// The median run against the memory's ceiling, in a sentence, with how it was measured.
+fn print_ceiling(reports: &[Report], bandwidth: Option<(usize, f64)>) {
+    let Some((threads, _)) = bandwidth else {
+        return;
+    };
+    let mut ceilings: Vec<_> = reports.iter().filter_map(|r| r.bandwidth_ceiling).collect();
+    ceilings.sort_by(|a, b| a.share.unwrap_or(0.0).total_cmp(&b.share.unwrap_or(0.0)));
+    if let Some(median) = ceilings.get(ceilings.len() / 2) {
+        println!(
+            "bandwidth ceiling (memory read by {threads} threads over {} MiB, best of 4): {}",
+            crate::cpu::bandwidth::PROBE_BYTES >> 20,
+            median.sentence()
+        );
+    }
 }
 
 /// What the model has done on the GPU so far (`None` on the CPU).

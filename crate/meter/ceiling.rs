@@ -1,0 +1,69 @@
+//! The memory-bandwidth ceiling of decode: a token reads every weight once, and the keys and
+//! values of every earlier position, so a machine that reads memory at B bytes a second cannot
+//! decode faster than B over those bytes. Measured bandwidth in, a ceiling and this run's share of
+//! it out: the figure that says why a quantization is faster (fewer bytes a token, a higher
+//! ceiling) and how far a run is from what the memory allows.
+
+use serde::Serialize;
+
+/// A run's decode against the bandwidth this machine's memory gave.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BandwidthCeiling {
+    /// Bytes a second read, measured apart from the run (the engine's threads reading a buffer
+    /// far larger than the caches), in GB/s.
+    pub read_gb_per_s: f64,
+    /// Weights read a decode token, as held.
+    pub weight_bytes: u64,
+    /// Keys and values read a decode token at the run's mean depth.
+    pub kv_bytes: u64,
+    /// The ceiling: read bandwidth over the bytes a token reads.
+    pub tps: f64,
+    /// The run's decode tok/s over the ceiling (0 to 1, more where caches hold the weights).
+    pub share: Option<f64>,
+}
+
+impl BandwidthCeiling {
+    /// The ceiling of a decode that reads `weight_bytes` and `kv_bytes_per_position` for each of
+    /// `mean_depth` positions a token, at `read_gb_per_s`; `decode_tps` the run's.
+    pub fn new(
+        read_gb_per_s: f64,
+        weight_bytes: u64,
+        kv_bytes_per_position: u64,
+        mean_depth: f64,
+        decode_tps: Option<f64>,
+    ) -> BandwidthCeiling {
+        let kv_bytes = (kv_bytes_per_position as f64 * mean_depth.max(0.0)) as u64;
+        let bytes = (weight_bytes + kv_bytes).max(1) as f64;
+        let tps = read_gb_per_s * 1e9 / bytes;
+        BandwidthCeiling {
+            read_gb_per_s,
+            weight_bytes,
+            kv_bytes,
+            tps,
+            share: decode_tps.filter(|_| tps > 0.0).map(|d| d / tps),
+        }
+    }
+
+    /// One sentence: "reading 143.0 MB a token (weights 142.6 MB, keys and values 0.4 MB) at
+    /// 21.4 GB/s allows 150 tok/s; this run makes 120: 80% of it".
+    pub fn sentence(&self) -> String {
+        let mb = |b: u64| b as f64 / 1e6;
+        let mut s = format!(
+            "reading {:.1} MB a token (weights {:.1} MB, keys and values {:.1} MB) at {:.1} GB/s \
+             allows {:.0} tok/s",
+            mb(self.weight_bytes + self.kv_bytes),
+            mb(self.weight_bytes),
+            mb(self.kv_bytes),
+            self.read_gb_per_s,
+            self.tps
+        );
+        if let Some(share) = self.share {
+            s.push_str(&format!(
+                "; this run makes {:.0}: {:.0}% of it",
+                share * self.tps,
+                share * 100.0
+            ));
+        }
+        s
+    }
+}
