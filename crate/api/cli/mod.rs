@@ -226,12 +226,16 @@ async fn run(command: Command) -> Result<(), Error> {
             // The memory's read bandwidth at the engine's threads, for the ceiling (the CPU's).
             let threads = (engine.info.backend == BackendKind::Cpu)
                 .then(|| model.threads.unwrap_or_else(Threads::physical_cores));
+            let options = GenerateOptions {
+                max_tokens,
+                chat: !raw,
+                ..Default::default()
+            };
             bench(
                 &engine,
                 runs,
                 &prompt,
-                max_tokens,
-                !raw,
+                options,
                 speculation.as_ref(),
                 json,
                 threads,

@@ -234,18 +234,12 @@ pub(super) async fn bench(
     engine: &Engine,
     runs: usize,
     prompt: &str,
-    max_tokens: usize,
-    chat: bool,
+    options: GenerateOptions,
     speculation: Option<&Speculation>,
     json: bool,
     threads: Option<usize>,
 ) -> Result<(), Error> {
     let warm_up_ms = engine.warm_up().await?;
-    let options = GenerateOptions {
-        max_tokens,
-        chat,
-        ..Default::default()
-    };
     let mut reports = Vec::with_capacity(runs + 1);
     let mut before = None;
     for run in 0..=runs {
