@@ -943,3 +943,66 @@ fn a_huge_prompt_never_stalls_the_other_streams() {
         "a gap of {gap:?} in the stream"
     );
 }
+
+/// A client that stops reading its stream loses its place after `--write-timeout`: its
+/// connection (a 4 KB receive buffer) fills, the server's events for it wait unread, and after
+/// the timeout its request ends as `abort`, freeing its place and cache, while another client is
+/// served. (Until 2026-11-29 it held its place until its generation ended, 4,000 tokens here.)
+#[test]
+fn a_client_that_stops_reading_loses_its_place() {
+    let server = Server::start(&[
+        "--model",
+        &smollm2(),
+        "--threads",
+        "1",
+        "--parallel",
+        "2",
+        "--write-timeout",
+        "1",
+    ]);
+    let address: std::net::SocketAddr = server.url.trim_start_matches("http://").parse().unwrap();
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&address.into()).unwrap();
+    let mut silent: TcpStream = socket.into();
+    let body = json!({"messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": 4000, "temperature": 0, "ignore_eos": true, "stream": true,
+        // 20 alternatives a token make each chunk about 3 kB: the buffers fill in seconds.
+        "logprobs": true, "top_logprobs": 20})
+    .to_string();
+    write!(
+        silent,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let aborted = || {
+        server
+            .get("/metrics")
+            .lines()
+            .find(|l| {
+                l.contains("request_success_total") && l.contains("finished_reason=\"abort\"")
+            })
+            .map_or(0.0, |l| {
+                l.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+            })
+    };
+    let started = Instant::now();
+    while aborted() < 1.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the silent client still holds its place after {:?}",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(server.metric("tokenometer:num_requests_running"), 0.0);
+    // Another client is served, while the silent one's connection is still open.
+    let (status, whole) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}),
+    );
+    assert_eq!(status, 200, "{whole}");
+    drop(silent);
+}

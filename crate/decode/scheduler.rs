@@ -168,7 +168,7 @@ fn check_options(options: &GenerateOptions, speculation: Option<&Speculation>) -
 /// The KV cache positions a sequence may come to hold: its prompt and its max tokens, within the
 /// context (its cache never grows past that: [`Scheduler::submit`]).
 pub fn kv_reservation(prompt_tokens: usize, max_tokens: usize, context: usize) -> usize {
-    (prompt_tokens + max_tokens).min(context)
+    prompt_tokens.saturating_add(max_tokens).min(context)
 }
 
 impl Scheduler {

@@ -311,6 +311,10 @@ pub(super) struct ServeArgs {
     /// and max_tokens fit, and one that never could is refused.
     #[arg(long, value_parser = parse_bytes)]
     pub(super) kv_memory: Option<u64>,
+    /// Seconds a streaming client may leave its events unread (its connection full) before its
+    /// request ends and frees its place and its cache.
+    #[arg(long, default_value_t = 30.0, value_parser = positive_seconds)]
+    pub(super) write_timeout: f64,
     /// `lookup`: a request that runs alone drafts from its prompt and verifies in one pass.
     #[arg(long)]
     pub(super) speculate: Option<String>,

@@ -481,6 +481,7 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
             step_tokens: args.step_tokens as usize,
             kv_memory: kv_memory.0,
             kv_positions: None,
+            write_timeout: Duration::from_secs_f64(args.write_timeout),
             speculation,
         },
         cors: args.cors,

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -301,7 +302,9 @@ async fn complete(
     };
     let (updates, inbox) = tokio_mpsc::unbounded_channel();
     let (accepted, is_accepted) = oneshot::channel();
+    let read = Arc::new(AtomicU64::new(0));
     let job = Job {
+        read: read.clone(),
         prompt,
         templated,
         options: GenerateOptions {
@@ -334,6 +337,7 @@ async fn complete(
     let answer = Answer {
         reply: Reply::new(kind, &checked, id, app.info.name.clone(), created),
         inbox,
+        read,
         guard: CancelGuard {
             id,
             commands: app.commands.clone(),
@@ -386,6 +390,8 @@ impl Drop for CancelGuard {
 struct Answer {
     reply: Reply,
     inbox: tokio_mpsc::UnboundedReceiver<Update>,
+    /// Events taken from `inbox`, for the engine's write timeout ([`Job::read`]).
+    read: Arc<AtomicU64>,
     guard: CancelGuard,
     /// Stream events made but not yet sent.
     pending: VecDeque<SseEvent>,
@@ -410,6 +416,7 @@ impl Answer {
     async fn next(&mut self) -> Step {
         match self.inbox.recv().await {
             Some(Update::Event(event)) => {
+                self.read.fetch_add(1, Ordering::Relaxed);
                 let chunks = self.reply.event(&event);
                 if self.reply.stopped() {
                     // The rest would be cut: end the sequence now, and wait for its report.

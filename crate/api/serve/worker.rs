@@ -9,6 +9,7 @@
 //! one is refused (429) at once, before its prompt is tokenized.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Instant;
 
@@ -50,6 +51,9 @@ pub struct Job {
     /// When the HTTP request came in: the time before it reaches the engine is queue time.
     pub received: Instant,
     pub updates: tokio_mpsc::UnboundedSender<Update>,
+    /// How many of its events the HTTP side has taken to send: a client that stops reading
+    /// stops this count, and loses its place after [`Limits::write_timeout`].
+    pub read: Arc<AtomicU64>,
     /// The request's number, or why it was refused.
     pub accepted: oneshot::Sender<Result<u64, ApiError>>,
 }
@@ -106,6 +110,8 @@ pub struct Limits {
     pub kv_memory: u64,
     /// Set at load from `kv_memory`.
     pub kv_positions: Option<usize>,
+    /// How long a client may leave its stream's events unread before it loses its place.
+    pub write_timeout: std::time::Duration,
     pub speculation: Option<Speculation>,
 }
 
@@ -124,6 +130,13 @@ struct Live {
     meter: Meter,
     updates: tokio_mpsc::UnboundedSender<Update>,
     received: Instant,
+    /// Events sent to the HTTP side, and how many it has taken ([`Job::read`]).
+    sent: u64,
+    read: Arc<AtomicU64>,
+    /// The count taken when last seen to move, and since when it has stood still with events
+    /// waiting.
+    last_read: u64,
+    stuck: Option<Instant>,
 }
 
 struct Worker {
@@ -215,6 +228,7 @@ impl Worker {
             }
             if !self.scheduler.is_idle() {
                 self.step();
+                self.drop_stalled_readers();
                 self.publish();
             }
         }
@@ -327,8 +341,36 @@ impl Worker {
                 meter: Meter::new(conditions, DEFAULT_READING_WPM),
                 updates: job.updates,
                 received: job.received,
+                sent: 0,
+                read: job.read,
+                last_read: 0,
+                stuck: None,
             },
         );
+    }
+
+    /// End the requests whose clients have read none of their waiting events for the write
+    /// timeout: their places and caches go to others (finished as `abort`).
+    fn drop_stalled_readers(&mut self) {
+        let now = Instant::now();
+        let timeout = self.limits.write_timeout;
+        let mut stalled = Vec::new();
+        for (&seq, live) in self.live.iter_mut() {
+            let read = live.read.load(Ordering::Relaxed);
+            if read >= live.sent {
+                live.stuck = None;
+            } else if read > live.last_read {
+                live.last_read = read;
+                live.stuck = Some(now);
+            } else if now.duration_since(*live.stuck.get_or_insert(now)) >= timeout {
+                stalled.push(seq);
+            }
+        }
+        for seq in stalled {
+            if let Some(done) = self.scheduler.cancel(seq) {
+                self.route(vec![done], "abort");
+            }
+        }
     }
 
     /// One step of the batch; a failure (or a panic) fails every request in the engine, running
@@ -371,6 +413,8 @@ impl Worker {
             }
             if live.updates.send(Update::Event(event)).is_err() {
                 gone.push(seq);
+            } else {
+                live.sent += 1;
             }
         }
         for (seq, why) in ended {
