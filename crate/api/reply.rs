@@ -120,7 +120,7 @@ impl Reply {
         if self.stream {
             let mut choice = self.kind.choice(true, false, Some(text), None);
             if self.logprobs {
-                choice.logprobs = Some(ChoiceLogprobs::new(self.kind, &tokens));
+                choice.logprobs = Some(ChoiceLogprobs::new(self.kind == Kind::Chat, &tokens));
             }
             out.push(self.completion(vec![choice]));
         } else {
@@ -177,7 +177,7 @@ impl Reply {
             let text = std::mem::take(&mut self.text);
             let mut choice = self.kind.choice(false, true, Some(text), finish);
             if self.logprobs {
-                choice.logprobs = Some(ChoiceLogprobs::new(self.kind, &self.kept));
+                choice.logprobs = Some(ChoiceLogprobs::new(self.kind == Kind::Chat, &self.kept));
             }
             let mut whole = self.completion(vec![choice]);
             whole.usage = Some(usage);

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
-use crate::decode::sampling::Sampling;
+use crate::decode::sampling::{Sampling, TokenLogprobs};
 use crate::model::Quant;
 
 /// What was loaded, for the conditions that travel with every figure.
@@ -133,31 +133,6 @@ pub struct PromptToken {
     pub bytes: Vec<u8>,
 }
 
-/// A generated token's log probability and the likeliest tokens at its step, as OpenAI's
-/// `logprobs` report them: natural logs of the softmax of the step's logits divided by the
-/// sampler's temperature (1 for greedy), before top-p cuts the tail.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TokenLogprobs {
-    pub logprob: f32,
-    /// The chosen token's rank among the whole vocabulary (1: the likeliest).
-    pub rank: usize,
-    /// The chosen token's bytes (part of a character, for a byte token; none for a special).
-    pub bytes: Vec<u8>,
-    /// The likeliest tokens, likeliest first (as many as asked).
-    pub top: Vec<Alternative>,
-}
-
-/// One of the likeliest tokens at a step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Alternative {
-    pub id: u32,
-    pub logprob: f32,
-    pub bytes: Vec<u8>,
-}
-
-/// The most alternatives a token's [`TokenLogprobs`] lists (OpenAI's `top_logprobs` limit).
-pub const MAX_TOP_LOGPROBS: usize = 20;
-
 /// How many tokens a run generates unless told otherwise (the CLI's and the wasm API's default too).
 pub const DEFAULT_MAX_TOKENS: usize = 256;
 
@@ -172,7 +147,7 @@ pub struct GenerateOptions {
     /// without one takes the prompt as it is either way).
     pub chat: bool,
     /// Each token's log probability and this many likeliest alternatives
-    /// ([`TokenLogprobs`], at most [`MAX_TOP_LOGPROBS`]); `None`: none.
+    /// ([`TokenLogprobs`], at most [`crate::decode::MAX_TOP_LOGPROBS`]); `None`: none.
     #[serde(default)]
     pub logprobs: Option<usize>,
 }

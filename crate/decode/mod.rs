@@ -4,6 +4,7 @@
 //! a quantization costs in quality ([`quality`]). Below: `backend/` and `loading/`; above: `meter/`.
 
 pub mod arrival;
+mod clock;
 pub mod engine;
 pub mod events;
 pub mod quality;
@@ -15,10 +16,9 @@ pub mod speculate;
 pub use arrival::{Arrival, DEFAULT_PROMPTS};
 pub use engine::{Engine, ProductPasses, PromptEncoder};
 pub use events::{
-    Alternative, DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, MAX_TOP_LOGPROBS, ModelInfo,
-    PromptToken, StopReason, TokenLogprobs,
+    DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo, PromptToken, StopReason,
 };
-pub use sampling::Sampling;
+pub use sampling::{Alternative, MAX_TOP_LOGPROBS, Sampling, TokenLogprobs};
 pub use scheduler::{
     Clock, PREFILL_CHUNK, Request, STEP_TOKENS, Scheduler, Tokenized, kv_reservation,
 };

@@ -4,9 +4,33 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::decode::events::{Alternative, MAX_TOP_LOGPROBS, TokenLogprobs};
 use crate::error::{Error, Result};
 use crate::model::logits::{Logits, argmax};
+
+/// A generated token's log probability and the likeliest tokens at its step, as OpenAI's
+/// `logprobs` report them: natural logs of the softmax of the step's logits divided by the
+/// sampler's temperature (1 for greedy), before top-p cuts the tail.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    /// The chosen token's rank among the whole vocabulary (1: the likeliest).
+    pub rank: usize,
+    /// The chosen token's bytes (part of a character, for a byte token; none for a special).
+    pub bytes: Vec<u8>,
+    /// The likeliest tokens, likeliest first (as many as asked).
+    pub top: Vec<Alternative>,
+}
+
+/// One of the likeliest tokens at a step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Alternative {
+    pub id: u32,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+/// The most alternatives a token's [`TokenLogprobs`] lists (OpenAI's `top_logprobs` limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// How to sample; temperature 0 means greedy.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

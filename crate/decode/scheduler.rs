@@ -18,7 +18,8 @@ use std::ops::Range;
 use web_time::Instant;
 
 use crate::backend::Segment;
-use crate::decode::engine::{Engine, ms_since};
+pub use crate::decode::clock::Clock;
+use crate::decode::engine::Engine;
 use crate::decode::events::{Event, Flow, GenerateOptions, PromptToken, StopReason};
 use crate::decode::sampling::Sampler;
 use crate::decode::sequence::{Position, SeqEvent, Sequence};
@@ -92,42 +93,6 @@ pub const PREFILL_CHUNK: usize = 256;
 /// one or two passes and is also [`PREFILL_CHUNK`], so a long prompt joining leaves the same
 /// largest gap in the others' streams as before.
 pub const STEP_TOKENS: usize = 256;
-
-/// Where a scheduler's times come from.
-#[derive(Debug, Clone, Copy)]
-pub enum Clock {
-    /// The machine's, from when the scheduler was made.
-    Real(Instant),
-    /// A clock a test controls: it stands still but for the forward passes, each of which moves
-    /// it `pass_ms` plus `row_ms` a row, so what the drafter measures is what the test says and
-    /// not what a loaded debug build happens to take.
-    Passes {
-        now_ms: f64,
-        pass_ms: f64,
-        row_ms: f64,
-    },
-}
-
-impl Clock {
-    fn now_ms(&self) -> f64 {
-        match self {
-            Clock::Real(start) => ms_since(*start),
-            Clock::Passes { now_ms, .. } => *now_ms,
-        }
-    }
-
-    /// A forward pass over `rows` rows has run.
-    fn passed(&mut self, rows: usize) {
-        if let Clock::Passes {
-            now_ms,
-            pass_ms,
-            row_ms,
-        } = self
-        {
-            *now_ms += *pass_ms + *row_ms * rows as f64;
-        }
-    }
-}
 
 pub struct Scheduler {
     clock: Clock,

@@ -6,8 +6,9 @@
 use serde::Serialize;
 
 use crate::backend::KvCache;
-use crate::decode::events::{Event, GenerateOptions, StopReason, TokenLogprobs};
+use crate::decode::events::{Event, GenerateOptions, StopReason};
 use crate::decode::sampling::Sampler;
+use crate::decode::sampling::TokenLogprobs;
 use crate::decode::speculate::{Drafter, Speculation};
 use crate::loading::tokenizer::{TextStream, Tokenizer};
 

@@ -174,7 +174,7 @@ pub struct Report {
     /// Decode against the ceiling this machine's memory bandwidth allows, where the caller
     /// measured it (`bench` on the CPU).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bandwidth_ceiling: Option<super::BandwidthCeiling>,
+    pub bandwidth_ceiling: Option<crate::meter::ceiling::BandwidthCeiling>,
 }
 
 impl Report {
