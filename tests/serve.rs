@@ -837,14 +837,18 @@ fn the_kv_budget_bounds_what_a_room_can_make_the_server_hold() {
         }
         body
     };
-    let hostile = std::thread::scope(|s| {
-        let asks: Vec<_> = (0..32)
-            .map(|_| s.spawn(|| server.post("/v1/chat/completions", &chat(Some(8000)))))
-            .collect();
-        asks.into_iter()
-            .map(|a| a.join().unwrap())
-            .collect::<Vec<_>>()
-    });
+    // `n` copies of `body` sent at once; their answers.
+    let together = |n: usize, body: Value| {
+        std::thread::scope(|s| {
+            let asks: Vec<_> = (0..n)
+                .map(|_| s.spawn(|| server.post("/v1/chat/completions", &body)))
+                .collect();
+            asks.into_iter()
+                .map(|a| a.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    };
+    let hostile = together(32, chat(Some(8000)));
     for (status, error) in hostile
         .iter()
         .chain([&server.post("/v1/chat/completions", &chat(None))])
@@ -858,14 +862,7 @@ fn the_kv_budget_bounds_what_a_room_can_make_the_server_hold() {
         );
     }
     // Four that fit two at a time: about 40 prompt tokens and 60 more each.
-    let served = std::thread::scope(|s| {
-        let asks: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| server.post("/v1/chat/completions", &chat(Some(60)))))
-            .collect();
-        asks.into_iter()
-            .map(|a| a.join().unwrap())
-            .collect::<Vec<_>>()
-    });
+    let served = together(4, chat(Some(60)));
     let mut reservation = 0;
     for (status, whole) in &served {
         assert_eq!(*status, 200, "{whole}");

@@ -270,7 +270,6 @@ impl Scheduler {
         }
         let now = self.now_ms();
         let made_ms = arrival_ms.unwrap_or(now);
-        let tokenized = now;
         let id = self.next_id;
         self.next_id += 1;
         let mut cache = engine.model.new_cache();
@@ -289,7 +288,7 @@ impl Scheduler {
             cache,
             speculation,
         );
-        let ready_ms = made_ms.max(tokenized);
+        let ready_ms = made_ms.max(now);
         let at = self.waiting.partition_point(|w| w.ready_ms <= ready_ms);
         self.waiting.insert(at, Waiting { seq, ready_ms });
         Ok(id)
