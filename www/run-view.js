@@ -98,6 +98,8 @@ export class RunView {
     this.changed = true;
     /** @type {ReturnType<typeof setTimeout> | undefined} the reading cursor's next step */
     this.readerTick = undefined;
+    /** @type {ReturnType<typeof setTimeout> | undefined} a drawing waiting for its pace */
+    this.paced = undefined;
     this.clear('');
   }
 
@@ -196,10 +198,14 @@ export class RunView {
   finish(report) {
     if (report) this.report = report;
     this.running = false;
-    // Drawn now, whatever the pace: the run's final figures are on the page when it says done.
+    // Drawn now, whatever the pace: the run's final figures are on the page when it says done. A
+    // drawing still waiting for its pace is dropped, or it would begin a second chain of drawings
+    // beside the next run's (seen in CI: two drawings 17 ms apart at a pace of 100 ms).
+    clearTimeout(this.paced);
     if (this.frame > 0) cancelAnimationFrame(this.frame);
     this.frame = 0;
     this.changed = true;
+    this.lastDrawn = performance.now();
     this.render();
   }
 
@@ -270,7 +276,7 @@ export class RunView {
     };
     if (wait > 0) {
       this.frame = -1;
-      setTimeout(draw, wait);
+      this.paced = setTimeout(draw, wait);
     } else {
       draw();
     }
