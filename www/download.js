@@ -34,14 +34,24 @@ export function checkSize(label, bytes) {
  * @param {(p: Progress) => void} progress
  * @param {(piece: Uint8Array) => void | Promise<void>} take  may return a promise to wait for (the
  *   next piece is read after it); throws to stop the download (a file the engine refuses)
+ * @param {(loaded: number, cached: boolean) => void | Promise<void>} [check]  called once every
+ *   piece is taken; throws to refuse the file (a sha-256 that differs), which is then not kept in
+ *   the cache (a kept copy it refuses is forgotten)
  * @returns {Promise<number>} the file's length in bytes
  */
-export async function fetchPieces(url, label, progress, take) {
+export async function fetchPieces(url, label, progress, take, check = () => {}) {
   const cache = 'caches' in globalThis ? await caches.open(CACHE_NAME) : null;
   const cached = cache && (await cache.match(url));
   if (cached?.body) {
     const total = Number(cached.headers.get('Content-Length')) || 0;
-    return readPieces(cached.body, label, take, (loaded) => progress({ label, loaded, total: Math.max(total, loaded), cached: true }));
+    const loaded = await readPieces(cached.body, label, take, (n) => progress({ label, loaded: n, total: Math.max(total, n), cached: true }));
+    try {
+      await check(loaded, true);
+    } catch (e) {
+      await cache.delete(url);
+      throw e;
+    }
+    return loaded;
   }
   const abort = new AbortController();
   let response;
@@ -69,6 +79,7 @@ export async function fetchPieces(url, label, progress, take) {
     if (total && loaded < total) {
       throw new Error(`download of ${label} is incomplete: ${loaded} of ${total} bytes`);
     }
+    await check(loaded, false);
   } catch (e) {
     abort.abort();
     copy?.drop(e);

@@ -1,7 +1,8 @@
 // Static server for the page: www/ at /, pkg/ at /pkg/, the models folder at /models/.
 // It sends the headers a wasm app wants: application/wasm, and COOP/COEP so that the page is
 // cross-origin isolated (precise timers).
-// Usage: node www/serve.mjs  (PORT=8080, HOST=127.0.0.1, MODELS=models)
+// Usage: node www/serve.mjs [SITE]  (PORT=8080, HOST=127.0.0.1, MODELS=models; SITE: a folder
+// `make site` wrote, served whole, as `make serve` does)
 // As a module: staticServer(mounts) serves other folders too (tests/bench/browser.mjs does).
 import { createServer } from 'node:http';
 import { createReadStream, promises as fs } from 'node:fs';
@@ -65,9 +66,11 @@ export function staticServer(mounts) {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const mounts = pageMounts();
+  // A folder named on the command line (`make site`'s site/) is the whole page; else the checkout's.
+  const mounts = process.argv[2] ? [['/', resolve(process.argv[2])]] : pageMounts();
   const server = staticServer(mounts);
   server.listen(port, host, () => {
-    console.log(`tokenometer: serving on http://${host}:${server.address().port}/ (models from ${mounts[1][1]})`);
+    const models = process.argv[2] ? join(mounts[0][1], 'models') : mounts[1][1];
+    console.log(`tokenometer: serving on http://${host}:${server.address().port}/ (models from ${models})`);
   });
 }

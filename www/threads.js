@@ -1,7 +1,7 @@
 // @ts-check
 // The CPU engine's threads in the page. More than one needs the threaded build (pkg/threads/,
 // `make pkg` with nightly Rust: shared memory and atomics), which runs only where the page is
-// cross-origin isolated (www/serve.mjs sends COOP/COEP) and is the CPU engine alone: WebGPU runs
+// cross-origin isolated (www/serve.mjs sends COOP/COEP; on a static host www/sw.js adds them) and is the CPU engine alone: WebGPU runs
 // in the other builds (simd.js). The choice starts as the URL's `threads=` (default: half the
 // logical cores, as wllama's), follows the form's Threads select, and each engine client starts
 // its worker with the build a configuration needs (engine-client.js, worker.js).
@@ -18,7 +18,11 @@ export const threadsPossible = () => globalThis.crossOriginIsolated === true && 
 
 /** Why the page runs one thread whatever is chosen, or null when it can run more. */
 export function oneThreadReason() {
-  if (!threadsPossible()) return 'one thread here: the page is not cross-origin isolated (it needs COOP/COEP headers, as make serve sends), so workers cannot share memory';
+  if (!threadsPossible()) {
+    return 'one thread here: the page is not cross-origin isolated (its host sends no COOP/COEP headers, as make serve does, and the site\'s service worker that adds them is not running: '
+      + ('serviceWorker' in navigator && globalThis.isSecureContext ? 'it installs on the first visit and the page reloads once; reload if it did not' : 'this window has no service workers (a private window?) or the page is not on https or localhost')
+      + '), so workers cannot share memory';
+  }
   return null;
 }
 

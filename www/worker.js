@@ -18,8 +18,8 @@ const start = async (url) => {
 // (the conditions line names the build that runs: "CPU (SIMD128+relaxed), 2 threads", "CPU
 // (SIMD128+relaxed)" or "CPU (SIMD128)", and says why a threaded build is not running).
 const single = () => (build !== 'baseline' && relaxedSimd()
-  ? start('../pkg/relaxed/tokenometer.js').catch(() => start('../pkg/tokenometer.js'))
-  : start('../pkg/tokenometer.js'));
+  ? start('./pkg/relaxed/tokenometer.js').catch(() => start('./pkg/tokenometer.js'))
+  : start('./pkg/tokenometer.js'));
 /** Why this worker runs one thread when the page asked for more, or null. */
 let buildNote = null;
 // The engine compiles while the model downloads: init() streams the wasm into the compiler as it
@@ -29,7 +29,7 @@ const started = build !== 'threads'
   ? single()
   : !self.crossOriginIsolated
     ? (buildNote = 'one thread: this page is not cross-origin isolated', single())
-    : start('../pkg/threads/tokenometer.js').catch((e) => {
+    : start('./pkg/threads/tokenometer.js').catch((e) => {
       buildNote = `one thread: the threaded build did not load (${e?.message ?? e}; make pkg builds it where nightly Rust is installed)`;
       return single();
     });
@@ -44,15 +44,53 @@ let phase = 'starting the engine';
 
 const post = (message) => self.postMessage(message);
 
-// A source is { url } or { file } (a File the user picked). Its pieces go to `take` as they
-// arrive (from the network, the browser's cache or the disk); returns the file's length.
+// A source is { url } or { file } (a File the user picked), or one a site's catalog names
+// (models/catalog.json, www/site.mjs): { parts: [{ url, bytes, sha256 }], bytes } (a file cut in
+// parts a static host takes, read in order as one file) or { url, bytes, sha256, host } (a file
+// kept on another host). Its pieces go to `take` as they arrive (from the network, the browser's
+// cache or the disk), each part or file with a sha-256 checked as it ends; returns the length.
 async function readSource(id, source, label, take) {
   const progress = (p) => post({ type: 'progress', id, ...p });
   if (source.file) {
     checkSize(label, source.file.size);
     return readPieces(source.file.stream(), label, take, (loaded) => progress({ label, loaded, total: source.file.size }));
   }
-  return fetchPieces(new URL(source.url, self.location.href).href, label, progress, take);
+  if (source.parts) {
+    checkSize(label, source.bytes);
+    let done = 0;
+    let allCached = true;
+    for (const [i, part] of source.parts.entries()) {
+      const where = `part ${i + 1} of ${source.parts.length} (${part.url})`;
+      done += await fetchChecked(new URL(part.url, self.location.href).href, label, where, part.sha256, (p) => {
+        allCached &&= Boolean(p.cached);
+        progress({ ...p, loaded: done + p.loaded, total: source.bytes, cached: allCached });
+      }, take);
+    }
+    return done;
+  }
+  const url = new URL(source.url, self.location.href).href;
+  if (!source.sha256) return fetchPieces(url, label, progress, take);
+  return fetchChecked(url, label, `the file from ${source.host ?? new URL(url).host}`, source.sha256, progress, take);
+}
+
+/** `fetchPieces`, the bytes hashed as they pass and refused at the end unless their sha-256 is `sha256`. */
+async function fetchChecked(url, label, where, sha256, progress, take) {
+  const { Sha256 } = await engine;
+  const hasher = new Sha256();
+  try {
+    return await fetchPieces(url, label, progress, (piece) => {
+      hasher.update(piece);
+      return take(piece);
+    }, (_, cached) => {
+      const got = hasher.hex();
+      if (got === sha256.toLowerCase()) return;
+      throw new Error(cached
+        ? `the copy of the ${label}'s ${where} kept in this browser is not the file the catalog names (sha-256 ${got}, not ${sha256}); it was forgotten: run again to download it`
+        : `the ${label}'s ${where} is not the file the catalog names: its sha-256 is ${got}, not ${sha256}; it was refused and not kept (is the catalog out of date, or the download changed on the way?)`);
+    });
+  } finally {
+    hasher.free();
+  }
 }
 
 // A whole file, or null where there is none.
@@ -88,7 +126,7 @@ async function readModel(id, source, label, gguf) {
   let engineModule = null;
   engine.then((m) => { engineModule = m; }, () => {});
   const isGguf = () => gguf && headLength === 4 && GGUF_MAGIC.every((b, i) => head[i] === b);
-  const total = source.file?.size;
+  const total = source.file?.size ?? source.bytes;
   // Once: a piece that waits for the engine holds the next one back (readSource awaits `take`).
   const startStream = () => {
     if (stream) return;

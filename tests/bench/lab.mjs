@@ -31,7 +31,7 @@ const files = mkdtempSync(join(tmpdir(), 'tokenometer-lab-'));
 symlinkSync(resolve(model), join(files, 'model.bin'));
 if (tokenizer !== '-') symlinkSync(resolve(tokenizer), join(files, 'tokenizer.bin'));
 
-// Each build's worker is served at /builds/NAME/www/worker.js, so that its `../pkg/` is that build's.
+// Each build's worker is served at /builds/NAME/www/worker.js, so that its `./pkg/` is that build's.
 // A build may end in `?QUERY` for its worker's URL, e.g. `baseline=pkg?simd=baseline`.
 const builds = (process.env.BUILDS || `this=${resolve(root, 'pkg')}`).split(',').map((b) => {
   const at = b.indexOf('=');
@@ -45,7 +45,8 @@ const mode = process.env.MODE || 'lab';
 const backend = process.env.BACKEND || 'cpu';
 const server = staticServer(pageMounts([
   ['/files/', files], ['/bench/', resolve(root, 'tests/bench')],
-  ...builds.flatMap((b) => [[`/builds/${b.name}/pkg/`, b.dir], [`/builds/${b.name}/www/`, b.www]]),
+  // (and at /builds/NAME/pkg/ for a worker from before, which imported `../pkg/`).
+  ...builds.flatMap((b) => [[`/builds/${b.name}/www/pkg/`, b.dir], [`/builds/${b.name}/pkg/`, b.dir], [`/builds/${b.name}/www/`, b.www]]),
 ]));
 await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
 const base = `http://127.0.0.1:${server.address().port}`;

@@ -33,13 +33,15 @@ export function launchBrowser({ webgpu = true } = {}) {
 
 /**
  * A new page of `browser` at `url`, 1280x1000, with the errors it throws collected; `prepare(page)`
- * runs before it loads (to route its requests, say).
+ * runs before it loads (to route its requests, say); `context`: more of its context's options
+ * (`serviceWorkers: 'block'`, as a private window).
  * @param {import('playwright-core').Browser} browser
  * @param {string} url
  * @param {(page: import('playwright-core').Page) => Promise<unknown>} [prepare]
+ * @param {import('playwright-core').BrowserContextOptions} [context]
  */
-export async function openPage(browser, url, prepare = async () => {}) {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+export async function openPage(browser, url, prepare = async () => {}, context = {}) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 }, ...context });
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
   await prepare(page);

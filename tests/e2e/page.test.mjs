@@ -200,6 +200,8 @@ test('with no model in the URL the page opens with SmolLM2-135M-Instruct as stor
 test('Gemma 3 270M from the list: the gemma3 architecture as stored, its 262k vocabulary, llama.cpp\'s first tokens, and beside SmolLM2 in lanes', async () => {
   const prompt = 'def fibonacci(n):\n';
   const { page, errors } = await open(`model=gemma3-270m&backend=cpu&max=8&prompt=${encodeURIComponent(prompt)}`);
+  // The option says what the server has once the page has read the catalog and asked.
+  await page.waitForFunction(() => document.querySelector('[data-testid=model] option[value=gemma3-270m]').textContent.includes('MB'), null, { timeout: 30_000 });
   assert.match(await page.locator('[data-testid=model] option[value=gemma3-270m]').textContent(), /local, 253\.1 MB, Gemma Terms of Use/);
   await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 120_000 });
   await page.getByTestId('run').click();
@@ -647,7 +649,7 @@ test('a panic in the engine names its cause, and the next Run works', async () =
       if (armed && event.data?.type === 'run') {
         armed = false;
         event.stopImmediatePropagation();
-        import('../pkg/tokenometer.js').then((m) => m.default().then(() => m.panicForTests('a bug in the engine')));
+        import('./pkg/tokenometer.js').then((m) => m.default().then(() => m.panicForTests('a bug in the engine')));
       }
     });
   `;

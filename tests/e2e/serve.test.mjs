@@ -1,4 +1,5 @@
-// The page served by `tokenometer serve` (target/debug/tokenometer, built by `cargo test`): it
+// The page served by `tokenometer serve` (target/debug/tokenometer, built by `cargo test`) from
+// the folder `make site` writes (target/e2e/site/, by make test-e2e: one layout for every host): it
 // loads with the headers its threads need, and in presenter's mode its Room view shows what the
 // server's own counters say (GET /room) while three users stream from it, then after they leave.
 // Served by www/serve.mjs (no /room) the Room view stays hidden (page.test.mjs's pages).
@@ -11,6 +12,7 @@ import { launchBrowser, models, openPage, root } from './harness.mjs';
 
 const binary = resolve(root, 'target/debug/tokenometer');
 const smollm2 = resolve(models, 'cache/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf');
+const site = resolve(root, 'target/e2e/site');
 let server;
 let base;
 let browser;
@@ -18,7 +20,8 @@ let browser;
 before(async () => {
   assert.ok(existsSync(binary), `${binary} is missing: cargo test (or cargo build) makes it`);
   assert.ok(existsSync(smollm2), `${smollm2} is missing: run make models`);
-  server = spawn(binary, ['serve', '--model', smollm2, '--threads', '1', '--parallel', '4', '--port', '0',
+  assert.ok(existsSync(resolve(site, 'index.html')), `${site} is missing: make test-e2e writes it (node www/site.mjs target/e2e/site)`);
+  server = spawn(binary, ['serve', '--model', smollm2, '--page', site, '--threads', '1', '--parallel', '4', '--port', '0',
     '--exit-after', '600'], { env: { ...process.env, MODELS: models }, stdio: ['ignore', 'pipe', 'inherit'] });
   base = await new Promise((ok, fail) => {
     let seen = '';

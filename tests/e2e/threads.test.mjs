@@ -26,7 +26,7 @@ after(async () => {
   server?.kill();
 });
 
-const open = (query, prepare) => openPage(browser, `${base}/?${query}`, prepare);
+const open = (query, prepare, context) => openPage(browser, `${base}/?${query}`, prepare, context);
 
 // CI sets REQUIRE_THREADS (.ci/run): there a missing threaded build fails instead of skipping.
 test('the threaded build is here where REQUIRE_THREADS asks for it', { skip: !process.env.REQUIRE_THREADS && 'REQUIRE_THREADS is not set' }, () => {
@@ -163,18 +163,20 @@ test('lanes at once divide the chosen threads between the CPU lanes, and say so'
 });
 
 test('one thread, and why: a page that is not cross-origin isolated, a host without the threaded build, a bad threads=', async () => {
-  // The same page without COOP/COEP: no shared memory, so one thread, said beside the control.
+  // The same page without COOP/COEP, in a window without service workers (as a private one; with
+  // them the site's sw.js adds the headers, tests/e2e/site.test.mjs): no shared memory, so one
+  // thread, said beside the control.
   const plain = await open('model=stories260K&backend=cpu&quant=q8&max=20&threads=2&autorun=1', (p) => p.route(`${base}/?*`, async (route) => {
     const response = await route.fetch();
     const headers = { ...response.headers() };
     delete headers['cross-origin-opener-policy'];
     delete headers['cross-origin-embedder-policy'];
     await route.fulfill({ response, headers });
-  }));
+  }), { serviceWorkers: 'block' });
   assert.equal(await plain.page.evaluate(() => crossOriginIsolated), false);
   await finished(plain.page);
   assert.equal(await plain.page.getByTestId('error').isHidden(), true, await plain.page.getByTestId('error').textContent());
-  assert.match(await plain.page.getByTestId('threads-note').textContent(), /one thread here: the page is not cross-origin isolated/);
+  assert.match(await plain.page.getByTestId('threads-note').textContent(), /one thread here: the page is not cross-origin isolated \(its host sends no COOP\/COEP headers.*service worker/);
   assert.match(await text(plain.page, 'conditions'), /\[CPU \(SIMD128\+relaxed\)\]/);
   await plain.page.close();
   // A host that does not serve pkg/threads/: the worker falls back and the conditions say why.

@@ -321,7 +321,8 @@ pub(super) struct ServeArgs {
     /// Origins allowed to call the API from pages served elsewhere: a comma-separated list, or *.
     #[arg(long)]
     pub(super) cors: Option<String>,
-    /// The checkout whose www/ and pkg/ are the page (default: the one this binary was built in).
+    /// The page: a checkout whose www/ and pkg/ are the page (default: the one this binary was
+    /// built in), or the folder `make site` writes (site/).
     #[arg(long)]
     pub(super) page: Option<PathBuf>,
     /// Stop after this many seconds (for tests and timed demonstrations).

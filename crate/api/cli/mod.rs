@@ -463,14 +463,16 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
         kv_memory.1
     );
     let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let page = args
-        .page
-        .or_else(|| Some(checkout.clone()))
-        .filter(|root| root.join("www").join("index.html").is_file());
-    let models = page
-        .clone()
-        .unwrap_or(checkout)
-        .join(std::env::var_os("MODELS").map_or_else(|| PathBuf::from("models"), PathBuf::from));
+    // A checkout (www/, pkg/, models/) or a folder `make site` wrote (index.html and all in it).
+    let page = args.page.or_else(|| Some(checkout.clone())).filter(|root| {
+        root.join("www").join("index.html").is_file() || root.join("index.html").is_file()
+    });
+    let models = match &page {
+        Some(site) if site.join("index.html").is_file() => site.join("models"),
+        page => page.clone().unwrap_or(checkout).join(
+            std::env::var_os("MODELS").map_or_else(|| PathBuf::from("models"), PathBuf::from),
+        ),
+    };
     let options = crate::api::serve::ServeOptions {
         host: args.host,
         port: args.port,

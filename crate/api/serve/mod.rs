@@ -103,7 +103,8 @@ pub struct ServeOptions {
     pub limits: Limits,
     /// Origins allowed to call the API from another page (`*` for any); none by default.
     pub cors: Option<String>,
-    /// The checkout whose www/ and pkg/ are the page (none: the API alone).
+    /// The checkout whose www/ and pkg/ are the page, or a folder `make site` wrote (none: the
+    /// API alone).
     pub page: Option<PathBuf>,
     /// The models folder the page's model list reads.
     pub models: PathBuf,
@@ -216,10 +217,17 @@ fn router(app: Arc<http::App>, options: &ServeOptions) -> Router {
             HeaderValue::from_static(value),
         )
     };
-    let page = Router::new()
-        .nest_service("/pkg", ServeDir::new(root.join("pkg")))
-        .nest_service("/models", ServeDir::new(&options.models))
-        .fallback_service(ServeDir::new(root.join("www")))
+    // `make site`'s folder is the page whole; a checkout's page is www/ with pkg/ and the models
+    // beside it, at the same URLs.
+    let page = if root.join("index.html").is_file() {
+        Router::new().fallback_service(ServeDir::new(root))
+    } else {
+        Router::new()
+            .nest_service("/pkg", ServeDir::new(root.join("pkg")))
+            .nest_service("/models", ServeDir::new(&options.models))
+            .fallback_service(ServeDir::new(root.join("www")))
+    };
+    let page = page
         .layer(isolated("cross-origin-opener-policy", "same-origin"))
         .layer(isolated("cross-origin-embedder-policy", "require-corp"))
         .layer(isolated("cross-origin-resource-policy", "same-origin"))

@@ -7,6 +7,7 @@
 //! shows figures computed by the same Rust code as the CLI.
 
 mod chat;
+mod digest;
 mod endpoint;
 mod endpoint_lab;
 mod js;
@@ -19,6 +20,7 @@ use wasm_bindgen::prelude::*;
 use crate::api::web::js::{js_error, to_js};
 
 pub use chat::ChatRun;
+pub use digest::Sha256;
 pub use endpoint::EndpointRun;
 pub use endpoint_lab::EndpointLab;
 pub use lab::Lab;
