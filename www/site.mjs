@@ -17,7 +17,7 @@
 // --page site`: one layout.
 import { createHash } from 'node:crypto';
 import { createReadStream, promises as fs } from 'node:fs';
-import { basename, join, resolve } from 'node:path';
+import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = resolve(fileURLToPath(new URL('..', import.meta.url)));
@@ -45,6 +45,17 @@ async function sha256(file, start = 0, length = Infinity) {
   const end = length === Infinity ? undefined : start + length - 1;
   for await (const chunk of createReadStream(file, { start, end })) hash.update(chunk);
   return hash.digest('hex');
+}
+
+/** Every file under `dir`. */
+async function files(dir) {
+  const found = [];
+  for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) found.push(...(await files(path)));
+    else found.push(path);
+  }
+  return found;
 }
 
 /** Cut `file` into parts of at most PART_BYTES named `prefix.partNN` under `dir`; their entries. */
@@ -99,6 +110,11 @@ async function main() {
       if (await fs.stat(join(from, name)).catch(() => null)) await copy(join(from, name), join(out, 'pkg', build, name));
     }
   }
+  // The site's version, for its service worker's kept copy: a hash of the page and the builds.
+  const version = createHash('sha256');
+  for (const file of (await files(out)).sort()) version.update(relative(out, file)).update(await fs.readFile(file));
+  const sw = join(out, 'sw.js');
+  await fs.writeFile(sw, (await fs.readFile(sw, 'utf8')).replace("const VERSION = 'dev';", `const VERSION = '${version.digest('hex').slice(0, 16)}';`));
   for (const name of SHIPPED) await copy(join(models, 'stories260K', name), join(out, 'models', 'stories260K', name));
 
   const catalog = JSON.parse(await fs.readFile(join(models, 'catalog.json'), 'utf8'));
@@ -133,20 +149,9 @@ async function main() {
     models: entries,
   }, null, 1)}\n`);
   await copy(join(root, 'docs', 'site.md'), join(out, 'README.md'));
-  let bytes = 0;
-  let largest = 0;
-  const walk = async (/** @type {string} */ dir) => {
-    for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
-      const path = join(dir, entry.name);
-      if (entry.isDirectory()) await walk(path);
-      else {
-        const size = (await fs.stat(path)).size;
-        bytes += size;
-        largest = Math.max(largest, size);
-      }
-    }
-  };
-  await walk(out);
+  const sizes = await Promise.all((await files(out)).map(async (f) => (await fs.stat(f)).size));
+  const bytes = sizes.reduce((a, b) => a + b, 0);
+  const largest = Math.max(...sizes);
   console.log(`make site: ${out} (${(bytes / 1e6).toFixed(1)} MB, largest file ${(largest / 1e6).toFixed(1)} MB; models: stories260K${entries.map((e) => `, ${e.id}`).join('')}). Publish the folder as it is; docs/site.md says how.`);
 }
 

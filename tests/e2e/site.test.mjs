@@ -4,8 +4,8 @@
 // after one reload, it opens on SmolLM2 read from its 25 MB parts, and 2 threads give the text of
 // 1. A model kept on a second origin (standing in for Hugging Face: CORS, as it sends) is said with
 // its host and size before anything is fetched, downloads with progress, is checked by sha-256 and
-// refused when a byte differs, and on the next visit runs from the browser's storage with that
-// host gone.
+// refused when a byte differs; the next visit, without the network, runs it and the shipped
+// stories260K from the browser's storage.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
@@ -134,7 +134,7 @@ test('make site on a plain static host under a subpath: isolated by its service 
   await context.close();
 });
 
-test('a model kept on another host: said first, downloaded with progress, checked by sha-256, refused when a byte differs, and from this browser\'s storage with that host gone', async () => {
+test('a model kept on another host: said first, downloaded with progress, checked by sha-256, refused when a byte differs; without the network the next visit runs it and stories260K from this browser\'s storage', async () => {
   const context = await browser.newContext();
   const url = `${base}/elsewhere/tokenometer/?backend=cpu&quant=q8&chat=0&max=8&prompt=${encodeURIComponent('Once upon a time')}`;
   const { page, errors } = await isolatedPage(context, url);
@@ -160,13 +160,22 @@ test('a model kept on another host: said first, downloaded with progress, checke
   assert.ok(kept.some((u) => u.endsWith('/good.gguf')) && !kept.some((u) => u.endsWith('/bad.gguf')), kept.join(' '));
   assert.deepEqual(errors, []);
   await page.close();
-  // The next visit, with the other host gone: the model comes from this browser's storage.
-  other.host.kill();
-  await new Promise((ok) => other.host.once('exit', ok));
+  // The next visit without the network (both hosts gone): the page comes from its service
+  // worker's copy, the model from this browser's storage, and stories260K (never run before) too.
+  for (const gone of hosts) {
+    gone.kill();
+    if (gone.exitCode === null) await new Promise((ok) => gone.once('exit', ok));
+  }
   const next = await isolatedPage(context, `${url}&model=elsewhere&autorun=1`);
   await finished(next.page);
   assert.equal(await next.page.getByTestId('error').isHidden(), true, await next.page.getByTestId('error').textContent());
   assert.match(await next.page.locator('#download-text').textContent(), /from cache/);
+  assert.match(await text(next.page, 'output'), /^Once upon a time/);
+  await next.page.getByTestId('model').selectOption('stories260K');
+  await next.page.getByTestId('run').click();
+  await next.page.waitForFunction(() => document.querySelector('[data-testid=conditions]').textContent.includes('stories260K'), null, { timeout: 60_000 });
+  await finished(next.page);
+  assert.equal(await next.page.getByTestId('error').isHidden(), true, await next.page.getByTestId('error').textContent());
   assert.match(await text(next.page, 'output'), /^Once upon a time/);
   assert.deepEqual(next.errors, []);
   await context.close();
