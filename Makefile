@@ -17,7 +17,7 @@ WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: test-size serve site test test-native test-wasm test-wasm-threads test-e2e pkg models nightly-tools bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
+.PHONY: test-size serve site test test-browsers browser-packages test-native test-wasm test-wasm-threads test-e2e pkg models nightly-tools bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
 
 # Without PyPI the page still serves: its default is then stories260K (shipped), and it says why.
 # It serves the folder `make site` writes (the page a static host publishes), with every model.
@@ -110,6 +110,15 @@ E2E_SMOLLM2 := target/e2e/smollm2-135m-2layers-q8_0.gguf
 test-e2e: $(E2E_SMOLLM2)
 	SITE_MODELS=default MODELS=$(MODELS) node www/site.mjs target/e2e/site
 	MODELS=$(MODELS) node --test tests/e2e/
+
+# The page in Firefox ESR and WebKitGTK (tests/browsers/): not in `make test`, for CI's time.
+test-browsers: setup-serve pkg browser-packages
+	SITE_MODELS=default MODELS=$(MODELS) node www/site.mjs target/e2e/site
+	xvfb-run -a node --test tests/browsers/
+
+browser-packages:
+	@missing=""; for p in firefox-esr webkit2gtk-driver xvfb; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $$missing; fi
 
 $(E2E_SMOLLM2): crate/loading/synth.rs crate/loading/gguf_writer.rs examples/smollm2_vocab.rs tests/common/vocab_copies.rs
 	mkdir -p target/e2e

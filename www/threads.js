@@ -18,6 +18,9 @@ export const threadsPossible = () => globalThis.crossOriginIsolated === true && 
 
 /** Why the page runs one thread whatever is chosen, or null when it can run more. */
 export function oneThreadReason() {
+  if (globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== 'function') {
+    return 'one thread here: this browser gives no SharedArrayBuffer, even to a cross-origin isolated page, so workers cannot share memory';
+  }
   if (!threadsPossible()) {
     return 'one thread here: the page is not cross-origin isolated (its host sends no COOP/COEP headers, as make serve does, and the site\'s service worker that adds them is not running: '
       + ('serviceWorker' in navigator && globalThis.isSecureContext ? 'it installs on the first visit and the page reloads once; reload if it did not' : 'this window has no service workers (a private window?) or the page is not on https or localhost')
