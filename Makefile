@@ -113,7 +113,8 @@ test-e2e: $(E2E_SMOLLM2)
 
 # The page in Firefox ESR and WebKitGTK (tests/browsers/): not in `make test`, for CI's time.
 test-browsers: setup-serve pkg browser-packages
-	SITE_MODELS=default MODELS=$(MODELS) node www/site.mjs target/e2e/site
+	python3 models/fetch.py --all
+	SITE_MODELS=all MODELS=$(MODELS) node www/site.mjs target/e2e/site
 	xvfb-run -a node --test tests/browsers/
 
 browser-packages:
