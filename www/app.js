@@ -12,6 +12,7 @@ import { LanesPanel, LANE_MODES, parseLanes, laneToString } from './lanes.js';
 import { Replay } from './replay.js';
 import { ConcurrencyLab } from './lab.js';
 import { cachedFiles, clearCache } from './download.js';
+import { readBandwidth } from './ceiling.js';
 import { fillDefault } from './dom.js';
 import { RoomView } from './room.js';
 import { gpuAdapter, race, rememberCheck, rememberVerdict, rememberedCheck, rememberedVerdict } from './auto.js';
@@ -349,6 +350,11 @@ async function runOnce(signal) {
   // gives the time from then to its first token (the meter's `page_open_to_first_token_ms`: the
   // engine's compile, the download, the load, the warm-up and the run's TTFT).
   const opened = state.openToFirstShown ? {} : { page_opened_at: performance.timeOrigin };
+  // On the CPU the report holds the decode's bandwidth ceiling: this device's read bandwidth at
+  // the engine's threads, measured once (ceiling.js) and kept.
+  const loaded = engine.loaded;
+  const read = !endpoint && loaded?.info?.backend === 'cpu' ? await readBandwidth(engine.build ?? 'relaxed', loaded.threads) : null;
+  const ceiling = read ? { read_gb_per_s: read } : {};
   const hooks = {
     signal,
     onEvents: (message) => {
@@ -363,7 +369,7 @@ async function runOnce(signal) {
   // The queue starts once the model is ready: loading and warm-up are reported on their own.
   const report = endpoint
     ? await engine.endpointRun(endpoint, prompt, { ...options, ...opened }, hooks)
-    : await engine.run(prompt, { ...options, ...opened, requested_at: performance.timeOrigin + performance.now() }, hooks);
+    : await engine.run(prompt, { ...options, ...opened, ...ceiling, requested_at: performance.timeOrigin + performance.now() }, hooks);
   view.finish(report);
   return report;
 }

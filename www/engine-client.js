@@ -22,12 +22,14 @@ import { nextId } from './protocol.js';
 const STOP_GRACE_MS = 1500;
 
 export class EngineClient {
-  constructor() {
+  /** @param {string} [build]  the engine build its worker runs first (threads.js `buildFor`) */
+  constructor(build) {
+    this.build = build;
     /** @type {Map<number, Pending>} */
     this.pending = new Map();
     /** the configuration loaded in the worker now (its key), or null */
     this.loadedKey = null;
-    /** @type {{ info: any, warmUpMs: number } | null} */
+    /** @type {{ info: any, warmUpMs: number, threads: number } | null} */
     this.loaded = null;
     /** @type {Promise<Defaults>} */
     this.defaults = new Promise((resolve) => { this.resolveDefaults = resolve; });
@@ -153,8 +155,27 @@ export class EngineClient {
       }
     }, (message) => message.type === 'warmed');
     this.loadedKey = key;
-    this.loaded = { info, warmUpMs: warmed.ms };
+    this.loaded = { info, warmUpMs: warmed.ms, threads: request.threads ?? 1 };
     return this.loaded;
+  }
+
+  /**
+   * This device's memory read bandwidth (GB/s) as `threads` threads of `build` see it: a worker
+   * of its own reads a buffer far larger than the caches (crate/api/web/probe.rs) and is ended,
+   * so the buffer's memory goes with it.
+   * @param {string} build
+   * @param {number} threads
+   * @returns {Promise<number>}
+   */
+  static async readBandwidth(build, threads) {
+    const probe = new EngineClient(build);
+    try {
+      await probe.ready;
+      const reply = await probe.request({ type: 'probe', threads }, () => {}, (message) => message.type === 'probed');
+      return reply.read_gb_per_s;
+    } finally {
+      probe.worker?.terminate();
+    }
   }
 
   /**

@@ -7,7 +7,7 @@
 
 /**
  * Where a file comes from: a URL (downloaded and cached) or a File the visitor picked.
- * @typedef {{ url: string } | { file: File }} Source
+ * @typedef {{ url: string, bytes?: number, sha256?: string, host?: string } | { file: File } | { parts: { url: string, bytes: number, sha256: string }[], bytes: number, sha256?: string }} Source  a file a site's catalog names comes in parts, or from another host, with its sha-256
  */
 
 /**
@@ -45,6 +45,7 @@
  * @typedef {{ type: 'chat', id: number, request: object }} ChatRequest  OpenAI's chat completion request (crate/api/openai.rs)
  * @typedef {{ type: 'draft', id: number }} DraftRequest  load the draft model (the loaded model at q4) for `speculate: 'draft'`
  * @typedef {{ type: 'cancel', id: number }} CancelRequest  `id`: the run or lab to stop
+ * @typedef {{ type: 'probe', id: number, threads: number }} ProbeRequest  this device's memory read bandwidth at `threads` threads (answered `probed`, `read_gb_per_s`)
  * @typedef {{ type: 'race-decode', id: number }} RaceDecodeRequest  auto's timed decode on the loaded model (answered `raced`)
  * @typedef {{ type: 'race-verdict', id: number, cpu: object, gpu: object, check: object | null }} RaceVerdictRequest  auto's verdict from both figures (answered `verdict`)
  * @typedef {{ type: 'note', id: number, note: string }} NoteRequest  put how the backend was chosen in the loaded model's conditions (answered `noted`, with its info)
@@ -53,7 +54,7 @@
  * @typedef {{ type: 'connect', id: number } & EndpointChoice} ConnectRequest  reach an endpoint (GET /models)
  * @typedef {{ type: 'endpoint-run', id: number, endpoint: Endpoint, prompt: string, options: object }} EndpointRunRequest  stream one request from it, metered
  * @typedef {{ type: 'endpoint-lab', id: number, endpoint: Endpoint, options: object }} EndpointLabRequest  a concurrency lab of real streams from it, metered (answered as a lab is)
- * @typedef {LoadRequest | RunRequest | LabRequest | ChatRequest | SpreadRequest | VersusRequest | DraftRequest | CancelRequest | ConnectRequest | EndpointRunRequest | EndpointLabRequest | RaceDecodeRequest | RaceVerdictRequest | NoteRequest} Request
+ * @typedef {LoadRequest | RunRequest | LabRequest | ChatRequest | SpreadRequest | VersusRequest | DraftRequest | CancelRequest | ConnectRequest | EndpointRunRequest | EndpointLabRequest | RaceDecodeRequest | RaceVerdictRequest | NoteRequest | ProbeRequest} Request
  */
 
 /**
@@ -74,11 +75,12 @@
  * @typedef {{ type: 'draft-loaded', id: number }} DraftLoaded  the draft model is loaded and warmed up
  * @typedef {{ type: 'connected', id: number, endpoint: Endpoint }} Connected  the endpoint answered /models
  * @typedef {{ type: 'raced', id: number, decode_tps: number }} Raced  auto's timed decode: the meter's decode tok/s
+ * @typedef {{ type: 'probed', id: number, read_gb_per_s: number }} Probed  the memory's read bandwidth, GB/s
  * @typedef {{ type: 'verdict', id: number, verdict: any }} VerdictReply  auto's verdict (crate/api/auto.rs `Verdict`)
  * @typedef {{ type: 'noted', id: number, info: any }} Noted  the note is in the conditions
  * @typedef {{ type: 'error', id?: number, message: string }} ErrorReply  the request failed; the worker is fine
  * @typedef {{ type: 'fatal', message: string }} Fatal  the engine trapped or lost its GPU: the worker must be replaced
- * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | VersusReply | ChatChunks | DraftLoaded | Connected | Raced | VerdictReply | Noted | ErrorReply | Fatal} Reply
+ * @typedef {Ready | DefaultsReply | Progress | Status | Loaded | Warmed | Events | Finished | LabEvents | LabFinished | SpreadReply | VersusReply | ChatChunks | DraftLoaded | Connected | Raced | Probed | VerdictReply | Noted | ErrorReply | Fatal} Reply
  */
 
 /**

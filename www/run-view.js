@@ -20,6 +20,7 @@ const FIGURES = `
   <div><dt>words</dt><dd><span data-testid="metric-words-per-s" data-figure="words_per_s" data-digits="1">–</span> words/s</dd></div>
   <div><dt title="Words per second over a reader's words per second">vs. a reader</dt><dd><span data-testid="metric-reading-x" data-figure="reading_speed_x" data-digits="1">–</span> × reading speed</dd></div>
   <div><dt title="Weight bytes read per token × decode tok/s">bandwidth</dt><dd><span data-testid="metric-gbps" data-figure="effective_gb_per_s" data-digits="3">–</span> GB/s</dd></div>
+  <div><dt title="A decode token reads every weight once and the keys and values of every earlier position: this device's memory read bandwidth (measured once at the engine's threads, a buffer far larger than the caches) over those bytes is the fastest decode can go. CPU runs only.">bandwidth ceiling</dt><dd><span data-testid="metric-ceiling-tps" data-figure="bandwidth_ceiling.tps" data-digits="0">–</span> tok/s <small>(this run <span data-testid="metric-ceiling-share" data-figure="bandwidth_ceiling.share" data-scale="100" data-digits="0">–</span> % of it; memory reads <span data-testid="metric-device-gbps" data-figure="bandwidth_ceiling.read_gb_per_s" data-digits="1">–</span> GB/s)</small></dd></div>
   <div><dt title="Speculative decoding: the drafts the model kept, of those proposed; drafts kept per verification pass; the model's passes per decoded token (1 without speculation)">drafts kept</dt><dd><span data-testid="metric-acceptance" data-figure="speculation.acceptance_rate" data-scale="100" data-digits="0">–</span> % <small>(<span data-testid="metric-kept-per-pass" data-figure="speculation.accepted_per_verification" data-digits="2">–</span> a pass, <span data-testid="metric-passes-per-token" data-figure="speculation.passes_per_token" data-digits="2">–</span> passes a token)</small></dd></div>
   <div><dt>total</dt><dd><span data-testid="metric-total-ms" data-figure="total_ms" data-digits="0">–</span> ms <small>(predicted <span data-figure="predicted_total_ms" data-digits="0">–</span>)</small></dd></div>
   <div><dt>stop</dt><dd data-testid="stop-reason" data-ref="stopReason">–</dd></div>`;
@@ -53,6 +54,10 @@ export class RunView {
           <span class="big"><span data-testid="metric-live-tps" data-ref="live">–</span> <small>tok/s</small></span>
           ${figures ? `<span class="versus" title="Words per second over a reader's words per second"><span data-figure="reading_speed_x" data-digits="1">–</span> × a reader</span>` : ''}
         </div>
+        ${figures ? `<div class="ceiling" data-ref="ceiling" hidden>
+          <meter min="0" max="1" low="0.5" high="0.85" optimum="1" data-testid="ceiling-gauge" data-ref="ceilingGauge" aria-label="decode as a share of the memory's bandwidth ceiling"></meter>
+          <span data-testid="ceiling-sentence" data-ref="ceilingSentence"></span>
+        </div>` : ''}
       </div>
       <div class="output-section" role="group" aria-label="${label}: generated text">
         <h2>Output <small>the bar is where a reader at the chosen speed would be</small></h2>
@@ -134,6 +139,7 @@ export class RunView {
     this.ref.promptEcho.textContent = prompt;
     for (const node of this.figureNodes) node.textContent = '–';
     this.ref.live.textContent = '–';
+    if (this.ref.ceiling) this.ref.ceiling.hidden = true;
     this.ref.needleLabel.textContent = 'live decode';
     this.scheduleRender();
   }
@@ -295,6 +301,16 @@ export class RunView {
           setText(node, format(typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value, Number(node.dataset.digits)));
         }
         setText(this.ref.live, format(this.running ? report.live_decode_tps : report.decode_tps, 0));
+        // The gauge: decode as a share of what the memory allows (the meter's sentence says which
+        // bound holds and why).
+        const ceiling = report.bandwidth_ceiling;
+        if (this.ref.ceiling) {
+          this.ref.ceiling.hidden = !ceiling;
+          if (ceiling) {
+            this.ref.ceilingGauge.value = Math.min(1, ceiling.share ?? 0);
+            setText(this.ref.ceilingSentence, `Memory bound: ${ceiling.sentence}.`);
+          }
+        }
         if (this.ref.speculationSteps) {
           setText(this.ref.speculationSteps, report.speculation?.steps_summary ?? '');
           this.ref.speculationSteps.hidden = !this.ref.speculationSteps.textContent;

@@ -570,6 +570,12 @@ self.onmessage = async ({ data }) => {
       await ready;
       const { versus } = await engine;
       post({ type: 'versus', id: data.id, ratios: versus(Float64Array.from(data.pairs)) });
+    } else if (data.type === 'probe') {
+      await ready;
+      const { measureReadBandwidth } = await engine;
+      phase = 'measuring the memory\'s read bandwidth';
+      post({ type: 'probed', id: data.id, read_gb_per_s: await measureReadBandwidth(data.threads) });
+      phase = 'idle';
     } else if (data.type === 'race-decode') {
       if (!session) throw new Error('no model is loaded');
       phase = 'timing a short decode for auto';

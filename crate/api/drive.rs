@@ -99,6 +99,12 @@ impl MeteredRun {
         self.meter.page_opened(ms);
     }
 
+    /// The memory read `gb_per_s`, measured apart: the reports hold the ceiling
+    /// ([`Meter::read_bandwidth`]).
+    pub fn read_bandwidth(&mut self, gb_per_s: f64, kv_bytes_per_position: u64) {
+        self.meter.read_bandwidth(gb_per_s, kv_bytes_per_position);
+    }
+
     /// The text generated so far.
     pub fn text(&self) -> &str {
         self.meter.text()

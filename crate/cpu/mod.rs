@@ -40,7 +40,6 @@ macro_rules! f32_grid_shapes {
 pub mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
-#[cfg(not(target_arch = "wasm32"))]
 pub mod bandwidth;
 pub mod check;
 pub mod isa;

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 /// A run's decode against the bandwidth this machine's memory gave.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BandwidthCeiling {
     /// Bytes a second read, measured apart from the run (the engine's threads reading a buffer
     /// far larger than the caches), in GB/s.
@@ -20,6 +20,8 @@ pub struct BandwidthCeiling {
     pub tps: f64,
     /// The run's decode tok/s over the ceiling (0 to 1, more where caches hold the weights).
     pub share: Option<f64>,
+    /// All of it in one sentence ([`BandwidthCeiling::said`]).
+    pub sentence: String,
 }
 
 impl BandwidthCeiling {
@@ -35,18 +37,21 @@ impl BandwidthCeiling {
         let kv_bytes = (kv_bytes_per_position as f64 * mean_depth.max(0.0)) as u64;
         let bytes = (weight_bytes + kv_bytes).max(1) as f64;
         let tps = read_gb_per_s * 1e9 / bytes;
-        BandwidthCeiling {
+        let mut ceiling = BandwidthCeiling {
             read_gb_per_s,
             weight_bytes,
             kv_bytes,
             tps,
             share: decode_tps.filter(|_| tps > 0.0).map(|d| d / tps),
-        }
+            sentence: String::new(),
+        };
+        ceiling.sentence = ceiling.said();
+        ceiling
     }
 
     /// One sentence: "reading 143.0 MB a token (weights 142.6 MB, keys and values 0.4 MB) at
     /// 21.4 GB/s allows 150 tok/s; this run makes 120: 80% of it".
-    pub fn sentence(&self) -> String {
+    pub fn said(&self) -> String {
         let mb = |b: u64| b as f64 / 1e6;
         let mut s = format!(
             "reading {:.1} MB a token (weights {:.1} MB, keys and values {:.1} MB) at {:.1} GB/s \

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::decode::{Event, ModelInfo, Sampling, StopReason};
+use crate::meter::ceiling::BandwidthCeiling;
 use crate::meter::source::Source;
 use crate::meter::speculation::{SpeculationFigures, Verification};
 use crate::meter::stats::{Percentiles, percentiles, rate};
@@ -174,7 +175,7 @@ pub struct Report {
     /// Decode against the ceiling this machine's memory bandwidth allows, where the caller
     /// measured it (`bench` on the CPU).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bandwidth_ceiling: Option<crate::meter::ceiling::BandwidthCeiling>,
+    pub bandwidth_ceiling: Option<BandwidthCeiling>,
 }
 
 impl Report {
@@ -226,6 +227,9 @@ pub struct Meter {
     verifications: Vec<Verification>,
     /// The page's: from opening the page to this run's request ([`Meter::page_opened`]).
     page_open_ms: Option<f64>,
+    /// The memory's read bandwidth (GB/s) measured apart from the run, and the keys and values a
+    /// position adds: the report then holds the ceiling ([`Meter::read_bandwidth`]).
+    read: Option<(f64, u64)>,
 }
 
 impl Meter {
@@ -248,6 +252,7 @@ impl Meter {
             done_ms: None,
             verifications: Vec::new(),
             page_open_ms: None,
+            read: None,
         }
     }
 
@@ -255,6 +260,13 @@ impl Meter {
     /// adds the run's TTFT: `page_open_to_first_token_ms`).
     pub fn page_opened(&mut self, ms: f64) {
         self.page_open_ms = Some(ms.max(0.0));
+    }
+
+    /// The memory read `gb_per_s` (measured apart, by the engine's threads) and a position's keys
+    /// and values take `kv_bytes_per_position`: each report holds the decode's bandwidth ceiling.
+    pub fn read_bandwidth(&mut self, gb_per_s: f64, kv_bytes_per_position: u64) {
+        self.read =
+            (gb_per_s > 0.0 && gb_per_s.is_finite()).then_some((gb_per_s, kv_bytes_per_position));
     }
 
     pub fn observe(&mut self, event: &Event) {
@@ -513,7 +525,14 @@ impl Meter {
             // One request's tokens after its first over its own decode span: its decode rate.
             aggregate_tps: decode_tps,
             speculation,
-            bandwidth_ceiling: None,
+            // A decode token reads the weights once and the keys and values of every earlier
+            // position: at the run's mean depth, the prompt and half the output.
+            bandwidth_ceiling: self.read.zip(self.conditions.source.bytes_per_token()).map(
+                |((gb_per_s, kv), weights)| {
+                    let depth = self.conditions.prompt_tokens as f64 + n as f64 / 2.0;
+                    BandwidthCeiling::new(gb_per_s, weights, kv, depth, decode_tps)
+                },
+            ),
         }
     }
 

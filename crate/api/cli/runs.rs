@@ -253,7 +253,14 @@ pub(super) async fn bench(
     // The first run is not counted: it compiles every kernel shape the timed runs meet.
     reports.remove(0);
     // The ceiling the memory's bandwidth allows, measured after the runs (apart from them).
-    let bandwidth = threads.map(|t| (t, crate::cpu::bandwidth::read_gb_per_s(t)));
+    let bandwidth = match threads.map(crate::cpu::bandwidth::read_gb_per_s) {
+        Some(Ok(gb_per_s)) => threads.map(|t| (t, gb_per_s)),
+        Some(Err(why)) => {
+            eprintln!("tokenometer: no bandwidth ceiling: {why}");
+            None
+        }
+        None => None,
+    };
     if let Some((_, gb_per_s)) = bandwidth {
         let per_position = engine.model.kv_bytes_per_position() as u64;
         for r in &mut reports {
@@ -282,13 +289,16 @@ fn print_ceiling(reports: &[Report], bandwidth: Option<(usize, f64)>) {
     let Some((threads, _)) = bandwidth else {
         return;
     };
-    let mut ceilings: Vec<_> = reports.iter().filter_map(|r| r.bandwidth_ceiling).collect();
+    let mut ceilings: Vec<_> = reports
+        .iter()
+        .filter_map(|r| r.bandwidth_ceiling.as_ref())
+        .collect();
     ceilings.sort_by(|a, b| a.share.unwrap_or(0.0).total_cmp(&b.share.unwrap_or(0.0)));
     if let Some(median) = ceilings.get(ceilings.len() / 2) {
         println!(
             "bandwidth ceiling (memory read by {threads} threads over {} MiB, best of 4): {}",
             crate::cpu::bandwidth::PROBE_BYTES >> 20,
-            median.sentence()
+            median.sentence
         );
     }
 }

@@ -13,6 +13,7 @@ mod endpoint_lab;
 mod js;
 mod lab;
 mod options;
+mod probe;
 mod session;
 
 use wasm_bindgen::prelude::*;
@@ -24,6 +25,7 @@ pub use digest::Sha256;
 pub use endpoint::EndpointRun;
 pub use endpoint_lab::EndpointLab;
 pub use lab::Lab;
+pub use probe::measure_read_bandwidth;
 pub use session::{Run, Session, load_session};
 
 /// Leave the cause of a fatal failure where the worker's JavaScript can read it after the wasm

@@ -36,6 +36,10 @@ pub(crate) struct RunOptions {
     /// Each token's log probability and this many alternatives (the token inspector), and the
     /// prompt's tokens with the prefill event.
     pub(crate) logprobs: Option<usize>,
+    /// The memory's read bandwidth in GB/s that the page measured at the engine's threads
+    /// (`measureReadBandwidth`): CPU runs' reports then hold the bandwidth ceiling.
+    #[serde(skip_serializing)]
+    pub(crate) read_gb_per_s: Option<f64>,
 }
 
 impl RunOptions {
@@ -69,6 +73,7 @@ impl Default for RunOptions {
             draft_max: crate::decode::speculate::DEFAULT_MAX_DRAFT,
             draft_fixed: false,
             logprobs: None,
+            read_gb_per_s: None,
         }
     }
 }

@@ -176,7 +176,7 @@ impl Session {
 
 /// `count` threads, once every worker has started (a Web Worker takes tens of milliseconds to
 /// load the module; a figure measured before would be one thread's).
-async fn start_threads(count: usize) -> Result<Threads, JsError> {
+pub(super) async fn start_threads(count: usize) -> Result<Threads, JsError> {
     const START_MS: f64 = 20_000.0;
     let threads = Threads::new(count).map_err(js_error)?;
     let since = now_epoch_ms();
@@ -364,6 +364,13 @@ impl Session {
             // From opening the page to the request; the report adds this run's TTFT.
             let request = options.requested_at.unwrap_or_else(now_epoch_ms);
             run.page_opened(request - opened);
+        }
+        // The CPU's read bandwidth, measured by the page apart from the run (`measureReadBandwidth`
+        // in a worker of its own): the reports hold the decode's ceiling.
+        if let Some(gb_per_s) = options.read_gb_per_s
+            && self.engine.info.backend == BackendKind::Cpu
+        {
+            run.read_bandwidth(gb_per_s, self.engine.model.kv_bytes_per_position() as u64);
         }
         Ok(Run {
             engine: self.engine.clone(),
