@@ -308,7 +308,7 @@ export class RunView {
           this.ref.ceiling.hidden = !ceiling;
           if (ceiling) {
             this.ref.ceilingGauge.value = Math.min(1, ceiling.share ?? 0);
-            setText(this.ref.ceilingSentence, `Memory bound: ${ceiling.sentence}.`);
+            setText(this.ref.ceilingSentence, `${ceiling.sentence[0].toUpperCase()}${ceiling.sentence.slice(1)}.`);
           }
         }
         if (this.ref.speculationSteps) {

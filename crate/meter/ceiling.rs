@@ -50,7 +50,8 @@ impl BandwidthCeiling {
     }
 
     /// One sentence: "reading 143.0 MB a token (weights 142.6 MB, keys and values 0.4 MB) at
-    /// 21.4 GB/s allows 150 tok/s; this run makes 120: 80% of it".
+    /// 21.4 GB/s allows 150 tok/s; this run makes 120: 80% of it, so memory is what holds it
+    /// back".
     pub fn said(&self) -> String {
         let mb = |b: u64| b as f64 / 1e6;
         let mut s = format!(
@@ -64,11 +65,23 @@ impl BandwidthCeiling {
         );
         if let Some(share) = self.share {
             s.push_str(&format!(
-                "; this run makes {:.0}: {:.0}% of it",
+                "; this run makes {:.0}: {:.0}% of it, so {}",
                 share * self.tps,
-                share * 100.0
+                share * 100.0,
+                BandwidthCeiling::bound(share)
             ));
         }
         s
+    }
+
+    /// Which bound holds a run at `share` of the ceiling, in words.
+    fn bound(share: f64) -> &'static str {
+        if share > 1.05 {
+            "caches held part of what a token reads (or the bandwidth was measured at a busier moment than the run)"
+        } else if share >= 0.75 {
+            "memory is what holds it back: fewer bytes a token (a smaller quantization) is what would go faster"
+        } else {
+            "memory is not all that holds it back: the arithmetic, threads waiting for each other and the host's work between steps take the rest"
+        }
     }
 }
