@@ -520,6 +520,31 @@ fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
         })
         .collect();
     let url = server.url.clone();
+    // While they run, /metrics is sampled: the batch really holds several at once (a scheduler
+    // that ran them one after another would give the same texts).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (done, url) = (done.clone(), url.clone());
+        std::thread::spawn(move || {
+            let mut most = 0.0f64;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let text = client()
+                    .get(format!("{url}/metrics"))
+                    .send()
+                    .unwrap()
+                    .text()
+                    .unwrap();
+                let running = text
+                    .lines()
+                    .find(|l| l.starts_with("tokenometer:num_requests_running"))
+                    .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .unwrap_or(0.0);
+                most = most.max(running);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        })
+    };
     let together: Vec<String> = questions
         .iter()
         .map(|q| {
@@ -538,8 +563,14 @@ fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
         .into_iter()
         .map(|t| t.join().unwrap())
         .collect();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let most_running = sampler.join().unwrap();
     assert_eq!(together, alone);
     assert!(alone.iter().all(|t| !t.is_empty()));
+    assert!(
+        most_running >= 4.0,
+        "at most {most_running} of the eight ran at once (/metrics num_requests_running)"
+    );
     let served = "tokenometer:request_success_total{model_name=\"SmolLM2-135M-Instruct.Q4_1\"";
     let text = server.get("/metrics");
     let total: f64 = text
