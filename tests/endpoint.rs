@@ -161,6 +161,12 @@ fn a_level_of_eight_completes_with_goodput_from_its_own_records() {
         "{per_s} vs 8 / {wall_s}"
     );
     assert!(level["aggregate_tps"].as_f64().unwrap() > 0.0);
+    // The server batched them: its own count of the most requests in one batch at once.
+    let peak = server.metric("tokenometer:num_requests_running_peak");
+    assert!(
+        peak >= 4.0,
+        "the server held at most {peak} of the eight at once"
+    );
     assert_eq!(level["conditions"]["token_counts"], "chunk_usage");
     assert!(level["server_tps_p50"].as_f64().unwrap() > 0.0);
 

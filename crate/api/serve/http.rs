@@ -130,7 +130,7 @@ async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         shared.metrics.render(
-            shared.running,
+            [shared.running, shared.running_peak],
             shared.waiting,
             [
                 shared.kv_reserved,

@@ -130,7 +130,7 @@ impl Metrics {
     }
 
     /// The Prometheus text, with the gauges as they are now.
-    pub fn render(&self, running: usize, waiting: usize, kv: [usize; 3]) -> String {
+    pub fn render(&self, running: [usize; 2], waiting: usize, kv: [usize; 3]) -> String {
         let labels = format!("model_name=\"{}\"", self.model);
         let mut out = String::new();
         let mut scalar = |name: &str, kind: &str, help: &str, value: u64| {
@@ -144,7 +144,13 @@ impl Metrics {
             "num_requests_running",
             "gauge",
             "Requests in the batch now.",
-            running as u64,
+            running[0] as u64,
+        );
+        scalar(
+            "num_requests_running_peak",
+            "gauge",
+            "The most requests the batch has held at once since the server started.",
+            running[1] as u64,
         );
         scalar(
             "num_requests_waiting",

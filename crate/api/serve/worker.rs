@@ -84,6 +84,8 @@ pub struct Shared {
     /// The positions the batch has reserved, as of the last step, and the most it ever has.
     pub kv_reserved: usize,
     pub kv_reserved_peak: usize,
+    /// The most requests the batch has held at once since the server started.
+    pub running_peak: usize,
 }
 
 impl Shared {
@@ -185,6 +187,7 @@ pub fn start(
                 kv_bytes_per_position: per_position,
                 kv_reserved: 0,
                 kv_reserved_peak: 0,
+                running_peak: 0,
                 metrics: Metrics::new(&engine.info.name),
                 room: Room::default(),
                 running: 0,
@@ -476,6 +479,7 @@ impl Worker {
             .collect();
         let mut shared = self.shared.lock().unwrap();
         shared.running = self.scheduler.running();
+        shared.running_peak = shared.running_peak.max(shared.running);
         shared.kv_reserved = self
             .scheduler
             .reserved_positions(self.engine.model.config.seq_len);
