@@ -1034,3 +1034,59 @@ fn a_client_that_stops_reading_loses_its_place() {
     assert_eq!(status, 200, "{whole}");
     drop(silent);
 }
+
+/// The request bodies being read share a memory budget (`--body-memory`): while a slow client
+/// holds most of it, a body that does not fit beside it gets 503 at once (with Retry-After and
+/// OpenAI's error shape), a small one is served, and the large one is served once the slow client
+/// has gone.
+#[test]
+fn request_bodies_share_a_memory_budget() {
+    let server = Server::start(&stories_args(&["--body-memory", "1MB"]));
+    let address = server.url.trim_start_matches("http://").to_string();
+    let mut slow = TcpStream::connect(&address).unwrap();
+    write!(
+        slow,
+        "POST /v1/completions HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: 900000\r\n\r\n{{\"prompt\""
+    )
+    .unwrap();
+    slow.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let padded = |n: usize| {
+        format!(
+            "{{\"prompt\": \"Once\", \"max_tokens\": 2}}{}",
+            " ".repeat(n)
+        )
+    };
+    let send = |body: String| {
+        let response = client()
+            .post(format!("{}/v1/completions", server.url))
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+            .unwrap();
+        let retry = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string());
+        let status = response.status().as_u16();
+        (status, retry, response.json::<Value>().unwrap())
+    };
+    let (status, retry, body) = send(padded(200_000));
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(retry.as_deref(), Some("1"));
+    assert_eq!(body["error"]["code"], "server_busy", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--body-memory"),
+        "{body}"
+    );
+    let (status, _, body) = send(padded(100));
+    assert_eq!(status, 200, "{body}");
+    drop(slow);
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, _, body) = send(padded(200_000));
+    assert_eq!(status, 200, "{body}");
+}

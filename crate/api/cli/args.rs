@@ -311,6 +311,10 @@ pub(super) struct ServeArgs {
     /// and max_tokens fit, and one that never could is refused.
     #[arg(long, value_parser = parse_bytes)]
     pub(super) kv_memory: Option<u64>,
+    /// The most memory the request bodies being read hold together, e.g. 64MB (each body at
+    /// most 4 MiB): a request whose body does not fit beside the others' gets 503 at once.
+    #[arg(long, default_value = "64MB", value_parser = parse_bytes)]
+    pub(super) body_memory: u64,
     /// Seconds a streaming client may leave its events unread (its connection full) before its
     /// request ends and frees its place and its cache.
     #[arg(long, default_value_t = 30.0, value_parser = positive_seconds)]

@@ -496,6 +496,7 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
         body_timeout: args
             .body_timeout
             .map_or(crate::api::serve::BODY_TIMEOUT, Duration::from_secs_f64),
+        body_memory: args.body_memory as usize,
     };
     crate::api::serve::serve(move || pollster::block_on(load(&model)), options)
 }

@@ -114,6 +114,8 @@ pub struct ServeOptions {
     /// ([`BODY_TIMEOUT`]).
     pub header_timeout: Duration,
     pub body_timeout: Duration,
+    /// The most bytes the request bodies being read may hold together ([`http::BodyBudget`]).
+    pub body_memory: usize,
 }
 
 /// Load the engine (on its own thread), listen, and serve until Ctrl-C (or `exit_after`).
@@ -185,7 +187,12 @@ pub fn serve(
 
 /// The API, CORS where asked, the page's files with the headers its threads need.
 fn router(app: Arc<http::App>, options: &ServeOptions) -> Router {
+    let budget = http::BodyBudget::new(options.body_memory);
     let mut api = http::api(app)
+        .layer(axum::middleware::from_fn_with_state(
+            budget,
+            http::BodyBudget::admit,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(RequestBodyTimeoutLayer::new(options.body_timeout));
     if let Some(origins) = &options.cors {
