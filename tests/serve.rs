@@ -1090,3 +1090,75 @@ fn request_bodies_share_a_memory_budget() {
     let (status, _, body) = send(padded(200_000));
     assert_eq!(status, 200, "{body}");
 }
+
+/// Raise this process's soft limit on open files to at least `files` (within the hard limit), or
+/// say why not.
+fn allow_open_files(files: u64) {
+    // SAFETY: getrlimit and setrlimit read and write the struct given, nothing else.
+    unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        if limit.rlim_cur >= files {
+            return;
+        }
+        assert!(
+            limit.rlim_max >= files,
+            "this test opens {files} connections, but the hard limit on open files is {}: raise it \
+             (ulimit -Hn)",
+            limit.rlim_max
+        );
+        limit.rlim_cur = files;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
+
+/// 5,000 connections that send nothing, opened at once: the kernel holds them (the server's
+/// backlog is 4,096), the server takes at most its connection cap (4,096, or its file limit less
+/// 64) and closes each idle one after the header timeout, and a real client among them, waiting
+/// behind the cap, is answered once places free.
+#[test]
+fn five_thousand_idle_connections_and_a_real_client_is_served() {
+    allow_open_files(5_500);
+    let server = Server::start(&stories_args(&["--header-timeout", "2"]));
+    let address = server.url.trim_start_matches("http://").to_string();
+    let opening = Instant::now();
+    let mut idle: Vec<TcpStream> = (0..5_000)
+        .map(|i| {
+            TcpStream::connect(&address)
+                .unwrap_or_else(|e| panic!("connection {i} of 5,000 to the server: {e}"))
+        })
+        .collect();
+    let opened = opening.elapsed();
+    let started = Instant::now();
+    let (status, body) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}),
+    );
+    let waited = started.elapsed();
+    eprintln!("5,000 connections opened in {opened:?}; the real client answered in {waited:?}");
+    // The kernel caps the backlog at net.core.somaxconn (4,096 since Linux 5.4; 128 before).
+    let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        opened < Duration::from_secs(10) || somaxconn < 4096,
+        "5,000 connections took {opened:?} to open: the server's backlog overflowed"
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        waited < Duration::from_secs(30),
+        "the real client waited {waited:?} behind 5,000 idle connections"
+    );
+    // The server closed the idle connections it took (a read ends, with nothing).
+    let first = &mut idle[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(first.read(&mut byte).unwrap_or(0), 0);
+    assert!(!server.get("/health").is_empty());
+}

@@ -137,14 +137,12 @@ pub fn serve(
         .map_err(|e| Error::Unsupported(format!("cannot start the HTTP runtime: {e}")))?;
     runtime.block_on(async move {
         // Bind first: a port in use is said before the model loads.
-        let listener = TcpListener::bind((options.host.as_str(), options.port))
-            .await
-            .map_err(|e| {
-                Error::Unsupported(format!(
-                    "cannot listen on {}:{} ({e}); choose another --port or --host",
-                    options.host, options.port
-                ))
-            })?;
+        let listener = listen(&options.host, options.port).await.map_err(|e| {
+            Error::Unsupported(format!(
+                "cannot listen on {}:{} ({e}); choose another --port or --host",
+                options.host, options.port
+            ))
+        })?;
         let address = listener
             .local_addr()
             .map_err(|e| Error::Unsupported(format!("cannot read the listening address: {e}")))?;
@@ -289,6 +287,31 @@ fn announce(app: &http::App, address: SocketAddr, options: &ServeOptions) {
 
 /// Serve connections until `stop` ends: each on its own task, at most [`MAX_CONNECTIONS`] at once,
 /// each cut off when its headers do not come within `header_timeout`.
+/// Connections the kernel holds for the server until it accepts them. Rust's standard listener
+/// asks for 128: a room's phones connecting at once, or a flood of idle connections, overflowed
+/// it, and each connection past it waited for its client to send again (1 s, then 2 s, 4 s):
+/// 5,000 connections took 25-30 s to open against a stories260K server, about 200 a second, with
+/// the server idle between the client's retries. The kernel caps it at `net.core.somaxconn`.
+const BACKLOG: u32 = 4096;
+
+/// A listener on `host`:`port` (the first address `host` names) with a backlog of [`BACKLOG`].
+async fn listen(host: &str, port: u16) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for address in tokio::net::lookup_host((host, port)).await? {
+        let socket = if address.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(address).and_then(|()| socket.listen(BACKLOG)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("the host names no address")))
+}
+
 async fn accept(
     listener: TcpListener,
     router: Router,
