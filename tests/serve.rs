@@ -545,10 +545,11 @@ fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
             most
         })
     };
-    let together: Vec<String> = questions
+    let (together, batches): (Vec<String>, Vec<Value>) = questions
         .iter()
         .map(|q| {
-            let body = chat(q, true);
+            let mut body = chat(q, true);
+            body["stream_options"] = json!({"include_usage": true});
             let url = url.clone();
             std::thread::spawn(move || {
                 let response = client()
@@ -556,13 +557,15 @@ fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
                     .json(&body)
                     .send()
                     .unwrap();
-                streamed_text(&data_lines(&response.text().unwrap())).0
+                let (text, chunks) = streamed_text(&data_lines(&response.text().unwrap()));
+                let conditions = chunks.last().unwrap()["usage"]["extra"]["conditions"].clone();
+                (text, conditions)
             })
         })
         .collect::<Vec<_>>()
         .into_iter()
         .map(|t| t.join().unwrap())
-        .collect();
+        .unzip();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let most_running = sampler.join().unwrap();
     assert_eq!(together, alone);
@@ -570,6 +573,22 @@ fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
     assert!(
         most_running >= 4.0,
         "at most {most_running} of the eight ran at once (/metrics num_requests_running)"
+    );
+    // Each request's conditions say the batch it ran in (not --parallel): the largest and the
+    // mean over its steps, at least one of them with others.
+    for c in &batches {
+        let (most, mean) = (
+            c["batch_size"].as_u64().unwrap(),
+            c["batch_mean"].as_f64().unwrap(),
+        );
+        assert!(
+            (1..=8).contains(&most) && mean >= 1.0 && mean <= most as f64,
+            "{c}"
+        );
+    }
+    assert!(
+        batches.iter().any(|c| c["batch_size"].as_u64() >= Some(4)),
+        "{batches:?}"
     );
     let served = "tokenometer:request_success_total{model_name=\"SmolLM2-135M-Instruct.Q4_1\"";
     let text = server.get("/metrics");

@@ -39,6 +39,11 @@ pub struct Conditions {
     /// up to 8, as measured costs favour)").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculation: Option<String>,
+    /// The batch the run's steps actually ran in, where a server batched it with others
+    /// ([`Meter::ran_in_batch`]): the mean over its decode steps (`batch_size` is then the
+    /// largest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_mean: Option<f64>,
 }
 
 impl Conditions {
@@ -68,6 +73,7 @@ impl Conditions {
             stop_reason: None,
             warm_up_ms: None,
             speculation: None,
+            batch_mean: None,
         }
     }
 
@@ -95,10 +101,13 @@ impl Conditions {
             ),
             Source::Endpoint(e) => (String::new(), &[][..], Some(e.token_counts.describe())),
         };
+        let batch = match self.batch_mean {
+            Some(mean) => format!("batch up to {} (mean {mean:.1} a step)", self.batch_size),
+            None => format!("batch {}", self.batch_size),
+        };
         format!(
-            "{}, batch {}, prompt {} tok{}, output {} tok{}, {}{}",
+            "{}, {batch}, prompt {} tok{}, output {} tok{}, {}{}",
             self.source.describe(),
-            self.batch_size,
             self.prompt_tokens,
             self.prompt_template
                 .as_ref()
@@ -230,6 +239,8 @@ pub struct Meter {
     /// The memory's read bandwidth (GB/s) measured apart from the run, and the keys and values a
     /// position adds: the report then holds the ceiling ([`Meter::read_bandwidth`]).
     read: Option<(f64, u64)>,
+    /// The batches this run's steps ran in: their sum, count and largest.
+    batches: (usize, usize, usize),
 }
 
 impl Meter {
@@ -253,6 +264,7 @@ impl Meter {
             verifications: Vec::new(),
             page_open_ms: None,
             read: None,
+            batches: (0, 0, 0),
         }
     }
 
@@ -267,6 +279,15 @@ impl Meter {
     pub fn read_bandwidth(&mut self, gb_per_s: f64, kv_bytes_per_position: u64) {
         self.read =
             (gb_per_s > 0.0 && gb_per_s.is_finite()).then_some((gb_per_s, kv_bytes_per_position));
+    }
+
+    /// One of this run's steps decoded `n` sequences together (a server's batch): the conditions
+    /// then say the batch it actually ran in, the largest and the mean, not the most allowed.
+    pub fn ran_in_batch(&mut self, n: usize) {
+        let (sum, steps, most) = &mut self.batches;
+        *sum += n;
+        *steps += 1;
+        *most = (*most).max(n);
     }
 
     pub fn observe(&mut self, event: &Event) {
@@ -485,9 +506,14 @@ impl Meter {
         let passes_per_token = speculation
             .as_ref()
             .map_or(Some(1.0), |s| s.passes_per_token);
+        let mut conditions = self.conditions.clone();
+        if let (sum, steps @ 1.., most) = self.batches {
+            conditions.batch_size = most;
+            conditions.batch_mean = Some(sum as f64 / steps as f64);
+        }
         Report {
-            conditions: self.conditions.clone(),
-            summary: self.conditions.summary(),
+            summary: conditions.summary(),
+            conditions,
             queued_ms: self.queued_ms,
             tokenize_ms: self.tokenize_ms,
             ttft_ms: ttft,

@@ -335,7 +335,7 @@ async fn complete(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let answer = Answer {
-        reply: Reply::new(kind, &checked, id, app.info.name.clone(), created),
+        reply: Reply::new(kind, &checked, id, app.info.name.clone(), created).with_meter_in_usage(),
         inbox,
         read,
         guard: CancelGuard {

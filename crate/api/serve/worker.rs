@@ -396,6 +396,18 @@ impl Worker {
         let mut first_tokens = Vec::new();
         let mut gone = Vec::new();
         let mut ended = Vec::new();
+        // The sequences this step decoded together: the batch each of them ran in.
+        let mut decoded: Vec<usize> = events
+            .iter()
+            .filter(|e| matches!(e.event, Event::Token { .. }))
+            .map(|e| e.seq)
+            .collect();
+        decoded.dedup();
+        for &seq in &decoded {
+            if let Some(live) = self.live.get_mut(&seq) {
+                live.meter.ran_in_batch(decoded.len());
+            }
+        }
         for SeqEvent { seq, event } in events {
             let Some(live) = self.live.get_mut(&seq) else {
                 continue;
