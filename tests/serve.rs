@@ -498,6 +498,34 @@ fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     assert_eq!(chunks[0]["object"], "chat.completion.chunk");
 
+    // The chat request's checks on a model with a template: the same question as text parts is
+    // the same text; no messages, an unknown role and a part that is not text are refused, each
+    // in a sentence that names what to change.
+    let mut parts = chat(question, false);
+    parts["messages"][0]["content"] = json!([
+        {"type": "text", "text": "What is a token,"},
+        {"type": "text", "text": " in one sentence?"}
+    ]);
+    let (status, whole) = server.post("/v1/chat/completions", &parts);
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["choices"][0]["message"]["content"], expected);
+    let refused = |body: Value, says: &str| {
+        let (status, error) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 400, "{error}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{says:?} not in {message:?}");
+    };
+    refused(json!({"messages": []}), "messages");
+    refused(
+        json!({"messages": [{"role": "wizard", "content": "Hi"}]}),
+        "\"wizard\"",
+    );
+    refused(
+        json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}),
+        "image_url",
+    );
+
     // Eight different questions, each alone, then all eight at once: the same texts.
     let questions: Vec<String> = [
         "What is a token?",
@@ -597,9 +625,10 @@ fn smollm2_chat_over_http_is_generates_alone_and_among_eight() {
         .filter(|l| l.starts_with(served))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum();
-    assert_eq!(total, 18.0, "{text}");
+    // Two alone, the text parts, eight alone, eight together.
+    assert_eq!(total, 19.0, "{text}");
     let room: Value = serde_json::from_str(&server.get("/room")).unwrap();
-    assert_eq!(room["room"]["served"], 18, "{room}");
+    assert_eq!(room["room"]["served"], 19, "{room}");
     assert_eq!(room["room"]["users"], 0, "{room}");
 }
 
