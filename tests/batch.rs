@@ -312,7 +312,6 @@ fn a_full_context_ends_only_its_own_sequence() {
 #[test]
 fn a_burst_of_four_short_prompts_is_read_in_one_step() {
     let engine = engine(&Backend::cpu());
-    let mut scheduler = Scheduler::new(4);
     let lens: usize = PROMPTS
         .iter()
         .map(|p| engine.encode_prompt(p, true).unwrap().len())
@@ -321,6 +320,47 @@ fn a_burst_of_four_short_prompts_is_read_in_one_step() {
         lens <= tokenometer::decode::STEP_TOKENS,
         "{lens} prompt tokens"
     );
+    // The prompts read in each step of a burst of four, on an engine whose passes cost `pass_ms`
+    // and `row_ms` a row, after one request has run alone (a prompt's pass and decode steps: what
+    // the engine learns a pass costs from).
+    let burst = |pass_ms: f64, row_ms: f64| {
+        let engine = engine_in(&Backend::cpu(), Quant::F32);
+        let clock = tokenometer::decode::Clock::Passes {
+            now_ms: 0.0,
+            pass_ms,
+            row_ms,
+        };
+        let request = |prompt: &str| Request {
+            prompt: prompt.to_string(),
+            options: options(10),
+        };
+        let mut alone = Scheduler::with_clock(4, clock);
+        alone.submit(&engine, &request(PROMPTS[0]), None).unwrap();
+        while !alone.is_idle() {
+            pollster::block_on(alone.step(&engine)).unwrap();
+        }
+        let mut scheduler = Scheduler::with_clock(4, clock);
+        for prompt in PROMPTS {
+            scheduler.submit(&engine, &request(prompt), None).unwrap();
+        }
+        let mut read = Vec::new();
+        while read.iter().sum::<usize>() < 4 {
+            let events = pollster::block_on(scheduler.step(&engine)).unwrap();
+            let prefills = events
+                .iter()
+                .filter(|e| matches!(e.event, Event::Prefill { .. }));
+            read.push(prefills.count());
+        }
+        read
+    };
+    // Passes that cost mostly their fixed part (a GPU's, or short prompts' on a big model): the
+    // burst shares one pass.
+    assert_eq!(burst(FIXED_MS, 1.0), [4]);
+    // Passes that cost mostly their rows (a CPU reading prompts at full arithmetic): a prompt
+    // would cost the others in its pass more than it saves, so one a pass.
+    assert_eq!(burst(1.0, 1.0), [1, 1, 1, 1]);
+    // A fresh engine has learned nothing: the token budget alone decides.
+    let mut scheduler = Scheduler::new(4);
     for prompt in PROMPTS {
         let request = Request {
             prompt: prompt.to_string(),
@@ -334,6 +374,9 @@ fn a_burst_of_four_short_prompts_is_read_in_one_step() {
     assert_eq!(count(|e| matches!(e, Event::Token { .. })), 4);
     assert_eq!((scheduler.running(), scheduler.waiting()), (4, 0));
 }
+
+/// A test clock's fixed part of a pass, far above any test prompt's rows: passes cost mostly it.
+const FIXED_MS: f64 = 1000.0;
 
 /// The budget is spent in arrival order and the prompt that does not fit is cut: with one
 /// sequence decoding and a budget of a few tokens, two prompts joining together are read as one
@@ -367,11 +410,16 @@ fn check_budget_cuts(backend: &Backend) {
             },
             ..Default::default()
         };
+        // Passes that cost mostly their fixed part (as on a GPU), so that prompts share them
+        // (crate/decode/costs.rs): the budget alone cuts.
         let clock = tokenometer::decode::Clock::Passes {
             now_ms: 0.0,
-            pass_ms: 0.0,
+            pass_ms: FIXED_MS,
             row_ms: 1.0,
         };
+        // What the engine learned of its passes from the runs alone below (on the real clock)
+        // is forgotten: this test's passes are the test clock's.
+        *engine.pass_costs.lock().unwrap() = Default::default();
         let mut scheduler = Scheduler::with_clock(3, clock);
         scheduler.set_step_tokens(budget);
         let submit = |scheduler: &mut Scheduler, prompt: &str| {
@@ -398,7 +446,7 @@ fn check_budget_cuts(backend: &Backend) {
             }
             let before = scheduler.now_ms();
             let events = pollster::block_on(scheduler.step(&engine)).unwrap();
-            let rows = (scheduler.now_ms() - before) as usize;
+            let rows = (scheduler.now_ms() - before - FIXED_MS) as usize;
             prompt_rows.push(rows - live.len());
             for e in events {
                 match e.event {

@@ -49,6 +49,9 @@ pub struct Engine {
     pub model: Llama,
     pub tokenizer: Tokenizer,
     pub info: ModelInfo,
+    /// What a pass costs, learned from the passes run (every scheduler on this engine adds to
+    /// it): whether prompts share a pass.
+    pub pass_costs: std::sync::Mutex<crate::decode::costs::PassCosts>,
 }
 
 /// `ids`, the tokens of `prompt`, checked: a prompt with text, ids inside the vocabulary, and room
@@ -203,6 +206,7 @@ impl Engine {
             model,
             tokenizer,
             info,
+            pass_costs: Default::default(),
         }
     }
 

@@ -5,6 +5,7 @@
 
 pub mod arrival;
 mod clock;
+pub mod costs;
 pub mod engine;
 pub mod events;
 pub mod quality;

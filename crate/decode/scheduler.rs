@@ -415,6 +415,9 @@ impl Scheduler {
         let picks = Sampler::pick_rows(&mut samplers, logits).await?;
         let rows = decoding + chunks.iter().map(|c| c.len()).sum::<usize>();
         self.clock.passed(rows);
+        if let Ok(mut costs) = engine.pass_costs.lock() {
+            costs.observe(rows, self.now_ms() - now);
+        }
         // The prompts read to their end leave the prefill, in order, with their rows' picks.
         let mut read = Vec::new();
         let mut still = Vec::new();
@@ -431,7 +434,7 @@ impl Scheduler {
         still.extend(rest);
         self.prefilling = still;
         for (p, _) in read.iter_mut() {
-            prefill_draft(&mut p.seq).await?;
+            p.seq.prefill_draft().await?;
         }
         let now = self.now_ms();
 
@@ -477,6 +480,8 @@ impl Scheduler {
             .max()
             .unwrap_or(0);
         let mut budget = self.step_tokens;
+        let costs = engine.pass_costs.lock().map(|c| c.clone());
+        let costs = costs.unwrap_or_default();
         let mut i = 0;
         loop {
             let fresh = i == self.prefilling.len();
@@ -520,6 +525,10 @@ impl Scheduler {
             }
             let most = model.prefill_chunk(end.max(at + take));
             take = take.min(most.saturating_sub(rows));
+            // A second prompt joins only where it costs the others less than it saves (costs.rs).
+            if i > 0 && !costs.worth_joining(i, take) {
+                take = 0;
+            }
             if take == 0 {
                 // The pass is full: a prompt admitted in this step waits for the next.
                 if fresh {
@@ -541,16 +550,6 @@ impl Scheduler {
             i += 1;
         }
         chunks
-    }
-}
-
-/// A draft model reads the prompt in the prefill, as the model does: its time is the prefill's
-/// (TTFT), not the first draft's. (Counted in the first draft's step, SmolLM2's Q4_1 file
-/// drafting for its Q8_0 one took 115-200 ms there against 8-9 ms for a plain step.)
-async fn prefill_draft(seq: &mut Sequence) -> Result<()> {
-    match seq.drafter.as_mut() {
-        Some(drafter) => drafter.prefill(&seq.prompt_ids).await,
-        None => Ok(()),
     }
 }
 

@@ -491,15 +491,16 @@ impl Answer {
 #[derive(Clone)]
 pub struct BodyBudget {
     kib: Arc<tokio::sync::Semaphore>,
-    bytes: usize,
+    /// The budget as a person reads it (`64.0 MB`).
+    said: String,
 }
 
 impl BodyBudget {
-    pub fn new(bytes: usize) -> BodyBudget {
+    pub fn new(bytes: usize, said: String) -> BodyBudget {
         let kib = (bytes / 1024).clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         BodyBudget {
             kib: Arc::new(tokio::sync::Semaphore::new(kib)),
-            bytes,
+            said,
         }
     }
 
@@ -528,7 +529,7 @@ impl BodyBudget {
             Err(_) => {
                 let mut response = ApiError::server(format!(
                     "the server is reading other request bodies and its budget for them ({},                      --body-memory) is in use; send again in a moment",
-                    super::bytes_said(budget.bytes as u64)
+                    budget.said
                 ))
                 .with_status(503, "server_busy")
                 .into_response();

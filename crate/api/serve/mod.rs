@@ -185,7 +185,7 @@ pub fn serve(
 
 /// The API, CORS where asked, the page's files with the headers its threads need.
 fn router(app: Arc<http::App>, options: &ServeOptions) -> Router {
-    let budget = http::BodyBudget::new(options.body_memory);
+    let budget = http::BodyBudget::new(options.body_memory, bytes_said(options.body_memory as u64));
     let mut api = http::api(app)
         .layer(axum::middleware::from_fn_with_state(
             budget,
