@@ -117,7 +117,7 @@ export class EngineClient {
         },
       });
       this.worker?.postMessage({ ...request, id });
-      signal?.addEventListener('abort', () => {
+      const stop = () => {
         if (!this.pending.has(id)) return;
         this.worker?.postMessage({ type: 'cancel', id });
         setTimeout(() => {
@@ -126,7 +126,10 @@ export class EngineClient {
           reject(new Error('the engine did not answer the stop and was restarted; the next run loads the model again'));
           this.start();
         }, STOP_GRACE_MS);
-      }, { once: true });
+      };
+      // A stop that came before the request (while the page measured the memory, say) stops it at once.
+      if (signal?.aborted) stop();
+      else signal?.addEventListener('abort', stop, { once: true });
     });
   }
 

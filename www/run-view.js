@@ -53,11 +53,8 @@ export class RunView {
           <span class="label" data-ref="needleLabel">live decode</span>
           <span class="big"><span data-testid="metric-live-tps" data-ref="live">–</span> <small>tok/s</small></span>
           ${figures ? `<span class="versus" title="Words per second over a reader's words per second"><span data-figure="reading_speed_x" data-digits="1">–</span> × a reader</span>` : ''}
+          ${figures ? `<span class="ceiling" data-ref="ceiling" hidden><meter min="0" max="1" low="0.5" high="0.85" optimum="1" data-testid="ceiling-gauge" data-ref="ceilingGauge" aria-label="decode as a share of what this device's memory allows"></meter> <span><span data-figure="bandwidth_ceiling.share" data-scale="100" data-digits="0">–</span>% of what memory allows</span></span>` : ''}
         </div>
-        ${figures ? `<div class="ceiling" data-ref="ceiling" hidden>
-          <meter min="0" max="1" low="0.5" high="0.85" optimum="1" data-testid="ceiling-gauge" data-ref="ceilingGauge" aria-label="decode as a share of the memory's bandwidth ceiling"></meter>
-          <span data-testid="ceiling-sentence" data-ref="ceilingSentence"></span>
-        </div>` : ''}
       </div>
       <div class="output-section" role="group" aria-label="${label}: generated text">
         <h2>Output <small>the bar is where a reader at the chosen speed would be</small></h2>
@@ -68,6 +65,7 @@ export class RunView {
       </div>
       <div class="details" role="group" aria-label="${label}: figures">
         ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>
+        <p class="note" data-testid="ceiling-sentence" data-ref="ceilingSentence" hidden></p>
         <p class="note" data-testid="speculation-steps" data-ref="speculationSteps" title="What a step cost by how many drafts it verified: the other side of the drafts kept" hidden></p>` : ''}
         <figure>
           <canvas data-ref="chart" width="900" height="220" role="img" aria-label="Tokens per second by output token"></canvas>
@@ -139,7 +137,7 @@ export class RunView {
     this.ref.promptEcho.textContent = prompt;
     for (const node of this.figureNodes) node.textContent = '–';
     this.ref.live.textContent = '–';
-    if (this.ref.ceiling) this.ref.ceiling.hidden = true;
+    if (this.ref.ceiling) this.ref.ceiling.hidden = this.ref.ceilingSentence.hidden = true;
     this.ref.needleLabel.textContent = 'live decode';
     this.scheduleRender();
   }
@@ -306,6 +304,7 @@ export class RunView {
         const ceiling = report.bandwidth_ceiling;
         if (this.ref.ceiling) {
           this.ref.ceiling.hidden = !ceiling;
+          this.ref.ceilingSentence.hidden = !ceiling;
           if (ceiling) {
             this.ref.ceilingGauge.value = Math.min(1, ceiling.share ?? 0);
             setText(this.ref.ceilingSentence, `${ceiling.sentence[0].toUpperCase()}${ceiling.sentence.slice(1)}.`);
