@@ -140,7 +140,8 @@ test('a model kept on another host: said first, downloaded with progress, checke
   const { page, errors } = await isolatedPage(context, url);
   const host = new URL(other.origin).host;
   const option = page.locator('[data-testid=model] option[value=elsewhere]');
-  await option.waitFor({ state: 'attached', timeout: 30_000 });
+  // Listed once the page has read the site's catalog, and said with its host once it has read it all.
+  await page.waitForFunction(() => document.querySelector('[data-testid=model] option[value=elsewhere]')?.textContent.includes('(from '), null, { timeout: 30_000 });
   assert.match(await option.textContent(), new RegExp(`from ${host.replace('.', '\\.')}, \\d+\\.\\d MB`));
   await page.getByTestId('model').selectOption('elsewhere');
   assert.match(await page.getByTestId('model-host').textContent(), new RegExp(`downloads \\d+\\.\\d MB from ${host.replace('.', '\\.')}`));
