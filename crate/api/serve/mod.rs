@@ -114,7 +114,7 @@ pub struct ServeOptions {
     /// ([`BODY_TIMEOUT`]).
     pub header_timeout: Duration,
     pub body_timeout: Duration,
-    /// The most bytes the request bodies being read may hold together ([`http::BodyBudget`]).
+    /// The most bytes the request bodies being read may hold together (`http::BodyBudget`).
     pub body_memory: usize,
 }
 
