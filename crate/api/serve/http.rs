@@ -528,7 +528,8 @@ impl BodyBudget {
             Ok(_held) => next.run(request).await,
             Err(_) => {
                 let mut response = ApiError::server(format!(
-                    "the server is reading other request bodies and its budget for them ({},                      --body-memory) is in use; send again in a moment",
+                    "the server is reading other request bodies and its budget for them ({}, \
+                     --body-memory) is in use; send again in a moment",
                     budget.said
                 ))
                 .with_status(503, "server_busy")

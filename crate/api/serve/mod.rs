@@ -285,8 +285,6 @@ fn announce(app: &http::App, address: SocketAddr, options: &ServeOptions) {
     let _ = std::io::stdout().flush();
 }
 
-/// Serve connections until `stop` ends: each on its own task, at most [`MAX_CONNECTIONS`] at once,
-/// each cut off when its headers do not come within `header_timeout`.
 /// Connections the kernel holds for the server until it accepts them. Rust's standard listener
 /// asks for 128: a room's phones connecting at once, or a flood of idle connections, overflowed
 /// it, and each connection past it waited for its client to send again (1 s, then 2 s, 4 s):
@@ -312,6 +310,8 @@ async fn listen(host: &str, port: u16) -> std::io::Result<TcpListener> {
     Err(last.unwrap_or_else(|| std::io::Error::other("the host names no address")))
 }
 
+/// Serve connections until `stop` ends: each on its own task, at most [`MAX_CONNECTIONS`] at once,
+/// each cut off when its headers do not come within `header_timeout`.
 async fn accept(
     listener: TcpListener,
     router: Router,
