@@ -25,16 +25,18 @@ pub struct BandwidthCeiling {
 }
 
 impl BandwidthCeiling {
-    /// The ceiling of a decode that reads `weight_bytes` and `kv_bytes_per_position` for each of
-    /// `mean_depth` positions a token, at `read_gb_per_s`; `decode_tps` the run's.
+    /// The ceiling of a run of `prompt_tokens` and `output_tokens` whose decode reads
+    /// `weight_bytes` and `kv_bytes_per_position` for each earlier position a token (at the run's
+    /// mean depth: the prompt and half the output), at `read_gb_per_s`; `decode_tps` the run's.
     pub fn new(
         read_gb_per_s: f64,
         weight_bytes: u64,
         kv_bytes_per_position: u64,
-        mean_depth: f64,
+        (prompt_tokens, output_tokens): (usize, usize),
         decode_tps: Option<f64>,
     ) -> BandwidthCeiling {
-        let kv_bytes = (kv_bytes_per_position as f64 * mean_depth.max(0.0)) as u64;
+        let mean_depth = prompt_tokens as f64 + output_tokens as f64 / 2.0;
+        let kv_bytes = (kv_bytes_per_position as f64 * mean_depth) as u64;
         let bytes = (weight_bytes + kv_bytes).max(1) as f64;
         let tps = read_gb_per_s * 1e9 / bytes;
         let mut ceiling = BandwidthCeiling {

@@ -551,12 +551,10 @@ impl Meter {
             // One request's tokens after its first over its own decode span: its decode rate.
             aggregate_tps: decode_tps,
             speculation,
-            // A decode token reads the weights once and the keys and values of every earlier
-            // position: at the run's mean depth, the prompt and half the output.
             bandwidth_ceiling: self.read.zip(self.conditions.source.bytes_per_token()).map(
                 |((gb_per_s, kv), weights)| {
-                    let depth = self.conditions.prompt_tokens as f64 + n as f64 / 2.0;
-                    BandwidthCeiling::new(gb_per_s, weights, kv, depth, decode_tps)
+                    let tokens = (self.conditions.prompt_tokens, n);
+                    BandwidthCeiling::new(gb_per_s, weights, kv, tokens, decode_tps)
                 },
             ),
         }

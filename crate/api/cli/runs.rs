@@ -253,24 +253,22 @@ pub(super) async fn bench(
     // The first run is not counted: it compiles every kernel shape the timed runs meet.
     reports.remove(0);
     // The ceiling the memory's bandwidth allows, measured after the runs (apart from them).
-    let bandwidth = match threads.map(crate::cpu::bandwidth::read_gb_per_s) {
-        Some(Ok(gb_per_s)) => threads.map(|t| (t, gb_per_s)),
-        Some(Err(why)) => {
+    let bandwidth = threads.and_then(|t| match crate::cpu::bandwidth::read_gb_per_s(t) {
+        Ok(gb_per_s) => Some((t, gb_per_s)),
+        Err(why) => {
             eprintln!("tokenometer: no bandwidth ceiling: {why}");
             None
         }
-        None => None,
-    };
+    });
     if let Some((_, gb_per_s)) = bandwidth {
         let per_position = engine.model.kv_bytes_per_position() as u64;
         for r in &mut reports {
             let c = &r.conditions;
-            let depth = c.prompt_tokens as f64 + c.output_tokens as f64 / 2.0;
             r.bandwidth_ceiling = Some(BandwidthCeiling::new(
                 gb_per_s,
                 engine.info.bytes_per_token,
                 per_position,
-                depth,
+                (c.prompt_tokens, c.output_tokens),
                 r.decode_tps,
             ));
         }
