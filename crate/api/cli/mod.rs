@@ -465,10 +465,10 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
     let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // A checkout (www/, pkg/, models/) or a folder `make site` wrote (index.html and all in it).
     let page = args.page.or_else(|| Some(checkout.clone())).filter(|root| {
-        root.join("www").join("index.html").is_file() || root.join("index.html").is_file()
+        root.join("www").join("index.html").is_file() || crate::api::serve::is_site(root)
     });
     let models = match &page {
-        Some(site) if site.join("index.html").is_file() => site.join("models"),
+        Some(site) if crate::api::serve::is_site(site) => site.join("models"),
         page => page.clone().unwrap_or(checkout).join(
             std::env::var_os("MODELS").map_or_else(|| PathBuf::from("models"), PathBuf::from),
         ),

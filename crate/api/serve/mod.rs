@@ -96,6 +96,12 @@ pub fn bytes_said(bytes: u64) -> String {
     }
 }
 
+/// Whether `root` is a folder `make site` wrote (the page whole, `index.html` at its top), not a
+/// checkout (`www/`, `pkg/` and the models beside each other).
+pub fn is_site(root: &std::path::Path) -> bool {
+    root.join("index.html").is_file()
+}
+
 /// What `tokenometer serve` was asked for.
 pub struct ServeOptions {
     pub host: String,
@@ -224,7 +230,7 @@ fn router(app: Arc<http::App>, options: &ServeOptions) -> Router {
     };
     // `make site`'s folder is the page whole; a checkout's page is www/ with pkg/ and the models
     // beside it, at the same URLs.
-    let page = if root.join("index.html").is_file() {
+    let page = if is_site(root) {
         Router::new().fallback_service(ServeDir::new(root))
     } else {
         Router::new()
