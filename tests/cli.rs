@@ -483,6 +483,102 @@ fn generate_with_a_prompts_file_runs_one_batch_with_events_per_sequence() {
     assert_eq!(report["conditions"]["model"], "stories260K");
 }
 
+/// `bench --profile`: each decode step timed by phase by the engine's own timers, the timed
+/// parts inside each step, a step for every token after the first, and the table's parts coming
+/// to the gap between tokens.
+#[test]
+fn bench_profile_says_where_a_decode_step_goes() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--model",
+            &model(),
+            "--tokenizer",
+            &tok512(),
+            "--runs",
+            "2",
+            "--max-tokens",
+            "40",
+            "--threads",
+            "1",
+            "--profile",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        succeeded(tokenometer(&args))
+    };
+    let runs: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    for r in runs.as_array().unwrap() {
+        let p = &r["phases"];
+        let output = r["conditions"]["output_tokens"].as_u64().unwrap();
+        assert_eq!(p["steps"].as_u64(), Some(output - 1), "{p}");
+        for w in p["windows"].as_array().unwrap() {
+            let parts: f64 = [
+                "projections_ms",
+                "attention_ms",
+                "norms_ms",
+                "classifier_ms",
+                "sampling_ms",
+            ]
+            .iter()
+            .map(|k| w[k].as_f64().unwrap())
+            .sum();
+            let step = w["step_ms"].as_f64().unwrap();
+            assert!(parts > 0.0 && parts <= step * 1.000_001, "{w}");
+        }
+        assert!(
+            p["prefill"]["projections_ms"].as_f64().unwrap() > 0.0,
+            "{p}"
+        );
+    }
+    let table = run(&[]);
+    let ms = |name: &str| -> f64 {
+        let line = table
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} row in:\n{table}"));
+        line[name.len() + 2..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let parts = [
+        "projections",
+        "attention",
+        "norms and activations",
+        "classifier",
+        "sampling",
+    ]
+    .iter()
+    .map(|n| ms(n))
+    .sum::<f64>()
+        + ms("the engine's other work")
+        + ms("between steps");
+    let gap = ms("the gap between tokens");
+    assert!(
+        (parts - gap).abs() <= 0.1 * gap,
+        "{parts} against {gap}:\n{table}"
+    );
+    assert_refused(
+        tokenometer(&[
+            "bench",
+            "--model",
+            &model(),
+            "--tokenizer",
+            &tok512(),
+            "--profile",
+            "--concurrency",
+            "2",
+        ]),
+        "cannot be used with",
+    );
+}
+
 #[test]
 fn bench_with_concurrency_prints_one_json_object_per_level() {
     let output = tokenometer(&[

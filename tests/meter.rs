@@ -53,6 +53,7 @@ fn token(m: &mut Meter, t_ms: f64, text: &str) {
         t_ms,
         drafted: false,
         logprobs: None,
+        phases: None,
     });
 }
 
@@ -310,6 +311,7 @@ fn event(text: &str, t_ms: f64) -> Event {
         t_ms,
         drafted: false,
         logprobs: None,
+        phases: None,
     }
 }
 

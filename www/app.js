@@ -369,7 +369,7 @@ async function runOnce(signal) {
   // The queue starts once the model is ready: loading and warm-up are reported on their own.
   const report = endpoint
     ? await engine.endpointRun(endpoint, prompt, { ...options, ...opened }, hooks)
-    : await engine.run(prompt, { ...options, ...opened, ...ceiling, requested_at: performance.timeOrigin + performance.now() }, hooks);
+    : await engine.run(prompt, { ...options, ...opened, ...ceiling, profile: true, requested_at: performance.timeOrigin + performance.now() }, hooks);
   view.finish(report);
   return report;
 }

@@ -6,6 +6,7 @@
 // replay. It draws what the engine reports and computes no figure: the report comes from the meter
 // in Rust, and so do the word ends the reader's cursor walks (the meter's word rule).
 import { refs } from './dom.js';
+import { PhaseBar } from './phases.js';
 import { TokenView } from './tokens.js';
 
 /** Whether the token inspector is on (kept across visits, for every view). */
@@ -66,6 +67,7 @@ export class RunView {
       <div class="details" role="group" aria-label="${label}: figures">
         ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>
         <p class="note" data-testid="ceiling-sentence" data-ref="ceilingSentence" hidden></p>
+        <div data-ref="phases"></div>
         <p class="note" data-testid="speculation-steps" data-ref="speculationSteps" title="What a step cost by how many drafts it verified: the other side of the drafts kept" hidden></p>` : ''}
         <figure>
           <canvas data-ref="chart" width="900" height="220" role="img" aria-label="Tokens per second by output token"></canvas>
@@ -75,6 +77,8 @@ export class RunView {
     /** @type {Record<string, any>} */
     this.ref = refs(root);
     this.tokenView = new TokenView(this.ref.tokenView);
+    /** the phase bar, where the view shows figures */
+    this.phaseBar = this.ref.phases ? new PhaseBar(this.ref.phases) : null;
     this.ref.showTokens.checked = localStorage.getItem(SHOW_TOKENS) === '1';
     this.ref.showTokens.addEventListener('change', () => {
       localStorage.setItem(SHOW_TOKENS, this.ref.showTokens.checked ? '1' : '0');
@@ -132,6 +136,7 @@ export class RunView {
     /** @type {{ id: number, bytes: number[] }[] | undefined} the prompt's tokens, when the run sent them */
     this.promptTokens = undefined;
     this.tokenView?.clear();
+    this.phaseBar?.clear();
     this.ref.stopReason && (this.ref.stopReason.textContent = '–');
     if (this.ref.speculationSteps) this.ref.speculationSteps.hidden = true;
     this.ref.promptEcho.textContent = prompt;
@@ -310,6 +315,7 @@ export class RunView {
             setText(this.ref.ceilingSentence, `${ceiling.sentence[0].toUpperCase()}${ceiling.sentence.slice(1)}.`);
           }
         }
+        this.phaseBar?.draw(report, this.running);
         if (this.ref.speculationSteps) {
           setText(this.ref.speculationSteps, report.speculation?.steps_summary ?? '');
           this.ref.speculationSteps.hidden = !this.ref.speculationSteps.textContent;

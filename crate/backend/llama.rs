@@ -6,6 +6,7 @@ use crate::cpu::{HostLinear, HostOps, Isa, Rows, Threads};
 use crate::gpu::DeviceOps;
 use crate::model::forward::{Positions, Transformer, Weights};
 use crate::model::ops::{Heads, Kernels, Ops};
+use crate::model::phases::PhaseClock;
 use crate::model::quant::pad_hidden_to_blocks;
 use crate::model::{HostWeights, LlamaConfig, Logits, Quant, QuantPlan};
 
@@ -211,6 +212,15 @@ impl Llama {
     }
 
     /// The bytes a sequence's KV cache holds a position: keys and values of every layer, in f32.
+    /// The CPU engine's phase clock (`model/phases.rs`); the GPU's work is not timed by phase.
+    pub fn phases(&self) -> Option<&PhaseClock> {
+        match &self.body {
+            Body::Host(w) => Some(&w.ops.phases),
+            #[cfg(feature = "gpu")]
+            Body::Device(_) => None,
+        }
+    }
+
     pub fn kv_bytes_per_position(&self) -> usize {
         let c = &self.config;
         c.n_layers * 2 * c.n_kv_heads * c.head_size() * 4

@@ -21,12 +21,15 @@ use crate::cpu::tile::{Q8Rows, chunk_rows};
 use crate::formats::Activations;
 use crate::model::forward;
 use crate::model::ops::{Angles, Heads, Kernels, LayerAt, LayerOf, LogitRows, Ops, Span};
+use crate::model::phases::{Phase, PhaseClock};
 use crate::model::{LayerWeights, LlamaConfig, Logits, Matrix, QuantPlan};
 
 pub struct HostOps {
     isa: Isa,
     heads: Heads,
     threads: Threads,
+    /// Each operation's time by kind, while on (`bench --profile`, the page's phase bar).
+    pub phases: PhaseClock,
 }
 
 impl HostOps {
@@ -35,6 +38,7 @@ impl HostOps {
             isa,
             heads,
             threads,
+            phases: PhaseClock::default(),
         }
     }
 
@@ -207,22 +211,28 @@ impl Ops for HostOps {
         classifier: &HostLinear,
         eps: f32,
     ) -> Logits {
-        forward::classify(self, x, pass, rows, norm, classifier, eps)
+        self.phases.time(Phase::Classifier, || {
+            forward::classify(self, x, pass, rows, norm, classifier, eps)
+        })
     }
 }
 
 impl Kernels for HostOps {
     fn rms_norm(&self, x: &Rows, weight: &Vec<f32>, eps: f32) -> Rows {
-        let mut data = x.data.clone();
-        self.for_rows(&mut data, x.width, &|_, rows| {
-            rms_norm_rows(self.isa, rows, weight, eps)
-        });
-        Rows::new(x.t, x.width, data)
+        self.phases.time(Phase::Norms, || {
+            let mut data = x.data.clone();
+            self.for_rows(&mut data, x.width, &|_, rows| {
+                rms_norm_rows(self.isa, rows, weight, eps)
+            });
+            Rows::new(x.t, x.width, data)
+        })
     }
 
     fn head_rms_norm(&self, mut x: Rows, weight: &Vec<f32>, eps: f32) -> Rows {
-        rms_norm_rows(self.isa, x.values_mut(), weight, eps);
-        x
+        self.phases.time(Phase::Norms, || {
+            rms_norm_rows(self.isa, x.values_mut(), weight, eps);
+            x
+        })
     }
 
     /// Split over the threads by activation rows where there are many (a prompt's), else by
@@ -230,109 +240,113 @@ impl Kernels for HostOps {
     /// part writes its own piece of the output; a batch's parts are made apart and put in place
     /// after.
     fn matmul(&self, x: &Rows, w: &HostLinear) -> Rows {
-        assert_eq!(x.width, w.cols, "a projection's input width");
-        let none = Q8Rows::default();
-        let f32_weights = matches!(w.weights, HostMatrix::F32(_));
-        let activations = w.weights.activations();
-        let (rows, cols, t, xs) = (w.rows, w.cols, x.t, &x.data);
-        let weights = w.weights.rows();
-        let mut data = vec![0.0; t * rows];
-        let threads = self.threads.count();
-        // (`Threads::MANY`: the page's builds without threads leave this code out.)
-        let by_threads =
-            Threads::MANY && threads > 1 && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * threads;
-        // Natively a prompt's rows go in chunks that stay in L2 (`chunk_rows`), each against every
-        // weight; in the page (not measured there) the rows go whole, and this code is left out.
-        let chunk = if cfg!(target_arch = "wasm32") {
-            usize::MAX
-        } else {
-            chunk_rows(if f32_weights { 4 * cols } else { cols }, 8)
-        };
-        if by_threads || t > chunk {
-            // A prompt: each thread takes whole activation rows against every weight row, its
-            // piece of the output contiguous (no copy after), a few parts a thread so that one
-            // that starts late or runs slower is made up for. Every thread reads every weight,
-            // which a prompt's products (compute-bound, reading each weight once per chunk of
-            // rows) do not notice; batched decode keeps the split by weight rows, where reading
-            // the weights is the time. Each part quantizes its own rows (q, k and v each again: a
-            // thread's share of the work, rather than all of it on one thread before the product).
-            // Measured (SmolLM2, 530-token prompt, 2 threads, prefill tok/s, one run each, with
-            // the element-wise steps split by rows too): Q8_0 729 -> 928, F32 418 -> 502.
-            let part = if by_threads {
-                t.div_ceil(PARTS_A_THREAD * threads).next_multiple_of(8)
+        self.phases.time(Phase::Projections, || {
+            assert_eq!(x.width, w.cols, "a projection's input width");
+            let none = Q8Rows::default();
+            let f32_weights = matches!(w.weights, HostMatrix::F32(_));
+            let activations = w.weights.activations();
+            let (rows, cols, t, xs) = (w.rows, w.cols, x.t, &x.data);
+            let weights = w.weights.rows();
+            let mut data = vec![0.0; t * rows];
+            let threads = self.threads.count();
+            // (`Threads::MANY`: the page's builds without threads leave this code out.)
+            let by_threads =
+                Threads::MANY && threads > 1 && t >= MIN_ACTIVATION_ROWS_TO_SPLIT * threads;
+            // Natively a prompt's rows go in chunks that stay in L2 (`chunk_rows`), each against every
+            // weight; in the page (not measured there) the rows go whole, and this code is left out.
+            let chunk = if cfg!(target_arch = "wasm32") {
+                usize::MAX
             } else {
-                t
-            }
-            .min(chunk);
-            self.threads.for_pieces(&mut data, part * rows, |p, out| {
-                let n = out.len() / rows;
-                let xs = &xs[p * part * cols..(p * part + n) * cols];
-                let mut xq = Q8Rows::default();
-                if !f32_weights {
-                    quantize_activations(self.isa, activations, xs, cols, &mut xq);
+                chunk_rows(if f32_weights { 4 * cols } else { cols }, 8)
+            };
+            if by_threads || t > chunk {
+                // A prompt: each thread takes whole activation rows against every weight row, its
+                // piece of the output contiguous (no copy after), a few parts a thread so that one
+                // that starts late or runs slower is made up for. Every thread reads every weight,
+                // which a prompt's products (compute-bound, reading each weight once per chunk of
+                // rows) do not notice; batched decode keeps the split by weight rows, where reading
+                // the weights is the time. Each part quantizes its own rows (q, k and v each again: a
+                // thread's share of the work, rather than all of it on one thread before the product).
+                // Measured (SmolLM2, 530-token prompt, 2 threads, prefill tok/s, one run each, with
+                // the element-wise steps split by rows too): Q8_0 729 -> 928, F32 418 -> 502.
+                let part = if by_threads {
+                    t.div_ceil(PARTS_A_THREAD * threads).next_multiple_of(8)
+                } else {
+                    t
                 }
-                matmul::matmul(self.isa, weights, rows, cols, xs, &xq, n, out);
-            });
-            return Rows::new(t, rows, data);
-        }
-        let quantized = if f32_weights {
-            &none
-        } else {
-            x.quantized(self.isa, activations)
-        };
-        let product = |range: Range<usize>, out: &mut [f32]| {
-            let weights = weights.range(range.clone(), cols);
-            matmul::matmul(self.isa, weights, range.len(), cols, xs, quantized, t, out);
-        };
-        let size = self
-            .threads
-            .part_size(rows, weights.part_rows(), MIN_ROWS_A_THREAD);
-        if size >= rows {
-            product(0..rows, &mut data);
-        } else if t == 1 {
-            self.threads.for_pieces(&mut data, size, |p, out| {
-                product(p * size..p * size + out.len(), out)
-            });
-        } else {
-            let pieces = self.threads.map(rows.div_ceil(size), |p| {
-                let range = p * size..((p + 1) * size).min(rows);
-                let mut out = vec![0.0; t * range.len()];
-                product(range, &mut out);
-                out
-            });
-            for (p, piece) in pieces.iter().enumerate() {
-                let n = piece.len() / t;
-                for (i, piece_row) in piece.chunks_exact(n).enumerate() {
-                    data[i * rows + p * size..][..n].copy_from_slice(piece_row);
-                }
+                .min(chunk);
+                self.threads.for_pieces(&mut data, part * rows, |p, out| {
+                    let n = out.len() / rows;
+                    let xs = &xs[p * part * cols..(p * part + n) * cols];
+                    let mut xq = Q8Rows::default();
+                    if !f32_weights {
+                        quantize_activations(self.isa, activations, xs, cols, &mut xq);
+                    }
+                    matmul::matmul(self.isa, weights, rows, cols, xs, &xq, n, out);
+                });
+                return Rows::new(t, rows, data);
             }
-        }
-        Rows::new(t, rows, data)
-    }
-
-    fn rope(&self, mut q: Rows, mut k: Rows, pass: &HostPass, local: bool) -> (Rows, Rows) {
-        let half = self.heads.head_size / 2;
-        let (cos, sin) = match (&pass.angles.local, local) {
-            (Some((cos, sin)), true) => (cos, sin),
-            _ => (&pass.angles.cos, &pass.angles.sin),
-        };
-        for x in [&mut q, &mut k] {
-            let width = x.width;
-            for (i, row) in x.values_mut().chunks_exact_mut(width).enumerate() {
-                let (cos, sin) = (
-                    &cos[i * half..(i + 1) * half],
-                    &sin[i * half..(i + 1) * half],
-                );
-                for head in row.chunks_exact_mut(2 * half) {
-                    for (p, pair) in head.chunks_exact_mut(2).enumerate() {
-                        let (even, odd) = (pair[0], pair[1]);
-                        pair[0] = even * cos[p] - odd * sin[p];
-                        pair[1] = even * sin[p] + odd * cos[p];
+            let quantized = if f32_weights {
+                &none
+            } else {
+                x.quantized(self.isa, activations)
+            };
+            let product = |range: Range<usize>, out: &mut [f32]| {
+                let weights = weights.range(range.clone(), cols);
+                matmul::matmul(self.isa, weights, range.len(), cols, xs, quantized, t, out);
+            };
+            let size = self
+                .threads
+                .part_size(rows, weights.part_rows(), MIN_ROWS_A_THREAD);
+            if size >= rows {
+                product(0..rows, &mut data);
+            } else if t == 1 {
+                self.threads.for_pieces(&mut data, size, |p, out| {
+                    product(p * size..p * size + out.len(), out)
+                });
+            } else {
+                let pieces = self.threads.map(rows.div_ceil(size), |p| {
+                    let range = p * size..((p + 1) * size).min(rows);
+                    let mut out = vec![0.0; t * range.len()];
+                    product(range, &mut out);
+                    out
+                });
+                for (p, piece) in pieces.iter().enumerate() {
+                    let n = piece.len() / t;
+                    for (i, piece_row) in piece.chunks_exact(n).enumerate() {
+                        data[i * rows + p * size..][..n].copy_from_slice(piece_row);
                     }
                 }
             }
-        }
-        (q, k)
+            Rows::new(t, rows, data)
+        })
+    }
+
+    fn rope(&self, mut q: Rows, mut k: Rows, pass: &HostPass, local: bool) -> (Rows, Rows) {
+        self.phases.time(Phase::Attention, || {
+            let half = self.heads.head_size / 2;
+            let (cos, sin) = match (&pass.angles.local, local) {
+                (Some((cos, sin)), true) => (cos, sin),
+                _ => (&pass.angles.cos, &pass.angles.sin),
+            };
+            for x in [&mut q, &mut k] {
+                let width = x.width;
+                for (i, row) in x.values_mut().chunks_exact_mut(width).enumerate() {
+                    let (cos, sin) = (
+                        &cos[i * half..(i + 1) * half],
+                        &sin[i * half..(i + 1) * half],
+                    );
+                    for head in row.chunks_exact_mut(2 * half) {
+                        for (p, pair) in head.chunks_exact_mut(2).enumerate() {
+                            let (even, odd) = (pair[0], pair[1]);
+                            pair[0] = even * cos[p] - odd * sin[p];
+                            pair[1] = even * sin[p] + odd * cos[p];
+                        }
+                    }
+                }
+            }
+            (q, k)
+        })
     }
 
     fn attention(
@@ -345,130 +359,142 @@ impl Kernels for HostOps {
         pass: &HostPass,
         window: Option<usize>,
     ) -> Rows {
-        let Heads {
-            n_heads,
-            n_kv_heads,
-            head_size: hs,
-        } = self.heads;
-        let kv_dim = n_kv_heads * hs;
-        let rep = n_heads / n_kv_heads;
-        let scale = 1.0 / (hs as f32).sqrt();
-        let mut out = vec![0.0; q.t * n_heads * hs];
-        let mut row = 0;
-        for (span, cache) in pass.spans.iter().zip(caches.iter_mut()) {
-            let (start, t) = (span.start, span.len);
-            let (keys, values) = (&mut cache.keys[layer], &mut cache.values[layer]);
-            let new = row * kv_dim..(row + t) * kv_dim;
-            keys[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&k.data[new.clone()]);
-            values[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&v.data[new]);
-            let (keys, values) = (&keys[..], &values[..]);
-            // Query `i` of the span sees keys `first..seen`: every earlier position, or the
-            // window's last ones.
-            let sees = |i: usize| {
-                let seen = start + i + 1;
-                (window.map_or(0, |w| seen.saturating_sub(w)), seen)
-            };
-            // The output's rows of `hs` are units, unit `u` query `u / n_heads` of head
-            // `u % n_heads`; a part of the units goes key head by key head and, for each, key
-            // block by key block through every unit that sees the block (see `Running`).
-            // Split over the threads by units where the span's work is worth it. A prompt's
-            // later queries attend over more keys, so its parts are a quarter of a thread's
-            // share, taken as threads free up (measured, SmolLM2 Q8_0, 900-token prompt, 2
-            // threads, 3 interleaved rounds: prefill 316 / 404 / 358 -> 406 / 442 / 402 tok/s;
-            // decode, one query, lost a little with them: 77 / 94 / 70 -> 74 / 84 / 70, so it
-            // keeps a part a thread).
-            let work = t * n_heads * (start + t) * hs;
-            let units = match self.threads.part_size(t * n_heads, 1, 1) {
-                _ if work < MIN_ATTENTION_WORK => t * n_heads,
-                share if t > 1 => share.div_ceil(4),
-                share => share,
-            };
-            let span_out = &mut out[row * n_heads * hs..(row + t) * n_heads * hs];
-            self.threads.for_pieces(span_out, units * hs, |p, piece| {
-                let first_unit = p * units;
-                let mut running = vec![attention::Running::default(); piece.len() / hs];
-                let mut part = vec![0.0; hs];
-                for g in 0..n_kv_heads {
-                    let mine: Vec<usize> = (0..running.len())
-                        .filter(|u| (first_unit + u) % n_heads / rep == g)
-                        .collect();
-                    let (Some(&lo), Some(&hi)) = (mine.first(), mine.last()) else {
-                        continue;
-                    };
-                    let (first, _) = sees((first_unit + lo) / n_heads);
-                    let (_, last) = sees((first_unit + hi) / n_heads);
-                    let head = attention::HeadCache {
-                        keys: &keys[g * hs..],
-                        values: &values[g * hs..],
-                        stride: kv_dim,
-                    };
-                    for block in (first / KEY_BLOCK)..last.div_ceil(KEY_BLOCK) {
-                        let block = block * KEY_BLOCK..(block + 1) * KEY_BLOCK;
-                        for &u in &mine {
-                            let (i, h) = ((first_unit + u) / n_heads, (first_unit + u) % n_heads);
-                            let (first, seen) = sees(i);
-                            let positions = block.start.max(first)..block.end.min(seen);
-                            if positions.is_empty() {
-                                continue;
+        self.phases.time(Phase::Attention, || {
+            let Heads {
+                n_heads,
+                n_kv_heads,
+                head_size: hs,
+            } = self.heads;
+            let kv_dim = n_kv_heads * hs;
+            let rep = n_heads / n_kv_heads;
+            let scale = 1.0 / (hs as f32).sqrt();
+            let mut out = vec![0.0; q.t * n_heads * hs];
+            let mut row = 0;
+            for (span, cache) in pass.spans.iter().zip(caches.iter_mut()) {
+                let (start, t) = (span.start, span.len);
+                let (keys, values) = (&mut cache.keys[layer], &mut cache.values[layer]);
+                let new = row * kv_dim..(row + t) * kv_dim;
+                keys[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&k.data[new.clone()]);
+                values[start * kv_dim..(start + t) * kv_dim].copy_from_slice(&v.data[new]);
+                let (keys, values) = (&keys[..], &values[..]);
+                // Query `i` of the span sees keys `first..seen`: every earlier position, or the
+                // window's last ones.
+                let sees = |i: usize| {
+                    let seen = start + i + 1;
+                    (window.map_or(0, |w| seen.saturating_sub(w)), seen)
+                };
+                // The output's rows of `hs` are units, unit `u` query `u / n_heads` of head
+                // `u % n_heads`; a part of the units goes key head by key head and, for each, key
+                // block by key block through every unit that sees the block (see `Running`).
+                // Split over the threads by units where the span's work is worth it. A prompt's
+                // later queries attend over more keys, so its parts are a quarter of a thread's
+                // share, taken as threads free up (measured, SmolLM2 Q8_0, 900-token prompt, 2
+                // threads, 3 interleaved rounds: prefill 316 / 404 / 358 -> 406 / 442 / 402 tok/s;
+                // decode, one query, lost a little with them: 77 / 94 / 70 -> 74 / 84 / 70, so it
+                // keeps a part a thread).
+                let work = t * n_heads * (start + t) * hs;
+                let units = match self.threads.part_size(t * n_heads, 1, 1) {
+                    _ if work < MIN_ATTENTION_WORK => t * n_heads,
+                    share if t > 1 => share.div_ceil(4),
+                    share => share,
+                };
+                let span_out = &mut out[row * n_heads * hs..(row + t) * n_heads * hs];
+                self.threads.for_pieces(span_out, units * hs, |p, piece| {
+                    let first_unit = p * units;
+                    let mut running = vec![attention::Running::default(); piece.len() / hs];
+                    let mut part = vec![0.0; hs];
+                    for g in 0..n_kv_heads {
+                        let mine: Vec<usize> = (0..running.len())
+                            .filter(|u| (first_unit + u) % n_heads / rep == g)
+                            .collect();
+                        let (Some(&lo), Some(&hi)) = (mine.first(), mine.last()) else {
+                            continue;
+                        };
+                        let (first, _) = sees((first_unit + lo) / n_heads);
+                        let (_, last) = sees((first_unit + hi) / n_heads);
+                        let head = attention::HeadCache {
+                            keys: &keys[g * hs..],
+                            values: &values[g * hs..],
+                            stride: kv_dim,
+                        };
+                        for block in (first / KEY_BLOCK)..last.div_ceil(KEY_BLOCK) {
+                            let block = block * KEY_BLOCK..(block + 1) * KEY_BLOCK;
+                            for &u in &mine {
+                                let (i, h) =
+                                    ((first_unit + u) / n_heads, (first_unit + u) % n_heads);
+                                let (first, seen) = sees(i);
+                                let positions = block.start.max(first)..block.end.min(seen);
+                                if positions.is_empty() {
+                                    continue;
+                                }
+                                let query = &q.data[(row + i) * q.width + h * hs..][..hs];
+                                let o = &mut piece[u * hs..][..hs];
+                                running[u]
+                                    .add(self.isa, query, head, positions, scale, o, &mut part);
                             }
-                            let query = &q.data[(row + i) * q.width + h * hs..][..hs];
-                            let o = &mut piece[u * hs..][..hs];
-                            running[u].add(self.isa, query, head, positions, scale, o, &mut part);
                         }
                     }
-                }
-                for (running, o) in running.iter().zip(piece.chunks_exact_mut(hs)) {
-                    running.finish(o);
-                }
-            });
-            row += t;
-        }
-        Rows::new(q.t, n_heads * hs, out)
+                    for (running, o) in running.iter().zip(piece.chunks_exact_mut(hs)) {
+                        running.finish(o);
+                    }
+                });
+                row += t;
+            }
+            Rows::new(q.t, n_heads * hs, out)
+        })
     }
 
     fn add(&self, mut x: Rows, y: Rows) -> Rows {
-        let width = x.width;
-        self.for_rows(x.values_mut(), width, &|first, rows| {
-            for (a, b) in rows.iter_mut().zip(&y.data[first * width..]) {
-                *a += b;
-            }
-        });
-        x
+        self.phases.time(Phase::Norms, || {
+            let width = x.width;
+            self.for_rows(x.values_mut(), width, &|first, rows| {
+                for (a, b) in rows.iter_mut().zip(&y.data[first * width..]) {
+                    *a += b;
+                }
+            });
+            x
+        })
     }
 
     fn add_bias(&self, mut x: Rows, bias: &Vec<f32>) -> Rows {
-        for row in x.values_mut().chunks_exact_mut(bias.len()) {
-            for (a, b) in row.iter_mut().zip(bias) {
-                *a += b;
+        self.phases.time(Phase::Norms, || {
+            for row in x.values_mut().chunks_exact_mut(bias.len()) {
+                for (a, b) in row.iter_mut().zip(bias) {
+                    *a += b;
+                }
             }
-        }
-        x
+            x
+        })
     }
 
     fn swiglu(&self, mut gate: Rows, up: Rows) -> Rows {
-        let width = gate.width;
-        let isa = self.isa;
-        self.for_rows(gate.values_mut(), width, &|first, rows| {
-            silu_mul(isa, rows, &up.data[first * width..][..rows.len()]);
-        });
-        gate
+        self.phases.time(Phase::Norms, || {
+            let width = gate.width;
+            let isa = self.isa;
+            self.for_rows(gate.values_mut(), width, &|first, rows| {
+                silu_mul(isa, rows, &up.data[first * width..][..rows.len()]);
+            });
+            gate
+        })
     }
 
     fn geglu(&self, mut gate: Rows, up: Rows) -> Rows {
-        let gelu = gelu_table();
-        let width = gate.width;
-        self.for_rows(gate.values_mut(), width, &|first, rows| {
-            for (g, u) in rows.iter_mut().zip(&up.data[first * width..]) {
-                *g = if *g <= -10.0 {
-                    0.0
-                } else if *g >= 10.0 {
-                    *g * u
-                } else {
-                    gelu[half::f16::from_f32(*g).to_bits() as usize] * u
-                };
-            }
-        });
-        gate
+        self.phases.time(Phase::Norms, || {
+            let gelu = gelu_table();
+            let width = gate.width;
+            self.for_rows(gate.values_mut(), width, &|first, rows| {
+                for (g, u) in rows.iter_mut().zip(&up.data[first * width..]) {
+                    *g = if *g <= -10.0 {
+                        0.0
+                    } else if *g >= 10.0 {
+                        *g * u
+                    } else {
+                        gelu[half::f16::from_f32(*g).to_bits() as usize] * u
+                    };
+                }
+            });
+            gate
+        })
     }
 
     fn last_rows(&self, x: Rows, pass: &HostPass) -> Rows {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::BackendKind;
 use crate::decode::sampling::{Sampling, TokenLogprobs};
 use crate::model::Quant;
+use crate::model::phases::StepPhases;
 
 /// What was loaded, for the conditions that travel with every figure.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -91,6 +92,11 @@ pub enum Event {
         /// ([`GenerateOptions::logprobs`]).
         #[serde(skip_serializing_if = "Option::is_none")]
         logprobs: Option<Box<TokenLogprobs>>,
+        /// Where the step that made it spent its time, while the engine's phase clock is on
+        /// (the CPU engine: `bench --profile`, the page's phase bar). Shared by every token of the
+        /// step's pass.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        phases: Option<Box<StepPhases>>,
     },
     /// Part of a stream from elsewhere (a server's chunk): `tokens` tokens that arrived together
     /// at `t_ms` (a server may send several in one chunk; counted as the run's conditions say),

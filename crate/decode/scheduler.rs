@@ -19,13 +19,13 @@ use web_time::Instant;
 
 use crate::backend::Segment;
 pub use crate::decode::clock::Clock;
-use crate::decode::engine::Engine;
-use crate::decode::events::{Event, Flow, GenerateOptions, PromptToken, StopReason};
+use crate::decode::engine::{Engine, ms_since};
+use crate::decode::events::{Event, Flow, GenerateOptions, StopReason};
 use crate::decode::sampling::Sampler;
 use crate::decode::sequence::{Position, SeqEvent, Sequence};
 use crate::decode::speculate::{Speculation, accept_greedy, accept_sampled};
 use crate::error::{Error, Result};
-use crate::loading::tokenizer::Tokenizer;
+use crate::model::phases::Phase;
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq)]
@@ -381,6 +381,12 @@ impl Scheduler {
         if self.running.is_empty() && self.prefilling.is_empty() {
             return Ok(out);
         }
+        // While the engine's phase clock is on, the step is timed whole and by phase.
+        let began = Instant::now();
+        let phases = model.phases().filter(|clock| clock.is_on());
+        if let Some(clock) = phases {
+            clock.take(0.0);
+        }
 
         // One pass: a token for each decoding sequence, then each prompt's chunk.
         let logits =
@@ -412,7 +418,11 @@ impl Scheduler {
                 read.then_some(&mut p.seq.sampler)
             }))
             .collect();
+        let sampling = Instant::now();
         let picks = Sampler::pick_rows(&mut samplers, logits).await?;
+        if let Some(clock) = phases {
+            clock.add(Phase::Sampling, sampling.elapsed().as_nanos() as u64);
+        }
         let rows = decoding + chunks.iter().map(|c| c.len()).sum::<usize>();
         self.clock.passed(rows);
         if let Ok(mut costs) = engine.pass_costs.lock() {
@@ -450,12 +460,20 @@ impl Scheduler {
                 ready_ms,
                 start_ms,
             } = p;
-            prefilled(&seq, tokenizer, (ready_ms, start_ms, now), &mut out);
+            seq.prefilled(tokenizer, (ready_ms, start_ms, now), &mut out);
             if !seq.accept(tokenizer, pick, now, context, &mut out) {
                 running.push(seq);
             }
         }
         self.running = running;
+        if let Some(clock) = phases {
+            let step = Box::new(clock.take(ms_since(began)));
+            for e in &mut out {
+                if let Event::Token { phases, .. } = &mut e.event {
+                    *phases = Some(step.clone());
+                }
+            }
+        }
         Ok(out)
     }
 
@@ -659,37 +677,4 @@ impl Engine {
             }
         }
     }
-}
-
-/// The prefill event of `seq`, whose pass ran from `start` to `now`; it was ready to join at
-/// `ready_ms`, so the wait between is queue time.
-fn prefilled(
-    seq: &Sequence,
-    tokenizer: &Tokenizer,
-    (ready_ms, start, now): (f64, f64, f64),
-    out: &mut Vec<SeqEvent>,
-) {
-    // The prompt's tokens go with the event only when the request asked for log probabilities.
-    let prompt = match seq.options.logprobs {
-        Some(_) => seq
-            .prompt_ids
-            .iter()
-            .map(|&id| PromptToken {
-                id,
-                bytes: tokenizer.piece_bytes(id).to_vec(),
-            })
-            .collect(),
-        None => Vec::new(),
-    };
-    seq.emit(
-        out,
-        Event::Prefill {
-            prompt_tokens: seq.prompt_ids.len(),
-            queued_ms: seq.options.queued_ms + (start - ready_ms).max(0.0),
-            tokenize_ms: seq.tokenize_ms,
-            prefill_ms: now - start,
-            t_ms: seq.t_ms(now),
-            prompt,
-        },
-    );
 }

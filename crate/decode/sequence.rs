@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use crate::backend::KvCache;
-use crate::decode::events::{Event, GenerateOptions, StopReason};
+use crate::decode::events::{Event, GenerateOptions, PromptToken, StopReason};
 use crate::decode::sampling::Sampler;
 use crate::decode::sampling::TokenLogprobs;
 use crate::decode::speculate::{Drafter, Speculation};
@@ -157,6 +157,7 @@ impl Sequence {
                         t_ms: self.t_ms(now_ms),
                         drafted,
                         logprobs,
+                        phases: None,
                     },
                 );
                 self.input = id;
@@ -188,6 +189,39 @@ impl Sequence {
                 trailing_text: self.text.finish(),
             },
         }
+    }
+
+    /// This sequence's prefill event: its pass ran from `start` to `now`; it was ready to join at
+    /// `ready_ms`, so the wait between is queue time.
+    pub(crate) fn prefilled(
+        &self,
+        tokenizer: &Tokenizer,
+        (ready_ms, start, now): (f64, f64, f64),
+        out: &mut Vec<SeqEvent>,
+    ) {
+        // The prompt's tokens go with the event only when the request asked for log probabilities.
+        let prompt = match self.options.logprobs {
+            Some(_) => self
+                .prompt_ids
+                .iter()
+                .map(|&id| PromptToken {
+                    id,
+                    bytes: tokenizer.piece_bytes(id).to_vec(),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        self.emit(
+            out,
+            Event::Prefill {
+                prompt_tokens: self.prompt_ids.len(),
+                queued_ms: self.options.queued_ms + (start - ready_ms).max(0.0),
+                tokenize_ms: self.tokenize_ms,
+                prefill_ms: now - start,
+                t_ms: self.t_ms(now),
+                prompt,
+            },
+        );
     }
 
     pub fn emit(&self, out: &mut Vec<SeqEvent>, event: Event) {

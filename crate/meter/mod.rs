@@ -50,6 +50,7 @@ mod ceiling;
 mod format;
 mod goodput;
 mod load;
+mod phases;
 mod products;
 mod room;
 mod run;
@@ -63,6 +64,7 @@ pub use ceiling::BandwidthCeiling;
 pub use format::{human_bytes, human_count};
 pub use goodput::{Goodput, RequestRecord, Slo};
 pub use load::{BatchMeter, LoadConditions, LoadReport};
+pub use phases::{PHASE_WINDOW_TOKENS, PhaseFigures, PhaseSplit};
 pub use products::Products;
 pub use room::{ROOM_WINDOW_MS, Room, RoomFigures};
 pub use run::{

@@ -5,11 +5,13 @@ use serde::Serialize;
 
 use crate::decode::{Event, ModelInfo, Sampling, StopReason};
 use crate::meter::ceiling::BandwidthCeiling;
+use crate::meter::phases::PhaseFigures;
 use crate::meter::source::Source;
 use crate::meter::speculation::{SpeculationFigures, Verification};
 use crate::meter::stats::{Percentiles, percentiles, rate};
 use crate::meter::timings::LlamaTimings;
 use crate::meter::words::count_words;
+use crate::model::phases::StepPhases;
 
 /// The usual mean silent-reading speed of adults, in words per minute.
 pub const DEFAULT_READING_WPM: f64 = 238.0;
@@ -185,6 +187,10 @@ pub struct Report {
     /// measured it (`bench` on the CPU).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bandwidth_ceiling: Option<BandwidthCeiling>,
+    /// Where a decode step's time went, by the engine's own timers, where it timed them
+    /// (`bench --profile`, the page's phase bar; the CPU engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phases: Option<PhaseFigures>,
 }
 
 impl Report {
@@ -241,6 +247,8 @@ pub struct Meter {
     read: Option<(f64, u64)>,
     /// The batches this run's steps ran in: their sum, count and largest.
     batches: (usize, usize, usize),
+    /// Each generated token's step by phase, where the engine timed it.
+    phases: Vec<Option<StepPhases>>,
 }
 
 impl Meter {
@@ -265,6 +273,7 @@ impl Meter {
             page_open_ms: None,
             read: None,
             batches: (0, 0, 0),
+            phases: Vec::new(),
         }
     }
 
@@ -304,7 +313,10 @@ impl Meter {
                 self.tokenize_ms = Some(*tokenize_ms);
                 self.prefill_ms = Some(*prefill_ms);
             }
-            Event::Token { text, t_ms, .. } => {
+            Event::Token {
+                text, t_ms, phases, ..
+            } => {
+                self.phases.push(phases.as_deref().copied());
                 self.token_times.push(*t_ms);
                 self.chunks.push((*t_ms, 1));
                 self.text.push_str(text);
@@ -556,6 +568,10 @@ impl Meter {
                     let tokens = (self.conditions.prompt_tokens, n);
                     BandwidthCeiling::new(gb_per_s, weights, kv, tokens, decode_tps)
                 },
+            ),
+            phases: PhaseFigures::new(
+                &self.phases,
+                decode_ms.map(|span| span / (n - first_arrival) as f64),
             ),
         }
     }

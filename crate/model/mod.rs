@@ -7,6 +7,7 @@ pub mod config;
 pub mod forward;
 pub mod logits;
 pub mod ops;
+pub mod phases;
 pub mod quant;
 pub mod weights;
 

@@ -273,6 +273,10 @@ pub(super) enum Command {
         /// Print the results as JSON: an array of one object per level (or per run).
         #[arg(long)]
         json: bool,
+        /// Time each decode step by phase with the CPU engine's own timers (projections,
+        /// attention, norms, classifier, sampling) and print where a token's time goes.
+        #[arg(long, conflicts_with_all = ["concurrency", "speculate", "endpoint"])]
+        profile: bool,
         #[command(flatten)]
         speculate: SpeculateArgs,
         #[command(flatten)]

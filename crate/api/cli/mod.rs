@@ -8,6 +8,7 @@ use std::time::Duration;
 
 mod args;
 mod auto;
+mod profile;
 mod quality;
 mod remote;
 mod runs;
@@ -218,9 +219,18 @@ async fn run(command: Command) -> Result<(), Error> {
             json,
             speculate,
             raw,
+            profile,
             ..
         } => {
             let engine = load(&model).await?;
+            match engine.model.phases() {
+                Some(clock) => clock.set_on(profile),
+                None if profile => eprintln!(
+                    "tokenometer: --profile times the CPU engine's phases; the GPU's are not timed \
+                     (its calls return before the device runs them), so no phases follow"
+                ),
+                None => {}
+            }
             let speculation = speculation(&speculate, &model, &engine).await?;
             let runs = runs as usize;
             // The memory's read bandwidth at the engine's threads, for the ceiling (the CPU's).

@@ -278,6 +278,7 @@ pub(super) async fn bench(
     if !json {
         print_gpu_work(before, engine);
         print_ceiling(&reports, bandwidth);
+        super::profile::print_phases(&reports);
     }
     Ok(())
 }

@@ -40,6 +40,9 @@ pub(crate) struct RunOptions {
     /// (`measureReadBandwidth`): CPU runs' reports then hold the bandwidth ceiling.
     #[serde(skip_serializing)]
     pub(crate) read_gb_per_s: Option<f64>,
+    /// Time each step by phase with the CPU engine's timers (the page's phase bar): the token
+    /// events carry the step's phases, the reports `phases`.
+    pub(crate) profile: bool,
 }
 
 impl RunOptions {
@@ -74,6 +77,7 @@ impl Default for RunOptions {
             draft_fixed: false,
             logprobs: None,
             read_gb_per_s: None,
+            profile: false,
         }
     }
 }

@@ -351,6 +351,10 @@ impl Session {
             }
             None => None,
         };
+        // The phase clock is the engine's: on for this run or off, as it asks.
+        if let Some(clock) = self.engine.model.phases() {
+            clock.set_on(options.profile);
+        }
         let mut run = MeteredRun::start(
             &self.engine,
             &prompt,

@@ -1,0 +1,58 @@
+//! `bench --profile`: where a decode step's time goes, by the engine's own timers
+//! ([`PhaseFigures`](crate::meter::PhaseFigures)), as a table.
+
+use crate::meter::{PhaseSplit, Report};
+
+/// The timed runs' phases: each part's median over the runs of its mean a decode step, and its
+/// share of the gap between tokens; nothing when no run was timed by phase.
+pub(super) fn print_phases(reports: &[Report]) {
+    let figures: Vec<_> = reports.iter().filter_map(|r| r.phases.as_ref()).collect();
+    if figures.is_empty() {
+        return;
+    }
+    let median = |f: &dyn Fn(&PhaseSplit) -> f64| {
+        let mut v: Vec<f64> = figures.iter().map(|p| f(&p.decode)).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let gaps: Vec<f64> = figures.iter().filter_map(|p| p.gap_ms).collect();
+    let gap = {
+        let mut g = gaps.clone();
+        g.sort_by(f64::total_cmp);
+        g.get(g.len() / 2).copied()
+    };
+    let steps = figures.iter().map(|p| p.steps).sum::<usize>();
+    println!(
+        "where a decode step's time goes (the engine's own timers; median of {} runs, {steps} \
+         steps in all):",
+        figures.len()
+    );
+    println!("  {:<26} {:>10} {:>8}", "part", "ms a step", "share");
+    let whole = gap.unwrap_or_else(|| median(&|s| s.step_ms));
+    let row = |name: &str, ms: f64| {
+        println!("  {name:<26} {ms:>10.3} {:>7.1}%", 100.0 * ms / whole);
+    };
+    let parts = figures[0].decode.parts();
+    for (i, (name, _)) in parts.iter().enumerate() {
+        row(name, median(&|s| s.parts()[i].1));
+    }
+    let step = median(&|s| s.step_ms);
+    if let Some(gap) = gap {
+        row("between steps", (gap - step).max(0.0));
+        row("the gap between tokens", gap);
+    } else {
+        row("the engine's step", step);
+    }
+    if let Some(prefill) = figures[0].prefill {
+        let shares: Vec<String> = prefill
+            .parts()
+            .iter()
+            .map(|(name, ms)| format!("{name} {:.0}%", 100.0 * ms / prefill.step_ms.max(1e-9)))
+            .collect();
+        println!(
+            "  the prefill's pass (the first timed run): {:.2} ms: {}",
+            prefill.step_ms,
+            shares.join(", ")
+        );
+    }
+}

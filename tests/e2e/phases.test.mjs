@@ -1,0 +1,48 @@
+// Where a token's time goes, in the page: the CPU engine's own timers by phase (crate/model/phases.rs),
+// averaged by the meter (crate/meter/phases.rs) and drawn as a column for each 16 decode tokens
+// with a table of the mean step (www/phases.js). The timed parts sit inside the step (no moment
+// counted twice), the step the engine timed accounts for the gap between tokens that decode tok/s
+// is made of (within 10%), and the table's parts come to that gap.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { launchBrowser, openPage, startServer } from './harness.mjs';
+
+const port = 19000 + (process.pid % 1000);
+const base = `http://127.0.0.1:${port}`;
+let server;
+let browser;
+
+before(async () => {
+  server = await startServer(port);
+  browser = await launchBrowser({ webgpu: false });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill();
+});
+
+test("the phase bar: the engine's parts inside each step, the steps making the gap between tokens", async (t) => {
+  const prompt = encodeURIComponent('Write a short story about a lighthouse keeper.');
+  const { page, errors } = await openPage(browser, `${base}/?model=smollm2-135m&backend=cpu&threads=1&max=49&autorun=1&prompt=${prompt}`);
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+  const view = page.locator('#run-view');
+  const bar = view.getByTestId('phases');
+  await bar.waitFor({ state: 'visible' });
+  const tokens = Number(await view.getByTestId('metric-decode-tps').textContent());
+  const columns = await bar.locator('.phase-column').evaluateAll((nodes) => nodes.map((n) => ({ step: Number(n.dataset.stepMs), parts: Number(n.dataset.partsMs) })));
+  const rows = await bar.locator('tbody tr').evaluateAll((nodes) => nodes.map((n) => ({ part: n.dataset.part, ms: Number(n.dataset.ms) })));
+  t.diagnostic(`decode ${tokens} tok/s; columns ${JSON.stringify(columns)}; table ${JSON.stringify(rows)}`);
+  // 48 decode tokens (49 less the first, which is the prefill's): three columns of 16 (fewer where the story ended early).
+  assert.ok(columns.length >= 1 && columns.length <= 3, `${columns.length} columns`);
+  for (const c of columns) assert.ok(c.step > 0 && c.parts > 0.5 * c.step && c.parts <= c.step * 1.001, `the timed parts inside the step: ${JSON.stringify(c)}`);
+  const gap = 1000 / tokens;
+  const sum = rows.reduce((s, r) => s + r.ms, 0);
+  const between = rows.find((r) => r.part.startsWith('between'))?.ms ?? 0;
+  assert.ok(Math.abs(sum - gap) <= 0.1 * gap, `the table's parts ${sum.toFixed(3)} ms against the gap between tokens ${gap.toFixed(3)} ms`);
+  assert.ok(between <= 0.1 * gap, `the engine's timed step ${(sum - between).toFixed(3)} ms is within 10% of the gap ${gap.toFixed(3)} ms`);
+  assert.ok(rows.find((r) => r.part === 'projections').ms > rows.find((r) => r.part === 'sampling').ms, 'projections outweigh sampling');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
