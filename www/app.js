@@ -58,7 +58,7 @@ const el = {
   status: $('status'), error: $('error'), modelNote: $('model-note'), modelHost: $('model-host'), modelUrl: $('model-url'), tokenizerUrl: $('tokenizer-url'),
   modelFile: $('model-file'), tokenizerFile: $('tokenizer-file'), configFile: $('config-file'),
   urlFields: $('url-fields'), fileFields: $('file-fields'), download: $('download'),
-  downloadBar: $('download-bar'), downloadText: $('download-text'), warmup: $('warmup'),
+  downloadBar: $('download-bar'), downloadText: $('download-text'), fit: $('fit'), warmup: $('warmup'),
   warmupText: $('warmup-text'), share: $('share'), shareUrl: $('share-url'), cacheList: $('cache-list'),
   clearCache: $('clear-cache'), cache: $('cache'), repeatSection: $('repeat-section'), chat: $('chat'),
   repeatRows: $('repeat-rows'), repeatN: $('repeat-n'), repeatConditions: $('repeat-conditions'),
@@ -178,7 +178,19 @@ function spec({ model, backend, quant }, wanted = chosenThreads()) {
   const s = source(model);
   const files = [s.model, s.tokenizer, s.config].map((f) => f && ('url' in f ? f.url : 'parts' in f ? f.parts[0].url : `${f.file.name}:${f.file.size}:${f.file.lastModified}`));
   const { build, threads } = buildFor(backend, wanted);
-  return { ...s, backend, quant, threads, build, key: [...files, backend, quant, build, threads].join('|') };
+  return { ...s, backend, quant, threads, build, positions: positionsWanted(), key: [...files, backend, quant, build, threads].join('|') };
+}
+
+/**
+ * The most positions a run of the form could reach, for "will it fit" before a download: its
+ * tokens and its prompt (a token is at least a byte) with room for a chat template.
+ */
+const positionsWanted = () => (Number(el.max.value) || 256) + new TextEncoder().encode(el.prompt.value).length + 64;
+
+/** What the model would take in this browser, said before its download (crate/api/fit.rs). */
+function showFit(/** @type {{ fits: boolean, sentence: string, note?: string }} */ fit) {
+  el.fit.hidden = false;
+  el.fit.textContent = `Will it fit: ${fit.sentence}${fit.note ? `; ${fit.note}` : ''}.`;
 }
 
 /** The endpoint the form names (`server`: this page's own server), or null for a model in this tab. */
@@ -247,9 +259,11 @@ async function loadInMain(want, adapter) {
   let warmStart = 0;
   let loaded = '';
   const { note, ...request } = want;
+  el.fit.hidden = true;
   const { warmUpMs } = await engine.load(request, {
     onProgress: showProgress,
     onStatus: setStatus,
+    onFit: showFit,
     onLoaded: (info) => {
       loaded = conditionsOf(info);
       view.setConditions(loaded);

@@ -221,3 +221,50 @@ export async function cachedFiles() {
 export async function clearCache() {
   if ('caches' in globalThis) await caches.delete(CACHE_NAME);
 }
+
+/**
+ * Bytes `from` to `to` of `url` (fewer where the file is shorter), without downloading the rest:
+ * from the browser's kept copy where there is one, else by a range request; a host that ignores
+ * ranges answers with the whole file, whose body is cancelled once `to` bytes are in. `total` is
+ * the file's length where the answer says it (0 where not).
+ * @param {string} url
+ * @param {number} from
+ * @param {number} to
+ * @returns {Promise<{ bytes: Uint8Array, total: number }>}
+ */
+export async function readRange(url, from, to) {
+  // Only look: opening the cache would create it.
+  const cache = 'caches' in globalThis && (await caches.has(CACHE_NAME)) ? await caches.open(CACHE_NAME) : null;
+  let response = cache && (await cache.match(url));
+  if (!response) {
+    try {
+      response = await fetch(url, { headers: { Range: `bytes=${from}-${to - 1}` } });
+    } catch (e) {
+      throw new Error(`cannot read the start of ${url}: ${e instanceof Error ? e.message : e}`);
+    }
+    if (!response.ok) throw new Error(`cannot read the start of ${url}: it answered ${response.status}`);
+  }
+  const partial = response.status === 206;
+  const range = /\/(\d+)\s*$/.exec(response.headers.get('Content-Range') ?? '');
+  const total = range ? Number(range[1]) : partial ? 0 : Number(response.headers.get('Content-Length')) || 0;
+  // A partial answer starts at `from`; a whole file at 0.
+  const start = partial ? from : 0;
+  const pieces = [];
+  let length = 0;
+  if (response.body) {
+    const reader = response.body.getReader();
+    try {
+      while (start + length < to) {
+        const step = await reader.read();
+        if (step.done) break;
+        pieces.push(step.value);
+        length += step.value.length;
+      }
+    } finally {
+      // The rest of a whole file's body is not wanted.
+      await reader.cancel().catch(() => {});
+    }
+  }
+  const bytes = joinPieces(pieces, length);
+  return { bytes: bytes.subarray(from - start, Math.max(from - start, to - start)), total };
+}

@@ -136,7 +136,7 @@ export class EngineClient {
   /**
    * Load a configuration, unless it is the one loaded now.
    * @param {LoadSpec & { key: string, build: string }} spec
-   * @param {{ onProgress?: (p: any) => void, onStatus?: (status: string) => void, onLoaded?: (info: any) => void }} [hooks]
+   * @param {{ onProgress?: (p: any) => void, onStatus?: (status: string) => void, onFit?: (fit: any) => void, onLoaded?: (info: any) => void }} [hooks]
    * @returns {Promise<{ info: any, warmUpMs: number }>}
    */
   async load(spec, hooks = {}) {
@@ -150,6 +150,7 @@ export class EngineClient {
     let info = null;
     const warmed = await this.request({ type: 'load', ...request }, (message) => {
       if (message.type === 'progress') hooks.onProgress?.(message);
+      else if (message.type === 'fit') hooks.onFit?.(message.fit);
       else if (message.type === 'status') hooks.onStatus?.(message.status);
       else if (message.type === 'loaded') {
         // The engine's memory after loading, beside what the weights take (the worker measures it).

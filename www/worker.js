@@ -1,7 +1,7 @@
 // The inference worker: a thin shell around the wasm engine. The page sends it requests and it
 // answers each by its id, as www/protocol.js defines them: progress, events (each with the meter's
 // report), errors. Nothing here computes a figure.
-import { checkSize, fetchPieces, joinPieces, readPieces } from './download.js';
+import { checkSize, fetchPieces, joinPieces, readPieces, readRange } from './download.js';
 import { relaxedSimd } from './simd.js';
 
 // The engine comes in three builds (www/simd.js, www/threads.js), and this worker runs the one its
@@ -164,10 +164,70 @@ async function readModel(id, source, label, gguf) {
   }
 }
 
-async function load({ id, name, model, tokenizer, config, backend, quant, threads, check_gpu: checkGpu }) {
+// Will it fit: a GGUF's header is read first (64 KiB, then as much again until it is whole: a
+// 262k-token vocabulary takes about 7 MB), so that at most twice the header is read, and the
+// engine says what the model would take here (crate/api/fit.rs) before its download.
+const FIT_FIRST_BYTES = 64 << 10;
+const FIT_MOST_BYTES = 64 << 20;
+
+/**
+ * Bytes `from` to `to` of a source: a picked file's slice, the first part of a site's parts, or
+ * a range of a URL.
+ */
+async function rangeOf(source, from, to) {
+  if (source.file) return { bytes: new Uint8Array(await source.file.slice(from, to).arrayBuffer()), total: source.file.size };
+  if (source.parts) {
+    const first = source.parts[0];
+    const { bytes } = await readRange(new URL(first.url, self.location.href).href, from, Math.min(to, first.bytes));
+    return { bytes, total: source.bytes };
+  }
+  const { bytes, total } = await readRange(new URL(source.url, self.location.href).href, from, to);
+  return { bytes, total: source.bytes ?? total };
+}
+
+/**
+ * What a GGUF source would take in this browser at `quant` with `positions` (`null` for a file
+ * that is not a GGUF: it loads as before and says why there).
+ */
+async function fitOf(source, { quant, backend, positions }) {
+  const { checkFit } = await engine;
+  const gpu = backend === 'wgpu';
+  /** @type {Record<string, number>} */
+  const limits = {};
+  if (typeof navigator.deviceMemory === 'number') limits.device_memory_gb = navigator.deviceMemory;
+  if (gpu && navigator.gpu) {
+    const adapter = await navigator.gpu.requestAdapter().catch(() => null);
+    if (adapter) {
+      limits.max_binding_bytes = adapter.limits.maxStorageBufferBindingSize;
+      limits.max_buffer_bytes = adapter.limits.maxBufferSize;
+    }
+  }
+  let header = new Uint8Array(0);
+  let total = 0;
+  for (let want = FIT_FIRST_BYTES; header.length < FIT_MOST_BYTES; want *= 2) {
+    const more = await rangeOf(source, header.length, want);
+    total ||= more.total;
+    header = joinPieces([header, more.bytes], header.length + more.bytes.length);
+    if (header.length >= 4 && !GGUF_MAGIC.every((b, i) => header[i] === b)) return null;
+    const answer = checkFit(header, total, { quant, gpu, positions: positions ?? 0, limits });
+    if (!answer.more) return answer.fit;
+    // The file ended inside its header: the load says what is wrong with it.
+    if (header.length < want) return null;
+  }
+  return null;
+}
+
+async function load({ id, name, model, tokenizer, config, backend, quant, threads, check_gpu: checkGpu, positions }) {
   session?.free();
   session = null;
   loadedFrom = { name, model, tokenizer, config };
+  if (!config) {
+    phase = 'checking that the model fits';
+    post({ type: 'status', id, status: 'checking that the model fits' });
+    const fit = await fitOf(model, { quant, backend, positions });
+    if (fit) post({ type: 'fit', id, fit });
+    if (fit && !fit.fits) throw new Error(`${name} cannot run in this browser: ${fit.sentence}`);
+  }
   phase = 'downloading the model';
   const file = await readModel(id, model, 'model', !config);
   const tokenizerBytes = await bytesOf(id, tokenizer, 'tokenizer');

@@ -10,6 +10,7 @@ pub mod auto;
 pub mod cli;
 pub mod drive;
 pub mod endpoint;
+pub mod fit;
 pub mod logprobs;
 pub mod openai;
 pub mod reply;

@@ -211,7 +211,6 @@ impl Llama {
         }
     }
 
-    /// The bytes a sequence's KV cache holds a position: keys and values of every layer, in f32.
     /// The CPU engine's phase clock (`model/phases.rs`); the GPU's work is not timed by phase.
     pub fn phases(&self) -> Option<&PhaseClock> {
         match &self.body {
@@ -221,6 +220,7 @@ impl Llama {
         }
     }
 
+    /// The bytes a sequence's KV cache holds a position: keys and values of every layer, in f32.
     pub fn kv_bytes_per_position(&self) -> usize {
         let c = &self.config;
         c.n_layers * 2 * c.n_kv_heads * c.head_size() * 4
