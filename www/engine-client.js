@@ -29,7 +29,7 @@ export class EngineClient {
     this.pending = new Map();
     /** the configuration loaded in the worker now (its key), or null */
     this.loadedKey = null;
-    /** @type {{ info: any, warmUpMs: number, threads: number } | null} */
+    /** @type {{ info: any, warmUpMs: number, threads: number, marks?: any[] } | null} */
     this.loaded = null;
     /** @type {Promise<Defaults>} */
     this.defaults = new Promise((resolve) => { this.resolveDefaults = resolve; });
@@ -159,7 +159,8 @@ export class EngineClient {
       }
     }, (message) => message.type === 'warmed');
     this.loadedKey = key;
-    this.loaded = { info, warmUpMs: warmed.ms, threads: request.threads ?? 1 };
+    // The worker's marks of its part of a cold start (ms since the epoch), for the first run's waterfall.
+    this.loaded = { info, warmUpMs: warmed.ms, threads: request.threads ?? 1, marks: warmed.marks ?? [] };
     return this.loaded;
   }
 

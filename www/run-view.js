@@ -6,6 +6,7 @@
 // replay. It draws what the engine reports and computes no figure: the report comes from the meter
 // in Rust, and so do the word ends the reader's cursor walks (the meter's word rule).
 import { refs } from './dom.js';
+import { ColdStartView } from './cold-start.js';
 import { PhaseBar } from './phases.js';
 import { TokenView } from './tokens.js';
 
@@ -27,7 +28,7 @@ const FIGURES = `
   <div><dt>stop</dt><dd data-testid="stop-reason" data-ref="stopReason">–</dd></div>`;
 
 const OPEN_TO_FIRST = `
-  <div><dt title="From opening this page to its first generated token: the engine's compile, the download, loading, warm-up and the first run's TTFT">page open to first token</dt><dd><span data-testid="metric-open-to-first-token-s" data-ref="openToFirst">–</span> s</dd></div>`;
+  <div><dt title="From opening this page to its first generated token: the page, the wait for Run, the download, loading, warm-up and the first run's TTFT (the waterfall below says each part)">page open to first token</dt><dd><span data-testid="metric-open-to-first-token-s" data-ref="openToFirst">–</span> s</dd></div>`;
 
 /**
  * A finished run as kept for replay: its prompt, every token's text and time (ms since the request),
@@ -68,6 +69,7 @@ export class RunView {
         ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>
         <p class="note" data-testid="ceiling-sentence" data-ref="ceilingSentence" hidden></p>
         <div data-ref="phases"></div>
+        ${pageOpen ? '<div data-ref="coldStart"></div>' : ''}
         <p class="note" data-testid="speculation-steps" data-ref="speculationSteps" title="What a step cost by how many drafts it verified: the other side of the drafts kept" hidden></p>` : ''}
         <figure>
           <canvas data-ref="chart" width="900" height="220" role="img" aria-label="Tokens per second by output token"></canvas>
@@ -79,6 +81,8 @@ export class RunView {
     this.tokenView = new TokenView(this.ref.tokenView);
     /** the phase bar, where the view shows figures */
     this.phaseBar = this.ref.phases ? new PhaseBar(this.ref.phases) : null;
+    /** the first run's cold start, where the view shows the page-open figure */
+    this.coldStart = this.ref.coldStart ? new ColdStartView(this.ref.coldStart) : null;
     this.ref.showTokens.checked = localStorage.getItem(SHOW_TOKENS) === '1';
     this.ref.showTokens.addEventListener('change', () => {
       localStorage.setItem(SHOW_TOKENS, this.ref.showTokens.checked ? '1' : '0');
@@ -316,6 +320,7 @@ export class RunView {
           }
         }
         this.phaseBar?.draw(report, this.running);
+        if (report.cold_start) this.coldStart?.draw(report.cold_start);
         if (this.ref.speculationSteps) {
           setText(this.ref.speculationSteps, report.speculation?.steps_summary ?? '');
           this.ref.speculationSteps.hidden = !this.ref.speculationSteps.textContent;

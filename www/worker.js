@@ -34,6 +34,14 @@ const started = build !== 'threads'
       return single();
     });
 const engine = started.then(({ m }) => m);
+// The cold start's marks, in ms since the epoch (the page's clock and this worker's agree on it):
+// when the worker began and when its engine had downloaded and compiled.
+const epochNow = () => performance.timeOrigin + performance.now();
+const workerStartedAt = epochNow();
+let engineReadyAt = 0;
+started.then(() => { engineReadyAt = epochNow(); }, () => {});
+/** Whether the last piece of the last file read came from the browser's cache. */
+let lastFromCache = false;
 const ready = started.then(({ wasm }) => wasm);
 const threaded = started.then(({ m }) => m.defaults().build.threads);
 let session = null;
@@ -50,7 +58,10 @@ const post = (message) => self.postMessage(message);
 // kept on another host). Its pieces go to `take` as they arrive (from the network, the browser's
 // cache or the disk), each part or file with a sha-256 checked as it ends; returns the length.
 async function readSource(id, source, label, take) {
-  const progress = (p) => post({ type: 'progress', id, ...p });
+  const progress = (p) => {
+    lastFromCache = Boolean(p.cached);
+    post({ type: 'progress', id, ...p });
+  };
   if (source.file) {
     checkSize(label, source.file.size);
     return readPieces(source.file.stream(), label, take, (loaded) => progress({ label, loaded, total: source.file.size }));
@@ -156,7 +167,7 @@ async function readModel(id, source, label, gguf) {
       engineModule = await engine;
       startStream();
     }
-    return stream ? { stream, heldPeak } : { bytes: joinPieces(held, length), heldPeak };
+    return stream ? { stream, heldPeak, length } : { bytes: joinPieces(held, length), heldPeak, length };
   } catch (e) {
     // What was made of the pieces so far goes with the error, not left in the engine's memory.
     stream?.free();
@@ -164,10 +175,10 @@ async function readModel(id, source, label, gguf) {
   }
 }
 
-// Will it fit: a GGUF's header is read first (64 KiB, then as much again until it is whole: a
+// Will it fit: a GGUF's header is read first (256 KiB, then as much again until it is whole: a
 // 262k-token vocabulary takes about 7 MB), so that at most twice the header is read, and the
 // engine says what the model would take here (crate/api/fit.rs) before its download.
-const FIT_FIRST_BYTES = 64 << 10;
+const FIT_FIRST_BYTES = 256 << 10;
 const FIT_MOST_BYTES = 64 << 20;
 
 /**
@@ -221,19 +232,35 @@ async function load({ id, name, model, tokenizer, config, backend, quant, thread
   session?.free();
   session = null;
   loadedFrom = { name, model, tokenizer, config };
+  // The cold start's parts as this worker saw them (app.js passes them with the page's first run).
+  /** @type {{ name: string, start_ms: number, end_ms: number, bytes?: number, note?: string, parallel?: boolean }[]} */
+  const marks = [];
+  const mark = (/** @type {string} */ partName, /** @type {number} */ from, extra = {}) => marks.push({ name: partName, start_ms: from, end_ms: epochNow(), ...extra });
   if (!config) {
     phase = 'checking that the model fits';
     post({ type: 'status', id, status: 'checking that the model fits' });
+    const from = epochNow();
     const fit = await fitOf(model, { quant, backend, positions });
+    mark("reading the model's header (will it fit)", from);
     if (fit) post({ type: 'fit', id, fit });
     if (fit && !fit.fits) throw new Error(`${name} cannot run in this browser: ${fit.sentence}`);
   }
   phase = 'downloading the model';
+  const downloadFrom = epochNow();
   const file = await readModel(id, model, 'model', !config);
   const tokenizerBytes = await bytesOf(id, tokenizer, 'tokenizer');
   const configBytes = await bytesOf(id, config, 'config.json');
+  // Streamed, a GGUF's tensors are made as its pieces pass: parsing and converting are inside.
+  mark("the model's download, parsed and converted as it came", downloadFrom, {
+    bytes: file.length + (tokenizerBytes?.length ?? 0) + (configBytes?.length ?? 0),
+    note: lastFromCache ? "from this browser's cache" : 'from the network',
+  });
   phase = 'starting the engine';
+  const engineFrom = epochNow();
   await ready;
+  if (engineReadyAt > engineFrom + 1) mark("waiting for the engine's compile", engineFrom);
+  marks.push({ name: "the engine's download and compile", start_ms: workerStartedAt, end_ms: engineReadyAt, parallel: true });
+  const loadFrom = epochNow();
   post({ type: 'status', id, status: 'loading' });
   phase = 'loading the model';
   const { loadSession, loadStreamed } = await engine;
@@ -251,19 +278,22 @@ async function load({ id, name, model, tokenizer, config, backend, quant, thread
   // The wasm instance's memory after loading: what the tab holds for the engine and its weights
   // (a GGUF's tensors are made as it downloads, and its bytes never held whole; every thread
   // shares it).
+  mark(backend === 'wgpu' ? 'loading: the last tensors, threads, the GPU upload' : 'loading: the last tensors, threads', loadFrom);
   post({ type: 'loaded', id, info, wasmMemoryBytes: (await ready).memory.buffer.byteLength, fileHeldBytes: file.heldPeak });
   // A GPU that failed its check is not warmed up: what it computes is wrong, and a warm-up's
   // greedy tokens from it may be out of the vocabulary (an error before the page could say why).
   const check = info.gpu_check;
   if (check && !(check.disagreed === 0 && check.rms <= check.bound)) {
-    post({ type: 'warmed', id, ms: 0 });
+    post({ type: 'warmed', id, ms: 0, marks });
     phase = 'idle';
     return;
   }
   post({ type: 'status', id, status: 'warming up' });
   phase = 'warming up';
+  const warmFrom = epochNow();
   const warmUpMs = await session.warmUp();
-  post({ type: 'warmed', id, ms: warmUpMs });
+  mark(backend === 'wgpu' ? 'warm-up (compiling shaders)' : 'warm-up', warmFrom);
+  post({ type: 'warmed', id, ms: warmUpMs, marks });
   phase = 'idle';
 }
 

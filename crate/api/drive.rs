@@ -99,6 +99,11 @@ impl MeteredRun {
         self.meter.page_opened(ms);
     }
 
+    /// The page's cold start before this request ([`Meter::cold_start`]).
+    pub fn cold_start(&mut self, parts: Vec<crate::meter::ColdPart>) {
+        self.meter.cold_start(parts);
+    }
+
     /// The memory read `gb_per_s`, measured apart: the reports hold the ceiling
     /// ([`Meter::read_bandwidth`]).
     pub fn read_bandwidth(&mut self, gb_per_s: f64, kv_bytes_per_position: u64) {

@@ -47,6 +47,7 @@
 //!   the ceiling at 1 bounds what batching N users can gain on this machine, with this build.
 
 mod ceiling;
+mod cold;
 mod format;
 mod goodput;
 mod load;
@@ -61,6 +62,7 @@ mod timings;
 mod words;
 
 pub use ceiling::BandwidthCeiling;
+pub use cold::{ColdPart, ColdStart};
 pub use format::{human_bytes, human_count};
 pub use goodput::{Goodput, RequestRecord, Slo};
 pub use load::{BatchMeter, LoadConditions, LoadReport};

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::decode::{Event, ModelInfo, Sampling, StopReason};
 use crate::meter::ceiling::BandwidthCeiling;
+use crate::meter::cold::{ColdPart, ColdStart};
 use crate::meter::phases::PhaseFigures;
 use crate::meter::source::Source;
 use crate::meter::speculation::{SpeculationFigures, Verification};
@@ -191,6 +192,10 @@ pub struct Report {
     /// (`bench --profile`, the page's phase bar; the CPU engine).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phases: Option<PhaseFigures>,
+    /// The page's first run: from opening the page to its first token, part by part (the sum of
+    /// the parts and what is between them is `page_open_to_first_token_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cold_start: Option<ColdStart>,
 }
 
 impl Report {
@@ -249,6 +254,8 @@ pub struct Meter {
     batches: (usize, usize, usize),
     /// Each generated token's step by phase, where the engine timed it.
     phases: Vec<Option<StepPhases>>,
+    /// The page's parts of its cold start, before this run's request ([`Meter::cold_start`]).
+    cold_parts: Vec<ColdPart>,
 }
 
 impl Meter {
@@ -274,6 +281,7 @@ impl Meter {
             read: None,
             batches: (0, 0, 0),
             phases: Vec::new(),
+            cold_parts: Vec::new(),
         }
     }
 
@@ -281,6 +289,12 @@ impl Meter {
     /// adds the run's TTFT: `page_open_to_first_token_ms`).
     pub fn page_opened(&mut self, ms: f64) {
         self.page_open_ms = Some(ms.max(0.0));
+    }
+
+    /// The page's cold start before this run's request, each part in ms since the page opened
+    /// (with [`page_opened`](Self::page_opened)): the report then holds the waterfall.
+    pub fn cold_start(&mut self, parts: Vec<ColdPart>) {
+        self.cold_parts = parts;
     }
 
     /// The memory read `gb_per_s` (measured apart, by the engine's threads) and a position's keys
@@ -569,6 +583,19 @@ impl Meter {
                     BandwidthCeiling::new(gb_per_s, weights, kv, tokens, decode_tps)
                 },
             ),
+            cold_start: self
+                .page_open_ms
+                .zip(ttft)
+                .filter(|_| !self.cold_parts.is_empty())
+                .map(|(open, ttft)| {
+                    let run = (
+                        self.queued_ms.unwrap_or(0.0),
+                        self.tokenize_ms.unwrap_or(0.0),
+                        self.prefill_ms.unwrap_or(0.0),
+                        ttft,
+                    );
+                    ColdStart::new(self.cold_parts.clone(), open, run)
+                }),
             phases: PhaseFigures::new(
                 &self.phases,
                 decode_ms.map(|span| span / (n - first_arrival) as f64),

@@ -40,6 +40,10 @@ pub(crate) struct RunOptions {
     /// (`measureReadBandwidth`): CPU runs' reports then hold the bandwidth ceiling.
     #[serde(skip_serializing)]
     pub(crate) read_gb_per_s: Option<f64>,
+    /// The page's cold start before this run (its first), each part's start and end in ms since
+    /// the epoch, as the page and its worker marked them: the report holds the waterfall.
+    #[serde(skip_serializing)]
+    pub(crate) cold_start: Vec<crate::meter::ColdPart>,
     /// Time each step by phase with the CPU engine's timers (the page's phase bar): the token
     /// events carry the step's phases, the reports `phases`.
     pub(crate) profile: bool,
@@ -78,6 +82,7 @@ impl Default for RunOptions {
             logprobs: None,
             read_gb_per_s: None,
             profile: false,
+            cold_start: Vec::new(),
         }
     }
 }

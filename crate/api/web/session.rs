@@ -368,6 +368,13 @@ impl Session {
             // From opening the page to the request; the report adds this run's TTFT.
             let request = options.requested_at.unwrap_or_else(now_epoch_ms);
             run.page_opened(request - opened);
+            // The cold start's parts, from the epoch to the page's own clock.
+            let parts = options.cold_start.iter().map(|p| crate::meter::ColdPart {
+                start_ms: p.start_ms - opened,
+                end_ms: p.end_ms - opened,
+                ..p.clone()
+            });
+            run.cold_start(parts.collect());
         }
         // The CPU's read bandwidth, measured by the page apart from the run (`measureReadBandwidth`
         // in a worker of its own): the reports hold the decode's ceiling.
