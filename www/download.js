@@ -235,7 +235,8 @@ export async function clearCache() {
 export async function readRange(url, from, to) {
   // Only look: opening the cache would create it.
   const cache = 'caches' in globalThis && (await caches.has(CACHE_NAME)) ? await caches.open(CACHE_NAME) : null;
-  let response = cache && (await cache.match(url));
+  const kept = cache && (await cache.match(url));
+  let response = kept;
   if (!response) {
     try {
       response = await fetch(url, { headers: { Range: `bytes=${from}-${to - 1}` } });
@@ -246,7 +247,9 @@ export async function readRange(url, from, to) {
   }
   const partial = response.status === 206;
   const range = /\/(\d+)\s*$/.exec(response.headers.get('Content-Range') ?? '');
-  const total = range ? Number(range[1]) : partial ? 0 : Number(response.headers.get('Content-Length')) || 0;
+  // A whole file's Content-Length may be its compressed size (a gzip host), so only a range's
+  // total or a kept copy's length is taken as the file's.
+  const total = range ? Number(range[1]) : kept ? Number(response.headers.get('Content-Length')) || 0 : 0;
   // A partial answer starts at `from`; a whole file at 0.
   const start = partial ? from : 0;
   const pieces = [];

@@ -197,10 +197,19 @@ async function rangeOf(source, from, to) {
 }
 
 /**
- * What a GGUF source would take in this browser at `quant` with `positions` (`null` for a file
- * that is not a GGUF: it loads as before and says why there).
+ * What a GGUF source would take in this browser at `quant` with `positions`; `null` where that
+ * cannot be told first (a file that is not a GGUF, a host that breaks off, a header the engine
+ * refuses): the download then goes ahead and says what is wrong, as it did before.
  */
-async function fitOf(source, { quant, backend, positions }) {
+async function fitOf(source, request) {
+  try {
+    return await fitOfHeader(source, request);
+  } catch {
+    return null;
+  }
+}
+
+async function fitOfHeader(source, { quant, backend, positions }) {
   const { checkFit } = await engine;
   const gpu = backend === 'wgpu';
   /** @type {Record<string, number>} */
