@@ -483,6 +483,47 @@ fn generate_with_a_prompts_file_runs_one_batch_with_events_per_sequence() {
     assert_eq!(report["conditions"]["model"], "stories260K");
 }
 
+/// `bench` on a GPU (lavapipe here: Vulkan on the CPU) ends with the GPU's ceilings, measured
+/// after its runs: a read kernel's bandwidth against the bytes a token reads, and the dispatch
+/// floor, the dispatches a token took at what one costs.
+#[test]
+fn bench_on_a_gpu_puts_decode_against_its_bandwidth_and_its_dispatches() {
+    let model = stories260k("stories260K-q8_0.gguf").display().to_string();
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--model",
+            &model,
+            "--backend",
+            "wgpu",
+            "--runs",
+            "1",
+        ];
+        args.extend_from_slice(&["--max-tokens", "16"]);
+        args.extend_from_slice(extra);
+        succeeded(tokenometer(&args))
+    };
+    let runs: serde_json::Value = serde_json::from_str(&bench(&["--json"])).unwrap();
+    let (ceiling, floor) = (&runs[0]["bandwidth_ceiling"], &runs[0]["dispatch_floor"]);
+    assert!(
+        ceiling["read_gb_per_s"].as_f64().unwrap() > 0.01,
+        "{ceiling}"
+    );
+    let per_token = floor["dispatches_per_token"].as_f64().unwrap();
+    let us = floor["dispatch_us"].as_f64().unwrap();
+    // stories260K's decode step: 4 dispatches a layer and 2 more (gpu/ops.rs), 5 layers.
+    assert!((22.0..24.0).contains(&per_token), "{floor}");
+    assert!(us > 0.0, "{floor}");
+    let tps = floor["tps"].as_f64().unwrap();
+    assert!((tps - 1e6 / (per_token * us)).abs() < 1e-6 * tps, "{floor}");
+    let text = bench(&[]);
+    assert!(
+        text.contains("GPU bandwidth ceiling (a read kernel over 128 MiB, best of 3): reading"),
+        "{text}"
+    );
+    assert!(text.contains("GPU dispatch floor ("), "{text}");
+}
+
 /// `bench --profile`: each decode step timed by phase by the engine's own timers, the timed
 /// parts inside each step, a step for every token after the first, and the table's parts coming
 /// to the gap between tokens.

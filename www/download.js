@@ -224,13 +224,14 @@ export async function clearCache() {
 
 /**
  * Bytes `from` to `to` of `url` (fewer where the file is shorter), without downloading the rest:
- * from the browser's kept copy where there is one, else by a range request; a host that ignores
- * ranges answers with the whole file, whose body is cancelled once `to` bytes are in. `total` is
- * the file's length where the answer says it (0 where not).
+ * from the browser's kept copy where there is one, else by a range request. A host that ignores
+ * ranges answers with the whole file: then `whole` reads on in that same answer (`read(from, to)`)
+ * until `cancel()`, so that such a host is asked once. `total` is the file's length where the
+ * answer says it (0 where not).
  * @param {string} url
  * @param {number} from
  * @param {number} to
- * @returns {Promise<{ bytes: Uint8Array, total: number }>}
+ * @returns {Promise<{ bytes: Uint8Array, total: number, whole?: { read: (from: number, to: number) => Promise<Uint8Array>, cancel: () => Promise<void> } }>}
  */
 export async function readRange(url, from, to) {
   // Only look: opening the cache would create it.
@@ -250,24 +251,28 @@ export async function readRange(url, from, to) {
   // A whole file's Content-Length may be its compressed size (a gzip host), so only a range's
   // total or a kept copy's length is taken as the file's.
   const total = range ? Number(range[1]) : kept ? Number(response.headers.get('Content-Length')) || 0 : 0;
-  // A partial answer starts at `from`; a whole file at 0.
+  const reader = response.body?.getReader();
+  // What has been read of the answer, which starts at `start` of the file.
   const start = partial ? from : 0;
-  const pieces = [];
+  /** @type {Uint8Array[]} */
+  let pieces = [];
   let length = 0;
-  if (response.body) {
-    const reader = response.body.getReader();
-    try {
-      while (start + length < to) {
-        const step = await reader.read();
-        if (step.done) break;
-        pieces.push(step.value);
-        length += step.value.length;
-      }
-    } finally {
-      // The rest of a whole file's body is not wanted.
-      await reader.cancel().catch(() => {});
+  const read = async (/** @type {number} */ a, /** @type {number} */ b) => {
+    while (reader && start + length < b) {
+      const step = await reader.read();
+      if (step.done) break;
+      pieces.push(step.value);
+      length += step.value.length;
     }
+    const bytes = joinPieces(pieces, length);
+    pieces = [bytes];
+    return bytes.slice(Math.min(a - start, length), Math.min(b - start, length));
+  };
+  const cancel = async () => { await reader?.cancel().catch(() => {}); };
+  const bytes = await read(from, to);
+  if (partial || !reader) {
+    await cancel();
+    return { bytes, total };
   }
-  const bytes = joinPieces(pieces, length);
-  return { bytes: bytes.subarray(from - start, Math.max(from - start, to - start)), total };
+  return { bytes, total, whole: { read, cancel } };
 }

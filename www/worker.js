@@ -183,17 +183,17 @@ const FIT_MOST_BYTES = 64 << 20;
 
 /**
  * Bytes `from` to `to` of a source: a picked file's slice, the first part of a site's parts, or
- * a range of a URL.
+ * a range of a URL (with `whole` where its host sent the whole file: read on in that answer).
  */
 async function rangeOf(source, from, to) {
   if (source.file) return { bytes: new Uint8Array(await source.file.slice(from, to).arrayBuffer()), total: source.file.size };
   if (source.parts) {
     const first = source.parts[0];
-    const { bytes } = await readRange(new URL(first.url, self.location.href).href, from, Math.min(to, first.bytes));
-    return { bytes, total: source.bytes };
+    const answer = await readRange(new URL(first.url, self.location.href).href, from, Math.min(to, first.bytes));
+    return { ...answer, total: source.bytes };
   }
-  const { bytes, total } = await readRange(new URL(source.url, self.location.href).href, from, to);
-  return { bytes, total: source.bytes ?? total };
+  const answer = await readRange(new URL(source.url, self.location.href).href, from, to);
+  return { ...answer, total: source.bytes ?? answer.total };
 }
 
 /**
@@ -224,15 +224,22 @@ async function fitOfHeader(source, { quant, backend, positions }) {
   }
   let header = new Uint8Array(0);
   let total = 0;
-  for (let want = FIT_FIRST_BYTES; header.length < FIT_MOST_BYTES; want *= 2) {
-    const more = await rangeOf(source, header.length, want);
-    total ||= more.total;
-    header = joinPieces([header, more.bytes], header.length + more.bytes.length);
-    if (header.length >= 4 && !GGUF_MAGIC.every((b, i) => header[i] === b)) return null;
-    const answer = checkFit(header, total, { quant, gpu, positions: positions ?? 0, limits });
-    if (!answer.more) return answer.fit;
-    // The file ended inside its header: the load says what is wrong with it.
-    if (header.length < want) return null;
+  /** @type {any} a host's whole-file answer, read on while the header grows */
+  let whole = null;
+  try {
+    for (let want = FIT_FIRST_BYTES; header.length < FIT_MOST_BYTES; want *= 2) {
+      const more = whole ? { bytes: await whole.read(header.length, want), total } : await rangeOf(source, header.length, want);
+      whole ??= more.whole ?? null;
+      total ||= more.total;
+      header = joinPieces([header, more.bytes], header.length + more.bytes.length);
+      if (header.length >= 4 && !GGUF_MAGIC.every((b, i) => header[i] === b)) return null;
+      const answer = checkFit(header, total, { quant, gpu, positions: positions ?? 0, limits });
+      if (!answer.more) return answer.fit;
+      // The file ended inside its header: the load says what is wrong with it.
+      if (header.length < want) return null;
+    }
+  } finally {
+    await whole?.cancel();
   }
   return null;
 }

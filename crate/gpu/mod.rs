@@ -17,6 +17,7 @@ pub mod device;
 mod layer;
 mod ops;
 mod plan;
+pub mod probe;
 mod shaders;
 
 pub use device::{Counts, Gpu, Granted, init};

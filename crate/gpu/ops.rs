@@ -431,7 +431,7 @@ type Mapping = (
 
 /// Map `bytes` of `buffer` for reading and wait: natively by polling the device, in a browser by
 /// awaiting WebGPU's promise.
-async fn map(gpu: &Gpu, buffer: &wgpu::Buffer, bytes: u64) -> Result<()> {
+pub(crate) async fn map(gpu: &Gpu, buffer: &wgpu::Buffer, bytes: u64) -> Result<()> {
     let state: Arc<Mutex<Mapping>> = Arc::default();
     let done = state.clone();
     buffer

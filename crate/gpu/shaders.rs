@@ -52,7 +52,7 @@ pub struct Kernels {
 
 /// How a kernel binds each buffer.
 #[derive(Clone, Copy)]
-enum Binding {
+pub(crate) enum Binding {
     Uniform,
     Read,
     Write,
@@ -96,7 +96,7 @@ fn header(c: &LlamaConfig) -> String {
     s
 }
 
-fn kernel(gpu: &Gpu, name: &str, source: &str, bindings: &[Binding]) -> Kernel {
+pub(crate) fn kernel(gpu: &Gpu, name: &str, source: &str, bindings: &[Binding]) -> Kernel {
     let module = gpu
         .device
         .create_shader_module(wgpu::ShaderModuleDescriptor {

@@ -87,3 +87,51 @@ impl BandwidthCeiling {
         }
     }
 }
+
+/// A GPU run's decode against what its dispatches cost: every dispatch costs some microseconds
+/// of recording, submitting and running whatever its size, so a step of D dispatches at c us each
+/// cannot take less than D x c, and decode cannot pass 1 / (D x c) tokens a second.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DispatchFloor {
+    /// Dispatches a decode token took (the run's, counted).
+    pub dispatches_per_token: f64,
+    /// What one more dispatch cost, measured apart (an empty kernel's, end to end), in us.
+    pub dispatch_us: f64,
+    /// The most tok/s those dispatches allow.
+    pub tps: f64,
+    /// The run's decode tok/s over it.
+    pub share: Option<f64>,
+    pub sentence: String,
+}
+
+impl DispatchFloor {
+    pub fn new(dispatches_per_token: f64, dispatch_us: f64, decode_tps: Option<f64>) -> Self {
+        let floor_us = dispatches_per_token * dispatch_us;
+        let tps = if floor_us > 0.0 {
+            1e6 / floor_us
+        } else {
+            f64::INFINITY
+        };
+        let share = decode_tps
+            .filter(|_| tps.is_finite() && tps > 0.0)
+            .map(|d| d / tps);
+        let mut sentence = format!(
+            "a token takes {dispatches_per_token:.0} dispatches at {dispatch_us:.1} us each \
+             (an empty kernel's, measured apart), which allows {tps:.0} tok/s"
+        );
+        if let Some(share) = share {
+            sentence.push_str(&format!(
+                "; this run makes {:.0}: {:.0}% of it",
+                share * tps,
+                share * 100.0
+            ));
+        }
+        DispatchFloor {
+            dispatches_per_token,
+            dispatch_us,
+            tps,
+            share,
+            sentence,
+        }
+    }
+}

@@ -61,7 +61,7 @@ mod stats;
 mod timings;
 mod words;
 
-pub use ceiling::BandwidthCeiling;
+pub use ceiling::{BandwidthCeiling, DispatchFloor};
 pub use cold::{ColdPart, ColdStart};
 pub use format::{human_bytes, human_count};
 pub use goodput::{Goodput, RequestRecord, Slo};

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::decode::{Event, ModelInfo, Sampling, StopReason};
-use crate::meter::ceiling::BandwidthCeiling;
+use crate::meter::ceiling::{BandwidthCeiling, DispatchFloor};
 use crate::meter::cold::{ColdPart, ColdStart};
 use crate::meter::phases::PhaseFigures;
 use crate::meter::source::Source;
@@ -188,6 +188,9 @@ pub struct Report {
     /// measured it (`bench` on the CPU).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bandwidth_ceiling: Option<BandwidthCeiling>,
+    /// On a GPU: decode against what its dispatches cost, where the caller measured it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatch_floor: Option<DispatchFloor>,
     /// Where a decode step's time went, by the engine's own timers, where it timed them
     /// (`bench --profile`, the page's phase bar; the CPU engine).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -252,6 +255,8 @@ pub struct Meter {
     read: Option<(f64, u64)>,
     /// The batches this run's steps ran in: their sum, count and largest.
     batches: (usize, usize, usize),
+    /// On a GPU: dispatches a token and one dispatch's cost in us ([`Meter::dispatch_cost`]).
+    dispatch: Option<(f64, f64)>,
     /// Each generated token's step by phase, where the engine timed it.
     phases: Vec<Option<StepPhases>>,
     /// The page's parts of its cold start, before this run's request ([`Meter::cold_start`]).
@@ -280,6 +285,7 @@ impl Meter {
             page_open_ms: None,
             read: None,
             batches: (0, 0, 0),
+            dispatch: None,
             phases: Vec::new(),
             cold_parts: Vec::new(),
         }
@@ -295,6 +301,13 @@ impl Meter {
     /// (with [`page_opened`](Self::page_opened)): the report then holds the waterfall.
     pub fn cold_start(&mut self, parts: Vec<ColdPart>) {
         self.cold_parts = parts;
+    }
+
+    /// On a GPU: a decode token takes `dispatches_per_token` dispatches and one costs
+    /// `dispatch_us` (measured apart): each report holds the dispatch floor.
+    pub fn dispatch_cost(&mut self, dispatches_per_token: f64, dispatch_us: f64) {
+        self.dispatch = (dispatches_per_token > 0.0 && dispatch_us > 0.0)
+            .then_some((dispatches_per_token, dispatch_us));
     }
 
     /// The memory read `gb_per_s` (measured apart, by the engine's threads) and a position's keys
@@ -583,6 +596,9 @@ impl Meter {
                     BandwidthCeiling::new(gb_per_s, weights, kv, tokens, decode_tps)
                 },
             ),
+            dispatch_floor: self
+                .dispatch
+                .map(|(per_token, us)| DispatchFloor::new(per_token, us, decode_tps)),
             cold_start: self
                 .page_open_ms
                 .zip(ttft)

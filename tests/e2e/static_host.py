@@ -1,7 +1,7 @@
 """A plain static host for the page's tests: Python's own http.server over a folder, on 127.0.0.1
 at a free port, with no special headers (no COOP/COEP: as GitHub Pages or a university's web space
 would serve). With --cors it stands in for a model host such as Hugging Face (Access-Control-Allow-
-Origin: *). It prints "serving PORT", logs each GET as "GET PATH" on stdout, and stops by itself
+Origin: *). It prints "serving PORT", logs each GET as "GET PATH [RANGE]" on stdout, and stops by itself
 after --exit-after seconds.
 
     python3 tests/e2e/static_host.py FOLDER [--cors] [--exit-after 600]
@@ -23,7 +23,9 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         super().end_headers()
 
     def do_GET(self):
-        print(f"GET {self.path}", flush=True)
+        # A range asked for is logged after the path (this host ignores it: the whole file comes).
+        asked = self.headers.get("Range")
+        print(f"GET {self.path}{' ' + asked if asked else ''}", flush=True)
         super().do_GET()
 
     def log_message(self, format, *args):

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 mod args;
 mod auto;
+mod ceilings;
 mod profile;
 mod quality;
 mod remote;

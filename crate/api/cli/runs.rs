@@ -6,9 +6,7 @@ use std::io::Write;
 use crate::api::drive::{Level, LoadLevel, MeteredRun};
 use crate::decode::{Arrival, Engine, Event, Flow, GenerateOptions, Speculation, TokenLogprobs};
 use crate::error::Error;
-use crate::meter::{
-    BandwidthCeiling, DEFAULT_READING_WPM, LoadReport, Report, Slo, Source, human_bytes,
-};
+use crate::meter::{DEFAULT_READING_WPM, LoadReport, Report, Slo, Source, human_bytes};
 
 /// Where a run's events go.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -244,7 +242,7 @@ pub(super) async fn bench(
     let mut before = None;
     for run in 0..=runs {
         if run == 1 {
-            before = gpu_work(engine);
+            before = super::ceilings::gpu_work(engine);
         }
         let quiet = Output::Quiet;
         let wpm = DEFAULT_READING_WPM;
@@ -252,87 +250,16 @@ pub(super) async fn bench(
     }
     // The first run is not counted: it compiles every kernel shape the timed runs meet.
     reports.remove(0);
-    // The ceiling the memory's bandwidth allows, measured after the runs (apart from them).
-    let bandwidth = threads.and_then(|t| match crate::cpu::bandwidth::read_gb_per_s(t) {
-        Ok(gb_per_s) => Some((t, gb_per_s)),
-        Err(why) => {
-            eprintln!("tokenometer: no bandwidth ceiling: {why}");
-            None
-        }
-    });
-    if let Some((_, gb_per_s)) = bandwidth {
-        let per_position = engine.model.kv_bytes_per_position() as u64;
-        for r in &mut reports {
-            let c = &r.conditions;
-            r.bandwidth_ceiling = Some(BandwidthCeiling::new(
-                gb_per_s,
-                engine.info.bytes_per_token,
-                per_position,
-                (c.prompt_tokens, c.output_tokens),
-                r.decode_tps,
-            ));
-        }
-    }
+    // This machine's ceilings, measured after the runs (apart from them).
+    let measured = super::ceilings::measure(engine, &mut reports, threads, before).await;
     let untimed = "one untimed run";
     print_runs(&reports, warm_up_ms, untimed, speculation.is_some(), json);
     if !json {
-        print_gpu_work(before, engine);
-        print_ceiling(&reports, bandwidth);
+        super::ceilings::print(&reports, measured, before, engine);
         super::profile::print_phases(&reports);
     }
     Ok(())
 }
-
-/// The median run against the memory's ceiling, in a sentence, with how it was measured.
-fn print_ceiling(reports: &[Report], bandwidth: Option<(usize, f64)>) {
-    let Some((threads, _)) = bandwidth else {
-        return;
-    };
-    let mut ceilings: Vec<_> = reports
-        .iter()
-        .filter_map(|r| r.bandwidth_ceiling.as_ref())
-        .collect();
-    ceilings.sort_by(|a, b| a.share.unwrap_or(0.0).total_cmp(&b.share.unwrap_or(0.0)));
-    if let Some(median) = ceilings.get(ceilings.len() / 2) {
-        println!(
-            "bandwidth ceiling (memory read by {threads} threads over {} MiB, best of 4): {}",
-            crate::cpu::bandwidth::PROBE_BYTES >> 20,
-            median.sentence
-        );
-    }
-}
-
-/// What the model has done on the GPU so far (`None` on the CPU).
-#[cfg(feature = "gpu")]
-fn gpu_work(engine: &Engine) -> Option<crate::gpu::Counts> {
-    engine.model.gpu_counts()
-}
-
-#[cfg(not(feature = "gpu"))]
-fn gpu_work(_: &Engine) -> Option<()> {
-    None
-}
-
-/// What the GPU did since `before`: the step's counts and the host's time a dispatch.
-#[cfg(feature = "gpu")]
-fn print_gpu_work(before: Option<crate::gpu::Counts>, engine: &Engine) {
-    if let (Some(before), Some(after)) = (before, gpu_work(engine)) {
-        let spent = after - before;
-        println!(
-            "GPU work of the timed runs: {} dispatches in {} submits, {} buffers and {} bind groups \
-             made; the host spent {:.1} us a dispatch recording, encoding and submitting (not \
-             waiting)",
-            spent.dispatches,
-            spent.submits,
-            spent.buffers,
-            spent.bind_groups,
-            spent.host_us_per_dispatch()
-        );
-    }
-}
-
-#[cfg(not(feature = "gpu"))]
-fn print_gpu_work(_: Option<()>, _: &Engine) {}
 
 /// `bench`'s runs: as JSON, or their conditions and each figure's median, min and max.
 pub(super) fn print_runs(
