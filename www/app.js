@@ -12,7 +12,7 @@ import { LanesPanel, LANE_MODES, parseLanes, laneToString } from './lanes.js';
 import { Replay } from './replay.js';
 import { ConcurrencyLab } from './lab.js';
 import { cachedFiles, clearCache } from './download.js';
-import { readBandwidth } from './ceiling.js';
+import { readBandwidth, readGpuCeilings } from './ceiling.js';
 import { fillDefault } from './dom.js';
 import { RoomView } from './room.js';
 import { gpuAdapter, race, rememberCheck, rememberVerdict, rememberedCheck, rememberedVerdict } from './auto.js';
@@ -377,7 +377,9 @@ async function runOnce(signal) {
   const loaded = engine.loaded;
   const probeFrom = epochNow();
   const read = !endpoint && loaded?.info?.backend === 'cpu' ? await readBandwidth(engine.build ?? 'relaxed', loaded.threads) : null;
-  const ceiling = read ? { read_gb_per_s: read } : {};
+  // On WebGPU the GPU's own: a read kernel's bandwidth and one dispatch's cost (the dispatch floor).
+  const gpu = !endpoint && loaded?.info?.backend === 'wgpu' ? await readGpuCeilings(engine, loaded.info.adapter) : null;
+  const ceiling = read ? { read_gb_per_s: read } : gpu ? { read_gb_per_s: gpu.read_gb_per_s, dispatch_us: gpu.dispatch_us } : {};
   // The first run's cold start, part by part (the meter adds the run's own: cold-start.js draws it).
   const cold = state.openToFirstShown || endpoint ? {} : { cold_start: coldStartParts(loaded, probeFrom) };
   const hooks = {

@@ -329,6 +329,16 @@ export class EngineClient {
   }
 
   /**
+   * The GPU's ceilings on the device the loaded model runs on (crate/gpu/probe.rs): a read
+   * kernel's bandwidth and what one more dispatch costs.
+   * @returns {Promise<{ read_gb_per_s: number, dispatch_us: number, probe_bytes: number }>}
+   */
+  async measureGpu() {
+    const reply = await this.request({ type: 'measure-gpu' }, () => {}, (message) => message.type === 'gpu-measured');
+    return reply.ceilings;
+  }
+
+  /**
    * `auto`'s timed decode on the loaded model: resolves to the meter's decode tok/s.
    * @returns {Promise<number>}
    */

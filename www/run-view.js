@@ -22,7 +22,8 @@ const FIGURES = `
   <div><dt>words</dt><dd><span data-testid="metric-words-per-s" data-figure="words_per_s" data-digits="1">–</span> words/s</dd></div>
   <div><dt title="Words per second over a reader's words per second">vs. a reader</dt><dd><span data-testid="metric-reading-x" data-figure="reading_speed_x" data-digits="1">–</span> × reading speed</dd></div>
   <div><dt title="Weight bytes read per token × decode tok/s">bandwidth</dt><dd><span data-testid="metric-gbps" data-figure="effective_gb_per_s" data-digits="3">–</span> GB/s</dd></div>
-  <div><dt title="A decode token reads every weight once and the keys and values of every earlier position: this device's memory read bandwidth (measured once at the engine's threads, a buffer far larger than the caches) over those bytes is the fastest decode can go. CPU runs only.">bandwidth ceiling</dt><dd><span data-testid="metric-ceiling-tps" data-figure="bandwidth_ceiling.tps" data-digits="0">–</span> tok/s <small>(this run <span data-testid="metric-ceiling-share" data-figure="bandwidth_ceiling.share" data-scale="100" data-digits="0">–</span> % of it; memory reads <span data-testid="metric-device-gbps" data-figure="bandwidth_ceiling.read_gb_per_s" data-digits="1">–</span> GB/s)</small></dd></div>
+  <div><dt title="A decode token reads every weight once and the keys and values of every earlier position: this device's memory read bandwidth (measured once: on the CPU at the engine's threads, on WebGPU by a read kernel, over a buffer far larger than the caches) over those bytes is the fastest decode can go.">bandwidth ceiling</dt><dd><span data-testid="metric-ceiling-tps" data-figure="bandwidth_ceiling.tps" data-digits="0">–</span> tok/s <small>(this run <span data-testid="metric-ceiling-share" data-figure="bandwidth_ceiling.share" data-scale="100" data-digits="0">–</span> % of it; memory reads <span data-testid="metric-device-gbps" data-figure="bandwidth_ceiling.read_gb_per_s" data-digits="1">–</span> GB/s)</small></dd></div>
+  <div><dt title="On WebGPU every dispatch costs some microseconds whatever its size: a token's dispatches times what one costs (an empty kernel's, measured once) is the least a token can take, and its inverse the most tok/s.">dispatch floor</dt><dd><span data-testid="metric-dispatch-floor-tps" data-figure="dispatch_floor.tps" data-digits="0">–</span> tok/s <small>(<span data-testid="metric-dispatches-per-token" data-figure="dispatch_floor.dispatches_per_token" data-digits="0">–</span> dispatches a token at <span data-testid="metric-dispatch-us" data-figure="dispatch_floor.dispatch_us" data-digits="1">–</span> us)</small></dd></div>
   <div><dt title="Speculative decoding: the drafts the model kept, of those proposed; drafts kept per verification pass; the model's passes per decoded token (1 without speculation)">drafts kept</dt><dd><span data-testid="metric-acceptance" data-figure="speculation.acceptance_rate" data-scale="100" data-digits="0">–</span> % <small>(<span data-testid="metric-kept-per-pass" data-figure="speculation.accepted_per_verification" data-digits="2">–</span> a pass, <span data-testid="metric-passes-per-token" data-figure="speculation.passes_per_token" data-digits="2">–</span> passes a token)</small></dd></div>
   <div><dt>total</dt><dd><span data-testid="metric-total-ms" data-figure="total_ms" data-digits="0">–</span> ms <small>(predicted <span data-figure="predicted_total_ms" data-digits="0">–</span>)</small></dd></div>
   <div><dt>stop</dt><dd data-testid="stop-reason" data-ref="stopReason">–</dd></div>`;
@@ -55,7 +56,7 @@ export class RunView {
           <span class="label" data-ref="needleLabel">live decode</span>
           <span class="big"><span data-testid="metric-live-tps" data-ref="live">–</span> <small>tok/s</small></span>
           ${figures ? `<span class="versus" title="Words per second over a reader's words per second"><span data-figure="reading_speed_x" data-digits="1">–</span> × a reader</span>` : ''}
-          ${figures ? `<span class="ceiling" data-ref="ceiling" hidden><meter min="0" max="1" low="0.5" high="0.85" optimum="1" data-testid="ceiling-gauge" data-ref="ceilingGauge" aria-label="decode as a share of what this device's memory allows"></meter> <span><span data-figure="bandwidth_ceiling.share" data-scale="100" data-digits="0">–</span>% of what memory allows</span></span>` : ''}
+          ${figures ? `<span class="ceiling" data-ref="ceiling" hidden><meter min="0" max="1" low="0.5" high="0.85" optimum="1" data-testid="ceiling-gauge" data-ref="ceilingGauge" aria-label="decode as a share of what this device's memory allows"></meter> <span><span data-ref="ceilingShare">–</span>% <span data-ref="ceilingWhat">of what memory allows</span></span></span>` : ''}
         </div>
       </div>
       <div class="output-section" role="group" aria-label="${label}: generated text">
@@ -310,13 +311,20 @@ export class RunView {
         setText(this.ref.live, format(this.running ? report.live_decode_tps : report.decode_tps, 0));
         // The gauge: decode as a share of what the memory allows (the meter's sentence says which
         // bound holds and why).
+        // On WebGPU the gauge is against the nearer of the bandwidth ceiling and the dispatch
+        // floor (the one the run comes closer to), and both sentences follow.
         const ceiling = report.bandwidth_ceiling;
+        const floor = report.dispatch_floor;
         if (this.ref.ceiling) {
           this.ref.ceiling.hidden = !ceiling;
           this.ref.ceilingSentence.hidden = !ceiling;
           if (ceiling) {
-            this.ref.ceilingGauge.value = Math.min(1, ceiling.share ?? 0);
-            setText(this.ref.ceilingSentence, `${ceiling.sentence[0].toUpperCase()}${ceiling.sentence.slice(1)}.`);
+            const nearer = floor && (floor.share ?? 0) > (ceiling.share ?? 0) ? floor : ceiling;
+            this.ref.ceilingGauge.value = Math.min(1, nearer.share ?? 0);
+            setText(this.ref.ceilingShare, format((nearer.share ?? NaN) * 100, 0));
+            this.ref.ceilingWhat.textContent = nearer === floor ? 'of what its dispatches allow' : 'of what memory allows';
+            const said = [ceiling.sentence, floor?.sentence].filter(Boolean).map((s) => `${s[0].toUpperCase()}${s.slice(1)}.`);
+            setText(this.ref.ceilingSentence, said.join(' '));
           }
         }
         this.phaseBar?.draw(report, this.running);

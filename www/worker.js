@@ -682,6 +682,11 @@ self.onmessage = async ({ data }) => {
       phase = 'measuring the memory\'s read bandwidth';
       post({ type: 'probed', id: data.id, read_gb_per_s: await measureReadBandwidth(data.threads) });
       phase = 'idle';
+    } else if (data.type === 'measure-gpu') {
+      if (!session) throw new Error('no model is loaded');
+      phase = "measuring the GPU's ceilings";
+      post({ type: 'gpu-measured', id: data.id, ceilings: await session.measureGpu() });
+      phase = 'idle';
     } else if (data.type === 'race-decode') {
       if (!session) throw new Error('no model is loaded');
       phase = 'timing a short decode for auto';

@@ -99,6 +99,11 @@ impl MeteredRun {
         self.meter.page_opened(ms);
     }
 
+    /// On a GPU: dispatches a token and one's cost ([`Meter::dispatch_cost`]).
+    pub fn dispatch_cost(&mut self, dispatches_per_token: f64, dispatch_us: f64) {
+        self.meter.dispatch_cost(dispatches_per_token, dispatch_us);
+    }
+
     /// The page's cold start before this request ([`Meter::cold_start`]).
     pub fn cold_start(&mut self, parts: Vec<crate::meter::ColdPart>) {
         self.meter.cold_start(parts);

@@ -68,3 +68,32 @@ test('the bandwidth ceiling: measured in the page near the native figure, higher
   t.diagnostic(`page ${ceilings.f32.gbps} GB/s, native ${native.toFixed(1)} GB/s (1 thread); ceilings f32 ${ceilings.f32.tps}, q8 ${ceilings.q8.tps}, q4 ${ceilings.q4.tps} tok/s; shares ${ceilings.f32.share}%, ${ceilings.q8.share}%, ${ceilings.q4.share}%`);
   assert.ok(ratio > 1 / 3 && ratio < 3, `the page's ${ceilings.f32.gbps} GB/s against native ${native.toFixed(1)} GB/s: ${ratio.toFixed(2)}x`);
 });
+
+test("on WebGPU: the GPU's read bandwidth and its dispatch floor, measured once per adapter and said beside the needle", async (t) => {
+  // SwiftShader here: a software GPU, so the figures say nothing of a real one; the arithmetic
+  // and the page's wiring are what is checked.
+  const gpuBrowser = await launchBrowser({ webgpu: true });
+  try {
+    const { page, errors } = await openPage(gpuBrowser, `${base}/?model=stories260K&backend=wgpu&quant=q8&max=12&autorun=1&prompt=${encodeURIComponent('Once upon a time')}`);
+    await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+    assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+    const report = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastReport);
+    const { bandwidth_ceiling: ceiling, dispatch_floor: floor } = report;
+    t.diagnostic(`GPU ${ceiling?.read_gb_per_s} GB/s, ${floor?.dispatch_us} us a dispatch, ${floor?.dispatches_per_token} dispatches a token: floor ${floor?.tps} tok/s, decode ${report.decode_tps}`);
+    assert.ok(ceiling.read_gb_per_s > 0 && ceiling.tps > 0, JSON.stringify(ceiling));
+    // stories260K: 4 dispatches a layer, 5 layers, and 2 more a step (the prefill's few more
+    // spread over 12 tokens).
+    assert.ok(floor.dispatches_per_token >= 22 && floor.dispatches_per_token < 26, JSON.stringify(floor));
+    assert.ok(Math.abs(floor.tps - 1e6 / (floor.dispatches_per_token * floor.dispatch_us)) < 1e-6 * floor.tps, JSON.stringify(floor));
+    assert.ok(Math.abs(floor.share - report.decode_tps / floor.tps) < 1e-9, JSON.stringify(floor));
+    assert.equal(Number(await figure(page, 'metric-dispatch-floor-tps')), Math.round(floor.tps));
+    const sentence = await page.locator('#run-view').getByTestId('ceiling-sentence').textContent();
+    assert.match(sentence, /^Reading [\d.]+ MB a token .* A token takes \d+ dispatches at [\d.]+ us each \(an empty kernel's, measured apart\), which allows \d+ tok\/s; this run makes \d+: \d+% of it\.$/);
+    const kept = await page.evaluate(() => JSON.parse(localStorage.getItem('tokenometer-gpu-ceilings') ?? '{}'));
+    assert.equal(Object.keys(kept).length, 1, JSON.stringify(kept));
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await gpuBrowser.close();
+  }
+});

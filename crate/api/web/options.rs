@@ -40,6 +40,10 @@ pub(crate) struct RunOptions {
     /// (`measureReadBandwidth`): CPU runs' reports then hold the bandwidth ceiling.
     #[serde(skip_serializing)]
     pub(crate) read_gb_per_s: Option<f64>,
+    /// On WebGPU: what one more dispatch costs, in us (`measureGpu`): the reports hold the
+    /// dispatch floor.
+    #[serde(skip_serializing)]
+    pub(crate) dispatch_us: Option<f64>,
     /// The page's cold start before this run (its first), each part's start and end in ms since
     /// the epoch, as the page and its worker marked them: the report holds the waterfall.
     #[serde(skip_serializing)]
@@ -81,6 +85,7 @@ impl Default for RunOptions {
             draft_fixed: false,
             logprobs: None,
             read_gb_per_s: None,
+            dispatch_us: None,
             profile: false,
             cold_start: Vec::new(),
         }

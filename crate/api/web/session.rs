@@ -245,6 +245,23 @@ impl Session {
         })
     }
 
+    /// This GPU's ceilings (`{ read_gb_per_s, dispatch_us, probe_bytes }`: a read kernel's
+    /// bandwidth and what one more dispatch costs), measured on the device the model runs on; an
+    /// error where it runs on the CPU (whose ceiling `measureReadBandwidth` measures).
+    #[wasm_bindgen(js_name = measureGpu)]
+    pub fn measure_gpu(&self) -> js_sys::Promise {
+        let on_gpu = self.engine.info.backend == BackendKind::Wgpu;
+        wasm_bindgen_futures::future_to_promise(async move {
+            if !on_gpu {
+                return Err(js_error(
+                    "the model runs on the CPU: measureReadBandwidth measures its ceiling",
+                )
+                .into());
+            }
+            crate::api::web::probe::gpu_ceilings().await
+        })
+    }
+
     /// Compile shaders and run one step so that later runs measure steady state; resolves to ms.
     #[wasm_bindgen(js_name = warmUp)]
     pub fn warm_up(&self) -> js_sys::Promise {
@@ -376,16 +393,19 @@ impl Session {
             });
             run.cold_start(parts.collect());
         }
-        // The CPU's read bandwidth, measured by the page apart from the run (`measureReadBandwidth`
-        // in a worker of its own): the reports hold the decode's ceiling.
-        if let Some(gb_per_s) = options.read_gb_per_s
-            && self.engine.info.backend == BackendKind::Cpu
-        {
+        // This device's read bandwidth, measured by the page apart from the run (the CPU's by
+        // `measureReadBandwidth` in a worker of its own, the GPU's by `measureGpu`): the reports
+        // hold the decode's ceiling; on a GPU, with one dispatch's cost, its dispatch floor.
+        if let Some(gb_per_s) = options.read_gb_per_s {
             run.read_bandwidth(gb_per_s, self.engine.model.kv_bytes_per_position() as u64);
         }
+        let dispatch = options
+            .dispatch_us
+            .zip(crate::api::web::probe::dispatches(&self.engine));
         Ok(Run {
             engine: self.engine.clone(),
             state: Rc::new(RefCell::new(Some(run))),
+            dispatch: dispatch.map(|(us, start)| (start, us)),
         })
     }
 }
@@ -396,6 +416,9 @@ pub struct Run {
     engine: Rc<Engine>,
     /// Taken out while a pump runs, so that a second pump or a cancel meanwhile is refused.
     state: Rc<RefCell<Option<MeteredRun>>>,
+    /// On a GPU: the model's dispatches when the run began, and one dispatch's cost in us (the
+    /// reports' dispatch floor counts the run's dispatches a token).
+    dispatch: Option<(u64, f64)>,
 }
 
 #[wasm_bindgen]
@@ -409,11 +432,18 @@ impl Run {
     pub fn pump(&self, budget_ms: f64) -> js_sys::Promise {
         let engine = self.engine.clone();
         let state = self.state.clone();
+        let dispatch = self.dispatch;
         wasm_bindgen_futures::future_to_promise(async move {
             let busy = || JsValue::from(js_error("the run is already being pumped"));
             pumping(&state, busy, async |run: &mut MeteredRun| {
                 let arrivals = run.meter().arrivals();
                 let slice = slice(run, &engine, budget_ms).await.map_err(engine_error)?;
+                if let Some((start, us)) = dispatch
+                    && let Some(now) = crate::api::web::probe::dispatches(&engine)
+                {
+                    let tokens = run.meter().token_times().len().max(1);
+                    run.dispatch_cost(now.saturating_sub(start) as f64 / tokens as f64, us);
+                }
                 Ok(to_js(&Pumped {
                     events: &slice.events,
                     points: run.meter().rate_points(arrivals),
