@@ -11,6 +11,7 @@ mod digest;
 mod endpoint;
 mod endpoint_lab;
 mod fit;
+mod gpu_ceilings;
 mod js;
 mod lab;
 mod options;

@@ -258,7 +258,7 @@ impl Session {
                 )
                 .into());
             }
-            crate::api::web::probe::gpu_ceilings().await
+            crate::api::web::gpu_ceilings::gpu_ceilings().await
         })
     }
 
@@ -401,7 +401,7 @@ impl Session {
         }
         let dispatch = options
             .dispatch_us
-            .zip(crate::api::web::probe::dispatches(&self.engine));
+            .zip(crate::api::web::gpu_ceilings::dispatches(&self.engine));
         Ok(Run {
             engine: self.engine.clone(),
             state: Rc::new(RefCell::new(Some(run))),
@@ -439,7 +439,7 @@ impl Run {
                 let arrivals = run.meter().arrivals();
                 let slice = slice(run, &engine, budget_ms).await.map_err(engine_error)?;
                 if let Some((start, us)) = dispatch
-                    && let Some(now) = crate::api::web::probe::dispatches(&engine)
+                    && let Some(now) = crate::api::web::gpu_ceilings::dispatches(&engine)
                 {
                     let tokens = run.meter().token_times().len().max(1);
                     run.dispatch_cost(now.saturating_sub(start) as f64 / tokens as f64, us);
