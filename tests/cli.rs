@@ -485,7 +485,10 @@ fn generate_with_a_prompts_file_runs_one_batch_with_events_per_sequence() {
 
 /// `bench` on a GPU (lavapipe here: Vulkan on the CPU) ends with the GPU's ceilings, measured
 /// after its runs: a read kernel's bandwidth against the bytes a token reads, and the dispatch
-/// floor, the dispatches a token took at what one costs.
+/// floor, the dispatches a token took at what one costs. With `--profile`, each decode step's
+/// phases from the device's timestamps (lavapipe has `timestamp-query`): every kind of dispatch
+/// timed, inside the step, and sampling the pick's dispatch, not the host's wait for the step;
+/// one decode step in 8 timed.
 #[test]
 fn bench_on_a_gpu_puts_decode_against_its_bandwidth_and_its_dispatches() {
     let model = stories260k("stories260K-q8_0.gguf").display().to_string();
@@ -503,7 +506,37 @@ fn bench_on_a_gpu_puts_decode_against_its_bandwidth_and_its_dispatches() {
         args.extend_from_slice(extra);
         succeeded(tokenometer(&args))
     };
-    let runs: serde_json::Value = serde_json::from_str(&bench(&["--json"])).unwrap();
+    let runs: serde_json::Value = serde_json::from_str(&bench(&["--json", "--profile"])).unwrap();
+    let phases = &runs[0]["phases"];
+    // A GPU times one decode step in 8 (timing its dispatches slows the step): 2 of 15.
+    assert_eq!(phases["steps"].as_u64(), Some(2), "{phases}");
+    let ms = |w: &serde_json::Value, k: &str| w[k].as_f64().unwrap_or_else(|| panic!("{k}: {w}"));
+    for w in phases["windows"].as_array().unwrap() {
+        let step = ms(w, "step_ms");
+        for kind in [
+            "projections_ms",
+            "attention_ms",
+            "classifier_ms",
+            "sampling_ms",
+        ] {
+            assert!(ms(w, kind) > 0.0, "every kind of dispatch timed: {w}");
+        }
+        assert_eq!(ms(w, "norms_ms"), 0.0, "inside the others on a GPU: {w}");
+        let parts: f64 = [
+            "projections_ms",
+            "attention_ms",
+            "classifier_ms",
+            "sampling_ms",
+        ]
+        .iter()
+        .map(|k| ms(w, k))
+        .sum();
+        assert!(parts <= step, "the device's parts inside the step: {w}");
+        assert!(
+            ms(w, "sampling_ms") < 0.25 * step,
+            "sampling is the pick, not the wait for the step: {w}"
+        );
+    }
     let (ceiling, floor) = (&runs[0]["bandwidth_ceiling"], &runs[0]["dispatch_floor"]);
     assert!(
         ceiling["read_gb_per_s"].as_f64().unwrap() > 0.01,
@@ -516,12 +549,16 @@ fn bench_on_a_gpu_puts_decode_against_its_bandwidth_and_its_dispatches() {
     assert!(us > 0.0, "{floor}");
     let tps = floor["tps"].as_f64().unwrap();
     assert!((tps - 1e6 / (per_token * us)).abs() < 1e-6 * tps, "{floor}");
-    let text = bench(&[]);
+    let text = bench(&["--profile"]);
     assert!(
         text.contains("GPU bandwidth ceiling (a read kernel over 128 MiB, best of 3): reading"),
         "{text}"
     );
     assert!(text.contains("GPU dispatch floor ("), "{text}");
+    assert!(
+        text.contains("where a decode step's time goes (the device's timestamps"),
+        "{text}"
+    );
 }
 
 /// `bench --profile`: each decode step timed by phase by the engine's own timers, the timed

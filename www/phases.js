@@ -14,6 +14,10 @@ const PARTS = [
   ['other_ms', "the engine's other work", '#8c96a0'],
 ];
 const BETWEEN = '#c8ced4';
+const CPU_CAPTION = "Where a decode step's time goes, by the engine's own timers: a column for each 16 tokens, its height the step's time.";
+// crate/gpu/timer.rs: each timed dispatch in a pass of its own, one decode step in 8.
+const GPU_CAPTION =
+  "Where a decode step's time goes on this GPU, by the device's timestamps around each dispatch (one step in 8, as timing slows the step): a column for each 16 tokens. A dispatch is fused: attention's holds its norm and the q, k and v products, the projections' the rest with their norms; the engine's other work is the host's recording and the time between dispatches.";
 
 /**
  * @param {HTMLElement} node
@@ -30,7 +34,7 @@ export class PhaseBar {
     root.innerHTML = `
       <figure class="phases" data-testid="phases">
         <div class="phase-columns" aria-hidden="true"></div>
-        <figcaption>Where a decode step's time goes, by the engine's own timers: a column for each 16 tokens, its height the step's time.</figcaption>
+        <figcaption></figcaption>
         <table class="phase-table">
           <caption class="visually-hidden">A decode step's time by part</caption>
           <thead><tr><th scope="col">part</th><th scope="col">ms a step</th><th scope="col">share</th></tr></thead>
@@ -41,6 +45,7 @@ export class PhaseBar {
     this.columns = /** @type {HTMLElement} */ (root.querySelector('.phase-columns'));
     this.body = /** @type {HTMLElement} */ (root.querySelector('tbody'));
     this.sentence = /** @type {HTMLElement} */ (root.querySelector('.phase-sentence'));
+    this.caption = /** @type {HTMLElement} */ (root.querySelector('figcaption'));
     this.key = '';
     this.clear();
   }
@@ -57,8 +62,9 @@ export class PhaseBar {
    */
   draw(report, running) {
     const phases = report?.phases;
+    const gpu = report?.conditions?.backend === 'wgpu';
     if (!phases) {
-      const why = report && !running && report.conditions?.backend === 'wgpu' ? "The GPU's phases are not timed: its calls return before the device runs them." : '';
+      const why = report && !running && gpu ? "This GPU's phases are not timed: its adapter has no timestamp-query, and its calls return before the device runs them." : '';
       this.root.hidden = !why;
       if (why) {
         this.columns.replaceChildren();
@@ -72,6 +78,7 @@ export class PhaseBar {
     this.root.hidden = false;
     if (key === this.key) return;
     this.key = key;
+    setText(this.caption, gpu ? GPU_CAPTION : CPU_CAPTION);
     const tallest = Math.max(...phases.windows.map((/** @type {any} */ w) => w.step_ms), 1e-9);
     this.columns.replaceChildren(
       ...phases.windows.map((/** @type {any} */ w) => {
@@ -91,7 +98,8 @@ export class PhaseBar {
       }),
     );
     const gap = phases.gap_ms ?? phases.decode.step_ms;
-    const rows = PARTS.map(([field, name, colour]) => [name, phases.decode[field], colour]);
+    // A GPU's norms and activations run inside its other dispatches (the caption says so).
+    const rows = PARTS.filter(([field]) => !(gpu && field === 'norms_ms')).map(([field, name, colour]) => [name, phases.decode[field], colour]);
     if (phases.between_ms !== null && phases.between_ms !== undefined) rows.push(['between steps (outside the engine)', Math.max(0, phases.between_ms), BETWEEN]);
     this.body.replaceChildren(
       ...rows.map(([name, ms, colour]) => {

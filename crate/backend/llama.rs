@@ -211,12 +211,13 @@ impl Llama {
         }
     }
 
-    /// The CPU engine's phase clock (`model/phases.rs`); the GPU's work is not timed by phase.
+    /// The engine's phase clock (`model/phases.rs`): the CPU's, or the GPU's where the device
+    /// has timestamps to time its dispatches with (`gpu/timer.rs`), else `None`.
     pub fn phases(&self) -> Option<&PhaseClock> {
         match &self.body {
             Body::Host(w) => Some(&w.ops.phases),
             #[cfg(feature = "gpu")]
-            Body::Device(_) => None,
+            Body::Device(w) => w.ops.phases(),
         }
     }
 

@@ -383,7 +383,7 @@ impl Scheduler {
         }
         // While the engine's phase clock is on, the step is timed whole and by phase.
         let began = Instant::now();
-        let phases = model.phases().filter(|clock| clock.is_on());
+        let phases = model.phases().filter(|clock| clock.begin_step(reading > 0));
         if let Some(clock) = phases {
             clock.take(0.0);
         }
@@ -421,7 +421,9 @@ impl Scheduler {
         let sampling = Instant::now();
         let picks = Sampler::pick_rows(&mut samplers, logits).await?;
         if let Some(clock) = phases {
-            clock.add(Phase::Sampling, sampling.elapsed().as_nanos() as u64);
+            // Not the time waiting for a GPU (its pick's dispatch is timed on the device).
+            let host = sampling.elapsed().as_nanos() as u64;
+            clock.add(Phase::Sampling, host.saturating_sub(clock.take_waited()));
         }
         let rows = decoding + chunks.iter().map(|c| c.len()).sum::<usize>();
         self.clock.passed(rows);

@@ -8,6 +8,7 @@
 //! error is kept and becomes the next read-back's error, one sentence, and a lost device says so.
 
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 
 use crate::error::{Error, Result};
 
@@ -71,6 +72,9 @@ pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub limits: wgpu::Limits,
+    /// Nanoseconds a timestamp tick where the adapter has `timestamp-query` (granted then), for
+    /// the step's phases (`plan.rs`, `Timer`); `None` where it has not.
+    pub timestamp_ns: Option<f32>,
     /// The first error wgpu reported (validation, out of memory), not yet returned.
     error: Arc<Mutex<Option<String>>>,
     /// Why the device was lost, once it was.
@@ -216,10 +220,13 @@ pub async fn init() -> Result<Granted> {
     // The adapter's own limits, not WebGPU's defaults: a storage binding of 128 MiB would split a
     // 150 MB classifier, and most adapters bind far more.
     let limits = adapter.limits();
+    // Timestamps for the step's phases where the adapter has them (not asked for, they cost
+    // nothing: the step writes them only while a phase clock is on).
+    let timestamps = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
     let (device, queue) = adapter
         .request_device(&wgpu::DeviceDescriptor {
             label: Some("tokenometer"),
-            required_features: wgpu::Features::empty(),
+            required_features: timestamps,
             required_limits: limits.clone(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -265,6 +272,7 @@ pub async fn init() -> Result<Granted> {
         software: fallback || is_software(&name, info.device_type),
         adapter: name,
         gpu: Arc::new(Gpu {
+            timestamp_ns: (!timestamps.is_empty()).then(|| queue.get_timestamp_period()),
             device,
             queue,
             limits,
@@ -274,6 +282,55 @@ pub async fn init() -> Result<Granted> {
     };
     *ready = Some(granted.clone());
     Ok(granted)
+}
+
+/// A read-back's outcome once wgpu calls back, and the task waiting for it.
+type Mapping = (
+    Option<std::result::Result<(), wgpu::BufferAsyncError>>,
+    Option<Waker>,
+);
+
+/// Map `bytes` of `buffer` for reading and wait: natively by polling the device, in a browser by
+/// awaiting WebGPU's promise.
+pub(crate) async fn map(gpu: &Gpu, buffer: &wgpu::Buffer, bytes: u64) -> Result<()> {
+    let state: Arc<Mutex<Mapping>> = Arc::default();
+    let done = state.clone();
+    buffer
+        .slice(..bytes)
+        .map_async(wgpu::MapMode::Read, move |result| {
+            let mut s = done.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 = Some(result);
+            if let Some(waker) = s.1.take() {
+                waker.wake();
+            }
+        });
+    #[cfg(not(target_arch = "wasm32"))]
+    gpu.device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| {
+            Error::Device(format!(
+                "waiting for the GPU failed: {}",
+                one_line(&e.to_string())
+            ))
+        })?;
+    let result = std::future::poll_fn(|cx| {
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        match s.0.take() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                s.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    })
+    .await;
+    gpu.check()?;
+    result.map_err(|e| {
+        Error::Device(format!(
+            "reading results back from the GPU failed: {}",
+            one_line(&e.to_string())
+        ))
+    })
 }
 
 /// An error's innermost cause, on one line, as every error message here is (wgpu's nest:

@@ -19,6 +19,7 @@ mod ops;
 mod plan;
 pub mod probe;
 mod shaders;
+mod timer;
 
 pub use device::{Counts, Gpu, Granted, init};
 pub use ops::DeviceOps;

@@ -12,14 +12,14 @@
 //! | last | `pick.wgsl` | the greedy pick (only where every row is greedy) |
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Poll, Waker};
 
-use crate::error::{Error, Result};
-use crate::gpu::device::{Counts, Gpu, one_line};
+use crate::error::Error;
+use crate::gpu::device::{Counts, Gpu, map};
 use crate::gpu::layer::{self, Packed};
 use crate::gpu::plan::{Extra, LayerBuffers, Part, Plan};
 use crate::model::logits::{DeviceLogits, ReadBack};
 use crate::model::ops::{Angles, LayerAt, LogitRows, Ops, Span};
+use crate::model::phases::{GPU_TIMED_EVERY, PhaseClock};
 use crate::model::{LayerWeights, LlamaConfig, Logits, Matrix, QuantPlan};
 
 /// The most rows a prefill pass takes on the GPU.
@@ -68,6 +68,8 @@ fn loop_iterations(c: &LlamaConfig, rows: usize, end: usize) -> usize {
 /// The GPU's operations: the step's plan, shared with the caches and logits that refer to it.
 pub struct DeviceOps {
     plan: Arc<Mutex<Plan>>,
+    /// The plan's phase clock, where the device has timestamps.
+    clock: Option<Arc<PhaseClock>>,
 }
 
 /// A layer on the device: its place in the plan.
@@ -105,8 +107,11 @@ fn lock(plan: &Mutex<Plan>) -> MutexGuard<'_, Plan> {
 impl DeviceOps {
     /// Operations for a model of `config`'s shape on `gpu`; its kernels are compiled here.
     pub fn new(config: &LlamaConfig, gpu: Arc<Gpu>) -> Self {
+        let plan = Plan::new(gpu, config.clone());
+        plan.clock.set_every(GPU_TIMED_EVERY);
         DeviceOps {
-            plan: Arc::new(Mutex::new(Plan::new(gpu, config.clone()))),
+            clock: plan.gpu.timestamp_ns.map(|_| plan.clock.clone()),
+            plan: Arc::new(Mutex::new(plan)),
         }
     }
 
@@ -117,6 +122,12 @@ impl DeviceOps {
     /// What this model has done on the device so far.
     pub fn counts(&self) -> Counts {
         self.plan().counts
+    }
+
+    /// The step's phase clock, where the device has timestamps to time its dispatches with
+    /// (`timer.rs`).
+    pub fn phases(&self) -> Option<&PhaseClock> {
+        self.clock.as_deref()
     }
 
     /// The bytes most one storage binding (and one buffer) may hold on this device.
@@ -354,9 +365,13 @@ struct GpuLogits {
 }
 
 impl GpuLogits {
-    /// Pick or copy, submit, and read the result back as `T`s.
+    /// Pick or copy, submit, and read the result back as `T`s (and the step's timestamps, where
+    /// it was timed, into the phase clock). The whole of it, from recording the pick to the
+    /// values, is the clock's time waiting for the device, which the scheduler's sampling
+    /// leaves out.
     fn read<T: bytemuck::Pod>(self, ids: bool) -> ReadBack<Vec<T>> {
-        let (gpu, buffer, bytes) = {
+        let started = web_time::Instant::now();
+        let (gpu, clock, buffer, bytes, timed) = {
             let mut p = lock(&self.plan);
             if p.logits_pass != self.pass {
                 return Box::pin(std::future::ready(Err(Error::Device(
@@ -368,8 +383,8 @@ impl GpuLogits {
                 .iter()
                 .map(|(e, rows)| (e.as_ref(), *rows))
                 .collect();
-            let (buffer, bytes) = p.read(&parts, ids);
-            (p.gpu.clone(), buffer, bytes)
+            let (buffer, bytes, timed) = p.read(&parts, ids);
+            (p.gpu.clone(), p.clock.clone(), buffer, bytes, timed)
         };
         Box::pin(async move {
             map(&gpu, &buffer, bytes).await?;
@@ -381,6 +396,10 @@ impl GpuLogits {
             };
             buffer.unmap();
             gpu.check()?;
+            if let Some(timed) = timed {
+                timed.add_to(&gpu, &clock).await?;
+            }
+            clock.waited(started.elapsed().as_nanos() as u64);
             Ok(values)
         })
     }
@@ -421,53 +440,4 @@ impl DeviceLogits for GpuLogits {
     fn into_vec(self: Box<Self>) -> ReadBack<Vec<f32>> {
         self.read(false)
     }
-}
-
-/// A read-back's outcome once wgpu calls back, and the task waiting for it.
-type Mapping = (
-    Option<std::result::Result<(), wgpu::BufferAsyncError>>,
-    Option<Waker>,
-);
-
-/// Map `bytes` of `buffer` for reading and wait: natively by polling the device, in a browser by
-/// awaiting WebGPU's promise.
-pub(crate) async fn map(gpu: &Gpu, buffer: &wgpu::Buffer, bytes: u64) -> Result<()> {
-    let state: Arc<Mutex<Mapping>> = Arc::default();
-    let done = state.clone();
-    buffer
-        .slice(..bytes)
-        .map_async(wgpu::MapMode::Read, move |result| {
-            let mut s = done.lock().unwrap_or_else(|e| e.into_inner());
-            s.0 = Some(result);
-            if let Some(waker) = s.1.take() {
-                waker.wake();
-            }
-        });
-    #[cfg(not(target_arch = "wasm32"))]
-    gpu.device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| {
-            Error::Device(format!(
-                "waiting for the GPU failed: {}",
-                one_line(&e.to_string())
-            ))
-        })?;
-    let result = std::future::poll_fn(|cx| {
-        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-        match s.0.take() {
-            Some(result) => Poll::Ready(result),
-            None => {
-                s.1 = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    })
-    .await;
-    gpu.check()?;
-    result.map_err(|e| {
-        Error::Device(format!(
-            "reading results back from the GPU failed: {}",
-            one_line(&e.to_string())
-        ))
-    })
 }

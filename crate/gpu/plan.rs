@@ -15,8 +15,10 @@ use std::sync::Arc;
 
 use crate::gpu::device::{Counts, Gpu};
 use crate::gpu::shaders::{Kernel, Kernels, MAX_SPANS};
+use crate::gpu::timer::{Pending, Timer};
 use crate::model::LlamaConfig;
 use crate::model::ops::Span;
+use crate::model::phases::{Phase, PhaseClock};
 
 /// Bytes of the pass's uniform (`Step` in common.wgsl): 8 words, then a vec4 per span.
 const STEP_BYTES: u64 = 32 + 16 * MAX_SPANS as u64;
@@ -42,6 +44,8 @@ struct Dispatch {
     pipeline: wgpu::ComputePipeline,
     group: wgpu::BindGroup,
     count: [u32; 3],
+    /// Its kind, for the step's phases (`timer.rs`).
+    phase: Phase,
 }
 
 /// Logit rows in a buffer of their own, for a forward call's later chunks (its first chunk's rows
@@ -94,6 +98,9 @@ pub struct Plan {
     host_ns: u64,
     /// What this model has done on the device.
     pub counts: Counts,
+    /// The step's phases, timed by the device while on (where it has timestamps).
+    pub clock: Arc<PhaseClock>,
+    timer: Option<Timer>,
 }
 
 const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE;
@@ -155,6 +162,8 @@ impl Plan {
             pass_spans: 0,
             host_ns: 0,
             counts,
+            clock: Arc::default(),
+            timer: None,
             step,
             layers: Vec::new(),
             kernels,
@@ -184,21 +193,46 @@ impl Plan {
         }
     }
 
-    /// The recorded dispatches in one compute pass of a new encoder.
-    fn encode(&self) -> wgpu::CommandEncoder {
+    /// The recorded dispatches in one compute pass of a new encoder, or, while the phase clock
+    /// is on and the device has timestamps, each in a pass of its own, timed (`timer.rs`).
+    fn encode(&mut self) -> wgpu::CommandEncoder {
         let mut encoder = self
             .gpu
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: None,
-                timestamp_writes: None,
-            });
-            for d in &self.recorded {
-                pass.set_pipeline(&d.pipeline);
-                pass.set_bind_group(0, &d.group, &[]);
-                pass.dispatch_workgroups(d.count[0], d.count[1], d.count[2]);
+        let timing = self
+            .clock
+            .is_on()
+            .then_some(self.gpu.timestamp_ns)
+            .flatten();
+        if let (Some(tick_ns), None) = (timing, &self.timer) {
+            self.timer = Some(Timer::new(&self.gpu, &mut self.counts, tick_ns));
+        }
+        let dispatch = |pass: &mut wgpu::ComputePass, d: &Dispatch| {
+            pass.set_pipeline(&d.pipeline);
+            pass.set_bind_group(0, &d.group, &[]);
+            pass.dispatch_workgroups(d.count[0], d.count[1], d.count[2]);
+        };
+        match self.timer.as_mut().filter(|_| timing.is_some()) {
+            Some(timer) => {
+                timer.begin();
+                for d in &self.recorded {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: timer.next(d.phase),
+                    });
+                    dispatch(&mut pass, d);
+                }
+                timer.resolve(&mut encoder);
+            }
+            None => {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                });
+                for d in &self.recorded {
+                    dispatch(&mut pass, d);
+                }
             }
         }
         encoder
@@ -220,11 +254,18 @@ impl Plan {
         self.host_ns += since.elapsed().as_nanos() as u64;
     }
 
-    fn record(&mut self, kernel: fn(&Kernels) -> &Kernel, group: wgpu::BindGroup, count: [u32; 3]) {
+    fn record(
+        &mut self,
+        kernel: fn(&Kernels) -> &Kernel,
+        phase: Phase,
+        group: wgpu::BindGroup,
+        count: [u32; 3],
+    ) {
         self.recorded.push(Dispatch {
             pipeline: kernel(&self.kernels).pipeline.clone(),
             group,
             count,
+            phase,
         });
     }
 
@@ -284,11 +325,12 @@ impl Plan {
         let heads = self.config.n_heads as u32;
         self.record(
             |k| &k.attention,
+            Phase::Attention,
             attention,
             [heads, self.pass_spans as u32, 1],
         );
         let count = self.project_count();
-        self.record(|k| &k.project_out, project, count);
+        self.record(|k| &k.project_out, Phase::Projections, project, count);
     }
 
     /// Layer `l`'s feed-forward half: two dispatches.
@@ -296,9 +338,14 @@ impl Plan {
         let [_, _, feed_forward, project] = self.groups[l].clone();
         let columns = self.config.hidden_dim.div_ceil(64) as u32;
         let tiles = self.pass_rows.div_ceil(4) as u32;
-        self.record(|k| &k.feed_forward, feed_forward, [columns, tiles, 1]);
+        self.record(
+            |k| &k.feed_forward,
+            Phase::Projections,
+            feed_forward,
+            [columns, tiles, 1],
+        );
         let count = self.project_count();
-        self.record(|k| &k.project_down, project, count);
+        self.record(|k| &k.project_down, Phase::Projections, project, count);
     }
 
     /// A projection back to the width: a workgroup per 64 columns of 4 rows, or per 4 rows where
@@ -343,6 +390,7 @@ impl Plan {
                 let group = self.classify_group(part, norm, &logits);
                 self.record(
                     |k| &k.classify,
+                    Phase::Classifier,
                     group,
                     [part.n.div_ceil(64) as u32, tiles, 1],
                 );
@@ -373,7 +421,7 @@ impl Plan {
             let (part, group) = &self.classify[i];
             let count = [part.n.div_ceil(64) as u32, tiles, 1];
             let group = group.clone();
-            self.record(|k| &k.classify, group, count);
+            self.record(|k| &k.classify, Phase::Classifier, group, count);
         }
         self.logits_pass = self.pass;
         None
@@ -392,8 +440,12 @@ impl Plan {
 
     /// Record the pick over each of `parts` (`None`: the plan's logits), copy the ids or (`ids`
     /// false) the logits into the read-back buffer one part after another, and submit. Returns
-    /// the read-back buffer and the bytes to read.
-    pub fn read(&mut self, parts: &[(Option<&Extra>, usize)], ids: bool) -> (wgpu::Buffer, u64) {
+    /// the read-back buffer, the bytes to read, and the step's timestamps where it was timed.
+    pub fn read(
+        &mut self,
+        parts: &[(Option<&Extra>, usize)],
+        ids: bool,
+    ) -> (wgpu::Buffer, u64, Option<Pending>) {
         let started = web_time::Instant::now();
         let vocab = self.config.vocab_size as u64;
         let each = |rows: usize| 4 * rows as u64 * if ids { 1 } else { vocab };
@@ -409,7 +461,7 @@ impl Plan {
         if ids {
             for &(extra, rows) in parts {
                 let group = extra.map_or(&self.pick, |e| &e.pick).clone();
-                self.record(|k| &k.pick, group, [rows as u32, 1, 1]);
+                self.record(|k| &k.pick, Phase::Sampling, group, [rows as u32, 1, 1]);
             }
         }
         let mut encoder = self.encode();
@@ -426,7 +478,8 @@ impl Plan {
         }
         self.spent(started);
         self.submit(encoder);
-        (self.readback.clone(), total)
+        let timed = self.timer.as_mut().and_then(Timer::take);
+        (self.readback.clone(), total, timed)
     }
 
     /// Buffers for passes of `rows` rows, and the bind groups over them.

@@ -9,8 +9,7 @@
 use web_time::Instant;
 
 use crate::error::Result;
-use crate::gpu::device::{Counts, Gpu};
-use crate::gpu::ops::map;
+use crate::gpu::device::{Counts, Gpu, map};
 use crate::gpu::shaders::{Binding, Kernel, kernel};
 
 /// The buffer read: 128 MiB (less where a binding holds less), as the page's CPU probe.

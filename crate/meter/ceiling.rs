@@ -83,7 +83,7 @@ impl BandwidthCeiling {
         } else if share >= 0.75 {
             "memory is what holds it back: fewer bytes a token (a smaller quantization) is what would go faster"
         } else {
-            "memory is not all that holds it back: the arithmetic, threads waiting for each other and the host's work between steps take the rest"
+            "memory is not all that holds it back: the arithmetic, waiting (threads for each other, a GPU's dispatches for their turn) and the host's work between steps take the rest"
         }
     }
 }

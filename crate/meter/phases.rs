@@ -76,7 +76,8 @@ pub struct PhaseFigures {
     pub between_ms: Option<f64>,
     /// The prefill's pass (the first token's step), by the same parts.
     pub prefill: Option<PhaseSplit>,
-    /// Each [`PHASE_WINDOW_TOKENS`] decode tokens' mean, in order (the last may hold fewer).
+    /// Each [`PHASE_WINDOW_TOKENS`] decode tokens' mean over their timed steps, in order (the
+    /// last may hold fewer; one with no timed step is left out).
     pub windows: Vec<PhaseSplit>,
     /// The figures in a sentence.
     pub sentence: String,
@@ -119,9 +120,13 @@ impl PhaseFigures {
             prefill: first
                 .as_ref()
                 .map(|p| PhaseSplit::mean(std::slice::from_ref(p))),
-            windows: decode
+            // By token: a GPU times one decode step in several (`model/phases.rs`).
+            windows: rest
                 .chunks(PHASE_WINDOW_TOKENS)
-                .map(PhaseSplit::mean)
+                .filter_map(|window| {
+                    let timed: Vec<StepPhases> = window.iter().flatten().copied().collect();
+                    (!timed.is_empty()).then(|| PhaseSplit::mean(&timed))
+                })
                 .collect(),
         })
     }
@@ -154,5 +159,23 @@ mod tests {
         assert_eq!(f.windows.len(), 2, "16 and 4");
         assert!(f.sentence.contains("projections 71%"), "{}", f.sentence);
         assert!(PhaseFigures::new(&[step(1.0, 2.0), None], None).is_none());
+    }
+
+    #[test]
+    fn windows_are_16_tokens_each_over_the_steps_timed_in_them() {
+        // A GPU times one decode step in 8: tokens 8, 16, 24 and 32 of 40 after the first.
+        let mut steps = vec![step(50.0, 60.0)];
+        steps.extend((1..=40).map(|i| {
+            if i % 8 == 0 {
+                step(i as f64, 50.0)
+            } else {
+                None
+            }
+        }));
+        let f = PhaseFigures::new(&steps, Some(40.0)).expect("figures");
+        assert_eq!(f.steps, 5);
+        let columns: Vec<f64> = f.windows.iter().map(|w| w.projections_ms).collect();
+        // Tokens 1-16 hold steps 8 and 16, 17-32 hold 24 and 32, 33-40 holds 40.
+        assert_eq!(columns, [12.0, 28.0, 40.0]);
     }
 }

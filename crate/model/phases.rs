@@ -8,7 +8,9 @@
 //! bookkeeping, detokenizing). The clock reads are two a timed operation, about 14 a layer:
 //! `bench --profile` against plain `bench` says what they cost (docs/figures.md).
 //!
-//! The GPU's work is not timed here: its host calls return before the device has run them.
+//! The GPU's host calls return before the device has run them, so the GPU times its dispatches
+//! by the device's own timestamps (`gpu/timer.rs`) and adds them here, and says how long the host
+//! waited for it ([`PhaseClock::waited`]), which the scheduler's sampling leaves out.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -32,20 +34,56 @@ pub enum Phase {
 
 const PHASES: usize = 5;
 
+/// A GPU times one decode step in this many: each timed dispatch runs in a pass of its own, which
+/// cost lavapipe 5-7% a timed step (stories260K, `bench --profile` against `bench`), and a page's
+/// column of 16 tokens still holds two timed steps.
+pub const GPU_TIMED_EVERY: u32 = 8;
+
 /// Time by [`Phase`], added up while on; shared by the threads that run a model (atomics).
 #[derive(Debug, Default)]
 pub struct PhaseClock {
+    /// Asked for (`set_on`), and timing the step running now (`begin_step`).
+    wanted: AtomicBool,
     on: AtomicBool,
+    /// Decode steps timed: one in `every` (0 and 1: all), counted by `steps`. A GPU times one in
+    /// [`GPU_TIMED_EVERY`]: timing its dispatches slows the step it times.
+    every: AtomicU32,
+    steps: AtomicU32,
     /// Timed operations running inside each other now: only the outermost adds its time.
     depth: AtomicU32,
     nanos: [AtomicU64; PHASES],
+    /// Time the host spent waiting for a device (recording, submitting and reading back a GPU
+    /// step), not yet taken.
+    waited: AtomicU64,
 }
 
 impl PhaseClock {
+    /// Time the steps from the next one on (or stop).
     pub fn set_on(&self, on: bool) {
+        self.wanted.store(on, Relaxed);
         self.on.store(on, Relaxed);
+        self.steps.store(0, Relaxed);
     }
 
+    /// Time one decode step in `every`.
+    pub fn set_every(&self, every: u32) {
+        self.every.store(every, Relaxed);
+    }
+
+    /// Whether the step beginning now is timed: while on, every step that reads a prompt
+    /// (`reading`) and one decode step in `every`.
+    pub fn begin_step(&self, reading: bool) -> bool {
+        let turn = reading
+            || self
+                .steps
+                .fetch_add(1, Relaxed)
+                .is_multiple_of(self.every.load(Relaxed).max(1));
+        let on = self.wanted.load(Relaxed) && turn;
+        self.on.store(on, Relaxed);
+        on
+    }
+
+    /// Whether the step running now is timed.
     pub fn is_on(&self) -> bool {
         self.on.load(Relaxed)
     }
@@ -70,9 +108,20 @@ impl PhaseClock {
         self.nanos[phase as usize].fetch_add(nanos, Relaxed);
     }
 
+    /// Add `nanos` the host spent waiting for a device.
+    pub fn waited(&self, nanos: u64) {
+        self.waited.fetch_add(nanos, Relaxed);
+    }
+
+    /// The time spent waiting for a device since the last call; from zero again.
+    pub fn take_waited(&self) -> u64 {
+        self.waited.swap(0, Relaxed)
+    }
+
     /// The times added since the last take, in milliseconds, as a step of `step_ms`; the clock
     /// starts again from zero.
     pub fn take(&self, step_ms: f64) -> StepPhases {
+        self.waited.store(0, Relaxed);
         let ms = |p: Phase| self.nanos[p as usize].swap(0, Relaxed) as f64 / 1e6;
         StepPhases {
             projections_ms: ms(Phase::Projections),
@@ -130,5 +179,19 @@ mod tests {
         );
         assert!(step.classifier_ms >= 10.0, "{step:?}");
         assert_eq!(clock.take(0.0).classifier_ms, 0.0, "taken: from zero again");
+    }
+
+    #[test]
+    fn one_decode_step_in_every_is_timed_and_every_prompt_step() {
+        let clock = PhaseClock::default();
+        assert!(!clock.begin_step(true), "off: no step timed");
+        clock.set_every(4);
+        clock.set_on(true);
+        let timed: Vec<bool> = [true, false, false, false, false, false, true, false]
+            .iter()
+            .map(|&reading| clock.begin_step(reading))
+            .collect();
+        assert_eq!(timed, [true, true, false, false, false, true, true, false]);
+        assert!(!clock.is_on(), "the last step was not timed");
     }
 }

@@ -46,3 +46,39 @@ test("the phase bar: the engine's parts inside each step, the steps making the g
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test("on WebGPU: the device's timestamps around each dispatch, one decode step in 8, inside the step", async (t) => {
+  // SwiftShader here has timestamp-query: a software GPU, so the times say nothing of a real one;
+  // what is checked is that every kind of dispatch is timed, inside its step, and that sampling
+  // is the pick's dispatch, not the host's wait for the whole step.
+  const gpuBrowser = await launchBrowser({ webgpu: true });
+  try {
+    const { page, errors } = await openPage(gpuBrowser, `${base}/?model=stories260K&backend=wgpu&quant=q8&max=33&autorun=1&prompt=${encodeURIComponent('Once upon a time')}`);
+    await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+    assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+    const report = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastReport);
+    const phases = report.phases;
+    t.diagnostic(`decode ${report.decode_tps} tok/s; ${JSON.stringify(phases?.decode)}; gap ${phases?.gap_ms} ms`);
+    assert.ok(phases, 'a GPU run with timestamp-query has phases');
+    const decoded = report.conditions.output_tokens - 1;
+    // The prompt's step is timed, then decode steps 1, 9, 17, ... of the scheduler's count.
+    assert.equal(phases.steps, Math.ceil(decoded / 8), `timed decode steps of ${decoded}`);
+    for (const w of phases.windows) {
+      for (const kind of ['projections_ms', 'attention_ms', 'classifier_ms', 'sampling_ms']) assert.ok(w[kind] > 0, `${kind} timed: ${JSON.stringify(w)}`);
+      assert.equal(w.norms_ms, 0, 'norms are inside the other dispatches');
+      const parts = w.projections_ms + w.attention_ms + w.classifier_ms + w.sampling_ms;
+      assert.ok(parts <= w.step_ms, `the device's parts inside the step: ${JSON.stringify(w)}`);
+      assert.ok(w.sampling_ms < 0.25 * w.step_ms, `sampling is the pick, not the wait: ${JSON.stringify(w)}`);
+    }
+    const bar = page.locator('#run-view').getByTestId('phases');
+    await bar.waitFor({ state: 'visible' });
+    assert.match(await bar.locator('figcaption').textContent(), /by the device's timestamps around each dispatch \(one step in 8/);
+    const parts = await bar.locator('tbody tr').evaluateAll((nodes) => nodes.map((n) => n.dataset.part));
+    assert.ok(!parts.includes('norms and activations') && parts.includes('classifier'), JSON.stringify(parts));
+    assert.equal(await bar.locator('.phase-column').count(), phases.windows.length);
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await gpuBrowser.close();
+  }
+});

@@ -227,8 +227,8 @@ async fn run(command: Command) -> Result<(), Error> {
             match engine.model.phases() {
                 Some(clock) => clock.set_on(profile),
                 None if profile => eprintln!(
-                    "tokenometer: --profile times the CPU engine's phases; the GPU's are not timed \
-                     (its calls return before the device runs them), so no phases follow"
+                    "tokenometer: --profile times a GPU's dispatches with timestamp queries, and \
+                     this adapter has none (WebGPU's timestamp-query), so no phases follow"
                 ),
                 None => {}
             }

@@ -4,8 +4,9 @@
 use crate::meter::{PhaseSplit, Report};
 
 /// The timed runs' phases: each part's median over the runs of its mean a decode step, and its
-/// share of the gap between tokens; nothing when no run was timed by phase.
-pub(super) fn print_phases(reports: &[Report]) {
+/// share of the gap between tokens; nothing when no run was timed by phase. On a `gpu`, the parts
+/// are the device's time in each kind of dispatch (`gpu/timer.rs`).
+pub(super) fn print_phases(reports: &[Report], gpu: bool) {
     let figures: Vec<_> = reports.iter().filter_map(|r| r.phases.as_ref()).collect();
     if figures.is_empty() {
         return;
@@ -22,9 +23,13 @@ pub(super) fn print_phases(reports: &[Report]) {
         g.get(g.len() / 2).copied()
     };
     let steps = figures.iter().map(|p| p.steps).sum::<usize>();
+    let timers = if gpu {
+        "the device's timestamps around each dispatch"
+    } else {
+        "the engine's own timers"
+    };
     println!(
-        "where a decode step's time goes (the engine's own timers; median of {} runs, {steps} \
-         steps in all):",
+        "where a decode step's time goes ({timers}; median of {} runs, {steps} steps in all):",
         figures.len()
     );
     println!("  {:<26} {:>10} {:>8}", "part", "ms a step", "share");
@@ -34,7 +39,10 @@ pub(super) fn print_phases(reports: &[Report]) {
     };
     let parts = figures[0].decode.parts();
     for (i, (name, _)) in parts.iter().enumerate() {
-        row(name, median(&|s| s.parts()[i].1));
+        // A GPU's norms and activations run inside its other dispatches (said below).
+        if !(gpu && *name == "norms and activations") {
+            row(name, median(&|s| s.parts()[i].1));
+        }
     }
     let step = median(&|s| s.step_ms);
     if let Some(gap) = gap {
@@ -42,6 +50,14 @@ pub(super) fn print_phases(reports: &[Report]) {
         row("the gap between tokens", gap);
     } else {
         row("the engine's step", step);
+    }
+    if gpu {
+        println!(
+            "  on the GPU a dispatch is fused: attention's holds its norm and the q, k and v \
+             products, the projections' the others with their norms and activations; the \
+             engine's other work is the host's recording and submitting and the device's time \
+             between dispatches (each dispatch runs in a pass of its own while timed)"
+        );
     }
     if let Some(prefill) = figures[0].prefill {
         let shares: Vec<String> = prefill

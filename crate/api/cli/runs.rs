@@ -256,7 +256,7 @@ pub(super) async fn bench(
     print_runs(&reports, warm_up_ms, untimed, speculation.is_some(), json);
     if !json {
         super::ceilings::print(&reports, measured, before, engine);
-        super::profile::print_phases(&reports);
+        super::profile::print_phases(&reports, engine.info.backend != crate::BackendKind::Cpu);
     }
     Ok(())
 }
