@@ -699,6 +699,28 @@ fn bench_with_concurrency_prints_one_json_object_per_level() {
             );
         }
     }
+    // The memory-bandwidth ceiling at each level's batch: a step reads the weights once for all
+    // its users, so a token reads a share of them; the same bandwidth, measured once.
+    let ceilings: Vec<&serde_json::Value> =
+        levels.iter().map(|l| &l["bandwidth_ceiling"]).collect();
+    let field =
+        |c: &serde_json::Value, k: &str| c[k].as_f64().unwrap_or_else(|| panic!("{k}: {c}"));
+    for (c, batch) in ceilings.iter().zip([1, 2, 4]) {
+        assert_eq!(c["batch"], batch, "{c}");
+        let token = field(c, "weight_bytes") / batch as f64 + field(c, "kv_bytes");
+        let tps = field(c, "read_gb_per_s") * 1e9 / token;
+        assert!((field(c, "tps") - tps).abs() < 1e-6 * tps, "{c}");
+    }
+    assert!(
+        ceilings
+            .windows(2)
+            .all(|w| field(w[1], "tps") > field(w[0], "tps")),
+        "the ceiling rises with the batch: {ceilings:?}"
+    );
+    assert_eq!(
+        field(ceilings[0], "read_gb_per_s"),
+        field(ceilings[2], "read_gb_per_s")
+    );
     // The human table, with a Poisson arrival and a batch limit below the users.
     let output = tokenometer(&[
         "bench",

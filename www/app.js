@@ -582,6 +582,13 @@ const labClient = {
     return true;
   },
   readingWpm: wpm,
+  // As for a single run: the CPU's at the engine's threads, or the GPU's read kernel.
+  async readBandwidth() {
+    const loaded = engine.loaded;
+    if (loaded?.info?.backend === 'cpu') return readBandwidth(engine.build ?? 'relaxed', loaded.threads);
+    if (loaded?.info?.backend === 'wgpu') return (await readGpuCeilings(engine, loaded.info.adapter))?.read_gb_per_s ?? null;
+    return null;
+  },
   finished: (report) => results.add(rowFromLoadReport(report)),
 };
 const lab = new ConcurrencyLab($('lab'), labClient);

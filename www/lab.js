@@ -32,6 +32,7 @@ export function endpointCap(protocol) {
  * @property {() => import('./engine-client.js').EngineClient} engine
  * @property {(busy: boolean) => boolean} claim  take (true) or give back (false) the engine; false when a single run holds it
  * @property {() => number} readingWpm
+ * @property {() => Promise<number | null>} readBandwidth  this device's memory read bandwidth in GB/s for the loaded engine (ceiling.js), or null
  * @property {(report: any) => void} finished  a level is over (its load report, for the results table)
  */
 
@@ -74,8 +75,11 @@ const TEMPLATE = `
       <dd><span data-testid="lab-goodput" data-ref="goodput">–</span> req/s (<span data-testid="lab-good-share" data-ref="goodShare">–</span>% good)</dd></div>
     <div><dt title="The step's matrix products alone, timed in the worker once the level has ended (CPU only): the aggregate tok/s this many users would reach if nothing else took time">ceiling: products alone</dt>
       <dd><span data-testid="lab-ceiling-tps" data-ref="ceiling">–</span> tok/s</dd></div>
+    <div><dt title="This device's memory read bandwidth over the bytes a token reads at this batch: a step reads the weights once for all its users, so more users raise it">ceiling: memory bandwidth</dt>
+      <dd><span data-testid="lab-bandwidth-tps" data-ref="bandwidth">–</span> tok/s</dd></div>
   </dl>
   <p class="conditions" data-testid="lab-ceiling-rates" data-ref="ceilingRates" hidden></p>
+  <p class="conditions" data-testid="lab-bandwidth-sentence" data-ref="bandwidthSentence" hidden></p>
   <p class="error" data-testid="lab-failures" data-ref="failures" role="status" hidden></p>
   <div class="lab-lanes" data-ref="lanes"></div>
   <div class="lab-results">
@@ -83,11 +87,11 @@ const TEMPLATE = `
       <canvas data-testid="lab-curve" data-ref="curve" width="760" height="300" role="img"
         aria-label="Aggregate and per-user tok/s, and TTFT p99, by number of users"></canvas>
       <figcaption>by users: <span class="key aggregate">aggregate tok/s</span>, <span class="key per-user">per-user tok/s (median)</span>,
-        <span class="key ttft">TTFT p99 (ms, right axis)</span>, <span class="key ceiling">ceiling: the matrix products alone</span>; the dotted line is reading speed</figcaption>
+        <span class="key ttft">TTFT p99 (ms, right axis)</span>, <span class="key ceiling">ceiling: the matrix products alone</span>, <span class="key bandwidth">ceiling: memory bandwidth (dotted)</span>; the fine dotted line is reading speed</figcaption>
     </figure>
     <table data-testid="lab-levels" tabindex="0">
       <caption>Levels run</caption>
-      <thead><tr><th scope="col">users</th><th scope="col">aggregate tok/s</th><th scope="col">per user p50</th><th scope="col">slowest</th><th scope="col">TTFT p99 ms</th><th scope="col">keeps up with a reader</th><th scope="col" title="The step's matrix products alone, with nothing else (CPU only)">ceiling tok/s</th><th scope="col" title="Requests a second meeting the objectives given">goodput req/s</th></tr></thead>
+      <thead><tr><th scope="col">users</th><th scope="col">aggregate tok/s</th><th scope="col">per user p50</th><th scope="col">slowest</th><th scope="col">TTFT p99 ms</th><th scope="col">keeps up with a reader</th><th scope="col" title="The step's matrix products alone, with nothing else (CPU only)">ceiling tok/s</th><th scope="col" title="Requests a second meeting the objectives given">goodput req/s</th><th scope="col" title="This device's memory bandwidth over the bytes a token reads at this level's batch">bandwidth ceiling tok/s</th></tr></thead>
       <tbody data-ref="levels"></tbody>
     </table>
   </div>
@@ -172,13 +176,16 @@ export class ConcurrencyLab {
         this.ref.cap.textContent = `Against ${endpoint.base}: every user is a real stream from this browser, at most ${cap} at once ` +
           (cap < 16 ? `(the browser reached it over ${endpoint.protocol ?? 'HTTP/1.1 or a protocol it did not name'}, and a browser opens at most 6 connections to one server: more users would wait in this browser, not at the server)` : `(over ${endpoint.protocol}, one connection carries them all)`);
       }
+      // This device's read bandwidth (measured once and kept, ceiling.js): each level's
+      // bandwidth ceiling at its batch. None against an endpoint: its memory is the server's.
+      const read = endpoint ? null : await this.client.readBandwidth();
       const levels = pick(cap);
       const over = levels.find((n) => n > cap);
       if (over) throw new Error(`${over} users: against this endpoint the lab runs at most ${cap} at once, as the line above says why; tokenometer bench --endpoint ${endpoint?.base} --concurrency ${over} drives more`);
       for (const [i, users] of levels.entries()) {
         if (this.stopped) break;
         this.setStatus(levels.length > 1 ? `running ${users} users (level ${i + 1} of ${levels.length})` : `running ${users} users`);
-        const report = await this.level(users, endpoint);
+        const report = await this.level(users, endpoint, read);
         this.client.finished(report);
         this.levels.push(report);
         this.addLevelRow(report);
@@ -199,9 +206,10 @@ export class ConcurrencyLab {
    * report.
    * @param {number} users
    * @param {import('./protocol.js').Endpoint | null} endpoint
+   * @param {number | null} read  this device's read bandwidth in GB/s, for the bandwidth ceiling
    * @returns {Promise<any>}
    */
-  level(users, endpoint) {
+  level(users, endpoint, read) {
     const lanes = this.makeLanes(users);
     /** @type {string[]} */
     const texts = Array.from({ length: users }, () => '');
@@ -213,6 +221,7 @@ export class ConcurrencyLab {
       // Objectives left empty are none; the engine refuses one that is not a positive number.
       slo_ttft_ms: this.ref.sloTtft.value === '' ? null : Number(this.ref.sloTtft.value),
       slo_tpot_ms: this.ref.sloTpot.value === '' ? null : Number(this.ref.sloTpot.value),
+      ...(read ? { read_gb_per_s: read } : {}),
     };
     // What came since the last drawing: the lanes whose text grew, each user's latest figures,
     // the latest report. Drawn once a frame, and only those lanes, where every message rewrote
@@ -322,6 +331,10 @@ export class ConcurrencyLab {
     r.ceiling.textContent = format(products?.tps, 0);
     r.ceilingRates.textContent = products ? `Ceiling, the step's matrix products alone at ${describeProducts(products)}` : '';
     r.ceilingRates.hidden = !products;
+    const bandwidth = report.bandwidth_ceiling;
+    r.bandwidth.textContent = format(bandwidth?.tps, 0);
+    r.bandwidthSentence.textContent = bandwidth ? `Ceiling, memory bandwidth: ${bandwidth.sentence[0].toUpperCase()}${bandwidth.sentence.slice(1)}.` : '';
+    r.bandwidthSentence.hidden = !bandwidth;
   }
 
   /** @param {any} report */
@@ -342,7 +355,11 @@ export class ConcurrencyLab {
     const goodput = document.createElement('td');
     goodput.dataset.testid = 'lab-level-goodput';
     goodput.textContent = format(report.goodput?.requests_per_s, 2);
-    row.append(ceiling, goodput);
+    const bandwidth = document.createElement('td');
+    bandwidth.dataset.testid = 'lab-level-bandwidth';
+    bandwidth.textContent = format(report.bandwidth_ceiling?.tps, 0);
+    if (report.bandwidth_ceiling) bandwidth.title = report.bandwidth_ceiling.sentence;
+    row.append(ceiling, goodput, bandwidth);
     row.title = report.summary;
     this.ref.levels.append(row);
   }
@@ -368,7 +385,7 @@ export class ConcurrencyLab {
     }
     const maxUsers = Math.max(2, ...levels.map((l) => l.users));
     const tpsMax = 1.15 * Math.max(...levels.map((l) => Math.max(l.aggregate_tps ?? 0, l.per_user_tps_p50 ?? 0, l.reading_tps ?? 0,
-      l.products_alone?.tps ?? 0)));
+      l.products_alone?.tps ?? 0, l.bandwidth_ceiling?.tps ?? 0)));
     const ttftMax = 1.15 * Math.max(1, ...levels.map((l) => l.ttft_ms_p99 ?? 0));
     const x = (/** @type {number} */ users) => pad.left + (Math.log2(users) / Math.log2(maxUsers)) * (width - pad.left - pad.right);
     const y = (/** @type {number} */ v, /** @type {number} */ max) => height - pad.bottom - (v / max) * (height - pad.top - pad.bottom);
@@ -388,11 +405,12 @@ export class ConcurrencyLab {
       { pick: (/** @type {any} */ l) => l.per_user_tps_p50, max: tpsMax, color: style.getPropertyValue('--c-per-user').trim() || '#4e9af1', dash: [] },
       { pick: (/** @type {any} */ l) => l.ttft_ms_p99, max: ttftMax, color: style.getPropertyValue('--c-ttft').trim() || '#d35ec6', dash: [8, 6] },
       { pick: (/** @type {any} */ l) => l.products_alone?.tps, max: tpsMax, color: style.getPropertyValue('--muted').trim() || '#a9b3bd', dash: [14, 6] },
+      { pick: (/** @type {any} */ l) => l.bandwidth_ceiling?.tps, max: tpsMax, color: style.getPropertyValue('--muted').trim() || '#a9b3bd', dash: [3, 4] },
     ];
     const sorted = [...levels].sort((a, b) => a.users - b.users);
     ctx.lineWidth = 3;
     for (const s of series) {
-      // The ceiling is measured on the CPU only: no line where a level has none.
+      // A ceiling a level lacks (products on a GPU, bandwidth against an endpoint): no line.
       if (sorted.some((l) => s.pick(l) == null)) continue;
       ctx.strokeStyle = s.color;
       ctx.fillStyle = s.color;

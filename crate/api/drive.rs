@@ -358,6 +358,13 @@ impl LoadLevel {
         }
     }
 
+    /// The memory reads `gb_per_s` (measured apart): the report holds the level's bandwidth
+    /// ceiling at its batch ([`BatchMeter::read_bandwidth`]).
+    pub fn read_bandwidth(&mut self, gb_per_s: f64, engine: &Engine) {
+        let kv = engine.model.kv_bytes_per_position() as u64;
+        self.meter.read_bandwidth(gb_per_s, kv);
+    }
+
     /// End every user's request now; their done events (metered).
     pub fn cancel_all(&mut self) -> Vec<SeqEvent> {
         self.cancelled = true;

@@ -20,6 +20,10 @@ pub struct BandwidthCeiling {
     pub tps: f64,
     /// The run's decode tok/s over the ceiling (0 to 1, more where caches hold the weights).
     pub share: Option<f64>,
+    /// Sequences a step decodes together (1 but in a load level): they read the weights once
+    /// between them, so a token reads `weight_bytes / batch` of them, and the ceiling is the
+    /// aggregate's.
+    pub batch: usize,
     /// All of it in one sentence ([`BandwidthCeiling::said`]).
     pub sentence: String,
 }
@@ -32,19 +36,35 @@ impl BandwidthCeiling {
         read_gb_per_s: f64,
         weight_bytes: u64,
         kv_bytes_per_position: u64,
-        (prompt_tokens, output_tokens): (usize, usize),
+        tokens: (usize, usize),
         decode_tps: Option<f64>,
     ) -> BandwidthCeiling {
+        let one = (read_gb_per_s, weight_bytes, kv_bytes_per_position);
+        BandwidthCeiling::batched(one, tokens, 1, decode_tps)
+    }
+
+    /// The aggregate ceiling of steps of `batch` sequences, each of `prompt_tokens` and
+    /// `output_tokens` (a load level's means): a step reads the weights once for all of them and
+    /// each one's keys and values, so a token reads `weights / batch + its keys and values`;
+    /// `aggregate_tps` the level's.
+    pub fn batched(
+        (read_gb_per_s, weight_bytes, kv_bytes_per_position): (f64, u64, u64),
+        (prompt_tokens, output_tokens): (usize, usize),
+        batch: usize,
+        aggregate_tps: Option<f64>,
+    ) -> BandwidthCeiling {
+        let batch = batch.max(1);
         let mean_depth = prompt_tokens as f64 + output_tokens as f64 / 2.0;
         let kv_bytes = (kv_bytes_per_position as f64 * mean_depth) as u64;
-        let bytes = (weight_bytes + kv_bytes).max(1) as f64;
+        let bytes = (weight_bytes as f64 / batch as f64 + kv_bytes as f64).max(1.0);
         let tps = read_gb_per_s * 1e9 / bytes;
         let mut ceiling = BandwidthCeiling {
             read_gb_per_s,
             weight_bytes,
             kv_bytes,
             tps,
-            share: decode_tps.filter(|_| tps > 0.0).map(|d| d / tps),
+            share: aggregate_tps.filter(|_| tps > 0.0).map(|d| d / tps),
+            batch,
             sentence: String::new(),
         };
         ceiling.sentence = ceiling.said();
@@ -54,20 +74,38 @@ impl BandwidthCeiling {
     /// One sentence: "reading 143.0 MB a token (weights 142.6 MB, keys and values 0.4 MB) at
     /// 21.4 GB/s allows 150 tok/s; this run makes 120: 80% of it, so memory is what holds it
     /// back".
+    /// In a batch: "a step of 4 sequences reads the weights (111.6 MB) once for all of them and
+    /// each one's keys and values (0.5 MB): 28.4 MB a token at 21.0 GB/s allows 739 tok/s in
+    /// all; this level makes 240: ...".
     pub fn said(&self) -> String {
         let mb = |b: u64| b as f64 / 1e6;
-        let mut s = format!(
-            "reading {:.1} MB a token (weights {:.1} MB, keys and values {:.1} MB) at {:.1} GB/s \
-             allows {:.0} tok/s",
-            mb(self.weight_bytes + self.kv_bytes),
-            mb(self.weight_bytes),
-            mb(self.kv_bytes),
-            self.read_gb_per_s,
-            self.tps
-        );
+        let mut s = if self.batch > 1 {
+            format!(
+                "a step of {} sequences reads the weights ({:.1} MB) once for all of them and each \
+                 one's keys and values ({:.1} MB): {:.1} MB a token at {:.1} GB/s allows {:.0} \
+                 tok/s in all",
+                self.batch,
+                mb(self.weight_bytes),
+                mb(self.kv_bytes),
+                mb(self.weight_bytes) / self.batch as f64 + mb(self.kv_bytes),
+                self.read_gb_per_s,
+                self.tps
+            )
+        } else {
+            format!(
+                "reading {:.1} MB a token (weights {:.1} MB, keys and values {:.1} MB) at {:.1} \
+                 GB/s allows {:.0} tok/s",
+                mb(self.weight_bytes + self.kv_bytes),
+                mb(self.weight_bytes),
+                mb(self.kv_bytes),
+                self.read_gb_per_s,
+                self.tps
+            )
+        };
+        let run = if self.batch > 1 { "level" } else { "run" };
         if let Some(share) = self.share {
             s.push_str(&format!(
-                "; this run makes {:.0}: {:.0}% of it, so {}",
+                "; this {run} makes {:.0}: {:.0}% of it, so {}",
                 share * self.tps,
                 share * 100.0,
                 BandwidthCeiling::bound(share)
@@ -133,5 +171,44 @@ impl DispatchFloor {
             share,
             sentence,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_reads_the_weights_once_for_all_its_sequences() {
+        // 100 MB of weights, 1 kB of keys and values a position, 100 positions deep on average.
+        let one = (20.0, 100_000_000, 1_000);
+        let alone = BandwidthCeiling::batched(one, (50, 100), 1, Some(100.0));
+        let four = BandwidthCeiling::batched(one, (50, 100), 4, Some(300.0));
+        assert_eq!(alone.kv_bytes, 100_000);
+        assert!((alone.tps - 20e9 / 100_100_000.0).abs() < 1e-9);
+        assert!(
+            (four.tps - 20e9 / 25_100_000.0).abs() < 1e-9,
+            "{}",
+            four.tps
+        );
+        assert!((four.share.unwrap() - 300.0 / four.tps).abs() < 1e-12);
+        assert_eq!(
+            alone,
+            BandwidthCeiling::new(20.0, 100_000_000, 1_000, (50, 100), Some(100.0))
+        );
+        assert!(
+            alone.sentence.starts_with("reading 100.1 MB a token"),
+            "{}",
+            alone.sentence
+        );
+        assert!(
+            four.sentence.starts_with(
+                "a step of 4 sequences reads the weights (100.0 MB) once for all of them and each \
+                 one's keys and values (0.1 MB): 25.1 MB a token at 20.0 GB/s allows 797 tok/s in \
+                 all; this level makes 300: 38% of it"
+            ),
+            "{}",
+            four.sentence
+        );
     }
 }

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::decode::{Event, Sampling, StopReason};
+use crate::meter::ceiling::BandwidthCeiling;
 use crate::meter::goodput::{Goodput, RequestRecord, Slo};
 use crate::meter::products::Products;
 use crate::meter::run::{Conditions, Meter, Report};
@@ -101,6 +102,11 @@ pub struct LoadReport {
     /// The ceiling of this level's step (its [`LoadConditions::batch_rows`]), measured apart by the caller once the
     /// level has run (`Engine::products_alone`); `None` until then, and on a GPU.
     pub products_alone: Option<Products>,
+    /// The aggregate's memory-bandwidth ceiling at this level's batch, where the caller measured
+    /// the read bandwidth ([`BatchMeter::read_bandwidth`]): a step reads the weights once for all
+    /// its sequences, so a larger batch raises it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bandwidth_ceiling: Option<BandwidthCeiling>,
 }
 
 /// Collects the events of many sequences (each with its own [`Meter`]) and turns them into a
@@ -113,6 +119,8 @@ pub struct BatchMeter {
     users: Vec<Option<(f64, Meter)>>,
     /// Per sequence id, why it failed, if it did.
     failed: Vec<Option<String>>,
+    /// The memory's read bandwidth in GB/s and the KV cache's bytes a position, for the ceiling.
+    read: Option<(f64, u64)>,
 }
 
 impl BatchMeter {
@@ -122,7 +130,14 @@ impl BatchMeter {
             reading_wpm,
             users: Vec::new(),
             failed: Vec::new(),
+            read: None,
         }
+    }
+
+    /// The memory reads `gb_per_s` (measured apart from the level) and the KV cache holds
+    /// `kv_bytes_per_position`: the report holds the level's bandwidth ceiling.
+    pub fn read_bandwidth(&mut self, gb_per_s: f64, kv_bytes_per_position: u64) {
+        self.read = Some((gb_per_s, kv_bytes_per_position));
     }
 
     /// Sequence `seq`'s request was made at `made_ms` on the test's clock.
@@ -238,6 +253,22 @@ impl BatchMeter {
                 None => failures.push((why.clone(), 1)),
             }
         }
+        let prompt_tokens = users.iter().map(|u| u.1.conditions.prompt_tokens).sum();
+        let aggregate_tps = last_token.and_then(|t| rate(output_tokens, t - first_request));
+        // Each request's mean prompt and output: the keys and values a token reads.
+        let bandwidth_ceiling = self
+            .read
+            .zip(self.conditions.source.bytes_per_token())
+            .filter(|_| !users.is_empty())
+            .map(|((gb_per_s, kv), weights)| {
+                let mean = |tokens: usize| tokens / users.len();
+                BandwidthCeiling::batched(
+                    (gb_per_s, weights, kv),
+                    (mean(prompt_tokens), mean(output_tokens)),
+                    self.conditions.batch_rows(),
+                    aggregate_tps,
+                )
+            });
         LoadReport {
             summary: self.conditions.summary(),
             conditions: self.conditions.clone(),
@@ -246,9 +277,9 @@ impl BatchMeter {
             requests_completed: records.iter().filter(|r| r.completed).count(),
             requests_failed,
             failures,
-            prompt_tokens: users.iter().map(|u| u.1.conditions.prompt_tokens).sum(),
+            prompt_tokens,
             output_tokens,
-            aggregate_tps: last_token.and_then(|t| rate(output_tokens, t - first_request)),
+            aggregate_tps,
             per_user_tps_p50: per_user_p.map(|p| p.p50),
             per_user_tps_min: per_user.iter().copied().reduce(f64::min),
             per_user_words_per_s_p50: words_p50,
@@ -272,6 +303,7 @@ impl BatchMeter {
                 .slo
                 .map(|slo| Goodput::new(slo, &records, wall_ms)),
             products_alone: None,
+            bandwidth_ceiling,
         }
     }
 }

@@ -766,6 +766,15 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   }
   // Every level has its ceiling, above its aggregate.
   for (const row of rows) assert.ok(Number(row[6]) > Number(row[1]), `ceiling > aggregate at ${row[0]} users: ${row}`);
+  // The memory-bandwidth ceiling rises with the batch: a step reads the weights once for all its
+  // users (1, 2, 4, 8 and 16 of the sweep; this device's bandwidth, measured once, is the same).
+  const bandwidth = rows.slice(1).map((r) => Number(r[8]));
+  for (let i = 1; i < bandwidth.length; i++) assert.ok(bandwidth[i] > bandwidth[i - 1], `the bandwidth ceiling rises with users: ${bandwidth}`);
+  const sweep = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastLabReport);
+  assert.equal(sweep.bandwidth_ceiling.batch, 16);
+  assert.ok(Math.abs(sweep.bandwidth_ceiling.tps - bandwidth.at(-1)) <= 0.5 + 1e-9 * bandwidth.at(-1), JSON.stringify(sweep.bandwidth_ceiling));
+  assert.match(await text(page, 'lab-bandwidth-sentence'),
+    /^Ceiling, memory bandwidth: A step of 16 sequences reads the weights \([\d.]+ MB\) once for all of them and each one's keys and values \([\d.]+ MB\): [\d.]+ MB a token at [\d.]+ GB\/s allows \d+ tok\/s in all; this level makes \d+: \d+% of it, so /);
   // The single run's controls come back after the lab, and every level is a row of the results.
   assert.equal(await page.getByTestId('run').isEnabled(), true);
   assert.equal(await page.getByTestId('result-row').count(), 6);

@@ -209,6 +209,7 @@ async fn run(command: Command) -> Result<(), Error> {
                 max_tokens,
                 slo,
                 chat: !raw,
+                threads: model.threads.unwrap_or_else(Threads::physical_cores),
             };
             bench_concurrency(&load(&model).await?, &load_spec, json).await
         }

@@ -547,6 +547,8 @@ pub(super) struct Load {
     pub slo: Option<Slo>,
     /// Prompts in the model's chat template (false: as they are).
     pub chat: bool,
+    /// The CPU engine's threads, at which the memory's read bandwidth is measured.
+    pub threads: usize,
 }
 
 /// One load test level: `users` users, greedy, arriving as `load.arrival` says.
@@ -587,11 +589,22 @@ pub(super) async fn bench_concurrency(
     json: bool,
 ) -> Result<(), Error> {
     let warm_up_ms = engine.warm_up().await?;
+    // The memory's read bandwidth at the engine's threads (CPU), measured once before the levels:
+    // each level's bandwidth ceiling at its batch.
+    let read = match engine.info.backend {
+        crate::BackendKind::Cpu => crate::cpu::bandwidth::read_gb_per_s(load.threads)
+            .map_err(|why| eprintln!("tokenometer: no bandwidth ceiling: {why}"))
+            .ok(),
+        _ => None,
+    };
     let mut reports = Vec::with_capacity(load.levels.len());
     for (i, &users) in load.levels.iter().enumerate() {
         load_level(engine, load, users, 2, None).await?;
         let mut level = load_level(engine, load, users, load.max_tokens, Some(warm_up_ms)).await?;
         level.measure_ceiling(engine);
+        if let Some(gb_per_s) = read {
+            level.read_bandwidth(gb_per_s, engine);
+        }
         let report = level.report();
         if !json {
             if i == 0 {
@@ -610,7 +623,21 @@ pub(super) async fn bench_concurrency(
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&reports).unwrap());
-    } else if reports.iter().any(|r| r.products_alone.is_some()) {
+        return Ok(());
+    }
+    if let Some(gb_per_s) = read {
+        println!(
+            "bandwidth ceiling at each level's batch (the memory read at {gb_per_s:.1} GB/s, {} \
+             threads, before the levels; a step reads the weights once for its batch):",
+            load.threads
+        );
+        for r in &reports {
+            if let Some(c) = &r.bandwidth_ceiling {
+                println!("{:>5} users: {}", r.users, c.sentence);
+            }
+        }
+    }
+    if reports.iter().any(|r| r.products_alone.is_some()) {
         println!(
             "ceiling: a step's matrix products alone (every projection and the classifier, once, \
              for the batch's rows; nothing else), median of the passes timed after each level:"

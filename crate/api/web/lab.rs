@@ -64,7 +64,10 @@ impl Session {
             warm_up_ms: self.warm_up_ms.get(),
             slo,
         };
-        let level = LoadLevel::start(&self.engine, &level).map_err(js_error)?;
+        let mut level = LoadLevel::start(&self.engine, &level).map_err(js_error)?;
+        if let Some(gb_per_s) = options.read_gb_per_s.filter(|g| g.is_finite() && *g > 0.0) {
+            level.read_bandwidth(gb_per_s, &self.engine);
+        }
         Ok(Lab {
             engine: self.engine.clone(),
             state: Rc::new(RefCell::new(Some(level))),

@@ -145,6 +145,10 @@ pub(crate) struct LabOptions {
     #[serde(skip_serializing)]
     pub(crate) prompts: Option<Vec<String>>,
     pub(crate) reading_wpm: f64,
+    /// This device's read bandwidth in GB/s, measured by the page apart from the level (as for a
+    /// run): the level's report holds its bandwidth ceiling.
+    #[serde(skip_serializing)]
+    pub(crate) read_gb_per_s: Option<f64>,
 }
 
 impl Default for LabOptions {
@@ -156,6 +160,7 @@ impl Default for LabOptions {
             max_tokens: 128,
             prompts: None,
             reading_wpm: DEFAULT_READING_WPM,
+            read_gb_per_s: None,
         }
     }
 }
