@@ -14,7 +14,8 @@ const PARTS = [
   ['other_ms', "the engine's other work", '#8c96a0'],
 ];
 const BETWEEN = '#c8ced4';
-const CPU_CAPTION = "Where a decode step's time goes, by the engine's own timers: a column for each 16 tokens, its height the step's time.";
+// crate/model/phases.rs PAGE_TIMED_EVERY: the page's CPU engine times one decode step in 4.
+const CPU_CAPTION = "Where a decode step's time goes, by the engine's own timers (one step in 4, as the timers cost the run): a column for each 16 tokens, its height the step's time.";
 // crate/gpu/timer.rs: each timed dispatch in a pass of its own, one decode step in 8.
 const GPU_CAPTION =
   "Where a decode step's time goes on this GPU, by the device's timestamps around each dispatch (one step in 8, as timing slows the step): a column for each 16 tokens. A dispatch is fused: attention's holds its norm and the q, k and v products, the projections' the rest with their norms; the engine's other work is the host's recording and the time between dispatches.";

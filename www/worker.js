@@ -233,7 +233,8 @@ async function fitOfHeader(source, { quant, backend, positions }) {
       total ||= more.total;
       header = joinPieces([header, more.bytes], header.length + more.bytes.length);
       if (header.length >= 4 && !GGUF_MAGIC.every((b, i) => header[i] === b)) return null;
-      const answer = checkFit(header, total, { quant, gpu, positions: positions ?? 0, limits });
+      // No positions given: the engine's default max tokens (crate/api/web/fit.rs).
+      const answer = checkFit(header, total, { quant, gpu, ...(positions ? { positions } : {}), limits });
       if (!answer.more) return answer.fit;
       // The file ended inside its header: the load says what is wrong with it.
       if (header.length < want) return null;

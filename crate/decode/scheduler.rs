@@ -382,8 +382,8 @@ impl Scheduler {
             return Ok(out);
         }
         // While the engine's phase clock is on, the step is timed whole and by phase.
-        let began = Instant::now();
         let phases = model.phases().filter(|clock| clock.begin_step(reading > 0));
+        let began = phases.map(|_| Instant::now());
         if let Some(clock) = phases {
             clock.take(0.0);
         }
@@ -418,9 +418,9 @@ impl Scheduler {
                 read.then_some(&mut p.seq.sampler)
             }))
             .collect();
-        let sampling = Instant::now();
+        let sampling = phases.map(|_| Instant::now());
         let picks = Sampler::pick_rows(&mut samplers, logits).await?;
-        if let Some(clock) = phases {
+        if let Some((clock, sampling)) = phases.zip(sampling) {
             // Not the time waiting for a GPU (its pick's dispatch is timed on the device).
             let host = sampling.elapsed().as_nanos() as u64;
             clock.add(Phase::Sampling, host.saturating_sub(clock.take_waited()));
@@ -469,7 +469,7 @@ impl Scheduler {
         }
         self.running = running;
         if let Some(clock) = phases {
-            let step = Box::new(clock.take(ms_since(began)));
+            let step = Box::new(clock.take(began.map_or(0.0, ms_since)));
             for e in &mut out {
                 if let Event::Token { phases, .. } = &mut e.event {
                     *phases = Some(step.clone());

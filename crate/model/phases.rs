@@ -34,6 +34,13 @@ pub enum Phase {
 
 const PHASES: usize = 5;
 
+/// The page's CPU engine times one decode step in this many: with every step timed, the clock's
+/// reads (`performance.now` through JS, about 800 a SmolLM2 token) cost the page's worker 8% of
+/// its decode at 2 threads (94 to 87 tok/s, SmolLM2 Q4_1, tests/bench/page_threads.mjs with the
+/// clock on), and a page's column of 16 tokens still holds four timed steps. `bench --profile`
+/// times every step (natively the reads cost less than the runs' spread).
+pub const PAGE_TIMED_EVERY: u32 = 4;
+
 /// A GPU times one decode step in this many: each timed dispatch runs in a pass of its own, which
 /// cost lavapipe 5-7% a timed step (stories260K, `bench --profile` against `bench`), and a page's
 /// column of 16 tokens still holds two timed steps.

@@ -31,8 +31,12 @@ const context = await browser.newContext({ viewport: { width: 1600, height: 1000
 /** One run in `page`: its meter's decode tok/s. */
 async function run(page) {
   await page.getByTestId('run').click();
+  // Polled every 250 ms, as the harness polls: playwright's default polls at every animation
+  // frame, which asks the page for 60 frames a second that a visitor's tab would not (107 of a
+  // 2 s run's 123 frame requests were the poll's, the page's own 16). Measured both ways on
+  // SmolLM2 Q4_1 at 2 threads: no difference beyond the runs' spread (71.2 and 74.6 tok/s).
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
-    null, { timeout: 300_000 });
+    null, { timeout: 300_000, polling: 250 });
   const error = await page.getByTestId('error').textContent();
   if (await page.getByTestId('status').textContent() === 'error') throw new Error(error);
   return page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastReport);

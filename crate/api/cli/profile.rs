@@ -1,7 +1,7 @@
 //! `bench --profile`: where a decode step's time goes, by the engine's own timers
 //! ([`PhaseFigures`](crate::meter::PhaseFigures)), as a table.
 
-use crate::meter::{PhaseSplit, Report};
+use crate::meter::{PhaseSplit, Report, spread};
 
 /// The timed runs' phases: each part's median over the runs of its mean a decode step, and its
 /// share of the gap between tokens; nothing when no run was timed by phase. On a `gpu`, the parts
@@ -11,17 +11,14 @@ pub(super) fn print_phases(reports: &[Report], gpu: bool) {
     if figures.is_empty() {
         return;
     }
+    // The meter's median (nearest rank), as every other spread it reports.
+    let median_of = |v: &[f64]| spread(v).map(|s| s.median);
     let median = |f: &dyn Fn(&PhaseSplit) -> f64| {
-        let mut v: Vec<f64> = figures.iter().map(|p| f(&p.decode)).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        let v: Vec<f64> = figures.iter().map(|p| f(&p.decode)).collect();
+        median_of(&v).unwrap_or(0.0)
     };
     let gaps: Vec<f64> = figures.iter().filter_map(|p| p.gap_ms).collect();
-    let gap = {
-        let mut g = gaps.clone();
-        g.sort_by(f64::total_cmp);
-        g.get(g.len() / 2).copied()
-    };
+    let gap = median_of(&gaps);
     let steps = figures.iter().map(|p| p.steps).sum::<usize>();
     let timers = if gpu {
         "the device's timestamps around each dispatch"

@@ -315,27 +315,18 @@ pub(super) fn print_runs(
         ]);
     }
     for (name, pick) in rows {
-        let mut values: Vec<f64> = reports.iter().filter_map(pick).collect();
-        values.sort_by(f64::total_cmp);
+        let values: Vec<f64> = reports.iter().filter_map(pick).collect();
         // An endpoint has no prefill or bandwidth of its own to show: those rows are left out.
         let remote = matches!(first.conditions.source, Source::Endpoint(_));
-        if values.is_empty() && remote {
-            continue;
+        // The meter's median (nearest rank), as every other spread it reports.
+        match crate::meter::spread(&values) {
+            None if remote => continue,
+            None => println!("{name:<16} {:>12} {:>12} {:>12}", "-", "-", "-"),
+            Some(s) => println!(
+                "{name:<16} {:>12.2} {:>12.2} {:>12.2}",
+                s.median, s.min, s.max
+            ),
         }
-        if values.is_empty() {
-            println!("{name:<16} {:>12} {:>12} {:>12}", "-", "-", "-");
-            continue;
-        }
-        let median = if values.len() % 2 == 1 {
-            values[values.len() / 2]
-        } else {
-            (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
-        };
-        println!(
-            "{name:<16} {median:>12.2} {:>12.2} {:>12.2}",
-            values[0],
-            values[values.len() - 1]
-        );
     }
 }
 

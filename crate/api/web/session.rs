@@ -368,8 +368,12 @@ impl Session {
             }
             None => None,
         };
-        // The phase clock is the engine's: on for this run or off, as it asks.
+        // The phase clock is the engine's: on for this run or off, as it asks; in the page the
+        // CPU's times one decode step in PAGE_TIMED_EVERY (a GPU's in its own number).
         if let Some(clock) = self.engine.model.phases() {
+            if self.engine.info.backend == crate::BackendKind::Cpu {
+                clock.set_every(crate::model::phases::PAGE_TIMED_EVERY);
+            }
             clock.set_on(options.profile);
         }
         let mut run = MeteredRun::start(
