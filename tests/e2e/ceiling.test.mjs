@@ -4,34 +4,21 @@
 // factor of 3 of the native one on this machine (target/debug/tokenometer bench, built by `cargo
 // test`), the ceiling rises as the quantization reads fewer bytes (q4 over q8 over f32 on one
 // file), and the gauge beside the needle says which bound holds, in the meter's sentence.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { launchBrowser, openPage, root, startServer } from './harness.mjs';
+import { launchBrowser, openPage, pageSite, root } from './harness.mjs';
 
-const port = 19000 + (process.pid % 1000);
-const base = `http://127.0.0.1:${port}`;
+const site = pageSite({ webgpu: false });
 const binary = resolve(root, 'target/debug/tokenometer');
-let server;
-let browser;
-
-before(async () => {
-  server = await startServer(port);
-  browser = await launchBrowser({ webgpu: false });
-});
-
-after(async () => {
-  await browser?.close();
-  server?.kill();
-});
 
 const figure = async (page, id) => Number(await page.locator('#run-view').getByTestId(id).textContent());
 
 test('the bandwidth ceiling: measured in the page near the native figure, higher for fewer bytes a token, and said beside the needle', async (t) => {
   assert.ok(existsSync(binary), `${binary} is missing: cargo test (or cargo build) makes it`);
-  const { page, errors } = await openPage(browser, `${base}/?model=stories260K-gguf&backend=cpu&threads=1&max=40&prompt=${encodeURIComponent('Once upon a time')}`);
+  const { page, errors } = await openPage(site.browser, `${site.base}/?model=stories260K-gguf&backend=cpu&threads=1&max=40&prompt=${encodeURIComponent('Once upon a time')}`);
   await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 60_000 });
   const ceilings = {};
   for (const quant of ['f32', 'q8', 'q4']) {
@@ -74,7 +61,7 @@ test("on WebGPU: the GPU's read bandwidth and its dispatch floor, measured once 
   // and the page's wiring are what is checked.
   const gpuBrowser = await launchBrowser({ webgpu: true });
   try {
-    const { page, errors } = await openPage(gpuBrowser, `${base}/?model=stories260K&backend=wgpu&quant=q8&max=12&autorun=1&prompt=${encodeURIComponent('Once upon a time')}`);
+    const { page, errors } = await openPage(gpuBrowser, `${site.base}/?model=stories260K&backend=wgpu&quant=q8&max=12&autorun=1&prompt=${encodeURIComponent('Once upon a time')}`);
     await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
     assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
     const report = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastReport);

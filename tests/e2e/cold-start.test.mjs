@@ -4,31 +4,18 @@
 // probe, then the run's queue, tokenizing, prefill and first token). The parts add to the page's
 // "page open to first token" within 5% (what no part covers is said), and a second visit says the
 // model came from this browser's cache.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launchBrowser, startServer } from './harness.mjs';
+import { pageSite } from './harness.mjs';
 
-const port = 19000 + (process.pid % 1000);
-const base = `http://127.0.0.1:${port}`;
-let server;
-let browser;
-
-before(async () => {
-  server = await startServer(port);
-  browser = await launchBrowser({ webgpu: false });
-});
-
-after(async () => {
-  await browser?.close();
-  server?.kill();
-});
+const site = pageSite({ webgpu: false });
 
 /** Open the page in `context`, run SmolLM2 once, and read the waterfall. */
 async function coldStart(context, t) {
   const page = await context.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
-  await page.goto(`${base}/?model=smollm2-135m&backend=cpu&threads=1&max=8&autorun=1&prompt=Hi`);
+  await page.goto(`${site.base}/?model=smollm2-135m&backend=cpu&threads=1&max=8&autorun=1&prompt=Hi`);
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
   const waterfall = page.locator('#run-view').getByTestId('cold-start');
@@ -45,7 +32,7 @@ async function coldStart(context, t) {
 }
 
 test('the cold start: its parts add to page-open-to-first-token, the download says its bytes and source', async (t) => {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
+  const context = await site.browser.newContext({ viewport: { width: 1280, height: 1000 } });
   const first = await coldStart(context, t);
   assert.ok(Math.abs(first.total / 1000 - first.figure) < 0.01, `the waterfall's total ${first.total} ms is the page's figure ${first.figure} s`);
   assert.ok(first.added <= first.total * 1.0001 && first.added >= 0.95 * first.total, `the parts add to ${first.added.toFixed(0)} of ${first.total.toFixed(0)} ms`);

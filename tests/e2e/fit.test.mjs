@@ -5,12 +5,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
-import { launchBrowser, openPage, startServer } from './harness.mjs';
+import { openPage, pageSite } from './harness.mjs';
 
-const port = 19000 + (process.pid % 1000);
-const base = `http://127.0.0.1:${port}`;
-let server;
-let browser;
+const site = pageSite({ webgpu: false });
 let host;
 /** @type {{ range: string | null, from: number, to: number }[]} every request the model's host answered */
 const requests = [];
@@ -63,8 +60,6 @@ function bigHeader() {
 }
 
 before(async () => {
-  server = await startServer(port);
-  browser = await launchBrowser({ webgpu: false });
   const { header, length } = bigHeader();
   // Another origin, as a model host: it honours ranges (zeros past the header: the tensors that
   // were never written) and records every request.
@@ -85,14 +80,12 @@ before(async () => {
 });
 
 after(async () => {
-  await browser?.close();
-  server?.kill();
   host?.close();
 });
 
 test('a model too big for this browser is refused before its download, naming what fits', async () => {
   const url = `http://127.0.0.1:${host.address().port}/llama-1b-f16.gguf`;
-  const { page, errors } = await openPage(browser, `${base}/?model=${encodeURIComponent(url)}&backend=cpu&quant=stored&max=64&autorun=1&prompt=Hi`);
+  const { page, errors } = await openPage(site.browser, `${site.base}/?model=${encodeURIComponent(url)}&backend=cpu&quant=stored&max=64&autorun=1&prompt=Hi`);
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
   const error = await page.getByTestId('error').textContent();
   assert.match(error, /^llama-1b-f16 cannot run in this browser: as stored it would take [\d.]+ GB \(weights [\d.]+ GB, keys and values [\d.]+ MB at \d+ positions, scratch [\d.]+ [MG]B\), but the engine holds at most 4\.29 GB \(wasm32's memory\): choose q8 \([\d.]+ GB\) or q4 \([\d.]+ GB\); only its header was downloaded/);
@@ -107,7 +100,7 @@ test('a model too big for this browser is refused before its download, naming wh
 });
 
 test('a model that fits says what it takes, and the weights it counted are what loading holds', async () => {
-  const { page, errors } = await openPage(browser, `${base}/?model=smollm2-135m&backend=cpu&threads=1&max=4&autorun=1&prompt=Hi`);
+  const { page, errors } = await openPage(site.browser, `${site.base}/?model=smollm2-135m&backend=cpu&threads=1&max=4&autorun=1&prompt=Hi`);
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
   const fit = await page.getByTestId('fit').textContent();

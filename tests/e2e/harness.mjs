@@ -1,6 +1,7 @@
 // What the end-to-end test files share: the page's server (www/serve.mjs on `port`, the models
 // folder mounted) and Debian's Chromium driven by playwright-core. Not a test file itself.
 import { spawn } from 'node:child_process';
+import { before, after } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -8,17 +9,42 @@ import { chromium } from 'playwright-core';
 export const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 export const models = resolve(root, process.env.MODELS || 'models');
 
-/** The page's server on `port`, once it listens. */
-export async function startServer(port) {
+/** The page's server on a free port of 127.0.0.1, once it listens: `{ server, base }`. */
+export async function startServer() {
   const server = spawn('node', [resolve(root, 'www/serve.mjs')], {
-    env: { ...process.env, PORT: String(port), MODELS: models },
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', MODELS: models },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  await new Promise((ok, fail) => {
-    server.stdout.on('data', (d) => String(d).includes('serving on') && ok());
+  const base = await new Promise((ok, fail) => {
+    server.stdout.on('data', (d) => {
+      const listening = /serving on (http:\/\/127\.0\.0\.1:\d+)\//.exec(String(d));
+      if (listening) ok(listening[1]);
+    });
     server.on('exit', (code) => fail(new Error(`server exited ${code}`)));
   });
-  return server;
+  return { server, base };
+}
+
+/**
+ * The page's server and a headless Chromium for a test file, started before its tests and
+ * stopped after them: `site.base` (the server's origin) and `site.browser` once the tests run.
+ * @param {{ webgpu?: boolean }} [options]  WebGPU allowed (the default) or not
+ */
+export function pageSite({ webgpu = true } = {}) {
+  const site = {
+    base: '',
+    /** @type {import('playwright-core').Browser} */ browser: /** @type {any} */ (null),
+    /** @type {import('node:child_process').ChildProcess | null} */ server: null,
+  };
+  before(async () => {
+    ({ server: site.server, base: site.base } = await startServer());
+    site.browser = await launchBrowser({ webgpu });
+  });
+  after(async () => {
+    await site.browser?.close();
+    site.server?.kill();
+  });
+  return site;
 }
 
 /** Headless Chromium with no background networking, WebGPU allowed unless `webgpu` is false. */

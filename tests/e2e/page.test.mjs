@@ -1,29 +1,16 @@
 // End-to-end: serve the page, drive Debian's Chromium with playwright-core, and use it as a visitor
 // would: a preset URL runs the default model, tokens stream, every figure fills in, Stop cancels a
 // run, and a broken file gives an error. A screenshot is saved to test-results/page.png.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { mkdirSync, writeFileSync, readFileSync, openSync, writeSync, ftruncateSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { gzipSync } from 'node:zlib';
 import { resolve } from 'node:path';
-import { launchBrowser, models, openPage, root, startServer, stopAtFirstToken } from './harness.mjs';
+import { launchBrowser, models, openPage, pageSite, root, stopAtFirstToken } from './harness.mjs';
 
-const port = 18000 + (process.pid % 1000);
-const base = `http://127.0.0.1:${port}`;
-let server;
-let browser;
-
-before(async () => {
-  server = await startServer(port);
-  browser = await launchBrowser();
-});
-
-after(async () => {
-  await browser?.close();
-  server?.kill();
-});
+const site = pageSite();
 
 // `prepare(page)` runs before the page loads (to route its requests, say). Tests run the small
 // shipped model unless the query names one (`model=` alone: the page's own default).
@@ -31,7 +18,7 @@ async function open(query, prepare = async () => {}) {
   const params = new URLSearchParams(query);
   if (!params.has('model')) params.set('model', 'stories260K');
   else if (params.get('model') === '') params.delete('model');
-  return openPage(browser, `${base}/?${params}`, prepare);
+  return openPage(site.browser, `${site.base}/?${params}`, prepare);
 }
 
 // A run's view (figures, output, conditions) appears more than once (the run, each lane, the
@@ -549,7 +536,7 @@ test('auto never picks a software GPU: with only SwiftShader, the page runs on t
 test('auto falls back to the CPU where the browser grants no WebGPU adapter', async () => {
   const plain = await launchBrowser({ webgpu: false });
   const page = await plain.newPage();
-  await page.goto(`${base}/?model=stories260K&max=10&backend=auto&autorun=1`);
+  await page.goto(`${site.base}/?model=stories260K&max=10&backend=auto&autorun=1`);
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'conditions'), /on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\]/);
@@ -844,7 +831,7 @@ test('two lanes (f32 and q8 on the CPU) run side by side, compare, and a shared 
   assert.equal(shared.searchParams.get('prompt'), 'Once upon a time');
   assert.equal(shared.searchParams.get('max'), '60');
   assert.equal(shared.searchParams.get('autorun'), '1');
-  const again = await browser.newPage();
+  const again = await site.browser.newPage();
   await again.goto(shared.href);
   await again.waitForFunction(() => document.querySelectorAll('[data-testid=lane-status]').length === 2
     && [...document.querySelectorAll('[data-testid=lane-status]')].every((s) => s.textContent === 'done'), null, { timeout: 180_000 });
@@ -899,7 +886,7 @@ test('repeat 3 shows median, min and max; every run is a result row, exported as
   assert.equal(json.length, 3);
   assert.deepEqual(json.map((r) => r.source), ['repeat 1 of 3', 'repeat 2 of 3', 'repeat 3 of 3']);
   // The table is kept across a reload (of the page without autorun, which would run again).
-  await page.goto(`${base}/?model=stories260K&backend=cpu&quant=q8&max=60`);
+  await page.goto(`${site.base}/?model=stories260K&backend=cpu&quant=q8&max=60`);
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=result-row]').length === 3, null, { timeout: 30_000 });
 
   // Run once more, then replay its 60 tokens at 30 tok/s: 59 gaps of 1/30 s, about 2 s.
@@ -932,7 +919,7 @@ test('repeat 3 shows median, min and max; every run is a result row, exported as
   // Clear empties the table, and it stays empty after a reload.
   await page.getByTestId('clear-results').click();
   assert.equal(await page.getByTestId('result-row').count(), 0);
-  await page.goto(`${base}/?model=stories260K`);
+  await page.goto(`${site.base}/?model=stories260K`);
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
   assert.equal(await page.getByTestId('result-row').count(), 0);
   assert.deepEqual(errors, []);
@@ -1019,7 +1006,7 @@ test('auto=race races the CPU and the GPU, keeps the faster, says both figures, 
   assert.match(conditions, choice === 'GPU' ? /on wgpu/ : /on cpu/);
   assert.equal(await page.getByTestId('gpu-check').isHidden(), true);
   // The verdict is kept: the next visit loads the winner at once and says so.
-  await page.goto(`${base}/?model=stories260K&max=4&backend=auto&autorun=1`);
+  await page.goto(`${site.base}/?model=stories260K&max=4&backend=auto&autorun=1`);
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
   assert.match(await text(page, 'conditions'), /kept from an earlier race in this browser/);
   assert.deepEqual(errors, []);

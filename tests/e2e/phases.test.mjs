@@ -3,28 +3,15 @@
 // with a table of the mean step (www/phases.js). The timed parts sit inside the step (no moment
 // counted twice), the step the engine timed accounts for the gap between tokens that decode tok/s
 // is made of (within 10%), and the table's parts come to that gap.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launchBrowser, openPage, startServer } from './harness.mjs';
+import { launchBrowser, openPage, pageSite } from './harness.mjs';
 
-const port = 19000 + (process.pid % 1000);
-const base = `http://127.0.0.1:${port}`;
-let server;
-let browser;
-
-before(async () => {
-  server = await startServer(port);
-  browser = await launchBrowser({ webgpu: false });
-});
-
-after(async () => {
-  await browser?.close();
-  server?.kill();
-});
+const site = pageSite({ webgpu: false });
 
 test("the phase bar: the engine's parts inside each step, the steps making the gap between tokens", async (t) => {
   const prompt = encodeURIComponent('Write a short story about a lighthouse keeper.');
-  const { page, errors } = await openPage(browser, `${base}/?model=smollm2-135m&backend=cpu&threads=1&max=49&autorun=1&prompt=${prompt}`);
+  const { page, errors } = await openPage(site.browser, `${site.base}/?model=smollm2-135m&backend=cpu&threads=1&max=49&autorun=1&prompt=${prompt}`);
   await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
   assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
   const view = page.locator('#run-view');
@@ -53,7 +40,7 @@ test("on WebGPU: the device's timestamps around each dispatch, one decode step i
   // is the pick's dispatch, not the host's wait for the whole step.
   const gpuBrowser = await launchBrowser({ webgpu: true });
   try {
-    const { page, errors } = await openPage(gpuBrowser, `${base}/?model=stories260K&backend=wgpu&quant=q8&max=33&autorun=1&prompt=${encodeURIComponent('Once upon a time')}`);
+    const { page, errors } = await openPage(gpuBrowser, `${site.base}/?model=stories260K&backend=wgpu&quant=q8&max=33&autorun=1&prompt=${encodeURIComponent('Once upon a time')}`);
     await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
     assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
     const report = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastReport);

@@ -2,27 +2,17 @@
 // accessibility violation after a run at projector and phone sizes, in the dark and the light
 // scheme; nothing scrolls sideways on a phone; the keyboard runs (Enter) and stops (Escape); the
 // form's selects show their whole text. Screenshots go to test-results/room-*.png.
-import { test, before, after } from 'node:test';
+import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { launchBrowser, root, startServer, stopAtFirstToken } from './harness.mjs';
+import { pageSite, root, stopAtFirstToken } from './harness.mjs';
 
-const port = 19000 + (process.pid % 1000);
-const base = `http://127.0.0.1:${port}`;
+const site = pageSite();
 const axe = readFileSync(resolve(root, 'node_modules/axe-core/axe.min.js'), 'utf8');
-let server;
-let browser;
 
 before(async () => {
-  server = await startServer(port);
-  browser = await launchBrowser();
   mkdirSync(resolve(root, 'test-results'), { recursive: true });
-});
-
-after(async () => {
-  await browser?.close();
-  server?.kill();
 });
 
 const SIZES = [[1280, 720], [1920, 1080], [390, 844]];
@@ -30,10 +20,10 @@ const SIZES = [[1280, 720], [1920, 1080], [390, 844]];
 for (const scheme of ['dark', 'light']) {
   test(`after a run, in the ${scheme} scheme at 1280x720, 1920x1080 and 390x844: no serious or critical axe-core violation, nothing scrolls sideways`, async () => {
     for (const [width, height] of SIZES) {
-      const page = await browser.newPage({ viewport: { width, height }, colorScheme: scheme, reducedMotion: 'reduce' });
+      const page = await site.browser.newPage({ viewport: { width, height }, colorScheme: scheme, reducedMotion: 'reduce' });
       const errors = [];
       page.on('pageerror', (e) => errors.push(e.message));
-      await page.goto(`${base}/?model=stories260K&backend=cpu&quant=f32&max=60&autorun=1`);
+      await page.goto(`${site.base}/?model=stories260K&backend=cpu&quant=f32&max=60&autorun=1`);
       await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
       await page.addScriptTag({ content: axe });
       const violations = await page.evaluate(async () => (await window.axe.run(document, { resultTypes: ['violations'] })).violations
@@ -50,8 +40,8 @@ for (const scheme of ['dark', 'light']) {
 }
 
 test('the keyboard: Enter in the prompt runs, Escape stops, Tab reaches every control; every select of the form shows its whole choice', async () => {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
-  await page.goto(`${base}/?model=stories260K&backend=cpu&max=2000`);
+  const page = await site.browser.newPage({ viewport: { width: 1280, height: 720 } });
+  await page.goto(`${site.base}/?model=stories260K&backend=cpu&max=2000`);
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 120_000 });
   // Escape from the document the moment the first token shows.
   await stopAtFirstToken(page, 'escape');
@@ -85,8 +75,8 @@ test('the keyboard: Enter in the prompt runs, Escape stops, Tab reaches every co
 
 test('the first screen at 1280x720 and 1920x1080 holds the prompt, Run and Stop, the live tok/s beside the reader, and the streaming text', async () => {
   for (const [width, height] of SIZES.slice(0, 2)) {
-    const page = await browser.newPage({ viewport: { width, height } });
-    await page.goto(`${base}/?model=stories260K&backend=cpu&max=60&autorun=1`);
+    const page = await site.browser.newPage({ viewport: { width, height } });
+    await page.goto(`${site.base}/?model=stories260K&backend=cpu&max=60&autorun=1`);
     await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
     const outside = await page.evaluate(() => {
       const view = document.querySelector('#run-view');
@@ -111,8 +101,8 @@ test('the first screen at 1280x720 and 1920x1080 holds the prompt, Run and Stop,
 });
 
 test('presenter mode (stage=1): big type, the race alone on screen, kept by Share; the section links name their section in the URL', async () => {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
-  await page.goto(`${base}/?model=stories260K&backend=cpu&max=60&autorun=1`);
+  const page = await site.browser.newPage({ viewport: { width: 1280, height: 720 } });
+  await page.goto(`${site.base}/?model=stories260K&backend=cpu&max=60&autorun=1`);
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
   const normalSize = await page.evaluate(() => parseFloat(getComputedStyle(document.querySelector('#run-view .output')).fontSize));
   await page.getByRole('link', { name: 'Lanes' }).click();
@@ -141,8 +131,8 @@ test('presenter mode (stage=1): big type, the race alone on screen, kept by Shar
 });
 
 test('"Feel a speed" replays the last run at 5, 20 or 200 tok/s in one click, in presenter mode too', async () => {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
-  await page.goto(`${base}/?model=stories260K&backend=cpu&max=20&stage=1&autorun=1`);
+  const page = await site.browser.newPage({ viewport: { width: 1280, height: 720 } });
+  await page.goto(`${site.base}/?model=stories260K&backend=cpu&max=20&stage=1&autorun=1`);
   await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
   assert.equal(await page.locator('#replay').isVisible(), false);
   await page.getByTestId('feel-20').click();

@@ -3,26 +3,13 @@
 // and the meter's speculation figures and steps' costs filled in, with fixed draft lengths
 // (`drafts=2`) and with the lengths measured costs favour; Share keeps the choice; lanes compare
 // with and without side by side; a bad choice is named.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launchBrowser, openPage, startServer } from './harness.mjs';
+import { openPage, pageSite } from './harness.mjs';
 
-const port = 20000 + (process.pid % 1000);
-const base = `http://127.0.0.1:${port}`;
-let server;
-let browser;
+const site = pageSite({ webgpu: false });
 
-before(async () => {
-  server = await startServer(port);
-  browser = await launchBrowser({ webgpu: false });
-});
-
-after(async () => {
-  await browser?.close();
-  server?.kill();
-});
-
-const open = (query, prepare) => openPage(browser, `${base}/?${query}`, prepare);
+const open = (query, prepare) => openPage(site.browser, `${site.base}/?${query}`, prepare);
 
 const view = (page) => page.locator('#run-view');
 const finished = (page) => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });

@@ -4,29 +4,16 @@
 // a page that cannot share memory, or a host without the threaded build, runs one thread and says
 // why. Needs `make pkg` with nightly Rust (skipped, with a line, without pkg/threads/, except where
 // REQUIRE_THREADS is set, as CI sets it).
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { launchBrowser, openPage, root, startServer } from './harness.mjs';
+import { openPage, pageSite, root } from './harness.mjs';
 
-const port = 19000 + (process.pid % 1000);
-const base = `http://127.0.0.1:${port}`;
+const site = pageSite({ webgpu: false });
 const threaded = existsSync(resolve(root, 'pkg/threads/tokenometer.js'));
-let server;
-let browser;
 
-before(async () => {
-  server = await startServer(port);
-  browser = await launchBrowser({ webgpu: false });
-});
-
-after(async () => {
-  await browser?.close();
-  server?.kill();
-});
-
-const open = (query, prepare, context) => openPage(browser, `${base}/?${query}`, prepare, context);
+const open = (query, prepare, context) => openPage(site.browser, `${site.base}/?${query}`, prepare, context);
 
 // CI sets REQUIRE_THREADS (.ci/run): there a missing threaded build fails instead of skipping.
 test('the threaded build is here where REQUIRE_THREADS asks for it', { skip: !process.env.REQUIRE_THREADS && 'REQUIRE_THREADS is not set' }, () => {
@@ -176,7 +163,7 @@ test('one thread, and why: a page that is not cross-origin isolated, a host with
   // The same page without COOP/COEP, in a window without service workers (as a private one; with
   // them the site's sw.js adds the headers, tests/e2e/site.test.mjs): no shared memory, so one
   // thread, said beside the control.
-  const plain = await open('model=stories260K&backend=cpu&quant=q8&max=20&threads=2&autorun=1', (p) => p.route(`${base}/?*`, async (route) => {
+  const plain = await open('model=stories260K&backend=cpu&quant=q8&max=20&threads=2&autorun=1', (p) => p.route(`${site.base}/?*`, async (route) => {
     const response = await route.fetch();
     const headers = { ...response.headers() };
     delete headers['cross-origin-opener-policy'];

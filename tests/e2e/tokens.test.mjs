@@ -3,32 +3,19 @@
 // natively: target/debug/tokenometer, built by `cargo test`), the prompt's tokens drawn too, the
 // likeliest alternatives in each token's label, keyboard-reachable details, and live counts
 // beside the rule of thumb. A replay draws the same tokens.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { launchBrowser, openPage, root, startServer } from './harness.mjs';
+import { openPage, pageSite, root } from './harness.mjs';
 
-const port = 19000 + (process.pid % 1000);
-const base = `http://127.0.0.1:${port}`;
+const site = pageSite();
 const binary = resolve(root, 'target/debug/tokenometer');
-let server;
-let browser;
-
-before(async () => {
-  server = await startServer(port);
-  browser = await launchBrowser();
-});
-
-after(async () => {
-  await browser?.close();
-  server?.kill();
-});
 
 test('Show tokens draws each token with its id and the engine\'s own probability, equal to score\'s', async () => {
   assert.ok(existsSync(binary), `${binary} is missing: cargo test (or cargo build) makes it`);
-  const { page, errors } = await openPage(browser, `${base}/?model=stories260K&prompt=Once%20upon%20a%20time&max=30&backend=cpu&quant=f32`);
+  const { page, errors } = await openPage(site.browser, `${site.base}/?model=stories260K&prompt=Once%20upon%20a%20time&max=30&backend=cpu&quant=f32`);
   const view = page.locator('#run-view');
   await view.getByTestId('show-tokens').check();
   await page.getByTestId('run').click();
