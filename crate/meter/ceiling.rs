@@ -46,7 +46,7 @@ impl BandwidthCeiling {
     /// The aggregate ceiling of steps of `batch` sequences, each of `prompt_tokens` and
     /// `output_tokens` (a load level's means): a step reads the weights once for all of them and
     /// each one's keys and values, so a token reads `weights / batch + its keys and values`;
-    /// `aggregate_tps` the level's.
+    /// `aggregate_tps` the level's decode (every sequence's tokens after its first).
     pub fn batched(
         (read_gb_per_s, weight_bytes, kv_bytes_per_position): (f64, u64, u64),
         (prompt_tokens, output_tokens): (usize, usize),
@@ -76,7 +76,7 @@ impl BandwidthCeiling {
     /// back".
     /// In a batch: "a step of 4 sequences reads the weights (111.6 MB) once for all of them and
     /// each one's keys and values (0.5 MB): 28.4 MB a token at 21.0 GB/s allows 739 tok/s in
-    /// all; this level makes 240: ...".
+    /// all; this level decodes 240: ...".
     pub fn said(&self) -> String {
         let mb = |b: u64| b as f64 / 1e6;
         let mut s = if self.batch > 1 {
@@ -102,10 +102,14 @@ impl BandwidthCeiling {
                 self.tps
             )
         };
-        let run = if self.batch > 1 { "level" } else { "run" };
+        let run = if self.batch > 1 {
+            "level decodes"
+        } else {
+            "run makes"
+        };
         if let Some(share) = self.share {
             s.push_str(&format!(
-                "; this {run} makes {:.0}: {:.0}% of it, so {}",
+                "; this {run} {:.0}: {:.0}% of it, so {}",
                 share * self.tps,
                 share * 100.0,
                 BandwidthCeiling::bound(share)
@@ -205,7 +209,7 @@ mod tests {
             four.sentence.starts_with(
                 "a step of 4 sequences reads the weights (100.0 MB) once for all of them and each \
                  one's keys and values (0.1 MB): 25.1 MB a token at 20.0 GB/s allows 797 tok/s in \
-                 all; this level makes 300: 38% of it"
+                 all; this level decodes 300: 38% of it"
             ),
             "{}",
             four.sentence

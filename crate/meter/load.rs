@@ -9,7 +9,7 @@ use crate::meter::goodput::{Goodput, RequestRecord, Slo};
 use crate::meter::products::Products;
 use crate::meter::run::{Conditions, Meter, Report};
 use crate::meter::source::Source;
-use crate::meter::stats::{percentiles, rate};
+use crate::meter::stats::{aggregate_decode_tps, percentiles, rate};
 
 /// The conditions of a batch or load test: the model's, and how the users came.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -255,7 +255,15 @@ impl BatchMeter {
         }
         let prompt_tokens = users.iter().map(|u| u.1.conditions.prompt_tokens).sum();
         let aggregate_tps = last_token.and_then(|t| rate(output_tokens, t - first_request));
-        // Each request's mean prompt and output: the keys and values a token reads.
+        // Against the level's decode alone (tokens after each one's first, from the earliest
+        // first token to the latest last: no prefill or queueing in it), each request's mean
+        // prompt and output setting the keys and values a token reads.
+        let streams: Vec<Vec<f64>> = users
+            .iter()
+            .map(|(made, _, m, _)| m.token_times().iter().map(|t| made + t).collect())
+            .collect();
+        let streams: Vec<&[f64]> = streams.iter().map(Vec::as_slice).collect();
+        let decode_tps = aggregate_decode_tps(&streams);
         let bandwidth_ceiling = self
             .read
             .zip(self.conditions.source.bytes_per_token())
@@ -266,7 +274,7 @@ impl BatchMeter {
                     (gb_per_s, weights, kv),
                     (mean(prompt_tokens), mean(output_tokens)),
                     self.conditions.batch_rows(),
-                    aggregate_tps,
+                    decode_tps,
                 )
             });
         LoadReport {

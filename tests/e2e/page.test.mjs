@@ -761,7 +761,7 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   assert.equal(sweep.bandwidth_ceiling.batch, 16);
   assert.ok(Math.abs(sweep.bandwidth_ceiling.tps - bandwidth.at(-1)) <= 0.5 + 1e-9 * bandwidth.at(-1), JSON.stringify(sweep.bandwidth_ceiling));
   assert.match(await text(page, 'lab-bandwidth-sentence'),
-    /^Ceiling, memory bandwidth: A step of 16 sequences reads the weights \([\d.]+ MB\) once for all of them and each one's keys and values \([\d.]+ MB\): [\d.]+ MB a token at [\d.]+ GB\/s allows \d+ tok\/s in all; this level makes \d+: \d+% of it, so /);
+    /^Ceiling, memory bandwidth: A step of 16 sequences reads the weights \([\d.]+ MB\) once for all of them and each one's keys and values \([\d.]+ MB\): [\d.]+ MB a token at [\d.]+ GB\/s allows \d+ tok\/s in all; this level decodes \d+: \d+% of it, so /);
   // The single run's controls come back after the lab, and every level is a row of the results.
   assert.equal(await page.getByTestId('run').isEnabled(), true);
   assert.equal(await page.getByTestId('result-row').count(), 6);
