@@ -3,7 +3,7 @@
 //! caches, so each byte is read once) and what one more dispatch costs, end to end (recorded,
 //! submitted and run: a pass of many dispatches of a one-word kernel against a pass of one).
 //! Each is a difference of two timed submissions, so the fixed cost of submitting and reading
-//! back drops out; each is the best of three. `bench` on the GPU and the page's WebGPU runs put
+//! back drops out; each submission is the best of three. `bench` on the GPU and the page's WebGPU runs put
 //! them against the decode (`meter::BandwidthCeiling`, `meter::DispatchFloor`).
 
 use web_time::Instant;
@@ -102,15 +102,16 @@ struct Probe<'a> {
 }
 
 impl Probe<'_> {
-    /// The best of three of `n` dispatches' time less one's, in ms.
+    /// `n` dispatches' best time of three less one's best of three, in ms. (The best of three
+    /// differences was 0 whenever one round's single dispatch met a slow moment: seen on
+    /// lavapipe as a dispatch floor of 0 us.)
     async fn difference(&self, what: (&Kernel, &wgpu::BindGroup, u32), n: u32) -> Result<f64> {
-        let mut best = f64::INFINITY;
+        let (mut one, mut many) = (f64::INFINITY, f64::INFINITY);
         for _ in 0..3 {
-            let one = self.timed(what, 1).await?;
-            let many = self.timed(what, n).await?;
-            best = best.min((many - one).max(0.0));
+            one = one.min(self.timed(what, 1).await?);
+            many = many.min(self.timed(what, n).await?);
         }
-        Ok(best)
+        Ok((many - one).max(0.0))
     }
 
     /// `n` dispatches of `kernel` with `group` over `workgroups` in one pass, a word copied back,
