@@ -8,9 +8,49 @@
 import { EngineClient } from './engine-client.js';
 
 const KEY = 'tokenometer-read-gbps';
+const GPU_KEY = 'tokenometer-gpu-ceilings';
 
-/** @type {Map<string, Promise<number | null>>} probes of this visit */
+/** @type {Map<string, Promise<any>>} probes of this visit, by storage key and key */
 const probes = new Map();
+
+/**
+ * `key`'s figure kept under `storage` in localStorage where `valid` takes it, else measured once
+ * this visit by `measure()` and kept; null where it could not be measured (said on the console
+ * as `what` could not be measured; the figure is then left out).
+ * @template T
+ * @param {string} storage
+ * @param {string} key
+ * @param {(kept: any) => boolean} valid
+ * @param {() => Promise<T>} measure
+ * @param {string} what
+ * @returns {Promise<T | null>}
+ */
+function keptOrMeasured(storage, key, valid, measure, what) {
+  let kept = null;
+  try {
+    kept = JSON.parse(localStorage.getItem(storage) ?? '{}')[key] ?? null;
+  } catch {
+    kept = null;
+  }
+  if (kept !== null && valid(kept)) return Promise.resolve(kept);
+  const id = `${storage} ${key}`;
+  if (!probes.has(id)) {
+    probes.set(id, measure().then((measured) => {
+      try {
+        const all = JSON.parse(localStorage.getItem(storage) ?? '{}');
+        localStorage.setItem(storage, JSON.stringify({ ...all, [key]: measured }));
+      } catch {
+        // Storage refused (a private window): measured again next visit.
+      }
+      return measured;
+    }, (e) => {
+      console.warn(`tokenometer: ${what} could not be measured: ${e instanceof Error ? e.message : e}`);
+      probes.delete(id);
+      return null;
+    }));
+  }
+  return /** @type {Promise<T | null>} */ (probes.get(id));
+}
 
 /**
  * The memory's read bandwidth in GB/s at `threads` threads of `build`, kept or measured; null
@@ -20,36 +60,9 @@ const probes = new Map();
  * @returns {Promise<number | null>}
  */
 export function readBandwidth(build, threads) {
-  const key = `${build}:${threads}`;
-  let kept = null;
-  try {
-    kept = JSON.parse(localStorage.getItem(KEY) ?? '{}')[key] ?? null;
-  } catch {
-    kept = null;
-  }
-  if (typeof kept === 'number' && kept > 0) return Promise.resolve(kept);
-  if (!probes.has(key)) {
-    probes.set(key, EngineClient.readBandwidth(build, threads).then((gbps) => {
-      try {
-        const all = JSON.parse(localStorage.getItem(KEY) ?? '{}');
-        localStorage.setItem(KEY, JSON.stringify({ ...all, [key]: gbps }));
-      } catch {
-        // Storage refused (a private window): measured again next visit.
-      }
-      return gbps;
-    }, (e) => {
-      console.warn(`tokenometer: the memory's read bandwidth could not be measured: ${e instanceof Error ? e.message : e}`);
-      probes.delete(key);
-      return null;
-    }));
-  }
-  return /** @type {Promise<number | null>} */ (probes.get(key));
+  return keptOrMeasured(KEY, `${build}:${threads}`, (kept) => typeof kept === 'number' && kept > 0,
+    () => EngineClient.readBandwidth(build, threads), "the memory's read bandwidth");
 }
-
-const GPU_KEY = 'tokenometer-gpu-ceilings';
-
-/** @type {Map<string, Promise<{ read_gb_per_s: number, dispatch_us: number } | null>>} */
-const gpuProbes = new Map();
 
 /**
  * The GPU's ceilings (a read kernel's GB/s, one dispatch's us) on the adapter named `adapter`,
@@ -59,28 +72,7 @@ const gpuProbes = new Map();
  * @returns {Promise<{ read_gb_per_s: number, dispatch_us: number } | null>}
  */
 export function readGpuCeilings(engine, adapter) {
-  let kept = null;
-  try {
-    kept = JSON.parse(localStorage.getItem(GPU_KEY) ?? '{}')[adapter] ?? null;
-  } catch {
-    kept = null;
-  }
-  if (kept && kept.read_gb_per_s > 0 && kept.dispatch_us > 0) return Promise.resolve(kept);
-  if (!gpuProbes.has(adapter)) {
-    gpuProbes.set(adapter, engine.measureGpu().then(({ read_gb_per_s, dispatch_us }) => {
-      const measured = { read_gb_per_s, dispatch_us };
-      try {
-        const all = JSON.parse(localStorage.getItem(GPU_KEY) ?? '{}');
-        localStorage.setItem(GPU_KEY, JSON.stringify({ ...all, [adapter]: measured }));
-      } catch {
-        // Storage refused (a private window): measured again next visit.
-      }
-      return measured;
-    }, (e) => {
-      console.warn(`tokenometer: the GPU's ceilings could not be measured: ${e instanceof Error ? e.message : e}`);
-      gpuProbes.delete(adapter);
-      return null;
-    }));
-  }
-  return /** @type {Promise<{ read_gb_per_s: number, dispatch_us: number } | null>} */ (gpuProbes.get(adapter));
+  return keptOrMeasured(GPU_KEY, adapter, (kept) => kept.read_gb_per_s > 0 && kept.dispatch_us > 0,
+    () => engine.measureGpu().then(({ read_gb_per_s, dispatch_us }) => ({ read_gb_per_s, dispatch_us })),
+    "the GPU's ceilings");
 }

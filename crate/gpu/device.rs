@@ -73,7 +73,7 @@ pub struct Gpu {
     pub queue: wgpu::Queue,
     pub limits: wgpu::Limits,
     /// Nanoseconds a timestamp tick where the adapter has `timestamp-query` (granted then), for
-    /// the step's phases (`plan.rs`, `Timer`); `None` where it has not.
+    /// the step's phases (`timer.rs`); `None` where it has not.
     pub timestamp_ns: Option<f32>,
     /// The first error wgpu reported (validation, out of memory), not yet returned.
     error: Arc<Mutex<Option<String>>>,
@@ -220,8 +220,8 @@ pub async fn init() -> Result<Granted> {
     // The adapter's own limits, not WebGPU's defaults: a storage binding of 128 MiB would split a
     // 150 MB classifier, and most adapters bind far more.
     let limits = adapter.limits();
-    // Timestamps for the step's phases where the adapter has them (not asked for, they cost
-    // nothing: the step writes them only while a phase clock is on).
+    // Timestamps for the step's phases, wherever the adapter has them: granted, they cost
+    // nothing until a phase clock is on (only then does a step write them).
     let timestamps = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
     let (device, queue) = adapter
         .request_device(&wgpu::DeviceDescriptor {

@@ -370,9 +370,10 @@ impl GpuLogits {
     /// values, is the clock's time waiting for the device, which the scheduler's sampling
     /// leaves out.
     fn read<T: bytemuck::Pod>(self, ids: bool) -> ReadBack<Vec<T>> {
-        let started = web_time::Instant::now();
-        let (gpu, clock, buffer, bytes, timed) = {
+        let (gpu, clock, started, buffer, bytes, timed) = {
             let mut p = lock(&self.plan);
+            // The clock is read only for a timed step (a read-back a step otherwise).
+            let started = p.clock.is_on().then(web_time::Instant::now);
             if p.logits_pass != self.pass {
                 return Box::pin(std::future::ready(Err(Error::Device(
                     "logits were read after a later pass had replaced them".into(),
@@ -384,7 +385,14 @@ impl GpuLogits {
                 .map(|(e, rows)| (e.as_ref(), *rows))
                 .collect();
             let (buffer, bytes, timed) = p.read(&parts, ids);
-            (p.gpu.clone(), p.clock.clone(), buffer, bytes, timed)
+            (
+                p.gpu.clone(),
+                p.clock.clone(),
+                started,
+                buffer,
+                bytes,
+                timed,
+            )
         };
         Box::pin(async move {
             map(&gpu, &buffer, bytes).await?;
@@ -399,7 +407,9 @@ impl GpuLogits {
             if let Some(timed) = timed {
                 timed.add_to(&gpu, &clock).await?;
             }
-            clock.waited(started.elapsed().as_nanos() as u64);
+            if let Some(started) = started {
+                clock.waited(started.elapsed().as_nanos() as u64);
+            }
             Ok(values)
         })
     }

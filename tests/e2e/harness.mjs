@@ -2,6 +2,7 @@
 // folder mounted) and Debian's Chromium driven by playwright-core. Not a test file itself.
 import { spawn } from 'node:child_process';
 import { before, after } from 'node:test';
+import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -93,4 +94,15 @@ export function stopAtFirstToken(page, how) {
       }
     }).observe(output, { subtree: true, childList: true, characterData: true });
   }, how);
+}
+
+/**
+ * Wait for the page's run to end, check that it ended without an error, and resolve to its
+ * report (the meter's, as the page kept it).
+ * @param {import('playwright-core').Page} page
+ */
+export async function finishedReport(page) {
+  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+  return page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastReport);
 }

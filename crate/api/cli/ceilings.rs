@@ -56,18 +56,18 @@ pub(super) async fn measure(
         }
     };
     if let Some(t) = threads {
-        return match crate::cpu::bandwidth::read_gb_per_s(t) {
-            Ok(gb_per_s) => {
-                against(reports, gb_per_s);
-                Some(Measured::Cpu { threads: t })
-            }
-            Err(why) => {
-                eprintln!("tokenometer: no bandwidth ceiling: {why}");
-                None
-            }
-        };
+        let gb_per_s = cpu_read_gb_per_s(t)?;
+        against(reports, gb_per_s);
+        return Some(Measured::Cpu { threads: t });
     }
     gpu_measure(engine, reports, before, against).await
+}
+
+/// The memory's read bandwidth at `threads` threads (`cpu::bandwidth`), or `None`, said on stderr.
+pub(super) fn cpu_read_gb_per_s(threads: usize) -> Option<f64> {
+    crate::cpu::bandwidth::read_gb_per_s(threads)
+        .map_err(|why| eprintln!("tokenometer: no bandwidth ceiling: {why}"))
+        .ok()
 }
 
 #[cfg(feature = "gpu")]

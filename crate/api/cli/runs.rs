@@ -583,9 +583,7 @@ pub(super) async fn bench_concurrency(
     // The memory's read bandwidth at the engine's threads (CPU), measured once before the levels:
     // each level's bandwidth ceiling at its batch.
     let read = match engine.info.backend {
-        crate::BackendKind::Cpu => crate::cpu::bandwidth::read_gb_per_s(load.threads)
-            .map_err(|why| eprintln!("tokenometer: no bandwidth ceiling: {why}"))
-            .ok(),
+        crate::BackendKind::Cpu => super::ceilings::cpu_read_gb_per_s(load.threads),
         _ => None,
     };
     let mut reports = Vec::with_capacity(load.levels.len());
