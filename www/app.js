@@ -364,10 +364,12 @@ async function runOnce(signal) {
   const choice = endpointChoice();
   const endpoint = choice ? await ensureConnected(choice) : null;
   view.clear(prompt);
-  // The engine on every core leaves the page none to draw with: the view draws ten times a second
-  // then, not every frame (run-view.js `paceMs`; docs/measurements.md, the page at threads = cores).
+  // The engine on every core leaves the page none to draw with: the view then draws its text ten
+  // times a second and its figures, chart and phases twice, not every frame (run-view.js `paceMs`,
+  // `figuresPaceMs`; docs/measurements.md, the page at threads = cores).
   view.conditionsNote = conditionsNote();
   view.paceMs = !endpoint && buildFor(el.backend.value, chosenThreads()).threads >= CORES ? PACE_ON_EVERY_CORE_MS : 0;
+  view.figuresPaceMs = view.paceMs ? FIGURES_ON_EVERY_CORE_MS : 0;
   // Until the page has shown its first token, a run says when the page was opened, and its report
   // gives the time from then to its first token (the meter's `page_open_to_first_token_ms`: the
   // engine's compile, the download, the load, the warm-up and the run's TTFT).
@@ -384,6 +386,9 @@ async function runOnce(signal) {
   const cold = state.openToFirstShown || endpoint ? {} : { cold_start: coldStartParts(loaded, probeFrom) };
   const hooks = {
     signal,
+    // A paced view draws no more often than its pace, so the engine sends its events (and the
+    // meter's report, made on its own thread) no more often either.
+    pumpMs: view.paceMs || undefined,
     onEvents: (message) => {
       const openToFirst = message.report?.page_open_to_first_token_ms;
       if (!state.openToFirstShown && typeof openToFirst === 'number') {
@@ -423,6 +428,8 @@ function coldStartParts(loaded, probeFrom) {
 
 /** The least time between two drawings of a run whose engine takes every core. */
 const PACE_ON_EVERY_CORE_MS = 100;
+/** The least time between two drawings of a run's figures (its numbers, chart, gauge, phases) then. */
+const FIGURES_ON_EVERY_CORE_MS = 500;
 
 /** What the page adds to a run's conditions line: why fewer threads run than were chosen, the engine's memory, and the warm-up. */
 const conditionsNote = () => {

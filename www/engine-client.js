@@ -201,11 +201,12 @@ export class EngineClient {
    * meter's report and the output's word ends. Resolves to the final report (also when stopped).
    * @param {string} prompt
    * @param {object} options  crate/api/web/options.rs `RunOptions`
-   * @param {{ signal?: AbortSignal, onEvents?: (message: import('./protocol.js').Events) => void }} [hooks]
+   * @param {{ signal?: AbortSignal, onEvents?: (message: import('./protocol.js').Events) => void, pumpMs?: number }} [hooks]
+   *   `pumpMs`: how long the engine runs between its messages (about a frame unless given)
    * @returns {Promise<any>}
    */
   async run(prompt, options, hooks = {}) {
-    const finished = await this.request({ type: 'run', prompt, options }, (message) => {
+    const finished = await this.request({ type: 'run', prompt, options, pump_ms: hooks.pumpMs }, (message) => {
       if (message.type === 'events') hooks.onEvents?.(message);
     }, (message) => message.type === 'finished', hooks.signal);
     /** the last run's final report, whose figures the page shows */

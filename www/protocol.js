@@ -38,7 +38,7 @@
 /**
  * Requests, page to worker.
  * @typedef {{ type: 'load', id: number } & LoadSpec} LoadRequest
- * @typedef {{ type: 'run', id: number, prompt: string, options: object }} RunRequest  options: crate/api/web/options.rs `RunOptions`
+ * @typedef {{ type: 'run', id: number, prompt: string, options: object, pump_ms?: number }} RunRequest  options: crate/api/web/options.rs `RunOptions`; `pump_ms`: how long the engine runs between its messages (16, about a frame, unless given)
  * @typedef {{ type: 'lab', id: number, options: object }} LabRequest  options: crate/api/web/options.rs `LabOptions`, and `slo_ttft_ms`, `slo_tpot_ms` (objectives in ms, or null)
  * @typedef {{ type: 'spread', id: number, values: number[] }} SpreadRequest  the meter's median/min/max of repeated figures
  * @typedef {{ type: 'versus', id: number, pairs: number[] }} VersusRequest  the meter's ratio of each pair of figures (NaN: undefined)

@@ -102,8 +102,19 @@ export class RunView {
      * raster, in 2 s), so the page sets a pace when the engine runs on every core.
      */
     this.paceMs = 0;
+    /**
+     * While a run goes on, the least time between two drawings of its figures, chart, gauge and
+     * phases (0: at each drawing); the text keeps `paceMs`. Drawn together they cost a frame
+     * about 10 ms of the main thread at SmolLM2 Q8_0's 128 tokens; the text alone, kept as one
+     * growing text node, less (docs/measurements.md: the page at 2 threads kept 0.76-0.80 of the
+     * harness's worker with everything at 100 ms, 0.86-0.94 with the figures at 500).
+     */
+    this.figuresPaceMs = 0;
     /** when the last drawing began (performance.now()) */
     this.lastDrawn = -Infinity;
+    /** when the figures and chart were last drawn, and whether a report came since */
+    this.figuresDrawn = -Infinity;
+    this.figuresStale = false;
     /** what the page adds to a run's conditions line (its build's note, the memory, the warm-up) */
     this.conditionsNote = '';
     /** whether events or a report came since the last drawing (else only the reading cursor moves) */
@@ -131,6 +142,8 @@ export class RunView {
     /** @type {[number, number][]} the output's spans (UTF-16 offsets) that were drafts the model kept */
     this.drafted = [];
     this.renderedKey = '';
+    this.figuresDrawn = -Infinity;
+    this.figuresStale = false;
     this.report = null;
     this.running = false;
     /** @type {number | null} when the first token showed (performance.now()), for the reader */
@@ -238,6 +251,9 @@ export class RunView {
    */
   async replay(record, rate, signal) {
     this.clear(record.prompt);
+    // A replay runs no engine: nothing to leave the cores to.
+    this.paceMs = 0;
+    this.figuresPaceMs = 0;
     this.replayRate = rate === 'measured' ? 'as measured' : `${rate} tok/s`;
     this.ref.needleLabel.textContent = `replay, ${this.replayRate}`;
     const measured = record.report?.decode_tps;
@@ -302,6 +318,12 @@ export class RunView {
     const report = this.report;
     if (this.changed) {
       this.changed = false;
+      this.figuresStale = true;
+      this.renderTokens();
+    }
+    if (this.figuresStale && (!this.running || performance.now() - this.figuresDrawn >= this.figuresPaceMs)) {
+      this.figuresStale = false;
+      this.figuresDrawn = performance.now();
       if (report && this.replayRate === null) {
         this.setConditions(`${report.summary}${this.conditionsNote}`);
         for (const node of this.figureNodes) {
@@ -335,7 +357,6 @@ export class RunView {
         }
       }
       this.drawChart();
-      this.renderTokens();
     }
     this.renderText();
     // The reading cursor moves a word at a time: draw again when the reader reaches the next
@@ -355,8 +376,8 @@ export class RunView {
   /** The token inspector in place of the text, when shown; drawn only then. */
   renderTokens() {
     const show = this.showsTokens();
-    this.ref.tokenView.hidden = !show;
-    this.ref.output.hidden = show;
+    setHidden(this.ref.tokenView, !show);
+    setHidden(this.ref.output, show);
     if (!show) return;
     this.tokenView.setWords(this.wordEnds.length);
     this.tokenView.draw();
@@ -375,9 +396,16 @@ export class RunView {
     const key = `${this.text.length}:${at}:${this.drafted.length}`;
     if (key === this.renderedKey) return;
     this.renderedKey = key;
-    this.ref.draftedLegend.hidden = !this.drafted.length;
-    this.ref.read.replaceChildren(...this.pieces(0, at));
-    this.ref.ahead.replaceChildren(...this.pieces(at, this.text.length));
+    setHidden(this.ref.draftedLegend, !this.drafted.length);
+    if (this.drafted.length) {
+      this.ref.read.replaceChildren(...this.pieces(0, at));
+      this.ref.ahead.replaceChildren(...this.pieces(at, this.text.length));
+      return;
+    }
+    // Without drafts, each part is one text node, changed at its ends only: the text before
+    // stays laid out (a part rebuilt whole at each drawing is laid out whole again).
+    growText(this.ref.read, this.text.slice(0, at));
+    growText(this.ref.ahead, this.text.slice(at));
   }
 
   /**
@@ -474,4 +502,42 @@ function pick(report, path) {
  */
 export function format(value, digits) {
   return value === null || value === undefined || !Number.isFinite(value) ? '–' : value.toFixed(digits);
+}
+
+/**
+ * Make `element`'s text `text`, keeping its one text node where it is there: what `text` keeps of
+ * the node's text at its start or its end is left as it is (the output grows at its end, and the
+ * reading cursor takes text from the start of what is ahead).
+ * @param {HTMLElement} element
+ * @param {string} text
+ */
+function growText(element, text) {
+  const node = element.firstChild;
+  if (!(node instanceof Text) || node !== element.lastChild) {
+    element.replaceChildren(document.createTextNode(text));
+    return;
+  }
+  const old = node.data;
+  if (old === text) return;
+  if (text.startsWith(old)) {
+    node.appendData(text.slice(old.length));
+    return;
+  }
+  // The longest end of `old` that `text` starts with: drop what is before it, add what follows.
+  for (let cut = 1; cut <= old.length; cut += 1) {
+    if (text.startsWith(old.slice(cut))) {
+      node.deleteData(0, cut);
+      node.appendData(text.slice(old.length - cut));
+      return;
+    }
+  }
+}
+
+/**
+ * Set `element.hidden`, and leave it alone when it is already so.
+ * @param {HTMLElement} element
+ * @param {boolean} hidden
+ */
+function setHidden(element, hidden) {
+  if (element.hidden !== hidden) element.hidden = hidden;
 }

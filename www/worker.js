@@ -360,7 +360,7 @@ async function pumpUntilDone(id, job, budgetMs, message) {
   }
 }
 
-async function run({ id, prompt, options }) {
+async function run({ id, prompt, options, pump_ms: pumpMs }) {
   if (!session) throw new Error('no model is loaded');
   phase = 'generating';
   const run = session.start(prompt, options);
@@ -368,7 +368,7 @@ async function run({ id, prompt, options }) {
   let stopped = null;
   const job = { pump: (ms) => run.pump(ms), cancel: () => { stopped = run.cancel(); } };
   try {
-    await pumpUntilDone(id, job, PUMP_MS, (pumped) => {
+    await pumpUntilDone(id, job, pumpMs ?? PUMP_MS, (pumped) => {
       const events = stopped ? [...pumped.events, stopped] : pumped.events;
       stopped = null;
       return { type: 'events', id, events, points: pumped.points, report: pumped.report, word_ends: pumped.word_ends };

@@ -80,12 +80,18 @@ test('SmolLM2 as stored on two threads: llama.cpp\'s first words, and the concur
   await page.close();
 });
 
-test('with the engine on every core the run view draws ten times a second, at fewer threads every frame with news', { skip: !threaded && 'no pkg/threads/' }, async () => {
-  /** The gaps (ms) between the run view's drawings of its text in a run of SmolLM2 at `threads`, the final drawing left out. */
+test('with the engine on every core the run view draws its text ten times a second and its figures twice, at fewer threads every frame with news', { skip: !threaded && 'no pkg/threads/' }, async () => {
+  /**
+   * The gaps (ms) between the run view's drawings of its text, and of its figures (the conditions
+   * line, which counts the output's tokens), in a run of SmolLM2 at `threads`, the final drawing
+   * (at the run's end, whatever the pace) left out.
+   */
   const gaps = async (threads) => {
     const { page, errors } = await open(`backend=cpu&max=160&chat=0&prompt=${encodeURIComponent('Once upon a time')}&threads=${threads}`, (p) => p.addInitScript(() => {
       /** @type {number[]} */
       const drawn = [];
+      /** @type {number[]} */
+      const figures = [];
       // When each drawing began (the view paces its drawings' beginnings): the start of the
       // animation frame callback whose writes the observer sees right after it. The observer's
       // own time would add the drawing's length, which varies on a loaded machine (seen: two
@@ -96,34 +102,38 @@ test('with the engine on every core the run view draws ten times a second, at fe
         began = performance.now();
         callback(t);
       });
-      Object.assign(globalThis, { drawn });
+      Object.assign(globalThis, { drawn, figures });
       document.addEventListener('DOMContentLoaded', () => {
         // The text read and the text ahead of the reader: written by the view's drawings alone.
         const observer = new MutationObserver(() => drawn.push(began));
         for (const ref of ['read', 'ahead']) {
           observer.observe(document.querySelector(`#run-view [data-ref=${ref}]`), { childList: true, subtree: true, characterData: true });
         }
+        new MutationObserver(() => figures.push(began))
+          .observe(document.querySelector('[data-testid=conditions]'), { childList: true, subtree: true, characterData: true });
       });
     }));
     await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 60_000 });
     // The first run loads the model; the second is the one watched.
     for (const watched of [false, true]) {
-      await page.evaluate(() => { /** @type {any} */ (globalThis).drawn.length = 0; });
+      await page.evaluate(() => { /** @type {any} */ (globalThis).drawn.length = 0; /** @type {any} */ (globalThis).figures.length = 0; });
       await page.getByTestId('run').click();
       await finished(page);
       assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
       if (!watched) continue;
       assert.match(await text(page, 'output'), /^Once upon a time/);
       assert.match(await text(page, 'conditions'), threads > 1 ? new RegExp(`${threads} threads\\]`) : /\[CPU \(SIMD128\+relaxed\)\]/);
-      const times = await page.evaluate(() => /** @type {any} */ (globalThis).drawn);
-      const all = times.slice(1, -1).map((t, i) => t - times[i]);
+      const between = (/** @type {number[]} */ times) => times.slice(1, -1).map((t, i) => t - times[i]);
+      const drawn = between(await page.evaluate(() => /** @type {any} */ (globalThis).drawn));
+      const figures = between(await page.evaluate(() => /** @type {any} */ (globalThis).figures));
       assert.deepEqual(errors, []);
       await page.close();
-      assert.ok(all.length >= 3, `drawings in the run: ${times.length}`);
-      return all;
+      assert.ok(drawn.length >= 3 && figures.length >= 1, `gaps between drawings in the run: ${drawn.length} of the text, ${figures.length} of the figures`);
+      return { text: drawn, figures };
     }
-    return [];
+    return { text: [], figures: [] };
   };
+  const show = (/** @type {number[]} */ gaps) => gaps.map((g) => g.toFixed(0)).join(' ');
   const cores = await (async () => {
     const { page } = await open('model=stories260K');
     const n = await page.evaluate(() => navigator.hardwareConcurrency);
@@ -131,10 +141,12 @@ test('with the engine on every core the run view draws ten times a second, at fe
     return n;
   })();
   const every = await gaps(cores);
-  assert.ok(Math.min(...every) >= 95, `on ${cores} threads of ${cores} cores, gaps between drawings (ms): ${every.map((g) => g.toFixed(0)).join(' ')}`);
+  assert.ok(Math.min(...every.text) >= 95, `on ${cores} threads of ${cores} cores, gaps between drawings of the text (ms): ${show(every.text)}`);
+  assert.ok(Math.min(...every.figures) >= 495, `on ${cores} threads of ${cores} cores, gaps between drawings of the figures (ms): ${show(every.figures)}`);
   if (cores > 1) {
     const fewer = await gaps(1);
-    assert.ok(Math.min(...fewer) < 50, `on 1 thread of ${cores} cores, gaps between drawings (ms): ${fewer.map((g) => g.toFixed(0)).join(' ')}`);
+    assert.ok(Math.min(...fewer.text) < 50, `on 1 thread of ${cores} cores, gaps between drawings of the text (ms): ${show(fewer.text)}`);
+    assert.ok(Math.min(...fewer.figures) < 50, `on 1 thread of ${cores} cores, gaps between drawings of the figures (ms): ${show(fewer.figures)}`);
   }
 });
 
