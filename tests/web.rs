@@ -262,6 +262,29 @@ async fn a_truncated_model_is_an_error_not_a_panic() {
     let error = JsValue::from(session.start(long, JsValue::UNDEFINED).err().unwrap());
     let message = get(&error, "message").as_string().unwrap();
     assert!(message.contains("context holds 512"), "{message}");
+    // A measured figure passed in that is not one is refused, for a run and a lab alike.
+    for bad in [
+        r#"{"read_gb_per_s": 0}"#,
+        r#"{"read_gb_per_s": -3}"#,
+        r#"{"dispatch_us": -1}"#,
+    ] {
+        let options = js_sys::JSON::parse(bad).unwrap();
+        let error = JsValue::from(session.start("Once".into(), options).err().expect(bad));
+        let message = get(&error, "message").as_string().unwrap();
+        assert!(
+            message.contains("a measured figure is a positive number"),
+            "{bad}: {message}"
+        );
+    }
+    let options = js_sys::JSON::parse(r#"{"users": 1, "read_gb_per_s": 0}"#).unwrap();
+    let error = JsValue::from(
+        session
+            .start_lab(options, None, None)
+            .err()
+            .expect("refused"),
+    );
+    let message = get(&error, "message").as_string().unwrap();
+    assert!(message.contains("read_gb_per_s is 0"), "{message}");
 }
 
 /// In wasm `usize` is 32 bits: this header's size, 5 * 2^32 + 98304 floats, wraps to exactly the

@@ -65,7 +65,7 @@ impl Session {
             slo,
         };
         let mut level = LoadLevel::start(&self.engine, &level).map_err(js_error)?;
-        if let Some(gb_per_s) = options.read_gb_per_s.filter(|g| g.is_finite() && *g > 0.0) {
+        if let Some(gb_per_s) = options.read_gb_per_s {
             level.read_bandwidth(gb_per_s, &self.engine);
         }
         Ok(Lab {

@@ -59,7 +59,10 @@ impl RunOptions {
         if options.is_undefined() || options.is_null() {
             return Ok(RunOptions::default());
         }
-        serde_wasm_bindgen::from_value(options).map_err(js_error)
+        let options: RunOptions = serde_wasm_bindgen::from_value(options).map_err(js_error)?;
+        measured(options.read_gb_per_s, "read_gb_per_s", "GB/s")?;
+        measured(options.dispatch_us, "dispatch_us", "us")?;
+        Ok(options)
     }
 
     /// The sampling these options ask for, checked.
@@ -187,6 +190,7 @@ impl LabSettings {
         } else {
             serde_wasm_bindgen::from_value(options).map_err(js_error)?
         };
+        measured(options.read_gb_per_s, "read_gb_per_s", "GB/s")?;
         if !(1..=MAX_LAB_USERS).contains(&options.users) {
             return Err(js_error(format!(
                 "{} users: the lab runs 1 to {MAX_LAB_USERS}",
@@ -203,6 +207,17 @@ impl LabSettings {
             slo: lab_slo(slo_ttft_ms, slo_tpot_ms)?,
             options,
         })
+    }
+}
+
+/// A figure the page measured apart and passes in (a bandwidth, a dispatch's cost): absent, or a
+/// positive number; anything else would put a ceiling of 0 or NaN in every report.
+fn measured(value: Option<f64>, name: &str, unit: &str) -> Result<(), JsError> {
+    match value {
+        Some(v) if !(v.is_finite() && v > 0.0) => Err(js_error(format!(
+            "{name} is {v}: a measured figure is a positive number of {unit} (leave it out for none)"
+        ))),
+        _ => Ok(()),
     }
 }
 
