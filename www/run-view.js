@@ -523,14 +523,16 @@ function growText(element, text) {
     node.appendData(text.slice(old.length));
     return;
   }
-  // The longest end of `old` that `text` starts with: drop what is before it, add what follows.
-  for (let cut = 1; cut <= old.length; cut += 1) {
+  // The longest end of `old` that `text` starts with: drop what is before it, add what follows
+  // (the reader moves a word at a time, so the cut is short; past a few hundred, write it whole).
+  for (let cut = 1; cut <= Math.min(old.length - 1, 512); cut += 1) {
     if (text.startsWith(old.slice(cut))) {
       node.deleteData(0, cut);
       node.appendData(text.slice(old.length - cut));
       return;
     }
   }
+  node.data = text;
 }
 
 /**
