@@ -104,10 +104,10 @@ export class RunView {
     this.paceMs = 0;
     /**
      * While a run goes on, the least time between two drawings of its figures, chart, gauge and
-     * phases (0: at each drawing); the text keeps `paceMs`. Drawn together they cost a frame
-     * about 10 ms of the main thread at SmolLM2 Q8_0's 128 tokens; the text alone, kept as one
-     * growing text node, less (docs/measurements.md: the page at 2 threads kept 0.76-0.80 of the
-     * harness's worker with everything at 100 ms, 0.86-0.94 with the figures at 500).
+     * phases (0: at each drawing); the text keeps `paceMs`. On 2 cores at 2 threads (SmolLM2
+     * Q8_0, 128 tokens) the page kept 0.77-0.79 of the harness's worker alone with everything
+     * drawn every 100 ms, 0.78-1.02 with the figures every 500 (docs/measurements.md, the page at
+     * 2 threads, its figures drawn twice a second).
      */
     this.figuresPaceMs = 0;
     /** when the last drawing began (performance.now()) */
