@@ -403,7 +403,6 @@ export class RunView {
     const was = this.shownText;
     this.shownText = { at, len };
     if (this.drafted.length || !was || at < was.at || len < was.len) {
-      this.shownText = this.drafted.length ? null : this.shownText;
       this.ref.read.replaceChildren(...this.pieces(0, at));
       this.ref.ahead.replaceChildren(...this.pieces(at, len));
       return;

@@ -123,6 +123,13 @@ test('with the engine on every core the run view draws its text ten times a seco
       if (!watched) continue;
       assert.match(await text(page, 'output'), /^Once upon a time/);
       assert.match(await text(page, 'conditions'), threads > 1 ? new RegExp(`${threads} threads\\]`) : /\[CPU \(SIMD128\+relaxed\)\]/);
+      // The text drawn a piece at a time (the reader's part and the part ahead, each of many text
+      // nodes) is the run's tokens in order, as the token inspector draws them after the run.
+      const drawnText = await page.evaluate(() => ['read', 'ahead'].map((ref) => document.querySelector(`#run-view [data-ref=${ref}]`)?.textContent).join(''));
+      await page.locator('#run-view').getByTestId('show-tokens').check();
+      await page.waitForFunction(() => document.querySelector('#run-view .output-tokens [data-token-id]'), null, { timeout: 10_000 });
+      const tokens = await page.evaluate(() => [...document.querySelectorAll('#run-view .output-tokens [data-token-id]')].map((span) => span.textContent).join(''));
+      assert.ok(tokens.length > 100 && drawnText.startsWith(tokens) && drawnText.length - tokens.length <= 2, `drawn ${JSON.stringify(drawnText)}, tokens ${JSON.stringify(tokens)}`);
       const between = (/** @type {number[]} */ times) => times.slice(1, -1).map((t, i) => t - times[i]);
       const drawn = between(await page.evaluate(() => /** @type {any} */ (globalThis).drawn));
       const figures = between(await page.evaluate(() => /** @type {any} */ (globalThis).figures));
