@@ -141,8 +141,7 @@ export class RunView {
     this.wordEnds = [];
     /** @type {[number, number][]} the output's spans (UTF-16 offsets) that were drafts the model kept */
     this.drafted = [];
-    this.renderedKey = '';
-    /** @type {{ at: number, len: number } | null} where the reader was and how much text was drawn, as last drawn */
+    /** @type {{ at: number, len: number, drafts: number } | null} the text as last drawn: where the reader was, its length, its kept drafts */
     this.shownText = null;
     this.figuresDrawn = -Infinity;
     this.figuresStale = false;
@@ -395,14 +394,13 @@ export class RunView {
     const words = Math.floor(this.readerWords());
     const at = words === 0 ? 0 : words >= ends.length ? this.text.length : ends[words - 1];
     // Text nodes only: the model's output is never parsed as HTML. Kept drafts are tinted marks.
-    const key = `${this.text.length}:${at}:${this.drafted.length}`;
-    if (key === this.renderedKey) return;
-    this.renderedKey = key;
-    setHidden(this.ref.draftedLegend, !this.drafted.length);
     const len = this.text.length;
+    const drafts = this.drafted.length;
     const was = this.shownText;
-    this.shownText = { at, len };
-    if (this.drafted.length || !was || at < was.at || len < was.len) {
+    if (was && was.at === at && was.len === len && was.drafts === drafts) return;
+    this.shownText = { at, len, drafts };
+    setHidden(this.ref.draftedLegend, !drafts);
+    if (drafts || !was || at < was.at || len < was.len) {
       this.ref.read.replaceChildren(...this.pieces(0, at));
       this.ref.ahead.replaceChildren(...this.pieces(at, len));
       return;
