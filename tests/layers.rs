@@ -444,3 +444,41 @@ fn the_import_reader_finds_paths_and_skips_comments_and_strings() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// Every GPU object is burn's to make (issue 77): no file of the crate creates a pipeline, a bind
+/// group, a buffer, a command encoder or a query set, nor submits to a queue, itself; and burn and
+/// CubeCL are named only in the GPU layer (`crate/gpu/`), so the rest of the crate runs with the
+/// `gpu` feature off (the page's threaded build).
+#[test]
+fn gpu_objects_are_made_by_burn_and_burn_is_named_only_in_the_gpu_layer() {
+    const MADE_BY_BURN: [&str; 9] = [
+        "create_compute_pipeline",
+        "create_bind_group",
+        "create_buffer",
+        "create_command_encoder",
+        "create_query_set",
+        "create_shader_module",
+        "create_pipeline_layout",
+        "queue.submit",
+        "submit([",
+    ];
+    let mut found = Vec::new();
+    for (module, path) in files() {
+        let code = code_only(&std::fs::read_to_string(&path).unwrap());
+        for call in MADE_BY_BURN {
+            if code.contains(call) {
+                found.push(format!("{} calls {call}", path.display()));
+            }
+        }
+        let in_gpu = module.first().is_some_and(|m| m == "gpu");
+        for name in ["burn_", "cubecl", "wgpu::"] {
+            if !in_gpu && code.contains(name) {
+                found.push(format!(
+                    "{} names {name} outside crate/gpu/",
+                    path.display()
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}

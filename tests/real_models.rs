@@ -356,7 +356,8 @@ fn follows_llama_cpp_on_wgpu(what: &str) {
     println!("{}", report.join("\n"));
     // 4 dispatches a layer whatever the architecture (Gemma's head and post norms, its GELU and
     // its local layers inside the same kernels), the classifier (Gemma's in parts where the
-    // adapter binds less than its 189 MB) and the pick; nothing created, one submit.
+    // adapter binds less than its 189 MB) and the pick, replayed from burn's graph; nothing
+    // created; two submits, the step's and its read-back's (`crate/gpu/plan.rs`).
     let layers = engine.model.config.n_layers as u64;
     let step = launches::per_decode_step(&engine, "Hi", 2);
     println!("{what} on wgpu: {step:?}");
@@ -366,7 +367,7 @@ fn follows_llama_cpp_on_wgpu(what: &str) {
     );
     assert_eq!(
         (step.submits, step.buffers, step.bind_groups),
-        (1, 0, 0),
+        (2, 0, 0),
         "{step:?}"
     );
 }

@@ -10,9 +10,9 @@ use crate::model::phases::PhaseClock;
 use crate::model::quant::pad_hidden_to_blocks;
 use crate::model::{HostWeights, LlamaConfig, Logits, Quant, QuantPlan};
 
-/// The GPU device.
+/// The GPU device (one a process, never given back).
 #[cfg(feature = "gpu")]
-pub type Device = std::sync::Arc<crate::gpu::Gpu>;
+pub type Device = &'static crate::gpu::Gpu;
 
 /// This build has no GPU backend (the `gpu` feature is off: the page's threaded build), so no
 /// device can exist.
@@ -176,7 +176,7 @@ impl Llama {
             }
             #[cfg(feature = "gpu")]
             Some(device) => {
-                let ops = DeviceOps::new(&config, device.clone());
+                let ops = DeviceOps::new(&config, device);
                 Body::Device(Box::new(Weights::new(
                     ops, layers, &rms_final, classifier, &mut plan,
                 )))
@@ -207,6 +207,15 @@ impl Llama {
     pub fn gpu_counts(&self) -> Option<crate::gpu::Counts> {
         match &self.body {
             Body::Device(w) => Some(w.ops.counts()),
+            Body::Host(_) => None,
+        }
+    }
+
+    /// Bytes the GPU holds for this model now, and of them its KV pool's: `None` on the CPU.
+    #[cfg(feature = "gpu")]
+    pub fn gpu_memory(&self) -> Option<(u64, u64)> {
+        match &self.body {
+            Body::Device(w) => Some((w.ops.memory_bytes(), w.ops.kv_bytes())),
             Body::Host(_) => None,
         }
     }

@@ -1,21 +1,36 @@
-//! The GPU itself: one wgpu device per process (Vulkan, Metal or DX12 natively, WebGPU in the
-//! browser), what its adapter is, and the counts and errors of everything done on it.
+//! The GPU itself, through burn: burn-wgpu's device (Vulkan, Metal or DX12 natively, WebGPU in
+//! the browser) and its CubeCL client, one per process; what its adapter is; each model's own
+//! stream on it ([`Stream`]); and the counts and errors of everything a model does there.
 //!
-//! Every buffer and bind group a model makes goes through [`Gpu::buffer`] and
-//! [`Gpu::bind_group`] with its plan's [`Counts`], and every dispatch and submit through its step
-//! (`plan.rs`), so that the counts say what a decode step creates (nothing, once warm) and how
-//! many dispatches it takes. wgpu's own reaction to a validation error is a panic; here every
-//! error is kept and becomes the next read-back's error, one sentence, and a lost device says so.
+//! burn and CubeCL make every GPU object: buffers, pipelines, bind groups, command encoders and
+//! submissions. tokenometer asks them for buffers (each its own device allocation), writes,
+//! launches of its WGSL kernels and graph replays (`launch.rs`), and counts what it asked
+//! ([`Counts`]), so that a step says what it takes; the page's test counts the same in the
+//! browser's own WebGPU calls. wgpu's reaction to a validation error is a panic (and CubeCL's
+//! handler panics its device thread); here every error is kept and becomes the next read-back's
+//! error, one sentence, and a lost device says so.
 
 use std::sync::{Arc, Mutex};
-use std::task::{Poll, Waker};
+
+use burn_wgpu::graphics::AutoGraphicsApi;
+use burn_wgpu::{RuntimeOptions, WgpuDevice, wgpu};
+use cubecl::bytes::Bytes;
+use cubecl::client::Client;
+use cubecl::server::{Handle, ServerError};
+use cubecl_environment::stream::StreamId;
 
 use crate::error::{Error, Result};
+
+/// Launches CubeCL gathers into one command buffer before it submits on its own: more than a
+/// step's dispatches (a SmolLM2 step is 122, Gemma 3 270M's 74), so that a step is one submit,
+/// its read-back's (CubeCL's default of 32 split a step into four).
+const TASKS_MAX: usize = 8192;
 
 /// The adapter wgpu was granted and its device.
 #[derive(Clone)]
 pub struct Granted {
-    pub gpu: Arc<Gpu>,
+    /// The device, for the rest of the process (it is never given back).
+    pub gpu: &'static Gpu,
     /// Its name ("NVIDIA H100", "google swiftshader").
     pub adapter: String,
     /// Driver and limits worth showing, one line.
@@ -24,14 +39,21 @@ pub struct Granted {
     pub software: bool,
 }
 
-/// How many of each thing a model has done on the device since it was loaded.
+/// How many of each thing a model has asked burn for on the device since it was loaded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Buffers allocated (each its own device allocation).
     pub buffers: u64,
+    /// Bind groups CubeCL builds for what the model asked: one a dispatch launched outside a
+    /// graph or recorded into one, none a replayed dispatch.
     pub bind_groups: u64,
     pub dispatches: u64,
+    /// Queue submits CubeCL makes for the model: one a read-back, and one a write that follows
+    /// launched work (CubeCL submits that work before the write lands, to keep their order).
     pub submits: u64,
-    /// Host time spent recording, encoding and submitting steps (not waiting for them), in ns.
+    /// Host time spent on steps up to their read-back, in ns: recording, writing their inputs,
+    /// launching or replaying (CubeCL encodes a replay before it answers). Not the submits, which
+    /// CubeCL makes inside the read-back, where a software adapter also waits for the work.
     pub host_ns: u64,
 }
 
@@ -61,24 +83,25 @@ impl Counts {
         }
     }
 
-    /// Host microseconds a dispatch: recording, encoding and submitting, not waiting.
+    /// Host microseconds a dispatch: recording, writing, launching or replaying, not submitting
+    /// or waiting.
     pub fn host_us_per_dispatch(&self) -> f64 {
         self.host_ns as f64 / 1e3 / self.dispatches.max(1) as f64
     }
 }
 
-/// The device, its queue and limits, and what has gone wrong on it.
+/// burn's device and CubeCL's client on it, its limits, and what has gone wrong on it.
 pub struct Gpu {
-    pub device: wgpu::Device,
-    pub queue: wgpu::Queue,
+    /// burn's device (CubeCL's wgpu device), which burn's graph capture names.
+    pub device: cubecl::Device,
+    /// CubeCL's client on it; each model issues on a stream of its own ([`Stream`]).
+    client: Client,
     pub limits: wgpu::Limits,
-    /// Nanoseconds a timestamp tick where the adapter has `timestamp-query` (granted then), for
-    /// the step's phases (`timer.rs`); `None` where it has not.
-    pub timestamp_ns: Option<f32>,
+    /// Whether the adapter has `timestamp-query`: CubeCL then times a profile window by the
+    /// device's own clock (the step's phases, `timer.rs`).
+    pub timestamps: bool,
     /// The first error wgpu reported (validation, out of memory), not yet returned.
     error: Arc<Mutex<Option<String>>>,
-    /// Why the device was lost, once it was.
-    lost: Arc<Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -90,72 +113,8 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
-    /// A buffer of `size` bytes (at least 16: WebGPU binds no empty buffer), counted.
-    pub fn buffer(
-        &self,
-        counts: &mut Counts,
-        label: &str,
-        size: u64,
-        usage: wgpu::BufferUsages,
-    ) -> wgpu::Buffer {
-        counts.buffers += 1;
-        self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size: size.max(16).next_multiple_of(4),
-            usage,
-            mapped_at_creation: false,
-        })
-    }
-
-    /// A buffer holding `words`, counted.
-    pub fn buffer_with(
-        &self,
-        counts: &mut Counts,
-        label: &str,
-        words: &[u32],
-        usage: wgpu::BufferUsages,
-    ) -> wgpu::Buffer {
-        let buffer = self.buffer(
-            counts,
-            label,
-            4 * words.len() as u64,
-            usage | wgpu::BufferUsages::COPY_DST,
-        );
-        if !words.is_empty() {
-            self.queue
-                .write_buffer(&buffer, 0, bytemuck::cast_slice(words));
-        }
-        buffer
-    }
-
-    /// A bind group of `buffers` in binding order, counted.
-    pub fn bind_group(
-        &self,
-        counts: &mut Counts,
-        layout: &wgpu::BindGroupLayout,
-        buffers: &[&wgpu::Buffer],
-    ) -> wgpu::BindGroup {
-        counts.bind_groups += 1;
-        let entries: Vec<wgpu::BindGroupEntry> = buffers
-            .iter()
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: b.as_entire_binding(),
-            })
-            .collect();
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout,
-            entries: &entries,
-        })
-    }
-
-    /// The device's state as a result: lost, or an error wgpu reported since the last check.
+    /// The device's state as a result: an error wgpu reported since the last check.
     pub fn check(&self) -> Result<()> {
-        if let Some(why) = self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            return Err(Error::DeviceLost(why));
-        }
         match self.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
             Some(error) => Err(Error::Device(error)),
             None => Ok(()),
@@ -168,6 +127,88 @@ impl Gpu {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get_or_insert(error);
+    }
+
+    /// The bytes one storage binding (and one buffer) may hold on this device.
+    pub fn most_bytes(&self) -> u64 {
+        let l = &self.limits;
+        l.max_storage_buffer_binding_size.min(l.max_buffer_size)
+    }
+}
+
+/// CubeCL's error as ours: a lost device says so (nothing more runs on it), anything else is
+/// the device's error, one line.
+pub fn server_error(e: ServerError) -> Error {
+    let message = one_line(&e.to_string());
+    if e.is_device_poisoned() {
+        Error::DeviceLost(message)
+    } else {
+        Error::Device(message)
+    }
+}
+
+/// A model's own CubeCL stream on the device. Everything one model does (its buffers, writes,
+/// launches, graphs and reads) goes on it, in order: a graph's replay is ordered only against
+/// work on the stream it was captured on, and a buffer made on another stream costs a flush of
+/// that stream whenever it is bound.
+pub struct Stream {
+    pub gpu: &'static Gpu,
+    id: StreamId,
+}
+
+impl Stream {
+    pub fn new(gpu: &'static Gpu) -> Stream {
+        Stream {
+            gpu,
+            id: StreamId::allocate(),
+        }
+    }
+
+    /// Run `f` on CubeCL's client with this stream current: every call it makes issues here,
+    /// burn's graph capture and CubeCL's allocation windows included (they ask for the current
+    /// stream). A read's future borrows the client for as long as the process (the device's).
+    pub fn run<T>(&self, f: impl FnOnce(&'static Client) -> T) -> T {
+        self.id.executes(|| f(&self.gpu.client))
+    }
+
+    /// A buffer of `bytes` (at least 16: WebGPU binds no empty buffer), zeroed, counted. Each is
+    /// its own device allocation (CubeCL's dedicated allocations), never a slice of a shared
+    /// page: a page bound read-only by one binding of a dispatch and read-write by another
+    /// is refused, and what the plan frees goes back to the driver.
+    pub fn buffer(&self, counts: &mut Counts, bytes: u64) -> Handle {
+        counts.buffers += 1;
+        let size = bytes.max(16).next_multiple_of(4) as usize;
+        self.run(|c| c.memory_dedicated_allocation((), |_| c.empty(size)))
+    }
+
+    /// A buffer holding `words`, counted.
+    pub fn buffer_with(&self, counts: &mut Counts, words: Vec<u32>) -> Handle {
+        if words.len() < 4 {
+            let handle = self.buffer(counts, 16);
+            self.write(&handle, 0, &words);
+            return handle;
+        }
+        counts.buffers += 1;
+        let bytes = Bytes::from_elems(words);
+        self.run(|c| c.memory_dedicated_allocation(bytes, |bytes| c.create(bytes)))
+    }
+
+    /// Write `words` into `handle` from byte `offset`, on this stream: after the work launched
+    /// before it, before the work launched after it.
+    pub fn write(&self, handle: &Handle, offset: u64, words: &[u32]) {
+        if words.is_empty() {
+            return;
+        }
+        let (end, size) = (offset + 4 * words.len() as u64, handle.size_in_used());
+        if end > size {
+            self.gpu.fail(format!(
+                "a write of {end} bytes into a GPU buffer of {size} (a bug: please report it)"
+            ));
+            return;
+        }
+        let range = handle.clone().offset_start(offset).offset_end(size - end);
+        let bytes = Bytes::from_bytes_vec(bytemuck::cast_slice(words).to_vec());
+        self.run(|c| c.write(&range, bytes));
     }
 }
 
@@ -192,64 +233,43 @@ fn is_software(name: &str, device_type: wgpu::DeviceType) -> bool {
 /// when instances come and go on several threads at once.
 static GPU: async_lock::Mutex<Option<Granted>> = async_lock::Mutex::new(None);
 
-/// The GPU device (async: in a browser this awaits WebGPU's adapter and device).
+/// The GPU device (async: in a browser this awaits WebGPU's adapter and device). burn-wgpu
+/// chooses the adapter (a hardware one before a software one) and asks for its own limits and
+/// features, `timestamp-query` among them where the adapter has it.
 pub async fn init() -> Result<Granted> {
     let mut ready = GPU.lock().await;
     if let Some(granted) = ready.as_ref() {
         return Ok(granted.clone());
     }
-    let backends = if cfg!(target_arch = "wasm32") {
-        wgpu::Backends::BROWSER_WEBGPU
-    } else {
-        wgpu::Backends::PRIMARY
+    let device = WgpuDevice::default();
+    let options = RuntimeOptions {
+        tasks_max: TASKS_MAX,
+        ..RuntimeOptions::try_default().map_err(|e| Error::Device(one_line(&e.to_string())))?
     };
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-        backends,
-        ..wgpu::InstanceDescriptor::new_without_display_handle()
-    });
-    let adapter = instance
-        .request_adapter(&wgpu::RequestAdapterOptions {
-            power_preference: wgpu::PowerPreference::HighPerformance,
-            force_fallback_adapter: false,
-            compatible_surface: None,
-            apply_limit_buckets: false,
-        })
+    let setup = burn_wgpu::try_init_setup_async::<AutoGraphicsApi>(&device, options)
         .await
-        .map_err(|e| Error::Device(format!("no usable GPU adapter: {e}")))?;
-    let info = adapter.get_info();
-    // The adapter's own limits, not WebGPU's defaults: a storage binding of 128 MiB would split a
-    // 150 MB classifier, and most adapters bind far more.
-    let limits = adapter.limits();
-    // Timestamps for the step's phases, wherever the adapter has them: granted, they cost
-    // nothing until a phase clock is on (only then does a step write them).
-    let timestamps = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
-    let (device, queue) = adapter
-        .request_device(&wgpu::DeviceDescriptor {
-            label: Some("tokenometer"),
-            required_features: timestamps,
-            required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
-            memory_hints: wgpu::MemoryHints::Performance,
-            trace: wgpu::Trace::Off,
-        })
-        .await
-        .map_err(|e| Error::Device(format!("the GPU adapter refused a device: {e}")))?;
+        .map_err(|e| {
+            Error::Device(format!(
+                "no usable GPU adapter: {}",
+                one_line(&e.to_string())
+            ))
+        })?;
+    let info = setup.adapter.get_info();
+    let limits = setup.device.limits();
     let error = Arc::new(Mutex::new(None));
-    let lost = Arc::new(Mutex::new(None));
     {
+        // CubeCL's handler panics on any error of a device it has not seen lost; keep the error
+        // instead, for the next read-back to return (a device lost is CubeCL's to notice: its
+        // reads then fail as poisoned).
         let error = error.clone();
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            error
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert(one_line(&e.to_string()));
-        }));
-        let lost = lost.clone();
-        device.set_device_lost_callback(move |reason, message| {
-            lost.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert(one_line(&format!("{reason:?}: {message}")));
-        });
+        setup
+            .device
+            .on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(one_line(&e.to_string()));
+            }));
     }
     let (name, fallback) = if !info.name.is_empty() {
         (info.name.clone(), false)
@@ -259,6 +279,17 @@ pub async fn init() -> Result<Granted> {
             .await
             .unwrap_or_else(|| (format!("{:?} {:?}", info.backend, info.device_type), false))
     };
+    let device = cubecl::Device::Wgpu(device);
+    let gpu: &'static Gpu = Box::leak(Box::new(Gpu {
+        timestamps: setup
+            .device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY),
+        client: device.client(),
+        device,
+        limits: limits.clone(),
+        error,
+    }));
     let granted = Granted {
         details: format!(
             "{:?}, {:?}, driver {:?}, max buffer {} MiB, max storage binding {} MiB, max workgroup invocations {}",
@@ -271,66 +302,10 @@ pub async fn init() -> Result<Granted> {
         ),
         software: fallback || is_software(&name, info.device_type),
         adapter: name,
-        gpu: Arc::new(Gpu {
-            timestamp_ns: (!timestamps.is_empty()).then(|| queue.get_timestamp_period()),
-            device,
-            queue,
-            limits,
-            error,
-            lost,
-        }),
+        gpu,
     };
     *ready = Some(granted.clone());
     Ok(granted)
-}
-
-/// A read-back's outcome once wgpu calls back, and the task waiting for it.
-type Mapping = (
-    Option<std::result::Result<(), wgpu::BufferAsyncError>>,
-    Option<Waker>,
-);
-
-/// Map `bytes` of `buffer` for reading and wait: natively by polling the device, in a browser by
-/// awaiting WebGPU's promise.
-pub(crate) async fn map(gpu: &Gpu, buffer: &wgpu::Buffer, bytes: u64) -> Result<()> {
-    let state: Arc<Mutex<Mapping>> = Arc::default();
-    let done = state.clone();
-    buffer
-        .slice(..bytes)
-        .map_async(wgpu::MapMode::Read, move |result| {
-            let mut s = done.lock().unwrap_or_else(|e| e.into_inner());
-            s.0 = Some(result);
-            if let Some(waker) = s.1.take() {
-                waker.wake();
-            }
-        });
-    #[cfg(not(target_arch = "wasm32"))]
-    gpu.device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| {
-            Error::Device(format!(
-                "waiting for the GPU failed: {}",
-                one_line(&e.to_string())
-            ))
-        })?;
-    let result = std::future::poll_fn(|cx| {
-        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-        match s.0.take() {
-            Some(result) => Poll::Ready(result),
-            None => {
-                s.1 = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    })
-    .await;
-    gpu.check()?;
-    result.map_err(|e| {
-        Error::Device(format!(
-            "reading results back from the GPU failed: {}",
-            one_line(&e.to_string())
-        ))
-    })
 }
 
 /// An error's innermost cause, on one line, as every error message here is (wgpu's nest:

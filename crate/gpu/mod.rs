@@ -1,6 +1,8 @@
-//! The GPU backend (wgpu: Vulkan, Metal or DX12 natively, WebGPU in the browser): the forward
-//! pass's halves as tokenometer's own WGSL kernels (`shaders/`), in a step planned once and
-//! replayed (`plan.rs`) with nothing created per token.
+//! The GPU backend, on burn (burn-wgpu and CubeCL: Vulkan, Metal or DX12 natively, WebGPU in the
+//! browser): the forward pass's halves as tokenometer's own WGSL kernels (`shaders/`), launched
+//! through burn's `template` feature, in a step planned once, captured into a burn graph and
+//! replayed (`plan.rs`, `launch.rs`) with nothing created per token. burn and CubeCL make every
+//! GPU object; the rest of the crate names neither (`tests/layers.rs`).
 //!
 //! Why its own kernels, fused a layer's half at a time: on a GPU every dispatch costs
 //! microseconds of encoding, validation and idle time whatever its size, and for the small models
@@ -14,6 +16,7 @@
 //! WebGPU adapter has.
 
 pub mod device;
+mod launch;
 mod layer;
 mod ops;
 mod plan;

@@ -11,10 +11,13 @@
 //! | last but one | `classify.wgsl` | final norm, classifier (a dispatch a part) |
 //! | last | `pick.wgsl` | the greedy pick (only where every row is greedy) |
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use cubecl::server::Handle;
+
 use crate::error::Error;
-use crate::gpu::device::{Counts, Gpu, map};
+use crate::gpu::device::{Counts, Gpu, Stream};
 use crate::gpu::layer::{self, Packed};
 use crate::gpu::plan::{Extra, LayerBuffers, Part, Plan};
 use crate::model::logits::{DeviceLogits, ReadBack};
@@ -77,9 +80,11 @@ pub struct DeviceLayer {
     index: usize,
 }
 
-/// A matrix held alone (the classifier), in parts of what one binding holds.
+/// A matrix held alone (the classifier), in parts of what one binding holds, and a number of its
+/// own (the plan's launches bind its parts until another classifier is run).
 pub struct DeviceLinear {
     parts: Vec<Part>,
+    id: u64,
 }
 
 /// A pass on the device: its rows, and whether the logits read every row.
@@ -105,12 +110,12 @@ fn lock(plan: &Mutex<Plan>) -> MutexGuard<'_, Plan> {
 }
 
 impl DeviceOps {
-    /// Operations for a model of `config`'s shape on `gpu`; its kernels are compiled here.
-    pub fn new(config: &LlamaConfig, gpu: Arc<Gpu>) -> Self {
-        let plan = Plan::new(gpu, config.clone());
+    /// Operations for a model of `config`'s shape on `gpu`, on a stream of its own.
+    pub fn new(config: &LlamaConfig, gpu: &'static Gpu) -> Self {
+        let plan = Plan::new(Stream::new(gpu), config.clone());
         plan.clock.set_every(GPU_TIMED_EVERY);
         DeviceOps {
-            clock: plan.gpu.timestamp_ns.map(|_| plan.clock.clone()),
+            clock: gpu.timestamps.then(|| plan.clock.clone()),
             plan: Arc::new(Mutex::new(plan)),
         }
     }
@@ -119,9 +124,20 @@ impl DeviceOps {
         lock(&self.plan)
     }
 
-    /// What this model has done on the device so far.
+    /// What this model has asked of the device so far.
     pub fn counts(&self) -> Counts {
         self.plan().counts
+    }
+
+    /// Bytes this model's KV pool holds on the device now (every layer's keys and values).
+    pub fn kv_bytes(&self) -> u64 {
+        self.plan().kv_bytes()
+    }
+
+    /// Bytes the device holds for this model now: CubeCL's report of the model's stream, every
+    /// buffer and the read-back's staging.
+    pub fn memory_bytes(&self) -> u64 {
+        self.plan().memory_bytes()
     }
 
     /// The step's phase clock, where the device has timestamps to time its dispatches with
@@ -129,45 +145,39 @@ impl DeviceOps {
     pub fn phases(&self) -> Option<&PhaseClock> {
         self.clock.as_deref()
     }
-
-    /// The bytes most one storage binding (and one buffer) may hold on this device.
-    fn most_bytes(gpu: &Gpu) -> u64 {
-        let l = &gpu.limits;
-        l.max_storage_buffer_binding_size.min(l.max_buffer_size)
-    }
 }
 
-/// Words for the device, checked against what it binds.
-fn upload(p: &mut Plan, label: &str, words: &[u32]) -> wgpu::Buffer {
-    let gpu = p.gpu.clone();
-    let most = DeviceOps::most_bytes(&gpu);
-    if 4 * words.len() as u64 > most {
+/// Words for the device, checked against what it binds (a buffer past it holds nothing, and the
+/// next read-back says why).
+fn upload(p: &mut Plan, label: &str, words: Vec<u32>) -> Handle {
+    let gpu = p.stream.gpu;
+    let (bytes, most) = (4 * words.len() as u64, gpu.most_bytes());
+    if bytes > most {
         gpu.fail(format!(
             "{label} takes {} MB on the GPU, more than the {} MB it binds at once: choose a smaller \
              quantization or the CPU backend",
-            (4 * words.len() as u64) >> 20,
+            bytes >> 20,
             most >> 20
         ));
+        return p.stream.buffer(&mut p.counts, 16);
     }
-    gpu.buffer_with(&mut p.counts, label, words, wgpu::BufferUsages::STORAGE)
+    p.stream.buffer_with(&mut p.counts, words)
 }
 
-fn uniform(p: &mut Plan, words: &[u32]) -> wgpu::Buffer {
-    let gpu = p.gpu.clone();
-    gpu.buffer_with(&mut p.counts, "desc", words, wgpu::BufferUsages::UNIFORM)
-}
+/// Classifiers' numbers (`DeviceLinear::id`).
+static LINEARS: AtomicU64 = AtomicU64::new(0);
 
 impl Ops for DeviceOps {
     type Act = usize;
-    type Vector = wgpu::Buffer;
+    type Vector = Handle;
     type Linear = DeviceLinear;
     type Layer = DeviceLayer;
     type Pass = DevicePass;
     type Cache = DeviceCache;
 
-    fn vector(&self, v: &[f32]) -> wgpu::Buffer {
+    fn vector(&self, v: &[f32]) -> Handle {
         let words: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
-        upload(&mut self.plan(), "vector", &words)
+        upload(&mut self.plan(), "vector", words)
     }
 
     fn linear(&self, name: &str, m: Matrix, plan: &mut QuantPlan) -> DeviceLinear {
@@ -175,10 +185,9 @@ impl Ops for DeviceOps {
         let before = plan.device_bytes;
         let stored = plan.apply(name, m);
         let mut p = self.plan();
-        let gpu = p.gpu.clone();
         // Parts of what one binding holds (Gemma 3's classifier, 262,144 x 640 Q8_0, is 189 MB
         // as held, past WebGPU's default 128 MiB).
-        let rows = (Self::most_bytes(&gpu) / layer::row_bytes(&stored, k)).max(1) as usize;
+        let rows = (p.stream.gpu.most_bytes() / layer::row_bytes(&stored, k)).max(1) as usize;
         let mut parts = Vec::new();
         plan.device_bytes = before;
         for r in (0..n).step_by(rows.min(n).max(1)) {
@@ -187,12 +196,15 @@ impl Ops for DeviceOps {
             packed.matrix(0, stored.rows(r..end, k), end - r, k, r);
             plan.device_bytes += packed.bytes();
             parts.push(Part {
-                weights: upload(&mut p, name, &packed.words),
-                desc: uniform(&mut p, &packed.desc),
+                weights: upload(&mut p, name, packed.words),
+                desc: upload(&mut p, "desc", packed.desc.to_vec()),
                 n: end - r,
             });
         }
-        DeviceLinear { parts }
+        DeviceLinear {
+            parts,
+            id: LINEARS.fetch_add(1, Ordering::Relaxed),
+        }
     }
 
     fn layer(&self, index: usize, w: LayerWeights, plan: &mut QuantPlan) -> DeviceLayer {
@@ -238,8 +250,8 @@ impl Ops for DeviceOps {
         packed.attention(window, local);
         plan.device_bytes = before + packed.bytes();
         let mut p = self.plan();
-        let weights = upload(&mut p, &format!("layer {index}"), &packed.words);
-        let desc = uniform(&mut p, &packed.desc);
+        let weights = upload(&mut p, &format!("layer {index}"), packed.words);
+        let desc = upload(&mut p, "desc", packed.desc.to_vec());
         p.layers.push(LayerBuffers { weights, desc });
         DeviceLayer { index }
     }
@@ -336,7 +348,7 @@ impl Ops for DeviceOps {
         pass: &DevicePass,
         rows: LogitRows,
         first: usize,
-        norm: &wgpu::Buffer,
+        norm: &Handle,
         classifier: &DeviceLinear,
         _: f32,
     ) -> Logits {
@@ -346,7 +358,7 @@ impl Ops for DeviceOps {
             LogitRows::Last => (pass.spans, false),
         };
         let mut p = self.plan();
-        let extra = p.classify(&classifier.parts, norm, n, all, first > 0);
+        let extra = p.classify((classifier.id, &classifier.parts), norm, n, all, first > 0);
         p.spent(started);
         Logits::Device(Box::new(GpuLogits {
             plan: self.plan.clone(),
@@ -365,12 +377,12 @@ struct GpuLogits {
 }
 
 impl GpuLogits {
-    /// Pick or copy, submit, and read the result back as `T`s (and the step's timestamps, where
-    /// it was timed, into the phase clock). The whole of it, from recording the pick to the
+    /// Pick or not, launch, and read the result back as `T`s (and the step's timings, where it
+    /// was timed, into the phase clock). The whole of it, from recording the pick to the
     /// values, is the clock's time waiting for the device, which the scheduler's sampling
     /// leaves out.
     fn read<T: bytemuck::Pod>(self, ids: bool) -> ReadBack<Vec<T>> {
-        let (gpu, clock, started, buffer, bytes, timed) = {
+        let (gpu, clock, started, reading, timed) = {
             let mut p = lock(&self.plan);
             // The clock is read only for a timed step (a read-back a step otherwise).
             let started = p.clock.is_on().then(web_time::Instant::now);
@@ -384,28 +396,18 @@ impl GpuLogits {
                 .iter()
                 .map(|(e, rows)| (e.as_ref(), *rows))
                 .collect();
-            let (buffer, bytes, timed) = p.read(&parts, ids);
-            (
-                p.gpu.clone(),
-                p.clock.clone(),
-                started,
-                buffer,
-                bytes,
-                timed,
-            )
+            let (reading, timed) = p.read(&parts, ids);
+            (p.stream.gpu, p.clock.clone(), started, reading, timed)
         };
         Box::pin(async move {
-            map(&gpu, &buffer, bytes).await?;
-            let values = {
-                let view = buffer.slice(..bytes).get_mapped_range().map_err(|e| {
-                    Error::Device(format!("the GPU's answer could not be read: {e}"))
-                })?;
-                bytemuck::cast_slice::<u8, T>(&view).to_vec()
-            };
-            buffer.unmap();
+            let parts = reading.await?;
             gpu.check()?;
+            let mut values = Vec::new();
+            for bytes in &parts {
+                values.extend(bytemuck::pod_collect_to_vec::<u8, T>(bytes));
+            }
             if let Some(timed) = timed {
-                timed.add_to(&gpu, &clock).await?;
+                timed.add_to(&clock).await;
             }
             if let Some(started) = started {
                 clock.waited(started.elapsed().as_nanos() as u64);

@@ -1,16 +1,18 @@
 //! This GPU's ceilings, measured apart from any run, for the decode's bounds: the memory read
 //! bandwidth a kernel reaches (each invocation combines a stride of a buffer far larger than the
-//! caches, so each byte is read once) and what one more dispatch costs, end to end (recorded,
-//! submitted and run: a pass of many dispatches of a one-word kernel against a pass of one).
-//! Each is a difference of two timed submissions, so the fixed cost of submitting and reading
-//! back drops out; each submission is the best of three. `bench` on the GPU and the page's WebGPU runs put
-//! them against the decode (`meter::BandwidthCeiling`, `meter::DispatchFloor`).
+//! caches, so each byte is read once) and what one more dispatch costs, end to end, as a step
+//! pays it (a replayed graph of many dispatches of a one-word kernel against one of one). Both
+//! kernels run through burn as the step's do (`launch.rs`). Each figure is a difference of two
+//! timed submissions, so the fixed cost of submitting and reading back drops out; each
+//! submission is the best of three. `bench` on the GPU and the page's WebGPU runs put them
+//! against the decode (`meter::BandwidthCeiling`, `meter::DispatchFloor`).
 
+use cubecl::server::Handle;
 use web_time::Instant;
 
 use crate::error::Result;
-use crate::gpu::device::{Counts, Gpu, map};
-use crate::gpu::shaders::{Binding, Kernel, kernel};
+use crate::gpu::device::{Counts, Gpu, Stream};
+use crate::gpu::launch::{self, Graph, Kernel, Launch};
 
 /// The buffer read: 128 MiB (less where a binding holds less), as the page's CPU probe.
 pub const GPU_PROBE_BYTES: u64 = 128 << 20;
@@ -54,39 +56,32 @@ pub struct GpuCeilings {
 }
 
 /// Measure `gpu`'s read bandwidth and dispatch cost.
-pub async fn measure(gpu: &Gpu) -> Result<GpuCeilings> {
-    use wgpu::BufferUsages as U;
-    let most = gpu
-        .limits
-        .max_storage_buffer_binding_size
-        .min(gpu.limits.max_buffer_size);
-    let bytes = GPU_PROBE_BYTES.min(most) / 16 * 16;
+pub async fn measure(gpu: &'static Gpu) -> Result<GpuCeilings> {
+    let stream = Stream::new(gpu);
+    let bytes = GPU_PROBE_BYTES.min(gpu.most_bytes()) / 16 * 16;
     let mut counts = Counts::default();
-    let data = gpu.buffer(&mut counts, "probe data", bytes, U::STORAGE);
-    let out_bytes = 4 * (WORKGROUPS as u64 * 256);
-    let out = gpu.buffer(
-        &mut counts,
-        "probe out",
-        out_bytes,
-        U::STORAGE | U::COPY_SRC,
-    );
-    let back = gpu.buffer(&mut counts, "probe back", 16, U::MAP_READ | U::COPY_DST);
-    let read = kernel(gpu, "probe read", READ, &[Binding::Read, Binding::Write]);
-    let empty = kernel(gpu, "probe dispatch", EMPTY, &[Binding::Write]);
-    let read_group = gpu.bind_group(&mut counts, &read.layout, &[&data, &out]);
-    let empty_group = gpu.bind_group(&mut counts, &empty.layout, &[&out]);
+    let data = stream.buffer(&mut counts, bytes);
+    let out = stream.buffer(&mut counts, 4 * (WORKGROUPS as u64 * 256));
+    let (read, empty) = (Kernel::new(READ.into(), 256), Kernel::new(EMPTY.into(), 1));
+    let reading = [data, out.clone()];
+    let dispatching = [out.clone()];
     let probe = Probe {
-        gpu,
+        stream: &stream,
         out: &out,
-        back: &back,
     };
-    let reading = (&read, &read_group, WORKGROUPS);
-    let dispatching = (&empty, &empty_group, 1);
     // The first submissions compile and warm the pipelines.
-    probe.timed(reading, 1).await?;
-    probe.timed(dispatching, 1).await?;
-    let extra_read_ms = probe.difference(reading, READS).await?;
-    let extra_dispatch_ms = probe.difference(dispatching, DISPATCHES).await?;
+    let (read_one, read_many) = (
+        probe.graph(&read, &reading, WORKGROUPS, 1)?,
+        probe.graph(&read, &reading, WORKGROUPS, READS)?,
+    );
+    let (dispatch_one, dispatch_many) = (
+        probe.graph(&empty, &dispatching, 1, 1)?,
+        probe.graph(&empty, &dispatching, 1, DISPATCHES)?,
+    );
+    probe.timed(&read_one).await?;
+    probe.timed(&dispatch_one).await?;
+    let extra_read_ms = probe.difference(&read_one, &read_many).await?;
+    let extra_dispatch_ms = probe.difference(&dispatch_one, &dispatch_many).await?;
     gpu.check()?;
     Ok(GpuCeilings {
         read_gb_per_s: bytes as f64 * (READS - 1) as f64 / (extra_read_ms.max(1e-6) * 1e6),
@@ -96,51 +91,39 @@ pub async fn measure(gpu: &Gpu) -> Result<GpuCeilings> {
 }
 
 struct Probe<'a> {
-    gpu: &'a Gpu,
-    out: &'a wgpu::Buffer,
-    back: &'a wgpu::Buffer,
+    stream: &'a Stream,
+    out: &'a Handle,
 }
 
 impl Probe<'_> {
-    /// `n` dispatches' best time of three less one's best of three, in ms. (The best of three
-    /// differences was 0 whenever one round's single dispatch met a slow moment: seen on
-    /// lavapipe as a dispatch floor of 0 us.)
-    async fn difference(&self, what: (&Kernel, &wgpu::BindGroup, u32), n: u32) -> Result<f64> {
-        let (mut one, mut many) = (f64::INFINITY, f64::INFINITY);
-        for _ in 0..3 {
-            one = one.min(self.timed(what, 1).await?);
-            many = many.min(self.timed(what, n).await?);
-        }
-        Ok((many - one).max(0.0))
+    /// `n` launches of `kernel` over `workgroups` binding `buffers`, captured into a graph.
+    fn graph(&self, kernel: &Kernel, buffers: &[Handle], workgroups: u32, n: u32) -> Result<Graph> {
+        let launches = (0..n).map(|_| Launch {
+            kernel,
+            buffers,
+            count: [workgroups, 1, 1],
+        });
+        launch::capture(self.stream, launches)
     }
 
-    /// `n` dispatches of `kernel` with `group` over `workgroups` in one pass, a word copied back,
-    /// submitted and awaited: the time in ms.
-    async fn timed(
-        &self,
-        (kernel, group, workgroups): (&Kernel, &wgpu::BindGroup, u32),
-        n: u32,
-    ) -> Result<f64> {
-        let start = Instant::now();
-        let mut encoder = self
-            .gpu
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: None,
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&kernel.pipeline);
-            pass.set_bind_group(0, group, &[]);
-            for _ in 0..n {
-                pass.dispatch_workgroups(workgroups, 1, 1);
-            }
+    /// `many`'s best time of three less `one`'s best of three, in ms. (The best of three
+    /// differences was 0 whenever one round's single dispatch met a slow moment: seen on
+    /// lavapipe as a dispatch floor of 0 us.)
+    async fn difference(&self, one: &Graph, many: &Graph) -> Result<f64> {
+        let (mut best_one, mut best_many) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..3 {
+            best_one = best_one.min(self.timed(one).await?);
+            best_many = best_many.min(self.timed(many).await?);
         }
-        encoder.copy_buffer_to_buffer(self.out, 0, self.back, 0, 16);
-        self.gpu.queue.submit([encoder.finish()]);
-        map(self.gpu, self.back, 16).await?;
-        self.back.unmap();
+        Ok((best_many - best_one).max(0.0))
+    }
+
+    /// `graph` replayed, a word read back (submitted with it) and awaited: the time in ms.
+    async fn timed(&self, graph: &Graph) -> Result<f64> {
+        let start = Instant::now();
+        launch::replay(self.stream, graph)?;
+        let word = self.out.clone().offset_end(self.out.size_in_used() - 16);
+        launch::read(self.stream, vec![word]).await?;
         Ok(start.elapsed().as_secs_f64() * 1e3)
     }
 }

@@ -1,7 +1,9 @@
-//! The step's six kernels (`shaders/*.wgsl`): their source with the model's shape written in as
-//! constants, compiled once per model into pipelines with explicit bind group layouts.
+//! The step's kernels (`shaders/*.wgsl`): their source with the model's shape written in as
+//! constants, which burn launches (`launch.rs`); CubeCL compiles each once per device, and two
+//! models of one shape share them. Every binding is a storage buffer (read-only where the kernel
+//! only reads it), bound in the order the kernel declares them.
 
-use crate::gpu::device::Gpu;
+use crate::gpu::launch::Kernel;
 use crate::model::{Activation, LlamaConfig};
 
 /// Sequences one pass may hold (the pass's uniform has a place for each).
@@ -11,6 +13,7 @@ pub const MAX_PASS_ROWS: usize = 1024;
 
 /// Units of a kernel's workgroup (`WG` in `common.wgsl`).
 const WORKGROUP: usize = 256;
+const WG: u32 = WORKGROUP as u32;
 
 /// Whether the kernels take `c`'s shape: a head's dimensions are spread over a workgroup's units
 /// and read four at a time, so a head size is a power of two from 4 to 256 (every model the
@@ -28,12 +31,6 @@ pub fn supports(c: &LlamaConfig) -> crate::Result<()> {
 
 const COMMON: &str = include_str!("shaders/common.wgsl");
 
-/// A kernel's pipeline and the layout its bind groups take.
-pub struct Kernel {
-    pub pipeline: wgpu::ComputePipeline,
-    pub layout: wgpu::BindGroupLayout,
-}
-
 /// Every kernel of a step.
 pub struct Kernels {
     /// Norm, q/k/v, RoPE, the KV store and attention: `attention.wgsl`.
@@ -48,17 +45,9 @@ pub struct Kernels {
     pub classify: Kernel,
     /// The greedy pick: `pick.wgsl`.
     pub pick: Kernel,
+    /// A KV pool's slots copied into a larger pool: `grow.wgsl`.
+    pub grow: Kernel,
 }
-
-/// How a kernel binds each buffer.
-#[derive(Clone, Copy)]
-pub(crate) enum Binding {
-    Uniform,
-    Read,
-    Write,
-}
-
-use Binding::{Read, Uniform, Write};
 
 /// The model's shape as WGSL constants.
 fn header(c: &LlamaConfig) -> String {
@@ -96,109 +85,25 @@ fn header(c: &LlamaConfig) -> String {
     s
 }
 
-pub(crate) fn kernel(gpu: &Gpu, name: &str, source: &str, bindings: &[Binding]) -> Kernel {
-    let module = gpu
-        .device
-        .create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(name),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
-    let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupLayoutEntry {
-            binding: i as u32,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: match b {
-                    Uniform => wgpu::BufferBindingType::Uniform,
-                    Read => wgpu::BufferBindingType::Storage { read_only: true },
-                    Write => wgpu::BufferBindingType::Storage { read_only: false },
-                },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        })
-        .collect();
-    let layout = gpu
-        .device
-        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some(name),
-            entries: &entries,
-        });
-    let pipeline_layout = gpu
-        .device
-        .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some(name),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-    let pipeline = gpu
-        .device
-        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(name),
-            layout: Some(&pipeline_layout),
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &[],
-                // Every kernel writes what it reads of its workgroup's memory first.
-                zero_initialize_workgroup_memory: false,
-            },
-            cache: None,
-        });
-    Kernel { pipeline, layout }
-}
-
 impl Kernels {
-    /// The kernels for a model of `config`'s shape.
-    pub fn new(gpu: &Gpu, config: &LlamaConfig) -> Kernels {
+    /// The kernels for a model of `config`'s shape (CubeCL compiles each on its first launch).
+    pub fn new(config: &LlamaConfig) -> Kernels {
         let header = header(config);
-        let with_common = |kernel: &str| format!("{header}{COMMON}{kernel}");
+        let with_common = |kernel: &str| Kernel::new(format!("{header}{COMMON}{kernel}"), WG);
         let project = |mat: u32, input: &str, post: u32| {
-            format!(
+            with_common(&format!(
                 "const MAT: u32 = {mat}u;\nconst IN: u32 = {input};\nconst POST: u32 = {post}u;\n{}",
-                with_common(include_str!("shaders/project.wgsl"))
-            )
+                include_str!("shaders/project.wgsl")
+            ))
         };
         Kernels {
-            attention: kernel(
-                gpu,
-                "attention",
-                &with_common(include_str!("shaders/attention.wgsl")),
-                &[Uniform, Uniform, Read, Read, Read, Write, Write, Write],
-            ),
-            project_out: kernel(
-                gpu,
-                "project_out",
-                &project(3, "Q_DIM", 7),
-                &[Uniform, Uniform, Read, Read, Write, Write],
-            ),
-            feed_forward: kernel(
-                gpu,
-                "feed_forward",
-                &with_common(include_str!("shaders/feed_forward.wgsl")),
-                &[Uniform, Uniform, Read, Read, Write],
-            ),
-            project_down: kernel(
-                gpu,
-                "project_down",
-                &project(5, "HIDDEN", 8),
-                &[Uniform, Uniform, Read, Read, Write, Write],
-            ),
-            classify: kernel(
-                gpu,
-                "classify",
-                &with_common(include_str!("shaders/classify.wgsl")),
-                &[Uniform, Uniform, Read, Read, Read, Write],
-            ),
-            pick: kernel(
-                gpu,
-                "pick",
-                &format!("{header}{}", include_str!("shaders/pick.wgsl")),
-                &[Read, Write],
-            ),
+            attention: with_common(include_str!("shaders/attention.wgsl")),
+            project_out: project(3, "Q_DIM", 7),
+            feed_forward: with_common(include_str!("shaders/feed_forward.wgsl")),
+            project_down: project(5, "HIDDEN", 8),
+            classify: with_common(include_str!("shaders/classify.wgsl")),
+            pick: Kernel::new(format!("{header}{}", include_str!("shaders/pick.wgsl")), WG),
+            grow: Kernel::new(include_str!("shaders/grow.wgsl").into(), WG),
         }
     }
 }

@@ -80,7 +80,7 @@ async fn gpu_measure(
     let spent = gpu_work(engine)? - before?;
     let tokens: usize = reports.iter().map(|r| r.conditions.output_tokens).sum();
     let granted = crate::gpu::init().await.ok()?;
-    let c = match crate::gpu::probe::measure(&granted.gpu).await {
+    let c = match crate::gpu::probe::measure(granted.gpu).await {
         Ok(c) => c,
         Err(why) => {
             eprintln!("tokenometer: no GPU ceilings: {why}");
@@ -156,13 +156,22 @@ fn print_gpu_work(before: Work, engine: &Engine) {
         let spent = after - before;
         println!(
             "GPU work of the timed runs: {} dispatches in {} submits, {} buffers and {} bind groups \
-             made; the host spent {:.1} us a dispatch recording, encoding and submitting (not \
-             waiting)",
+             made; the host spent {:.1} us a dispatch recording, writing and encoding (not \
+             submitting or waiting)",
             spent.dispatches,
             spent.submits,
             spent.buffers,
             spent.bind_groups,
             spent.host_us_per_dispatch()
+        );
+    }
+    if let Some((held, kv)) = engine.model.gpu_memory() {
+        println!(
+            "GPU memory held for this model: {:.1} MB (weights as held {:.1} MB, KV pool {:.1} MB, \
+             the rest: activations, logits, the read-back)",
+            held as f64 / 1e6,
+            engine.info.weight_bytes as f64 / 1e6,
+            kv as f64 / 1e6
         );
     }
 }

@@ -14,7 +14,7 @@ use crate::api::web::js::{engine_error, to_js};
 #[cfg(feature = "gpu")]
 pub(crate) async fn gpu_ceilings() -> Result<JsValue, JsValue> {
     let granted = crate::gpu::init().await.map_err(engine_error)?;
-    let c = crate::gpu::probe::measure(&granted.gpu)
+    let c = crate::gpu::probe::measure(granted.gpu)
         .await
         .map_err(engine_error)?;
     Ok(to_js(&serde_json::json!({

@@ -5,8 +5,8 @@
 // KV pool, then attends over the slot's positions (the window's, on a local layer). The heads of a
 // KV group compute the same k and v and store the same bits.
 
-@group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<uniform> desc: Desc;
+@group(0) @binding(0) var<storage, read> step: Step;
+@group(0) @binding(1) var<storage, read> desc: Desc;
 @group(0) @binding(2) var<storage, read> wts: array<u32>;
 // RoPE's cos then sin `[rows, HS / 2]`, then the local base's the same way at `step.local_at`.
 @group(0) @binding(3) var<storage, read> angles: array<f32>;

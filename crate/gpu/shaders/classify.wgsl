@@ -2,8 +2,8 @@
 // (the last of each span, or every row), x normed, through this part of the classifier's columns,
 // into the logits buffer after the rows this forward call made before.
 
-@group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<uniform> desc: Desc;
+@group(0) @binding(0) var<storage, read> step: Step;
+@group(0) @binding(1) var<storage, read> desc: Desc;
 @group(0) @binding(2) var<storage, read> wts: array<u32>;
 @group(0) @binding(3) var<storage, read> norm: array<f32>;
 @group(0) @binding(4) var<storage, read> x: array<f32>;

@@ -1,4 +1,4 @@
-// What every kernel shares: the pass's uniform, a matrix's description, how a block of weights
+// What every kernel shares: the pass's description (`Step`), a matrix's description, how a block of weights
 // is read in each stored form, and the workgroup reductions. Each kernel file is this, after the
 // model's constants (DIM, HS, ... : `gpu/shaders.rs` writes them), and before the kernel itself.
 

@@ -2,8 +2,8 @@
 // gate and up projections, `act(gate) * up` into `hidden`. Each workgroup takes COLS hidden units
 // for a tile of ROWS rows.
 
-@group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<uniform> desc: Desc;
+@group(0) @binding(0) var<storage, read> step: Step;
+@group(0) @binding(1) var<storage, read> desc: Desc;
 @group(0) @binding(2) var<storage, read> wts: array<u32>;
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> hidden: array<f32>;

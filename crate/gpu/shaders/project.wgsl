@@ -8,8 +8,8 @@
 // a workgroup takes a tile of rows and all the columns, writes the projection to `out`, then norms
 // it and adds.
 
-@group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<uniform> desc: Desc;
+@group(0) @binding(0) var<storage, read> step: Step;
+@group(0) @binding(1) var<storage, read> desc: Desc;
 @group(0) @binding(2) var<storage, read> wts: array<u32>;
 @group(0) @binding(3) var<storage, read> src: array<f32>;
 @group(0) @binding(4) var<storage, read_write> x: array<f32>;
