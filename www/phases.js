@@ -16,9 +16,9 @@ const PARTS = [
 const BETWEEN = '#c8ced4';
 // crate/model/phases.rs PAGE_TIMED_EVERY: the page's CPU engine times one decode step in 4.
 const CPU_CAPTION = "Where a decode step's time goes, by the engine's own timers (one step in 4, as the timers cost the run): a column for each 16 tokens, its height the step's time.";
-// crate/gpu/timer.rs: each timed dispatch in a pass of its own, one decode step in 8.
+// crate/gpu/timer.rs: each run of one kind of dispatch in a profile window of its own (CubeCL's), one decode step in 8.
 const GPU_CAPTION =
-  "Where a decode step's time goes on this GPU, by the device's timestamps around each dispatch (one step in 8, as timing slows the step): a column for each 16 tokens. A dispatch is fused: attention's holds its norm and the q, k and v products, the projections' the rest with their norms; the engine's other work is the host's recording and the time between dispatches.";
+  "Where a decode step's time goes on this GPU, by the device's timestamps around each run of dispatches of one kind (one step in 8, as timing slows the step): a column for each 16 tokens. A dispatch is fused: attention's holds its norm and the q, k and v products, the projections' the rest with their norms; the engine's other work is the host's recording and the time between dispatches.";
 
 /**
  * @param {HTMLElement} node

@@ -41,9 +41,10 @@ const PHASES: usize = 5;
 /// times every step (natively the reads cost less than the runs' spread).
 pub const PAGE_TIMED_EVERY: u32 = 4;
 
-/// A GPU times one decode step in this many: each timed dispatch runs in a pass of its own, which
-/// cost lavapipe 5-7% a timed step (stories260K, `bench --profile` against `bench`), and a page's
-/// column of 16 tokens still holds two timed steps.
+/// A GPU times one decode step in this many: a timed step's runs of dispatches of one kind each
+/// run in a CubeCL profile window of its own (a submit and three small buffers each, `gpu/timer.rs`),
+/// which cost lavapipe's decode 3-7% with one step in 8 timed (stories260K Q8_0, `bench --profile`
+/// against `bench`, 3 pairs), and a page's column of 16 tokens still holds two timed steps.
 pub const GPU_TIMED_EVERY: u32 = 8;
 
 /// Time by [`Phase`], added up while on; shared by the threads that run a model (atomics).

@@ -34,7 +34,7 @@ test("the phase bar: the engine's parts inside each step, the steps making the g
   await page.close();
 });
 
-test("on WebGPU: the device's timestamps around each dispatch, one decode step in 8, inside the step", async (t) => {
+test("on WebGPU: the device's timestamps around each run of dispatches of one kind (CubeCL's profile windows), one decode step in 8, inside the step", async (t) => {
   // SwiftShader here has timestamp-query: a software GPU, so the times say nothing of a real one;
   // what is checked is that every kind of dispatch is timed, inside its step, and that sampling
   // is the pick's dispatch, not the host's wait for the whole step.
@@ -57,7 +57,7 @@ test("on WebGPU: the device's timestamps around each dispatch, one decode step i
     }
     const bar = page.locator('#run-view').getByTestId('phases');
     await bar.waitFor({ state: 'visible' });
-    assert.match(await bar.locator('figcaption').textContent(), /by the device's timestamps around each dispatch \(one step in 8/);
+    assert.match(await bar.locator('figcaption').textContent(), /by the device's timestamps around each run of dispatches of one kind \(one step in 8/);
     const parts = await bar.locator('tbody tr').evaluateAll((nodes) => nodes.map((n) => n.dataset.part));
     assert.ok(!parts.includes('norms and activations') && parts.includes('classifier'), JSON.stringify(parts));
     assert.equal(await bar.locator('.phase-column').count(), phases.windows.length);

@@ -21,7 +21,7 @@ pub(super) fn print_phases(reports: &[Report], gpu: bool) {
     let gap = median_of(&gaps);
     let steps = figures.iter().map(|p| p.steps).sum::<usize>();
     let timers = if gpu {
-        "the device's timestamps around each dispatch"
+        "the device's timestamps around each run of dispatches of one kind"
     } else {
         "the engine's own timers"
     };
@@ -55,7 +55,8 @@ pub(super) fn print_phases(reports: &[Report], gpu: bool) {
             "  on the GPU a dispatch is fused: attention's holds its norm and the q, k and v \
              products, the projections' the others with their norms and activations; the \
              engine's other work is the host's recording and submitting and the device's time \
-             between dispatches (each dispatch runs in a pass of its own while timed)"
+             between dispatches (while timed, each run of one kind of dispatch is a CubeCL \
+             profile window of its own)"
         );
     }
     if let Some(prefill) = figures[0].prefill {
