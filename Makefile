@@ -65,7 +65,7 @@ test-native:
 # `wasm-pack test --headless --chrome --profile web --test web`.
 test-wasm: test-wasm-threads
 	WASM_BINDGEN_TEST_TIMEOUT=600 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
-		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --profile web --target wasm32-unknown-unknown --test web --test web_crash --test kernels
+		CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo test --profile web --target wasm32-unknown-unknown --test web --test web_crash
 
 # The threaded build's own test (tests/web_threads.rs: 2 and 3 threads give one thread's bits), in a
 # dedicated worker of a cross-origin isolated page, as the page runs it.

@@ -1,6 +1,7 @@
 //! The CPU kernels against plain f32 arithmetic: every instruction set this machine runs (the
 //! scalar one always), f32, Q8_0 and Q4_0 weights, one activation row (decode) and several
-//! (prefill), widths with and without a tail. Natively (AVX2) and in headless Chromium (SIMD128).
+//! (prefill), widths with and without a tail. Natively (AVX2) and in headless Chromium (SIMD128:
+//! as a module of tests/web.rs, whose binary runs it, so the page's engine is linked once for both).
 
 use tokenometer::cpu::{self as kernels, Isa, Q8Rows};
 

@@ -12,6 +12,12 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
+/// The CPU kernels against plain arithmetic (tests/kernels.rs, natively a test of its own), here
+/// in this binary: each wasm test binary links the whole engine with LTO over one codegen unit,
+/// about 2 minutes of one core (docs/build.md).
+#[path = "kernels.rs"]
+mod kernels;
+
 const MODEL: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/models/stories260K/stories260K.bin"
