@@ -46,6 +46,15 @@ impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// `n` and its noun, singular or plural as `n` asks: "1 token", "2 tokens", for messages.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// At most 64 characters of text that came from outside (a file's name field, a client's
 /// string), for an error message: a hostile file or request may hold a megabyte there.
 pub fn clip(text: &str) -> String {

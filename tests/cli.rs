@@ -1042,11 +1042,91 @@ fn perplexity_refuses_short_texts_and_absurd_windows() {
         run("64"),
         "needs at least 128 (a longer file, or a smaller --ctx)",
     );
+    for ctx in ["0", "4", "100000"] {
+        assert_refused(
+            run(ctx),
+            &format!(
+                "--ctx {ctx} is out of range: a perplexity window is 8 to 512 tokens (the model's \
+                 context)"
+            ),
+        );
+    }
+}
+
+/// Messages a user can act on (issue 73): the number said right, the range given, nothing left
+/// to a library's wording; each refused before any work.
+#[test]
+fn bad_flags_are_refused_in_words_a_user_can_act_on() {
+    // One token is "1 token".
+    let one = scratch("one-token.txt", b"");
+    let refused = tokenometer(&[
+        "perplexity",
+        "--model",
+        &model(),
+        "--tokenizer",
+        &tok512(),
+        "--file",
+        &one,
+        "--ctx",
+        "8",
+    ]);
     assert_refused(
-        run("4"),
-        "--ctx 4: give 8 to the model's context of 512 tokens",
+        refused,
+        "the text is 1 token; perplexity with --ctx 8 needs at least 16",
     );
-    assert_refused(run("100000"), "--ctx 100000: give 8 to");
+    // A text too large for perplexity is refused by its size, before it is read (a sparse file).
+    let huge = scratch("huge.txt", b"");
+    std::fs::File::options()
+        .write(true)
+        .open(&huge)
+        .and_then(|f| f.set_len(65 << 20))
+        .unwrap();
+    let refused = tokenometer(&[
+        "perplexity",
+        "--model",
+        &model(),
+        "--tokenizer",
+        &tok512(),
+        "--file",
+        &huge,
+    ]);
+    assert_refused(refused, "65 MiB of text, over the 64 MiB perplexity reads");
+    // A port out of range is named as such (reqwest said "builder error").
+    for port in ["0", "70000"] {
+        let url = format!("http://127.0.0.1:{port}/v1");
+        assert_refused(
+            tokenometer(&["bench", "--endpoint", &url, "--runs", "1"]),
+            &format!("port {port} is out of range: a port is 1 to 65535"),
+        );
+    }
+    // A page that is not there is refused at start, not served as a 404: a server that started
+    // anyway is stopped after 60 s and fails the test instead of holding it.
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_tokenometer"))
+        .args(["serve", "--model", &model(), "--tokenizer", &tok512()])
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--page",
+            "/no/such/dir",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let started = std::time::Instant::now();
+    while serve.try_wait().unwrap().is_none() {
+        if started.elapsed().as_secs() >= 60 {
+            serve.kill().unwrap();
+            panic!("serve --page /no/such/dir started instead of refusing the folder");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_refused(
+        serve.wait_with_output().unwrap(),
+        "--page /no/such/dir: no page there",
+    );
 }
 
 /// `--backend auto --race` checks the GPU (here lavapipe) against the CPU, times both on a short

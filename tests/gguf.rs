@@ -428,6 +428,28 @@ fn broken_and_foreign_ggufs_are_named() {
         write_gguf(&gemma, &embedding()),
         "has no tensor blk.0.attn_norm.weight",
     ));
+    // A Qwen3 head size of its own that cannot be run: the key that gave it is named, not the
+    // embedding length and head count it replaces.
+    let qwen3 = |key_length: u32| {
+        let header = vec![
+            arch("qwen3"),
+            dims("qwen3.embedding_length", 32),
+            dims("qwen3.feed_forward_length", 64),
+            dims("qwen3.block_count", 1),
+            dims("qwen3.attention.head_count", 2),
+            dims("qwen3.context_length", 16),
+            dims("qwen3.attention.key_length", key_length),
+        ];
+        write_gguf(&header, &embedding())
+    };
+    cases.push((
+        qwen3(15),
+        "head size 15 (qwen3.attention.key_length) is odd; RoPE needs pairs",
+    ));
+    cases.push((
+        qwen3(0),
+        "GGUF qwen3.attention.key_length = 0 is outside 1..=",
+    ));
     let mut bert = llama.clone();
     bert.push(("tokenizer.ggml.model", 8, text("bert")));
     cases.push((

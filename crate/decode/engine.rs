@@ -67,8 +67,8 @@ fn checked_prompt(prompt: &str, ids: Vec<u32>, vocab: usize, context: usize) -> 
     }
     if ids.len() >= context {
         return Err(Error::BadPrompt(format!(
-            "the prompt is {} tokens but the context holds {context}, leaving no room to generate",
-            ids.len()
+            "the prompt is {} but the context holds {context}, leaving no room to generate",
+            crate::error::count(ids.len(), "token")
         )));
     }
     Ok(ids)

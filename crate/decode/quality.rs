@@ -124,16 +124,17 @@ impl Engine {
         let context = self.model.config.seq_len;
         if !(8..=context).contains(&ctx) {
             return Err(Error::Unsupported(format!(
-                "--ctx {ctx}: give 8 to the model's context of {context} tokens"
+                "--ctx {ctx} is out of range: a perplexity window is 8 to {context} tokens (the \
+                 model's context)"
             )));
         }
         let tokens = self.tokenizer.encode(text)?;
         self.check_ids(&tokens, "the text")?;
         if tokens.len() < 2 * ctx {
             return Err(Error::BadPrompt(format!(
-                "the text is {} tokens; perplexity with --ctx {ctx} needs at least {} (a longer \
-                 file, or a smaller --ctx)",
-                tokens.len(),
+                "the text is {}; perplexity with --ctx {ctx} needs at least {} (a longer file, or \
+                 a smaller --ctx)",
+                crate::error::count(tokens.len(), "token"),
                 2 * ctx
             )));
         }

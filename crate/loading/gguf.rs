@@ -34,7 +34,7 @@ const MAX_METADATA: u64 = 1 << 16;
 const MAX_DEPTH: usize = 4;
 
 /// GGUF's names for the config fields (after `{arch}.`), for errors in the file's own words.
-const GGUF_FIELDS: [&str; 7] = [
+const GGUF_FIELDS: [&str; 8] = [
     "embedding_length",
     "feed_forward_length",
     "block_count",
@@ -42,6 +42,7 @@ const GGUF_FIELDS: [&str; 7] = [
     "attention.head_count_kv",
     "vocabulary size (token_embd rows)",
     "context_length",
+    "attention.key_length",
 ];
 
 /// A metadata value.

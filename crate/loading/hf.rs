@@ -22,6 +22,7 @@ const HF_FIELDS: FieldNames = FieldNames {
         "num_key_value_heads",
         "vocab_size",
         "max_position_embeddings",
+        "head_dim",
     ],
     key_prefix: None,
 };

@@ -107,8 +107,9 @@ const MIN_SEQ_LEN: usize = 2;
 pub struct FieldNames {
     /// How to introduce a field: "header field" (llama2.c) or "config.json" (Hugging Face).
     pub prefix: &'static str,
-    /// dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len in the file's naming.
-    pub names: [&'static str; 7],
+    /// dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len and the head size
+    /// where the file gives one of its own, in the file's naming.
+    pub names: [&'static str; 8],
     /// What goes before each name but the vocabulary's: a GGUF's architecture (`qwen2.`).
     pub key_prefix: Option<&'static str>,
 }
@@ -137,6 +138,7 @@ pub const LLAMA2C_FIELDS: FieldNames = FieldNames {
         "n_kv_heads",
         "vocab_size",
         "seq_len",
+        "head size",
     ],
     key_prefix: None,
 };
@@ -177,7 +179,8 @@ impl LlamaConfig {
     pub fn validate(&self, fields: &FieldNames) -> Result<()> {
         // The vocabulary's size is not a key of the file's.
         let field = |i: usize| Field(fields.key_prefix.filter(|_| i != 5), fields.names[i]);
-        let [dim, hidden, layers, heads, kv_heads, vocab, seq_len] = std::array::from_fn(field);
+        let [dim, hidden, layers, heads, kv_heads, vocab, seq_len, head] =
+            std::array::from_fn(field);
         let prefix = fields.prefix;
         let bad = |m: String| Err(Error::BadModel(m));
         let ranges = [
@@ -211,7 +214,7 @@ impl LlamaConfig {
         if let Some(hs) = self.recipe.head_size
             && !(1..=MAX_DIM).contains(&hs)
         {
-            return bad(format!("{prefix} head size {hs} is outside 1..={MAX_DIM}"));
+            return bad(format!("{prefix} {head} = {hs} is outside 1..={MAX_DIM}"));
         }
         if let Some(g) = &self.recipe.sliding {
             if g.window == 0 || g.global_every == 0 {
@@ -252,8 +255,13 @@ impl LlamaConfig {
             ));
         }
         if !self.head_size().is_multiple_of(2) {
+            // The head size is the file's own where it gives one, else dim over heads.
+            let from = match self.recipe.head_size {
+                Some(_) => head.to_string(),
+                None => format!("{dim} / {heads}"),
+            };
             return bad(format!(
-                "head size {} ({dim} / {heads}) is odd; RoPE needs pairs",
+                "head size {} ({from}) is odd; RoPE needs pairs",
                 self.head_size()
             ));
         }

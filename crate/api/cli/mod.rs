@@ -174,7 +174,10 @@ async fn run(command: Command) -> Result<(), Error> {
             file,
             ctx,
             json,
-        } => quality::perplexity(&load(&model).await?, &file, ctx, json).await,
+        } => {
+            let text = quality::read_text(&file)?;
+            quality::perplexity(&load(&model).await?, &text, ctx, json).await
+        }
         Command::Bench {
             model,
             max_tokens,
@@ -455,6 +458,16 @@ fn cpu_threads(args: &ModelArgs) -> Result<Threads, Error> {
 
 /// `tokenometer serve`: the engine is loaded on its own thread, the page found beside the sources.
 fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
+    // A page asked for and not there is refused before the model loads, not served as a 404.
+    if let Some(root) = &args.page
+        && !(root.join("www").join("index.html").is_file() || crate::api::serve::is_site(root))
+    {
+        return Err(Error::Io(format!(
+            "--page {}: no page there (neither a checkout's www/index.html nor the index.html \
+             `make site` writes); give such a folder, or leave --page out",
+            crate::error::clip(&root.display().to_string())
+        )));
+    }
     let speculation = match args.speculate.as_deref() {
         None => None,
         Some("lookup") => Some(Speculation::lookup()),

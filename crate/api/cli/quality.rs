@@ -62,17 +62,34 @@ pub(super) async fn score(
     Ok(())
 }
 
+/// The most text `perplexity` reads: 64 MiB is about 16 million tokens, days of windows on a CPU
+/// (wikitext-2's test set, the usual one, is 1.3 MB).
+const MOST_TEXT: u64 = 64 << 20;
+
+/// `perplexity`'s text, its size checked before it is read (and before the model loads).
+pub(super) fn read_text(file: &Path) -> Result<String, Error> {
+    let io = |e: std::io::Error| Error::Io(format!("{}: {e}", file.display()));
+    let size = std::fs::metadata(file).map_err(io)?.len();
+    if size > MOST_TEXT {
+        return Err(Error::Io(format!(
+            "{}: {} MiB of text, over the {} MiB perplexity reads; give a part of it",
+            file.display(),
+            size >> 20,
+            MOST_TEXT >> 20
+        )));
+    }
+    std::fs::read_to_string(file).map_err(io)
+}
+
 pub(super) async fn perplexity(
     engine: &Engine,
-    file: &Path,
+    text: &str,
     ctx: usize,
     json: bool,
 ) -> Result<(), Error> {
-    let text =
-        std::fs::read_to_string(file).map_err(|e| Error::Io(format!("{}: {e}", file.display())))?;
     let mut line = String::new();
     let result = engine
-        .perplexity(&text, ctx, &mut |window, estimate| {
+        .perplexity(text, ctx, &mut |window, estimate| {
             if !json {
                 line.push_str(&format!("[{window}]{estimate:.4},"));
                 eprint!("[{window}]{estimate:.4},");

@@ -23,6 +23,19 @@ pub fn base_url(url: &str) -> Result<String, String> {
     if host.is_empty() || rest.contains(['?', '#', '@']) || rest.contains(char::is_whitespace) {
         return Err(bad());
     }
+    // A port, where one is given, is 1 to 65535 (the HTTP client would only say "builder error").
+    if let Some((_, port)) = host.rsplit_once(':').filter(|(_, p)| !p.contains(']')) {
+        if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        if !matches!(port.parse::<u16>(), Ok(1..)) {
+            return Err(format!(
+                "{}: port {} is out of range: a port is 1 to 65535",
+                crate::error::clip(url),
+                crate::error::clip(port)
+            ));
+        }
+    }
     let mut path = path.trim_end_matches('/');
     for suffix in ["chat/completions", "completions", "models"] {
         match path.strip_suffix(suffix) {
@@ -64,8 +77,16 @@ mod tests {
             "http://user:key@host/v1",
             "http://host/v1?key=1",
             "http:///v1",
+            "http://host:/v1",
+            "http://host:80a/v1",
         ] {
             assert!(base_url(bad).is_err(), "{bad}");
         }
+        for port in ["0", "65536", "70000", "99999999999"] {
+            let typed = format!("http://127.0.0.1:{port}/v1");
+            let why = base_url(&typed).unwrap_err();
+            assert!(why.contains("a port is 1 to 65535"), "{typed}: {why}");
+        }
+        assert_eq!(base_url("http://h:65535").unwrap(), "http://h:65535/v1");
     }
 }

@@ -294,8 +294,9 @@ impl Worker {
         {
             self.scheduler.cancel(seq);
             let too_long = ApiError::bad_request(format!(
-                "the prompt is {prompt} tokens and max_tokens asks for {asked} more, but the \
-                 context holds {context}; ask for at most {}",
+                "the prompt is {} and max_tokens asks for {asked} more, but the context holds \
+                 {context}; ask for at most {}",
+                crate::error::count(prompt, "token"),
                 context - prompt
             ))
             .with_status(400, "context_length_exceeded");
