@@ -1057,21 +1057,23 @@ fn perplexity_refuses_short_texts_and_absurd_windows() {
 /// to a library's wording; each refused before any work.
 #[test]
 fn bad_flags_are_refused_in_words_a_user_can_act_on() {
-    // One token is "1 token".
-    let one = scratch("one-token.txt", b"");
-    let refused = tokenometer(&[
-        "perplexity",
-        "--model",
-        &model(),
-        "--tokenizer",
-        &tok512(),
-        "--file",
-        &one,
-        "--ctx",
-        "8",
-    ]);
+    let perplexity = |file: &str| {
+        let (model, tokenizer) = (model(), tok512());
+        tokenometer(&[
+            "perplexity",
+            "--model",
+            &model,
+            "--tokenizer",
+            &tokenizer,
+            "--file",
+            file,
+            "--ctx",
+            "8",
+        ])
+    };
+    // One token is "1 token" (an empty text is its BOS).
     assert_refused(
-        refused,
+        perplexity(&scratch("one-token.txt", b"")),
         "the text is 1 token; perplexity with --ctx 8 needs at least 16",
     );
     // A text too large for perplexity is refused by its size, before it is read (a sparse file).
@@ -1081,16 +1083,10 @@ fn bad_flags_are_refused_in_words_a_user_can_act_on() {
         .open(&huge)
         .and_then(|f| f.set_len(65 << 20))
         .unwrap();
-    let refused = tokenometer(&[
-        "perplexity",
-        "--model",
-        &model(),
-        "--tokenizer",
-        &tok512(),
-        "--file",
-        &huge,
-    ]);
-    assert_refused(refused, "65 MiB of text, over the 64 MiB perplexity reads");
+    assert_refused(
+        perplexity(&huge),
+        "65 MiB of text, over the 64 MiB perplexity reads",
+    );
     // A port out of range is named as such (reqwest said "builder error").
     for port in ["0", "70000"] {
         let url = format!("http://127.0.0.1:{port}/v1");
