@@ -64,10 +64,7 @@ pub async fn load(
         decode_tps: tps,
     };
     let threads = cpu.threads.count();
-    let cpu_label = format!(
-        "CPU {threads} thread{}",
-        if threads == 1 { "" } else { "s" }
-    );
+    let cpu_label = format!("CPU {}", crate::error::count(threads, "thread"));
     let cpu_tps = auto::timed_decode(&cpu_engine).await?;
     let gpu_tps = if check.passed() {
         auto::timed_decode(&gpu_engine).await?

@@ -458,16 +458,21 @@ fn cpu_threads(args: &ModelArgs) -> Result<Threads, Error> {
 
 /// `tokenometer serve`: the engine is loaded on its own thread, the page found beside the sources.
 fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
-    // A page asked for and not there is refused before the model loads, not served as a 404.
-    if let Some(root) = &args.page
-        && !(root.join("www").join("index.html").is_file() || crate::api::serve::is_site(root))
-    {
-        return Err(Error::Io(format!(
-            "--page {}: no page there (neither a checkout's www/index.html nor the index.html \
-             `make site` writes); give such a folder, or leave --page out",
-            crate::error::clip(&root.display().to_string())
-        )));
-    }
+    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // A checkout (www/, pkg/, models/) or a folder `make site` wrote (index.html and all in it):
+    // one asked for and not there is refused before the model loads, not served as a 404; without
+    // --page, this binary's own checkout where it is one, else the API alone.
+    let page = match args.page {
+        Some(root) if !crate::api::serve::is_page(&root) => {
+            return Err(Error::Io(format!(
+                "--page {}: no page there (neither a checkout's www/index.html nor the index.html \
+                 `make site` writes); give such a folder, or leave --page out",
+                crate::error::clip(&root.display().to_string())
+            )));
+        }
+        Some(root) => Some(root),
+        None => Some(checkout.clone()).filter(|root| crate::api::serve::is_page(root)),
+    };
     let speculation = match args.speculate.as_deref() {
         None => None,
         Some("lookup") => Some(Speculation::lookup()),
@@ -487,11 +492,6 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
         crate::api::serve::bytes_said(kv_memory.0),
         kv_memory.1
     );
-    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    // A checkout (www/, pkg/, models/) or a folder `make site` wrote (index.html and all in it).
-    let page = args.page.or_else(|| Some(checkout.clone())).filter(|root| {
-        root.join("www").join("index.html").is_file() || crate::api::serve::is_site(root)
-    });
     let models = match &page {
         Some(site) if crate::api::serve::is_site(site) => site.join("models"),
         page => page.clone().unwrap_or(checkout).join(

@@ -102,6 +102,11 @@ pub fn is_site(root: &std::path::Path) -> bool {
     root.join("index.html").is_file()
 }
 
+/// Whether `root` holds a page to serve: a checkout's `www/index.html` or a site (`is_site`).
+pub fn is_page(root: &std::path::Path) -> bool {
+    root.join("www").join("index.html").is_file() || is_site(root)
+}
+
 /// What `tokenometer serve` was asked for.
 pub struct ServeOptions {
     pub host: String,
