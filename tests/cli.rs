@@ -846,6 +846,125 @@ fn synth_writes_a_smollm2_shaped_gguf_that_chats() {
     assert!(chat["prompt_tokens"].as_u64().unwrap() > 20, "{chat}");
 }
 
+/// A file whose chat template tokenometer does not follow (here an Alpaca-style one) gets its
+/// prompts as they are, and says so: the template named in the conditions, a warning on stderr
+/// with how to pick one, and `serve`'s refusal of messages; `--chat-template` picks one the
+/// vocabulary can write, and refuses one it cannot.
+#[test]
+fn a_chat_template_not_followed_is_named_and_another_can_be_picked() {
+    let alpaca =
+        "{% for m in messages %}### {{ m.role }}:\n{{ m.content }}\n{% endfor %}### Response:";
+    let mut metadata = vocab_copies::smollm2_like(byte_level_vocab("starcoder"));
+    for (key, value) in &mut metadata {
+        if key == "tokenizer.chat_template" {
+            *value = tokenometer::loading::gguf::Value::Str(alpaca.into());
+        }
+    }
+    let mut vocab = Vec::new();
+    tokenometer::loading::gguf_writer::write(&metadata, &[], None, &mut vocab).unwrap();
+    let vocab = scratch("alpaca-vocab.gguf", &vocab);
+    let out = scratch("alpaca-1layer.gguf", b"");
+    succeeded(tokenometer(&[
+        "synth",
+        "--shape",
+        "smollm2-135M",
+        "--layers",
+        "1",
+        "--q8",
+        "--vocab",
+        &vocab,
+        "--out",
+        &out,
+    ]));
+    let run = |extra: &[&str]| {
+        let args = [
+            &[
+                "generate",
+                "--model",
+                &out,
+                "--prompt",
+                "Hi",
+                "--max-tokens",
+                "2",
+                "--json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let output = tokenometer(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        let lines = json_lines(&succeeded(output));
+        (
+            lines.last().unwrap()["report"]["conditions"].clone(),
+            stderr,
+        )
+    };
+    let (plain, stderr) = run(&[]);
+    let named = "\"{% for m in messages %}### {{ m.role }}: {{ m.co…\" (82 characters)";
+    assert_eq!(plain["unrecognized_chat_template"], named, "{plain}");
+    assert!(plain.get("prompt_template").is_none(), "{plain}");
+    assert_eq!(plain["prompt_tokens"], 1, "the prompt as it is: {plain}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: alpaca-1layer's chat template {named} is not one tokenometer \
+             follows, so chat prompts go to it as they are; --chat-template (chatml, gemma or \
+             llama3) wraps them in one of those"
+        )),
+        "{stderr}"
+    );
+    let (raw, stderr) = run(&["--raw"]);
+    assert!(
+        !stderr.contains("warning"),
+        "--raw asks for the prompt as it is: {stderr}"
+    );
+    assert_eq!(raw["prompt_tokens"], 1);
+    let (chatml, stderr) = run(&["--chat-template", "chatml"]);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert_eq!(chatml["prompt_template"], "ChatML");
+    assert!(
+        chatml.get("unrecognized_chat_template").is_none(),
+        "{chatml}"
+    );
+    // `<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n`
+    assert!(chatml["prompt_tokens"].as_u64().unwrap() > 5, "{chatml}");
+    let generate = |template: &str| {
+        tokenometer(&[
+            "generate",
+            "--model",
+            &out,
+            "--prompt",
+            "Hi",
+            "--chat-template",
+            template,
+        ])
+    };
+    assert_refused(
+        generate("llama3"),
+        "the Llama 3 chat template needs <|start_header_id|> as one token, and this model's \
+         vocabulary has no such token",
+    );
+    assert_refused(
+        generate("alpaca"),
+        "\"alpaca\" is not a chat template tokenometer follows: use chatml, gemma or llama3",
+    );
+    // `serve` says the same at start and refuses messages in words that say what to do.
+    let server = common::serve::Server::start(&["--model", &out]);
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &serde_json::json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
+    );
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "chat template {named} is not one tokenometer follows, so it \
+             cannot take messages: send a raw prompt to /v1/completions, or start the server with \
+             --chat-template (chatml, gemma or llama3)"
+        )),
+        "{message}"
+    );
+}
+
 /// `--speculate lookup` and `--speculate draft:PATH:QUANT` write plain decoding's text, say so in
 /// the conditions and report their drafts; bad settings are refused in one line.
 #[test]

@@ -23,6 +23,7 @@ fn info() -> ModelInfo {
         vocab_size: 512,
         quant_exceptions: vec![],
         chat_template: None,
+        unrecognized_chat_template: None,
     }
 }
 

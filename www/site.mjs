@@ -93,8 +93,32 @@ function remoteEntry(/** @type {any} */ e) {
   return { id, label, license, chat: Boolean(chat), ...(typeof prompt === 'string' ? { prompt } : {}), default: false, url: url.href, bytes: e.bytes, sha256: e.sha256.toLowerCase() };
 }
 
+/** MODELS's catalog, once the folder is known to hold what the site needs (else one sentence). */
+async function modelsCatalog() {
+  const given = process.env.MODELS || 'models';
+  const at = `MODELS=${given}${resolve(given) === given ? '' : ` (${models})`}`;
+  if (!(await fs.stat(models).catch(() => null))?.isDirectory()) fail(`${at} is not a folder: give a folder laid out as models/ is, or leave MODELS out for the checkout's`);
+  const needed = [...SHIPPED.map((name) => `stories260K/${name}`), 'catalog.json'];
+  const missing = [];
+  for (const name of needed) if (!(await fs.stat(join(models, name)).catch(() => null))) missing.push(name);
+  if (missing.length) fail(`${at} lacks ${missing.join(', ')}: the site needs the shipped stories260K and catalog.json as models/ holds them (copy them there, or leave MODELS out for the checkout's)`);
+  let catalog;
+  try {
+    catalog = JSON.parse(await fs.readFile(join(models, 'catalog.json'), 'utf8'));
+  } catch (e) {
+    fail(`${join(models, 'catalog.json')} is not JSON (${e instanceof Error ? e.message : e}): restore it from the checkout's models/catalog.json`);
+  }
+  const fields = ['id', 'label', 'file', 'bytes', 'sha256'];
+  if (!Array.isArray(catalog?.models) || !catalog.models.every((/** @type {any} */ m) => fields.every((f) => m?.[f] !== undefined))) {
+    fail(`${join(models, 'catalog.json')} needs a "models" list whose entries each have ${fields.join(', ')}: restore it from the checkout's models/catalog.json`);
+  }
+  return catalog;
+}
+
 async function main() {
   if (!(await fs.stat(join(root, 'pkg', 'tokenometer.js')).catch(() => null))) fail('pkg/ has no engine build: run make pkg first');
+  if (!['default', 'all', 'none'].includes(which)) fail(`SITE_MODELS=${which} is not a choice (default, all or none)`);
+  const catalog = await modelsCatalog();
   await fs.rm(out, { recursive: true, force: true });
   await fs.mkdir(join(out, 'models', 'stories260K'), { recursive: true });
   for (const name of await fs.readdir(join(root, 'www'))) {
@@ -117,9 +141,7 @@ async function main() {
   await fs.writeFile(sw, (await fs.readFile(sw, 'utf8')).replace("const VERSION = 'dev';", `const VERSION = '${version.digest('hex').slice(0, 16)}';`));
   for (const name of SHIPPED) await copy(join(models, 'stories260K', name), join(out, 'models', 'stories260K', name));
 
-  const catalog = JSON.parse(await fs.readFile(join(models, 'catalog.json'), 'utf8'));
   const entries = [];
-  if (!['default', 'all', 'none'].includes(which)) fail(`SITE_MODELS=${which} is not a choice (default, all or none)`);
   for (const m of catalog.models.filter((m) => which === 'all' || (which === 'default' && m.default))) {
     const file = join(models, m.file);
     const stat = await fs.stat(file).catch(() => null);
@@ -131,6 +153,7 @@ async function main() {
     await fs.mkdir(join(out, 'models', m.id), { recursive: true });
     const split = await cut(file, m.id, basename(m.file), m.bytes);
     const license = m.license_file && join(models, m.license_file);
+    if (license && !(await fs.stat(license).catch(() => null))) fail(`${license} is missing, and ${m.label}'s license travels with it: restore it from the checkout's models/${m.license_file}`);
     if (license) await copy(license, join(out, 'models', m.id, basename(license)));
     entries.push({
       id: m.id, label: m.label, architecture: m.architecture, license: m.license,

@@ -12,7 +12,7 @@ use crate::decode::events::ModelInfo;
 use crate::decode::sampling::{Sampler, Sampling};
 use crate::error::{Error, Result};
 use crate::loading::ModelFiles;
-use crate::loading::tokenizer::{BOS, Tokenizer};
+use crate::loading::tokenizer::{BOS, ChatTemplate, Tokenizer};
 use crate::model::{Logits, Quant};
 
 /// The most decode steps a warm-up runs...
@@ -201,6 +201,7 @@ impl Engine {
                 .chat
                 .as_ref()
                 .map(|c| c.name().to_string()),
+            unrecognized_chat_template: tokenizer.specials.unrecognized_chat.clone(),
         };
         Engine {
             model,
@@ -296,6 +297,16 @@ impl Engine {
             context: self.model.config.seq_len,
             longest_piece: longest,
         }
+    }
+
+    /// Wrap chat prompts in `template` (`--chat-template`) instead of the file's own or none; the
+    /// vocabulary must hold its markers.
+    pub fn follow_chat(&mut self, template: ChatTemplate) -> Result<()> {
+        let name = template.name().to_string();
+        self.tokenizer.follow_chat(template)?;
+        self.info.chat_template = Some(name);
+        self.info.unrecognized_chat_template = None;
+        Ok(())
     }
 
     /// The text the model is given for `prompt`: with `chat` and a model whose file names a chat

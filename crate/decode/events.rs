@@ -35,6 +35,24 @@ pub struct ModelInfo {
     /// The chat template a prompt is wrapped in (`ChatML`), if the model's file names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chat_template: Option<String>,
+    /// The model's own chat template when it is not one tokenometer follows, described (its
+    /// head and length): prompts then go as they are, unless `--chat-template` picks one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unrecognized_chat_template: Option<String>,
+}
+
+impl ModelInfo {
+    /// Why this model takes no chat messages, as the head of a sentence: its file has no chat
+    /// template, or one tokenometer does not follow (named).
+    pub fn no_chat_template(&self) -> String {
+        match &self.unrecognized_chat_template {
+            Some(template) => format!(
+                "{}'s chat template {template} is not one tokenometer follows",
+                self.name
+            ),
+            None => format!("{} has no chat template in its file", self.name),
+        }
+    }
 }
 
 /// Why generation stopped.

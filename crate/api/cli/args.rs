@@ -9,6 +9,7 @@ use crate::decode::speculate::{DEFAULT_MAX_DRAFT, DEFAULT_NGRAM};
 use crate::decode::{Arrival, DEFAULT_MAX_TOKENS};
 use crate::error::Error;
 use crate::loading::synth::Shape;
+use crate::loading::tokenizer::ChatTemplate;
 use crate::meter::{DEFAULT_READING_WPM, Slo};
 use crate::model::Quant;
 use clap::{Parser, Subcommand};
@@ -56,6 +57,21 @@ pub(super) struct ModelArgs {
     /// the same results as one thread (this machine's physical cores when left out).
     #[arg(long)]
     pub(super) threads: Option<usize>,
+    /// Wrap chat prompts in this template, in place of the model file's own (or where tokenometer
+    /// does not follow the file's, or it has none): chatml, gemma or llama3. Its markers must be
+    /// tokens of the model's vocabulary.
+    #[arg(long, value_parser = chat_template)]
+    pub(super) chat_template: Option<ChatTemplate>,
+}
+
+fn chat_template(name: &str) -> Result<ChatTemplate, String> {
+    ChatTemplate::by_name(name).ok_or_else(|| {
+        format!(
+            "{:?} is not a chat template tokenometer follows: use {}",
+            crate::error::clip(name),
+            ChatTemplate::CHOICES
+        )
+    })
 }
 
 /// An OpenAI-compatible server to meter instead of a local model, for `generate` and `bench`.

@@ -19,7 +19,7 @@ use crate::backend::{Backend, BackendChoice, BackendKind};
 use crate::cpu::Threads;
 use crate::decode::{DEFAULT_PROMPTS, Engine, GenerateOptions, Sampling, Speculation};
 use crate::error::Error;
-use crate::loading::tokenizer::Tokenizer;
+use crate::loading::tokenizer::{ChatTemplate, Tokenizer};
 use crate::loading::{ModelFiles, ModelFormat};
 use crate::model::Quant;
 use args::{Cli, Command, MAX_USERS, ModelArgs, ServeArgs, SpeculateArgs};
@@ -93,6 +93,9 @@ async fn run(command: Command) -> Result<(), Error> {
         } => {
             let sampling = Sampling::checked(temperature, top_p, seed)?;
             let engine = load(&model).await?;
+            if !raw {
+                warn_if_chat_template_unrecognized(&engine);
+            }
             let speculation = speculation(&speculate, &model, &engine).await?;
             if speculation.is_some() && prompts.is_some() {
                 return Err(Error::Unsupported(
@@ -214,7 +217,11 @@ async fn run(command: Command) -> Result<(), Error> {
                 chat: !raw,
                 threads: model.threads.unwrap_or_else(Threads::physical_cores),
             };
-            bench_concurrency(&load(&model).await?, &load_spec, json).await
+            let engine = load(&model).await?;
+            if !raw {
+                warn_if_chat_template_unrecognized(&engine);
+            }
+            bench_concurrency(&engine, &load_spec, json).await
         }
         Command::Bench {
             model,
@@ -228,6 +235,9 @@ async fn run(command: Command) -> Result<(), Error> {
             ..
         } => {
             let engine = load(&model).await?;
+            if !raw {
+                warn_if_chat_template_unrecognized(&engine);
+            }
             match engine.model.phases() {
                 Some(clock) => clock.set_on(profile),
                 None if profile => eprintln!(
@@ -401,7 +411,29 @@ fn counting_tokenizer(path: &Path) -> Result<Tokenizer, Error> {
     Tokenizer::from_bytes(&bytes)
 }
 
+/// The engine `args` describe, its chat prompts in `--chat-template`'s template when given.
 async fn load(args: &ModelArgs) -> Result<Engine, Error> {
+    let mut engine = load_on_backend(args).await?;
+    if let Some(template) = &args.chat_template {
+        engine.follow_chat(template.clone())?;
+    }
+    Ok(engine)
+}
+
+/// Where chat prompts would be wrapped in the model's template and tokenometer does not follow
+/// the file's, say so on stderr, and how to pick one: the prompts go as they are.
+fn warn_if_chat_template_unrecognized(engine: &Engine) {
+    if engine.info.unrecognized_chat_template.is_some() {
+        eprintln!(
+            "tokenometer: warning: {}, so chat prompts go to it as they are; --chat-template ({}) \
+             wraps them in one of those",
+            engine.info.no_chat_template(),
+            ChatTemplate::CHOICES
+        );
+    }
+}
+
+async fn load_on_backend(args: &ModelArgs) -> Result<Engine, Error> {
     let Some(model) = &args.model else {
         return Err(Error::Unsupported(
             "give --model FILE (or --endpoint URL to meter a server)".into(),
@@ -523,7 +555,13 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
             .map_or(crate::api::serve::BODY_TIMEOUT, Duration::from_secs_f64),
         body_memory: args.body_memory as usize,
     };
-    crate::api::serve::serve(move || pollster::block_on(load(&model)), options)
+    // Its /v1/chat/completions refuses messages then, saying why; the warning says it at start.
+    let load = move || {
+        let engine = pollster::block_on(load(&model))?;
+        warn_if_chat_template_unrecognized(&engine);
+        Ok(engine)
+    };
+    crate::api::serve::serve(load, options)
 }
 
 /// What `--speculate` asks for: `lookup`, or `draft:PATH[:QUANT]` loaded on the model's backend.
@@ -556,6 +594,7 @@ async fn speculation(
             cpu_kernels: model.cpu_kernels,
             threads: model.threads,
             race: false,
+            chat_template: None,
         };
         let draft = load(&args).await?;
         let name = format!("{} {quant}", draft.info.name);

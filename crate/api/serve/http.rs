@@ -172,9 +172,10 @@ async fn chat(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) 
     };
     let Some(template) = &app.chat else {
         return ApiError::bad_request(format!(
-            "{} has no chat template in its file, so it cannot take messages; send a raw prompt \
-             to /v1/completions",
-            app.info.name
+            "{}, so it cannot take messages: send a raw prompt to /v1/completions, or start the \
+             server with --chat-template ({})",
+            app.info.no_chat_template(),
+            crate::loading::tokenizer::ChatTemplate::CHOICES
         ))
         .into_response();
     };

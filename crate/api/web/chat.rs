@@ -57,8 +57,8 @@ impl Session {
         }
         let Some(template) = &self.engine.tokenizer.specials.chat else {
             return Err(js_error(format!(
-                "{} has no chat template in its file, so it cannot take messages",
-                info.name
+                "{}, so it cannot take messages",
+                info.no_chat_template()
             )));
         };
         let turns = request.turns().map_err(|e| js_error(e.message))?;
