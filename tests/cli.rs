@@ -965,6 +965,55 @@ fn a_chat_template_not_followed_is_named_and_another_can_be_picked() {
     );
 }
 
+/// An explicit `--backend wgpu` is checked against the CPU at load, as the page and `auto` check
+/// a GPU, and the conditions say what it found; `--no-check` skips it and says so, and means
+/// nothing without `--backend wgpu`. (A GPU that disagrees: tests/engine.rs.)
+#[test]
+fn an_explicit_gpu_is_checked_against_the_cpu_at_load() {
+    let run = |extra: &[&str]| {
+        let mut args = generate_args(&model(), &tok512(), "Once upon a time", &["--json"]);
+        args.extend(
+            ["--max-tokens", "4", "--backend", "wgpu"]
+                .iter()
+                .chain(extra)
+                .map(|s| s.to_string()),
+        );
+        let output = Command::new(env!("CARGO_BIN_EXE_tokenometer"))
+            .args(&args)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let lines = json_lines(&succeeded(output));
+        (
+            lines.last().unwrap()["report"]["conditions"].clone(),
+            stderr,
+        )
+    };
+    let (checked, stderr) = run(&[]);
+    let note = checked["backend_note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("GPU check passed: argmax "), "{checked}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let (unchecked, _) = run(&["--no-check"]);
+    assert_eq!(
+        unchecked["backend_note"],
+        "not checked against the CPU (--no-check)"
+    );
+    assert_refused(
+        tokenometer(&[
+            "generate",
+            "--model",
+            &model(),
+            "--tokenizer",
+            &tok512(),
+            "--prompt",
+            "Hi",
+            "--no-check",
+        ]),
+        "--no-check skips the check of --backend wgpu against the CPU: add --backend wgpu or drop \
+         --no-check",
+    );
+}
+
 /// `--speculate lookup` and `--speculate draft:PATH:QUANT` write plain decoding's text, say so in
 /// the conditions and report their drafts; bad settings are refused in one line.
 #[test]

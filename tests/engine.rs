@@ -751,3 +751,39 @@ fn check_logprobs(backend: &Backend) {
         );
     }
 }
+
+/// A GPU whose logits differ from the CPU's is named in a warning and in the conditions when it
+/// was chosen explicitly (`--backend wgpu`): here the GPU runs stories260K in f32 and is held to
+/// the same model re-encoded in Q8_0 on the CPU, which differs by far more than f32's bound, as
+/// a GPU computing wrong would.
+#[test]
+fn a_chosen_gpu_that_disagrees_is_named() {
+    let gpu = engine(&wgpu(), Quant::F32);
+    let cpu = engine(&Backend::cpu(), Quant::Q8);
+    let adapter = gpu.info.adapter.clone();
+    // Held to the f32 model it is, it passes.
+    let same = engine(&Backend::cpu(), Quant::F32);
+    let passed = pollster::block_on(tokenometer::api::auto::check(&gpu, &same)).unwrap();
+    let (note, warning) = tokenometer::api::auto::chosen_gpu_note(&passed, &adapter);
+    assert!(note.starts_with("GPU check passed: "), "{note}");
+    assert_eq!(warning, None);
+    let mut check = pollster::block_on(tokenometer::api::auto::check(&gpu, &cpu)).unwrap();
+    // The CPU's quantization sets the bound; the f32 GPU's is the one it would be held to.
+    check.bound = tokenometer::api::auto::rms_bound(Quant::F32);
+    let (note, warning) = tokenometer::api::auto::chosen_gpu_note(&check, &adapter);
+    assert!(
+        note.starts_with("this GPU disagrees with the CPU engine: "),
+        "{note}"
+    );
+    let warning = warning.expect("a warning");
+    assert!(
+        warning.starts_with(&format!(
+            "{adapter}: this GPU disagrees with the CPU engine: "
+        )),
+        "{warning}"
+    );
+    assert!(
+        warning.ends_with("; its text may be wrong: --backend cpu runs the model on the CPU"),
+        "{warning}"
+    );
+}

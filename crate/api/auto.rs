@@ -79,6 +79,19 @@ impl Check {
     }
 }
 
+/// What an explicitly chosen GPU's check says: the conditions' note (the check's sentence) and,
+/// where the GPU disagreed, a warning naming it, for the command line to print. The GPU still runs,
+/// as asked (the page does the same beside the text).
+pub fn chosen_gpu_note(check: &Check, adapter: &str) -> (String, Option<String>) {
+    let warning = (!check.passed()).then(|| {
+        format!(
+            "{adapter}: {}; its text may be wrong: --backend cpu runs the model on the CPU",
+            check.sentence()
+        )
+    });
+    (check.sentence(), warning)
+}
+
 /// Compare the GPU's logits with the CPU's, both `[positions, vocab]`.
 pub fn compare(cpu: &[f32], gpu: &[f32], vocab: usize, quant: Quant) -> Check {
     let positions = cpu.len() / vocab.max(1);

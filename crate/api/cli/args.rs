@@ -49,6 +49,10 @@ pub(super) struct ModelArgs {
     /// remembered from an earlier race.
     #[arg(long)]
     pub(super) race: bool,
+    /// With --backend wgpu: skip the GPU's check against the CPU at load (the conditions say it
+    /// was not checked).
+    #[arg(long)]
+    pub(super) no_check: bool,
     /// The CPU backend's instruction set, to compare them: scalar, avx2, vnni (the best this CPU
     /// runs when left out).
     #[arg(long, value_parser = Isa::by_name)]

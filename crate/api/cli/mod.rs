@@ -449,6 +449,13 @@ async fn load_on_backend(args: &ModelArgs) -> Result<Engine, Error> {
         None if matches!(files.format, ModelFormat::Gguf(_)) => None,
         None => Some(read(&find_tokenizer(model)?)?),
     };
+    if args.no_check && args.backend != BackendChoice::Wgpu {
+        return Err(Error::Unsupported(
+            "--no-check skips the check of --backend wgpu against the CPU: add --backend wgpu or \
+             drop --no-check (auto always checks a GPU before it races it)"
+                .into(),
+        ));
+    }
     if args.race && args.backend != BackendChoice::Auto {
         return Err(Error::Unsupported(
             "--race races the backends for --backend auto: add --backend auto or drop --race"
@@ -475,11 +482,42 @@ async fn load_on_backend(args: &ModelArgs) -> Result<Engine, Error> {
             ));
         }
     };
-    let backend = match backend.kind {
-        BackendKind::Cpu => backend.with_threads(cpu_threads(args)?),
-        BackendKind::Wgpu => backend,
+    match backend.kind {
+        BackendKind::Cpu => {
+            let backend = backend.with_threads(cpu_threads(args)?);
+            Engine::load(files, tokenizer.as_deref(), args.quant, &backend)
+        }
+        BackendKind::Wgpu if args.no_check => {
+            let mut engine = Engine::load(files, tokenizer.as_deref(), args.quant, &backend)?;
+            engine.info.backend_note = Some("not checked against the CPU (--no-check)".into());
+            Ok(engine)
+        }
+        BackendKind::Wgpu => checked_gpu(files, tokenizer.as_deref(), args.quant, &backend).await,
+    }
+}
+
+/// `--backend wgpu`: the GPU checked against the CPU at load, as the page and `auto` check it
+/// (`api/auto.rs`: the same model on one CPU thread, teacher-forced logits compared); the
+/// conditions say what the check found, and a GPU that disagrees is named in a warning. It runs
+/// as asked.
+async fn checked_gpu(
+    files: ModelFiles,
+    tokenizer: Option<&[u8]>,
+    quant: Quant,
+    backend: &Backend,
+) -> Result<Engine, Error> {
+    let (mut engine, cpu) = Engine::load_twin(files, tokenizer, quant, backend, true)?;
+    let Some(cpu) = cpu else {
+        return Ok(engine);
     };
-    Engine::load(files, tokenizer.as_deref(), args.quant, &backend)
+    let check = crate::api::auto::check(&engine, &cpu).await?;
+    drop(cpu);
+    let (note, warning) = crate::api::auto::chosen_gpu_note(&check, &backend.adapter);
+    if let Some(warning) = warning {
+        eprintln!("tokenometer: warning: {warning} (--no-check skips this check)");
+    }
+    engine.info.backend_note = Some(note);
+    Ok(engine)
 }
 
 /// The CPU backend's threads: `--threads`, or every physical core.
@@ -594,6 +632,7 @@ async fn speculation(
             cpu_kernels: model.cpu_kernels,
             threads: model.threads,
             race: false,
+            no_check: model.no_check,
             chat_template: None,
         };
         let draft = load(&args).await?;
