@@ -23,6 +23,8 @@ use llama_cpp::{along, report_and_judge, sha256, short, vector_isas};
 
 /// Ids that must agree with llama.cpp's.
 const AGREE: usize = 16;
+/// Free-running tokens on wgpu (lavapipe in CI), as tests/architectures.rs runs there.
+const WGPU_FREE_STEPS: usize = 4;
 use tokenometer::cpu::Isa;
 use tokenometer::{Backend, Engine, ModelFiles, Quant};
 
@@ -335,14 +337,17 @@ fn follows_llama_cpp_on_wgpu(what: &str) {
     let mut report = Vec::new();
     // The first prompts only: on llvmpipe Gemma decodes at 0.5 tok/s, and its prompt past the
     // sliding window would take 7 minutes of prefill (1,110 tokens at 2.5 tok/s); tests/engine.rs
-    // checks the window on wgpu against the CPU.
+    // checks the window on wgpu against the CPU. A few free-running tokens (the replayed decode
+    // step over a growing KV cache), and the teacher-forced check, which judges, at every position
+    // llama.cpp recorded: with 16 free-running tokens a prompt, these two tests took 546 of this
+    // file's 920 s on one test thread (2026-12-07). The CPU's tests run 16 free.
     for run in runs.iter().take(SLOW_PATH_PROMPTS) {
-        let a = along(&engine, run, AGREE);
+        let a = along(&engine, run, WGPU_FREE_STEPS);
         report.push(format!(
             "wgpu {what} {:<60} free {:>2}/{:<2} forced {:>2}/{:<2} worst gap {:.3}",
             short(run["prompt"].as_str().unwrap()),
             a.free,
-            a.positions.min(AGREE),
+            a.positions.min(WGPU_FREE_STEPS),
             a.forced,
             a.positions,
             a.worst_gap
