@@ -1,6 +1,7 @@
 //! Chat formats a GGUF's vocabulary and template name ([`ChatTemplate`]), followed without running
 //! Jinja, and the tokens that end a turn.
 
+use crate::error::{Error, Result};
 use crate::loading::gguf::{Gguf, Value};
 use crate::loading::spm;
 
@@ -105,6 +106,27 @@ impl ChatTemplate {
             ChatTemplate::Gemma => &["<start_of_turn>", "<end_of_turn>"],
             ChatTemplate::Llama3 => &["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
         }
+    }
+
+    /// The ids of [`markers`](Self::markers) in a vocabulary (`tokens` tokenizes a text), each of
+    /// which must be one token, else an error in one sentence (`--chat-template` picked it).
+    pub(crate) fn marker_ids(&self, tokens: impl Fn(&str) -> Result<Vec<u32>>) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        for marker in self.markers() {
+            match tokens(marker)?.as_slice() {
+                [id] => ids.push(*id),
+                _ => {
+                    return Err(Error::Unsupported(format!(
+                        "the {} chat template needs {marker} as one token, and this model's \
+                         vocabulary has no such token: pick another with --chat-template ({}) or \
+                         give the prompt as it is with --raw",
+                        self.name(),
+                        ChatTemplate::CHOICES
+                    )));
+                }
+            }
+        }
+        Ok(ids)
     }
 
     /// The chat format a GGUF's `tokenizer.chat_template` names, when we recognize it. A file

@@ -436,21 +436,7 @@ impl Tokenizer {
     /// own or none: each of its markers must be one token of this vocabulary, and its end of turn
     /// then ends a generation too.
     pub fn follow_chat(&mut self, template: ChatTemplate) -> Result<()> {
-        let mut ids = Vec::new();
-        for marker in template.markers() {
-            match self.tokens(marker)?.as_slice() {
-                [id] => ids.push(*id),
-                _ => {
-                    return Err(Error::Unsupported(format!(
-                        "the {} chat template needs {marker} as one token, and this model's \
-                         vocabulary has no such token: pick another with --chat-template ({}) or \
-                         give the prompt as it is with --raw",
-                        template.name(),
-                        ChatTemplate::CHOICES
-                    )));
-                }
-            }
-        }
+        let ids = template.marker_ids(|marker| self.tokens(marker))?;
         if let Some(&end) = ids.last()
             && !self.specials.stops.contains(&end)
         {

@@ -1,7 +1,8 @@
 //! `--backend auto` natively: where a hardware GPU is granted (or with `--race`, any), the GPU is
 //! checked against the CPU and both are timed on a short decode (`api/auto.rs`); the faster is
 //! kept and the other freed. The verdict is remembered per adapter, model, quantization and
-//! threads in the user's cache folder (`tokenometer/auto.json`), so a later run pays nothing.
+//! threads in the user's cache folder (`tokenometer/auto.json`), so a later run pays nothing. An
+//! explicit `--backend wgpu` gets the same check at load ([`checked_gpu`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -140,4 +141,28 @@ fn remember(key: &str, verdict: &Verdict) {
     if let (Some(dir), Ok(json)) = (path.parent(), serde_json::to_vec_pretty(&all)) {
         let _ = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, json));
     }
+}
+
+/// `--backend wgpu`: the GPU checked against the CPU at load, as the page and `auto` check it
+/// (`api/auto.rs`: the same model on one CPU thread, teacher-forced logits compared); the
+/// conditions say what the check found, and a GPU that disagrees is named in a warning. It runs
+/// as asked.
+pub async fn checked_gpu(
+    files: ModelFiles,
+    tokenizer: Option<&[u8]>,
+    quant: Quant,
+    backend: &Backend,
+) -> Result<Engine> {
+    let (mut engine, cpu) = Engine::load_twin(files, tokenizer, quant, backend, true)?;
+    let Some(cpu) = cpu else {
+        return Ok(engine);
+    };
+    let check = auto::check(&engine, &cpu).await?;
+    drop(cpu);
+    let (note, warning) = auto::chosen_gpu_note(&check, &backend.adapter);
+    if let Some(warning) = warning {
+        eprintln!("tokenometer: warning: {warning} (--no-check skips this check)");
+    }
+    engine.info.backend_note = Some(note);
+    Ok(engine)
 }

@@ -492,32 +492,10 @@ async fn load_on_backend(args: &ModelArgs) -> Result<Engine, Error> {
             engine.info.backend_note = Some("not checked against the CPU (--no-check)".into());
             Ok(engine)
         }
-        BackendKind::Wgpu => checked_gpu(files, tokenizer.as_deref(), args.quant, &backend).await,
+        BackendKind::Wgpu => {
+            auto::checked_gpu(files, tokenizer.as_deref(), args.quant, &backend).await
+        }
     }
-}
-
-/// `--backend wgpu`: the GPU checked against the CPU at load, as the page and `auto` check it
-/// (`api/auto.rs`: the same model on one CPU thread, teacher-forced logits compared); the
-/// conditions say what the check found, and a GPU that disagrees is named in a warning. It runs
-/// as asked.
-async fn checked_gpu(
-    files: ModelFiles,
-    tokenizer: Option<&[u8]>,
-    quant: Quant,
-    backend: &Backend,
-) -> Result<Engine, Error> {
-    let (mut engine, cpu) = Engine::load_twin(files, tokenizer, quant, backend, true)?;
-    let Some(cpu) = cpu else {
-        return Ok(engine);
-    };
-    let check = crate::api::auto::check(&engine, &cpu).await?;
-    drop(cpu);
-    let (note, warning) = crate::api::auto::chosen_gpu_note(&check, &backend.adapter);
-    if let Some(warning) = warning {
-        eprintln!("tokenometer: warning: {warning} (--no-check skips this check)");
-    }
-    engine.info.backend_note = Some(note);
-    Ok(engine)
 }
 
 /// The CPU backend's threads: `--threads`, or every physical core.
