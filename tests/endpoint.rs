@@ -204,6 +204,9 @@ struct Script {
     strict: bool,
     /// The answer's content type, when not the status's usual one.
     ctype: Option<&'static str>,
+    /// After the pieces, send the last one again and again, at once, until the client leaves (a
+    /// body that never ends, as fast as the client reads).
+    endless: bool,
 }
 
 /// A server on loopback that answers `/v1/models` with one model and every POST with `script`,
@@ -298,6 +301,9 @@ fn answer(
         let _ = stream.write_all(piece.as_bytes());
         let _ = stream.flush();
     }
+    if let (true, Some((_, piece))) = (script.endless, script.pieces.last()) {
+        while stream.write_all(piece.as_bytes()).is_ok() {}
+    }
     if script.stall {
         std::thread::sleep(Duration::from_secs(20));
     }
@@ -364,6 +370,7 @@ fn a_scripted_stream_of_multi_token_chunks_pings_and_split_events_is_counted_rig
         stall: false,
         strict: false,
         ctype: None,
+        endless: false,
     };
     let server = Scripted::start(script);
     let (text, report) = generate_json(&server);
@@ -404,6 +411,7 @@ fn only_a_final_usage_is_spread_over_the_chunks_and_said_so() {
         stall: false,
         strict: false,
         ctype: None,
+        endless: false,
     };
     let server = Scripted::start(script);
     let (_, report) = generate_json(&server);
@@ -430,6 +438,7 @@ fn a_server_that_refuses_the_counting_fields_is_asked_again_without_them() {
         stall: false,
         strict: true,
         ctype: None,
+        endless: false,
     };
     let server = Scripted::start(script);
     let (text, report) = generate_json(&server);
@@ -474,6 +483,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         stall: false,
         strict: false,
         ctype: None,
+        endless: false,
     };
     for (status, says) in [
         (401, "--api-key-env"),
@@ -493,6 +503,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         stall: false,
         strict: false,
         ctype: None,
+        endless: false,
     };
     let e = failure(mid, &[]);
     assert!(e.contains("error mid-stream: the KV cache is full"), "{e}");
@@ -502,6 +513,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         stall: true,
         strict: false,
         ctype: None,
+        endless: false,
     };
     let e = failure(stalled, &["--endpoint-timeout", "1"]);
     assert!(e.contains("stalled: no bytes for 1 s"), "{e}");
@@ -536,6 +548,7 @@ fn every_failure_is_one_sentence_and_a_key_is_sent_but_never_shown() {
         stall: false,
         strict: false,
         ctype: None,
+        endless: false,
     };
     let server = Scripted::start(ok);
     let out = tokenometer(&[
@@ -591,6 +604,7 @@ fn a_server_cannot_fool_the_client_about_what_it_sent() {
         stall,
         strict: false,
         ctype,
+        endless: false,
     };
     let whole = r#"{"choices":[{"message":{"content":"hello"},"finish_reason":"stop"}]}"#;
     let e = failure(
@@ -650,16 +664,30 @@ fn a_server_cannot_fool_the_client_about_what_it_sent() {
         started.elapsed()
     );
     // An error body that never ends: 1 KB every 50 ms for 20 s; read within the timeout.
-    let endless = (0..400).map(|_| (50, "x".repeat(1000))).collect();
+    let slow = (0..400).map(|_| (50, "x".repeat(1000))).collect();
     let started = Instant::now();
-    let e = failure(
-        script(500, None, endless, false),
-        &["--endpoint-timeout", "1"],
-    );
+    let e = failure(script(500, None, slow, false), &["--endpoint-timeout", "1"]);
     assert!(e.contains("failed on the server's side (500"), "{e}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",
+        started.elapsed()
+    );
+    // An error body that never ends and comes as fast as it is read, with time to spare: the
+    // 64 KiB cap ends the reading, not the timeout (30 s here).
+    let fast = Script {
+        endless: true,
+        ..script(500, None, vec![(0, "y".repeat(16 << 10))], false)
+    };
+    let started = Instant::now();
+    let e = failure(fast, &["--endpoint-timeout", "30"]);
+    assert!(
+        e.contains("failed on the server's side (500") && e.contains("yyyy"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the cap, not the timeout, ended it: {:?}",
         started.elapsed()
     );
     // A stream that keeps sending text slowly, for longer than the whole request may take.

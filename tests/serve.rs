@@ -183,6 +183,56 @@ fn stop_strings_cut_the_text_and_end_the_request() {
         assert_eq!(text, full[..at], "stream: {stream}");
         assert_eq!(finish, "stop");
     }
+    // The stop ends the sequence in the engine, and what is counted is what was sent (as OpenAI
+    // and llama.cpp's server count): the tokens whose text begins before the stop string, found
+    // here from a run without it, each token with its offset in the text.
+    let (status, unstopped) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "max_tokens": 80, "temperature": 0, "logprobs": 0}),
+    );
+    assert_eq!(status, 200, "{unstopped}");
+    let offsets = unstopped["choices"][0]["logprobs"]["text_offset"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let sent = offsets
+        .iter()
+        .filter(|o| (o.as_u64().unwrap() as usize) < at)
+        .count();
+    assert!(sent > 3 && sent < 80, "{sent} of {offsets:?}");
+    let generated_before = server.metric("tokenometer:generation_tokens_total");
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 80, "temperature": 0,
+        "stop": word.clone(), "logprobs": 0, "stream": true,
+        "stream_options": {"include_usage": true}});
+    let (text, chunks) = streamed_text(&server.stream("/v1/completions", &body));
+    assert_eq!(text, full[..at]);
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(
+        usage["completion_tokens"].as_u64(),
+        Some(sent as u64),
+        "{usage}"
+    );
+    let listed: usize = chunks
+        .iter()
+        .filter_map(|c| {
+            c["choices"].get(0)?["logprobs"]["tokens"]
+                .as_array()
+                .map(Vec::len)
+        })
+        .sum();
+    assert_eq!(listed, sent, "one log probability a token sent");
+    // The meter's own figures and /metrics count the same tokens.
+    let report = &usage["extra"];
+    if !report.is_null() {
+        assert_eq!(
+            report["conditions"]["output_tokens"].as_u64(),
+            Some(sent as u64)
+        );
+    }
+    assert_eq!(
+        server.metric("tokenometer:generation_tokens_total") - generated_before,
+        sent as f64
+    );
 }
 
 #[test]
@@ -960,20 +1010,37 @@ fn the_kv_budget_bounds_what_a_room_can_make_the_server_hold() {
     );
 }
 
+/// One made-up word of random letters, `bytes` long: no cache of words helps a tokenizer with it,
+/// and SentencePiece merges it across the whole length.
+fn random_letters(bytes: usize) -> String {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    (0..bytes)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (b'a' + (state % 26) as u8) as char
+        })
+        .collect()
+}
+
 /// Prompts are tokenized on the HTTP side, never on the engine's thread, and one with more bytes
-/// than the context could hold in tokens is refused without tokenizing: while a stream runs, a
-/// 3.9 MB prompt (refused at once, by its bytes) and a 200 kB one (tokenized, then refused by
-/// its tokens) leave no long gap in it. (Until 2026-11-29 the engine tokenized them between
-/// steps: a 4 MB prompt stalled every stream for 2.3 s.)
+/// than the context could hold in tokens is refused without tokenizing: while a stream runs (Gemma 3
+/// 270M, one thread), a 3.9 MB prompt (refused at once, by its bytes) and one that takes the
+/// tokenizer over a second (tokenized, then refused by its tokens) leave no gap in it a tenth as
+/// long. (Until 2026-11-29 the engine tokenized them between steps: a 4 MB prompt stalled every
+/// stream for 2.3 s. Until 2026-12-07 this test allowed a gap of 800 ms where its prompt took
+/// 0.1 s to tokenize, so it could not catch a stall of that prompt.)
 #[test]
 fn a_huge_prompt_never_stalls_the_other_streams() {
-    let server = Server::start(&["--model", &smollm2(), "--threads", "1"]);
-    let body = json!({"messages": [{"role": "user", "content": "Tell me a story."}],
-        "max_tokens": 120, "temperature": 0, "ignore_eos": true, "stream": true});
+    let gemma = common::models().join("cache/gemma3-270m/gemma-3-270m-q4_k_m.gguf");
+    let server = Server::start(&["--model", gemma.to_str().unwrap(), "--threads", "1"]);
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0,
+        "ignore_eos": true, "stream": true});
     let url = server.url.clone();
     let streaming = std::thread::spawn(move || {
         let response = client()
-            .post(format!("{url}/v1/chat/completions"))
+            .post(format!("{url}/v1/completions"))
             .json(&body)
             .send()
             .unwrap();
@@ -988,10 +1055,7 @@ fn a_huge_prompt_never_stalls_the_other_streams() {
     });
     std::thread::sleep(Duration::from_millis(300));
     let huge = "word ".repeat(780_000);
-    let (status, error) = server.post(
-        "/v1/chat/completions",
-        &json!({"messages": [{"role": "user", "content": huge}], "max_tokens": 4}),
-    );
+    let (status, error) = server.post("/v1/completions", &json!({"prompt": huge, "max_tokens": 4}));
     assert_eq!(status, 400, "{error}");
     assert_eq!(error["error"]["code"], "context_length_exceeded");
     assert!(
@@ -1001,24 +1065,40 @@ fn a_huge_prompt_never_stalls_the_other_streams() {
             .contains("bytes"),
         "{error}"
     );
-    let long = "word ".repeat(40_000);
+    let long = random_letters(SLOW_PROMPT_BYTES);
+    let started = Instant::now();
     let (status, error) = server.post("/v1/completions", &json!({"prompt": long, "max_tokens": 4}));
+    let took = started.elapsed();
     assert_eq!(status, 400, "{error}");
     assert!(
         error["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("tokens but the context holds 8192"),
+            .contains("tokens but the context holds"),
         "{error}"
     );
+    // The test means something only if tokenizing takes long enough to show in the stream.
+    assert!(
+        took >= Duration::from_secs(1),
+        "the prompt was tokenized and refused in {took:?}: too quick for this test"
+    );
+    let during = Instant::now();
     let arrivals = streaming.join().unwrap();
+    assert!(
+        arrivals.last().is_some_and(|&last| last > during),
+        "the stream ended before the slow prompt was refused"
+    );
     assert!(arrivals.len() > 100, "{}", arrivals.len());
     let gap = arrivals.windows(2).map(|w| w[1] - w[0]).max().unwrap();
     assert!(
-        gap < Duration::from_millis(800),
-        "a gap of {gap:?} in the stream"
+        gap * 10 < took,
+        "a gap of {gap:?} in the stream while a prompt took {took:?} to tokenize"
     );
 }
+
+/// Bytes of random letters that Gemma 3's tokenizer took 2.3 s to tokenize (2 cores, 2026-12-07),
+/// under the bytes its context could hold in tokens (so they are tokenized, then refused).
+const SLOW_PROMPT_BYTES: usize = 900_000;
 
 /// A client that stops reading its stream loses its place after `--write-timeout`: its
 /// connection (a 4 KB receive buffer) fills, the server's events for it wait unread, and after

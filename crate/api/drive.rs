@@ -53,6 +53,12 @@ impl MeteredRun {
         })
     }
 
+    /// End the run where one of `stops` begins in its text (OpenAI's `stop`), before its first
+    /// step.
+    pub fn stop_at(&mut self, stops: Vec<String>) {
+        self.scheduler.stop_at(self.seq, stops);
+    }
+
     /// One step (the prefill, or one decode token); its events, each already metered.
     pub async fn step(&mut self, engine: &Engine) -> Result<Vec<Event>> {
         let events = self.scheduler.step(engine).await?;

@@ -1,7 +1,7 @@
 //! The top layer: what people and pages call. The native command line (`cli`, native only), the
 //! JavaScript API the page's worker uses (`web`, wasm only), and the drivers both share for a
 //! metered run and a load-test level ([`drive`]), and OpenAI's protocol both serve: its types
-//! ([`openai`]) and an answer built from a run's events ([`reply`], with [`stop`] strings), the
+//! ([`openai`]) and an answer built from a run's events ([`reply`]), the
 //! server's and the page's `chat.completions.create`; `auto` decided by a race, and the GPU's
 //! check against the CPU ([`auto`]).
 
@@ -16,6 +16,5 @@ pub mod openai;
 pub mod reply;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod serve;
-pub mod stop;
 #[cfg(target_arch = "wasm32")]
 pub mod web;

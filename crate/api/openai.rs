@@ -465,7 +465,7 @@ impl CompletionRequest {
 /// tokens or a full context).
 pub fn finish_reason(reason: StopReason) -> Option<&'static str> {
     match reason {
-        StopReason::Eos | StopReason::Bos => Some("stop"),
+        StopReason::Eos | StopReason::Bos | StopReason::Stop => Some("stop"),
         StopReason::MaxTokens | StopReason::ContextFull => Some("length"),
         StopReason::Cancelled => None,
     }

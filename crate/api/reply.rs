@@ -3,7 +3,6 @@
 //! (`web/chat.rs`) build theirs here, so both give the same chunks for the same run.
 
 use crate::api::openai::{Checked, ChoiceLogprobs, Completion, Kind, Usage, finish_reason};
-use crate::api::stop::StopText;
 use crate::decode::{Event, TokenLogprobs};
 use crate::meter::Report;
 
@@ -22,19 +21,15 @@ pub struct Reply {
     id: String,
     model: String,
     created: u64,
-    stop: StopText,
     /// The text so far (a whole answer's).
     text: String,
     /// Whether chat's first chunk, with the role, has been made.
     role_sent: bool,
     /// Whether the request asked for log probabilities.
     logprobs: bool,
-    /// Bytes of token text generated, and of text released past the stop strings.
-    generated_bytes: usize,
-    released_bytes: usize,
-    /// Tokens whose text is not released yet, each with its text's byte offset.
-    held: Vec<(usize, TokenLogprobs)>,
-    /// A whole answer's released tokens.
+    /// Bytes of text so far (a token's `text_offset`).
+    text_bytes: usize,
+    /// A whole answer's tokens' log probabilities, each with its text's byte offset.
     kept: Vec<(usize, TokenLogprobs)>,
 }
 
@@ -56,13 +51,10 @@ impl Reply {
             id: format!("{prefix}-{number}"),
             model,
             created,
-            stop: StopText::new(checked.stops.clone()),
             text: String::new(),
             role_sent: false,
             logprobs: checked.logprobs.is_some(),
-            generated_bytes: 0,
-            released_bytes: 0,
-            held: Vec::new(),
+            text_bytes: 0,
             kept: Vec::new(),
         }
     }
@@ -89,55 +81,42 @@ impl Reply {
     }
 
     /// The stream's chunks for `event`: chat's first chunk names the role (as OpenAI's does), and
-    /// each piece of text the stop strings release is a chunk of its own. A whole answer keeps the
-    /// text for [`end`](Self::end) and gives none.
+    /// each token's text is a chunk of its own (the engine has cut the text at a stop string and
+    /// sends only the tokens whose text goes out: `decode/stop.rs`). A whole answer keeps the text
+    /// for [`end`](Self::end) and gives none.
     pub fn event(&mut self, event: &Event) -> Vec<Completion> {
         let mut out = self.opening();
-        let text = match event {
+        let (text, logprobs) = match event {
             Event::Prefill { prompt_tokens, .. } => {
                 self.prompt_tokens = *prompt_tokens;
-                String::new()
+                return out;
             }
             Event::Token { text, logprobs, .. } => {
                 self.generated += 1;
-                if let Some(l) = logprobs.as_deref().filter(|_| self.logprobs) {
-                    self.held.push((self.generated_bytes, l.clone()));
-                }
-                self.generated_bytes += text.len();
-                self.stop.push(text)
+                (text, logprobs.as_deref().filter(|_| self.logprobs))
             }
-            Event::Done { trailing_text, .. } => {
-                let mut out = self.stop.push(trailing_text);
-                out.push_str(&self.stop.finish());
-                out
-            }
-            _ => String::new(),
+            Event::Done { trailing_text, .. } => (trailing_text, None),
+            _ => return out,
         };
-        if text.is_empty() {
+        if text.is_empty() && logprobs.is_none() {
             return out;
         }
-        let tokens = self.release(text.len());
+        let tokens: Vec<(usize, TokenLogprobs)> = logprobs
+            .map(|l| (self.text_bytes, l.clone()))
+            .into_iter()
+            .collect();
+        self.text_bytes += text.len();
         if self.stream {
-            let mut choice = self.kind.choice(true, false, Some(text), None);
+            let mut choice = self.kind.choice(true, false, Some(text.clone()), None);
             if self.logprobs {
                 choice.logprobs = Some(ChoiceLogprobs::new(self.kind == Kind::Chat, &tokens));
             }
             out.push(self.completion(vec![choice]));
         } else {
-            self.text.push_str(&text);
+            self.text.push_str(text);
             self.kept.extend(tokens);
         }
         out
-    }
-
-    /// `bytes` more of the text have been released: the held tokens whose text begins in what is
-    /// now released go with it (a token cut by a stop string went out if any of it did).
-    fn release(&mut self, bytes: usize) -> Vec<(usize, TokenLogprobs)> {
-        self.released_bytes += bytes;
-        let ready = self
-            .held
-            .partition_point(|(at, _)| *at < self.released_bytes);
-        self.held.drain(..ready).collect()
     }
 
     /// Chat's first chunk, once, before anything else in a stream.
@@ -150,21 +129,11 @@ impl Reply {
         vec![self.completion(vec![role])]
     }
 
-    /// Whether a stop string has ended the text: the caller ends the run now (the rest would be
-    /// cut) and then calls [`end`](Self::end) with its report.
-    pub fn stopped(&self) -> bool {
-        self.stop.stopped()
-    }
-
     /// The end, from the run's final report: a stream's last chunk (its finish reason and
     /// llama.cpp's timings) and, where `stream_options.include_usage` asked, the usage chunk
     /// (no choices); a whole answer's one response with its usage.
     pub fn end(&mut self, report: Report) -> Vec<Completion> {
-        let finish = if self.stop.stopped() {
-            Some("stop")
-        } else {
-            report.conditions.stop_reason.and_then(finish_reason)
-        };
+        let finish = report.conditions.stop_reason.and_then(finish_reason);
         let mut usage = Usage::new(
             report.conditions.prompt_tokens,
             report.conditions.output_tokens,

@@ -65,6 +65,8 @@ pub enum StopReason {
     Bos,
     MaxTokens,
     ContextFull,
+    /// One of the request's stop strings was generated (the text ends before it).
+    Stop,
     Cancelled,
 }
 
@@ -76,6 +78,7 @@ impl StopReason {
             StopReason::Bos => "bos",
             StopReason::MaxTokens => "max_tokens",
             StopReason::ContextFull => "context_full",
+            StopReason::Stop => "stop",
             StopReason::Cancelled => "cancelled",
         }
     }

@@ -1,7 +1,8 @@
 //! Generation: a model and its tokenizer ([`engine`]), requests stepped one token at a time in
-//! one batch ([`scheduler`], [`sequence`]), how each next token is picked ([`sampling`]), and
-//! what a run says as it goes ([`events`]), how a load test's users arrive ([`arrival`]), and what
-//! a quantization costs in quality ([`quality`]). Below: `backend/` and `loading/`; above: `meter/`.
+//! one batch ([`scheduler`], [`sequence`]), how each next token is picked ([`sampling`]), where a
+//! stop string ends a sequence ([`stop`]), what a run says as it goes ([`events`]), how a load
+//! test's users arrive ([`arrival`]), and what a quantization costs in quality ([`quality`]).
+//! Below: `backend/` and `loading/`; above: `meter/`.
 
 pub mod arrival;
 mod clock;
@@ -13,6 +14,7 @@ pub mod sampling;
 pub mod scheduler;
 pub mod sequence;
 pub mod speculate;
+pub mod stop;
 
 pub use arrival::{Arrival, DEFAULT_PROMPTS};
 pub use engine::{Engine, ProductPasses, PromptEncoder};

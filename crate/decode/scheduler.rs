@@ -306,6 +306,19 @@ impl Scheduler {
         }
     }
 
+    /// End sequence `id`, still waiting, where one of `stops` begins in its text: the text from
+    /// there is not sent, and its tokens are not counted (as OpenAI's and llama.cpp's servers
+    /// count); returns whether it was waiting.
+    pub fn stop_at(&mut self, id: usize, stops: Vec<String>) -> bool {
+        match self.waiting.iter_mut().find(|w| w.seq.id == id) {
+            Some(w) => {
+                w.seq.stop = crate::decode::stop::StopText::new(stops);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// End sequence `id` now, running or waiting; returns its done event (`None` when it has
     /// already ended or never existed).
     pub fn cancel(&mut self, id: usize) -> Option<SeqEvent> {

@@ -1,7 +1,10 @@
 //! One request being generated: its prompt, its KV cache, its sampler, its text stream and its
-//! stop rules. A [`Scheduler`](crate::decode::scheduler::Scheduler) advances sequences a step at a time;
+//! stop rules (end-of-text tokens, lengths, and stop strings, matched here so that a stop ends the
+//! sequence and only tokens whose text was sent are counted). A [`Scheduler`](crate::decode::scheduler::Scheduler) advances sequences a step at a time;
 //! each step hands a sequence the id the model picked for it, and the sequence turns that into
 //! its own events.
+
+use std::collections::VecDeque;
 
 use serde::Serialize;
 
@@ -10,6 +13,7 @@ use crate::decode::events::{Event, GenerateOptions, PromptToken, StopReason};
 use crate::decode::sampling::Sampler;
 use crate::decode::sampling::TokenLogprobs;
 use crate::decode::speculate::{Drafter, Speculation};
+use crate::decode::stop::StopText;
 use crate::loading::tokenizer::{TextStream, Tokenizer};
 
 /// An event of one sequence, named by its id (ids count from 0 in the order requests were
@@ -51,6 +55,17 @@ pub struct Sequence {
     /// Go on past an end-of-text token (kept as a token, as vLLM's `ignore_eos` does), so that a
     /// load test gets the output lengths it asked for.
     pub ignore_eos: bool,
+    /// The request's stop strings ([`Scheduler::stop_at`](crate::decode::Scheduler::stop_at)):
+    /// text that could begin one is held back, and the sequence ends where one begins.
+    pub(crate) stop: StopText,
+    /// Token events held back with their text (or part of it), each with its text's offset in
+    /// the generated text: they go out once their text is released, in order.
+    held: VecDeque<(usize, Event)>,
+    /// Bytes of token text generated, and of it released past the stop strings.
+    generated_bytes: usize,
+    released_bytes: usize,
+    /// Tokens whose text, or some of it, was released: what the done event counts.
+    sent: usize,
 }
 
 impl Sequence {
@@ -91,6 +106,11 @@ impl Sequence {
             text: TextStream::default(),
             generated: 0,
             ignore_eos: false,
+            stop: StopText::default(),
+            held: VecDeque::new(),
+            generated_bytes: 0,
+            released_bytes: 0,
+            sent: 0,
         }
     }
 
@@ -148,21 +168,21 @@ impl Sequence {
             _ => {
                 self.generated += 1;
                 let piece = self.text.push(tokenizer, Some(self.input), id);
-                self.emit(
-                    out,
-                    Event::Token {
-                        pos,
-                        id,
-                        text: piece,
-                        t_ms: self.t_ms(now_ms),
-                        drafted,
-                        logprobs,
-                        phases: None,
-                    },
-                );
+                let token = Event::Token {
+                    pos,
+                    id,
+                    text: piece,
+                    t_ms: self.t_ms(now_ms),
+                    drafted,
+                    logprobs,
+                    phases: None,
+                };
+                self.release(token, out);
                 self.input = id;
                 self.ids.push(id);
-                if self.generated >= self.options.max_tokens {
+                if self.stop.stopped() {
+                    Some(StopReason::Stop)
+                } else if self.generated >= self.options.max_tokens {
                     Some(StopReason::MaxTokens)
                 } else if pos >= context {
                     Some(StopReason::ContextFull)
@@ -172,21 +192,85 @@ impl Sequence {
             }
         };
         if let Some(reason) = reason {
-            out.push(self.done(reason, now_ms));
+            // The text held back goes out now (the end of the text, not a stop string).
+            let trailing = self.text.finish();
+            let mut tail = self.stop.push(&trailing);
+            tail.push_str(&self.stop.finish());
+            let start = self.generated_bytes;
+            self.generated_bytes += trailing.len();
+            self.released_bytes += tail.len();
+            self.flush(out);
+            let trailing = trailing[..self
+                .released_bytes
+                .saturating_sub(start)
+                .min(trailing.len())]
+                .to_string();
+            let reason = if self.stop.stopped() {
+                StopReason::Stop
+            } else {
+                reason
+            };
+            out.push(self.done_with(reason, now_ms, trailing));
         }
         reason.is_some()
     }
 
-    /// The sequence's done event, ending it for `reason` at `now_ms`.
+    /// A token goes out as much as the stop strings release: at once where there are none; else
+    /// once its whole text is released, or, when a stop string begins inside it, with the part
+    /// before the stop. Tokens after a stop never go out.
+    fn release(&mut self, token: Event, out: &mut Vec<SeqEvent>) {
+        let Event::Token { text, .. } = &token else {
+            return self.emit(out, token);
+        };
+        let released = self.stop.push(text).len();
+        let len = text.len();
+        self.held.push_back((self.generated_bytes, token));
+        self.generated_bytes += len;
+        self.released_bytes += released;
+        self.flush(out);
+    }
+
+    /// Send every held token whose text is released; after a stop, the one it cut with the part
+    /// before it, and none after.
+    fn flush(&mut self, out: &mut Vec<SeqEvent>) {
+        while let Some((start, Event::Token { text, .. })) = self.held.front_mut() {
+            let end = *start + text.len();
+            if end > self.released_bytes {
+                if !self.stop.stopped() || *start >= self.released_bytes {
+                    break;
+                }
+                text.truncate(self.released_bytes - *start);
+            }
+            let (_, token) = self.held.pop_front().expect("a held token");
+            self.sent += 1;
+            self.emit(out, token);
+        }
+        if self.stop.stopped() {
+            self.held.clear();
+        }
+    }
+
+    /// The sequence's done event, ending it for `reason` at `now_ms` (cancelled: text held back
+    /// for a stop string is not sent).
     pub fn done(&mut self, reason: StopReason, now_ms: f64) -> SeqEvent {
+        self.held.clear();
+        let trailing = self.text.finish();
+        let trailing = match self.stop.is_empty() {
+            true => trailing,
+            false => String::new(),
+        };
+        self.done_with(reason, now_ms, trailing)
+    }
+
+    fn done_with(&mut self, reason: StopReason, now_ms: f64, trailing_text: String) -> SeqEvent {
         SeqEvent {
             seq: self.id,
             event: Event::Done {
                 reason,
                 prompt_tokens: self.prompt_ids.len(),
-                output_tokens: self.generated,
+                output_tokens: self.sent,
                 t_ms: self.t_ms(now_ms),
-                trailing_text: self.text.finish(),
+                trailing_text,
             },
         }
     }

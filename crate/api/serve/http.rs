@@ -319,6 +319,7 @@ async fn complete(
         },
         max_tokens_asked: checked.max_tokens,
         ignore_eos: checked.ignore_eos,
+        stops: checked.stops.clone(),
         received,
         updates,
         accepted,
@@ -418,12 +419,7 @@ impl Answer {
         match self.inbox.recv().await {
             Some(Update::Event(event)) => {
                 self.read.fetch_add(1, Ordering::Relaxed);
-                let chunks = self.reply.event(&event);
-                if self.reply.stopped() {
-                    // The rest would be cut: end the sequence now, and wait for its report.
-                    self.guard.cancel("stop");
-                }
-                Step::Chunks(chunks)
+                Step::Chunks(self.reply.event(&event))
             }
             Some(Update::Done(report)) => {
                 self.guard.armed = false;

@@ -48,6 +48,8 @@ pub struct Job {
     /// The `max_tokens` the request asked for (`None`: until the context is full).
     pub max_tokens_asked: Option<usize>,
     pub ignore_eos: bool,
+    /// Stop strings: the engine ends the sequence where one begins (`decode/stop.rs`).
+    pub stops: Vec<String>,
     /// When the HTTP request came in: the time before it reaches the engine is queue time.
     pub received: Instant,
     pub updates: tokio_mpsc::UnboundedSender<Update>,
@@ -60,8 +62,7 @@ pub struct Job {
 
 pub enum Command {
     Submit(Box<Job>),
-    /// End request `id` now; `why` is vLLM's finished reason for it: `abort` (the client left) or
-    /// `stop` (a stop string came).
+    /// End request `id` now; `why` is vLLM's finished reason for it: `abort` (the client left).
     Cancel {
         id: u64,
         why: &'static str,
@@ -322,6 +323,9 @@ impl Worker {
         }
         if job.ignore_eos {
             self.scheduler.ignore_eos(seq);
+        }
+        if !job.stops.is_empty() {
+            self.scheduler.stop_at(seq, job.stops);
         }
         let conditions = Conditions::new(
             &self.engine.info,

@@ -77,7 +77,7 @@ impl Session {
             chat: false,
             logprobs: checked.logprobs,
         };
-        let run = MeteredRun::start(
+        let mut run = MeteredRun::start(
             &self.engine,
             &template.render(&turns),
             options,
@@ -86,6 +86,7 @@ impl Session {
             self.warm_up_ms.get(),
         )
         .map_err(js_error)?;
+        run.stop_at(checked.stops.clone());
         let number = ANSWERS.with(|n| {
             n.set(n.get() + 1);
             n.get()
@@ -118,12 +119,6 @@ impl ChatRun {
                     let mut chunks: Vec<Completion> = Vec::new();
                     for event in &slice.events {
                         chunks.extend(reply.event(event));
-                    }
-                    // A stop string ended the text: the rest would be cut, so the run ends now.
-                    if reply.stopped()
-                        && let Some(done) = run.cancel()
-                    {
-                        chunks.extend(reply.event(&done));
                     }
                     let done = run.is_done();
                     if done {

@@ -1,5 +1,7 @@
 //! Stop strings: the text streamed is held back while it could still be the start of one, and
-//! cut where one begins (the stop string itself is not sent, as OpenAI's API does).
+//! cut where one begins (the stop string itself is not sent, as OpenAI's API does). Each
+//! sequence matches its own (`sequence.rs`), so a stop ends it in the scheduler and the tokens
+//! counted are the tokens whose text was sent.
 
 /// Text as it is generated, minus any stop string and what follows it.
 #[derive(Debug, Default)]
@@ -51,6 +53,11 @@ impl StopText {
     /// Whether a stop string has been generated.
     pub fn stopped(&self) -> bool {
         self.stopped
+    }
+
+    /// Whether there are stop strings to look for at all.
+    pub fn is_empty(&self) -> bool {
+        self.stops.is_empty()
     }
 
     /// The text held back at the end, now that no more comes (empty after a stop).
