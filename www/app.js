@@ -5,7 +5,7 @@
 import { EngineClient } from './engine-client.js';
 import { SIMD_BUILDS, SIMD_CHOICES, chooseSimdBuild, relaxedSimd, simdBuild } from './simd.js';
 import { CORES, DEFAULT_THREADS, buildFor, chooseThreads, chosenThreads, oneThreadReason, parseThreads } from './threads.js';
-import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, fillSelect, parseDrafts, speculateOptions } from './protocol.js';
+import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, endpointLimits, fillSelect, parseDrafts, speculateOptions } from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { ResultsTable, rowFromReport, rowFromLoadReport } from './results.js';
 import { LanesPanel, LANE_MODES, parseLanes, laneToString } from './lanes.js';
@@ -203,15 +203,15 @@ function showFit(/** @type {{ fits: boolean, sentence: string, note?: string }} 
 
 /** The endpoint the form names (`server`: this page's own server), or null for a model in this tab. */
 function endpointChoice() {
-  if (el.model.value === THIS_SERVER.id) return { url: new URL('v1', location.href).href, model: '', key: '' };
+  if (el.model.value === THIS_SERVER.id) return { url: new URL('v1', location.href).href, model: '', key: '', ...endpointLimits(location.search) };
   if (el.model.value !== 'endpoint') return null;
   if (!el.endpointUrl.value.trim()) throw new Error('enter the endpoint\'s URL (the API\'s base, such as http://127.0.0.1:8080/v1)');
-  return { url: el.endpointUrl.value.trim(), model: el.endpointModel.value.trim(), key: el.endpointKey.value };
+  return { url: el.endpointUrl.value.trim(), model: el.endpointModel.value.trim(), key: el.endpointKey.value, ...endpointLimits(location.search) };
 }
 
 /** Reach the form's endpoint (nothing to do if it was reached for the same URL, model and key). */
-async function ensureConnected(/** @type {{ url: string, model: string, key: string }} */ choice) {
-  const key = [choice.url, choice.model, choice.key].join('|');
+async function ensureConnected(/** @type {{ url: string, model: string, key: string, stall_s?: number, request_s?: number }} */ choice) {
+  const key = [choice.url, choice.model, choice.key, choice.stall_s, choice.request_s].join('|');
   if (state.endpoint?.key === key) return state.endpoint.endpoint;
   setStatus('reaching the endpoint');
   const endpoint = { ...(await engine.connect(choice)), key: choice.key || undefined };

@@ -49,8 +49,8 @@
  * @typedef {{ type: 'race-decode', id: number }} RaceDecodeRequest  auto's timed decode on the loaded model (answered `raced`)
  * @typedef {{ type: 'race-verdict', id: number, cpu: object, gpu: object, check: object | null }} RaceVerdictRequest  auto's verdict from both figures (answered `verdict`)
  * @typedef {{ type: 'note', id: number, note: string }} NoteRequest  put how the backend was chosen in the loaded model's conditions (answered `noted`, with its info)
- * @typedef {{ url: string, model?: string, key?: string }} EndpointChoice  an OpenAI-compatible server as the visitor named it (`key`: in memory only)
- * @typedef {{ base: string, model: string, server: string | null, protocol: string | null, key?: string }} Endpoint  the same, reached: the API's base, the model asked for, the server's software, the HTTP version the browser reached it by (`http/1.1`, `h2`, `h3`; null where the browser does not say)
+ * @typedef {{ url: string, model?: string, key?: string, stall_s?: number, request_s?: number }} EndpointChoice  an OpenAI-compatible server as the visitor named it (`key`: in memory only; `stall_s`, `request_s`: the client's limits, from the URL's `endpoint_timeout` and `request_timeout`)
+ * @typedef {{ base: string, model: string, server: string | null, protocol: string | null, key?: string, stall_s?: number, request_s?: number }} Endpoint  the same, reached: the API's base, the model asked for, the server's software, the HTTP version the browser reached it by (`http/1.1`, `h2`, `h3`; null where the browser does not say), and the limits the worker keeps
  * @typedef {{ type: 'connect', id: number } & EndpointChoice} ConnectRequest  reach an endpoint (GET /models)
  * @typedef {{ type: 'endpoint-run', id: number, endpoint: Endpoint, prompt: string, options: object }} EndpointRunRequest  stream one request from it, metered
  * @typedef {{ type: 'endpoint-lab', id: number, endpoint: Endpoint, options: object }} EndpointLabRequest  a concurrency lab of real streams from it, metered (answered as a lab is)
@@ -154,4 +154,23 @@ let lastId = 0;
 export function nextId() {
   lastId += 1;
   return lastId;
+}
+
+/**
+ * The endpoint client's limits from the page's URL, in seconds: `endpoint_timeout` (nothing but
+ * keep-alive comments for that long is a stall; default 60) and `request_timeout` (a whole
+ * request; default 600), as the command line's `--endpoint-timeout` and `--request-timeout`.
+ * @returns {{ stall_s?: number, request_s?: number }}
+ */
+export function endpointLimits(/** @type {string} */ search) {
+  const params = new URLSearchParams(search);
+  /** @type {{ stall_s?: number, request_s?: number }} */
+  const limits = {};
+  for (const [param, field] of /** @type {const} */ ([['endpoint_timeout', 'stall_s'], ['request_timeout', 'request_s']])) {
+    if (!params.has(param)) continue;
+    const seconds = Number(params.get(param));
+    if (!(seconds > 0 && seconds <= 86_400)) throw new Error(`${param}=${params.get(param)} is not a number of seconds from above 0 to 86400`);
+    limits[field] = seconds;
+  }
+  return limits;
 }

@@ -434,90 +434,196 @@ const authorization = (key) => (key ? { Authorization: `Bearer ${key}` } : {});
  */
 const unreachable = (url) => `the browser could not reach ${url}: nothing answers there, or the server does not let pages from ${self.location.origin} read it (CORS). A server allows it by sending Access-Control-Allow-Origin: tokenometer serve --cors ${self.location.origin}; vLLM --allowed-origins '["${self.location.origin}"]'; Ollama OLLAMA_ORIGINS=${self.location.origin}; llama.cpp's llama-server sends it by default`;
 
-async function connect({ id, url, model, key }) {
+// The limits the command line's client keeps (crate/api/endpoint/client.rs), kept here too: an
+// error or a non-stream answer is read 64 KiB at most (a model listing 4 MiB), each within the
+// endpoint's timeout; a stream that sends nothing but keep-alive comments for that long has
+// stalled; a whole request may take `request_s`. The page's URL sets both
+// (`endpoint_timeout=S`, `request_timeout=S`, as `--endpoint-timeout` and `--request-timeout`).
+const MAX_ERROR_BYTES = 64 << 10;
+const MAX_LISTING_BYTES = 4 << 20;
+const DEFAULT_STALL_S = 60;
+const DEFAULT_REQUEST_S = 600;
+// The per-chunk counting fields a strict server may refuse (crate/api/endpoint/request.rs).
+const COUNTING_FIELDS = ['timings_per_token', 'continuous_usage_stats', 'stream_options'];
+
+/**
+ * At most `most` bytes of `response`'s body, read within `ms` (a body that never ends, or never
+ * stops, is cut there), as text.
+ * @param {Response} response
+ * @param {number} most
+ * @param {number} ms
+ */
+async function readCapped(response, most, ms) {
+  const reader = response.body?.getReader();
+  if (!reader) return '';
+  const chunks = [];
+  let length = 0;
+  const deadline = performance.now() + ms;
+  try {
+    while (length < most) {
+      const left = deadline - performance.now();
+      if (left <= 0) break;
+      let timer;
+      const read = await Promise.race([
+        reader.read(),
+        new Promise((resolve) => { timer = setTimeout(() => resolve(null), left); }),
+      ]).finally(() => clearTimeout(timer));
+      if (!read || read.done) break;
+      chunks.push(read.value);
+      length += read.value.length;
+    }
+  } catch {
+    // What came before the body broke is what there is.
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  const bytes = new Uint8Array(Math.min(length, most));
+  let at = 0;
+  for (const chunk of chunks) {
+    const part = chunk.subarray(0, bytes.length - at);
+    bytes.set(part, at);
+    at += part.length;
+    if (at === bytes.length) break;
+  }
+  return new TextDecoder().decode(bytes);
+}
+
+/**
+ * `fetch(url, init)` that gives up after `ms` without an answer's head, or when `signal` stops it;
+ * `timedOut` says which.
+ * @param {string} url
+ * @param {RequestInit} init
+ * @param {number} ms
+ * @param {AbortSignal} [signal]
+ */
+async function fetchWithin(url, init, ms, signal) {
+  const abort = new AbortController();
+  const stop = () => abort.abort();
+  signal?.addEventListener('abort', stop, { once: true });
+  if (signal?.aborted) abort.abort();
+  let timedOut = false;
+  const timer = setTimeout(() => { timedOut = true; abort.abort(); }, ms);
+  try {
+    return { response: await fetch(url, { ...init, signal: abort.signal }), timedOut: false };
+  } catch (e) {
+    return { response: null, timedOut, error: e };
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', stop);
+  }
+}
+
+async function connect({ id, url, model, key, stall_s: stallS = DEFAULT_STALL_S, request_s: requestS = DEFAULT_REQUEST_S }) {
   await ready;
   const { baseUrl, httpFailure } = await engine;
   const base = baseUrl(url);
   const listing = `${base}/models`;
-  let response;
-  try {
-    response = await fetch(listing, { headers: authorization(key) });
-  } catch {
-    throw new Error(unreachable(listing));
-  }
+  const stallMs = stallS * 1000;
+  const { response, timedOut } = await fetchWithin(listing, { headers: authorization(key) }, stallMs);
+  if (timedOut) throw new Error(`${listing} did not answer within ${stallS} s; is it the right address, and is the server up?`);
+  if (!response) throw new Error(unreachable(listing));
   let name = model || null;
   if (response.ok) {
-    const listed = await response.json().catch(() => null);
+    let listed = null;
+    try {
+      listed = JSON.parse(await readCapped(response, MAX_LISTING_BYTES, stallMs));
+    } catch {
+      // Not a listing: a model must be named.
+    }
     name = name || listed?.data?.[0]?.id || null;
     if (!name) throw new Error(`${listing} lists no model; name one`);
   } else if (!(response.status === 404 && name)) {
     // Some servers have no /models; a named model does without it.
-    throw new Error(httpFailure(listing, response.status, await response.text()));
+    throw new Error(httpFailure(listing, response.status, await readCapped(response, MAX_ERROR_BYTES, stallMs)));
+  } else {
+    response.body?.cancel().catch(() => {});
   }
   // How the browser reached it (where the browser says): over HTTP/2 or 3 one connection carries
   // many streams, over HTTP/1.1 a browser opens at most 6 to one server (the lab's cap).
   const protocol = /** @type {PerformanceResourceTiming | undefined} */ (performance.getEntriesByName(listing).pop())?.nextHopProtocol || null;
-  post({ type: 'connected', id, endpoint: { base, model: name, server: response.headers.get('server'), protocol } });
+  post({ type: 'connected', id, endpoint: { base, model: name, server: response.headers.get('server'), protocol, stall_s: stallS, request_s: requestS } });
 }
 
 /**
- * POST a streamed request to `url`, first asking for each chunk's count, then (from a server that
- * refuses those fields with 400 or 422) without. Resolves to the answer, or null once `signal`
- * stopped it; an HTTP failure or a server out of reach throws its sentence.
+ * POST a streamed request to `url`, first asking for each chunk's count, then, from a server that
+ * refuses one of those fields by name (400 or 422), without. Resolves to the answer, or null once
+ * `signal` stopped it; an HTTP failure, a server out of reach or one that does not answer within
+ * the endpoint's timeout throws its sentence.
  * @param {string} url
  * @param {(counts: boolean) => string} body
- * @param {string | undefined} key
+ * @param {import('./protocol.js').Endpoint} endpoint
  * @param {AbortSignal} signal
  */
-async function openStream(url, body, key, signal) {
+async function openStream(url, body, endpoint, signal) {
   const { httpFailure } = await engine;
-  let response = null;
+  const stallS = endpoint.stall_s ?? DEFAULT_STALL_S;
+  const stallMs = stallS * 1000;
   for (const counts of [true, false]) {
     if (signal.aborted) return null;
-    try {
-      response = await fetch(url, {
-        method: 'POST', signal, body: body(counts),
-        headers: { 'Content-Type': 'application/json', ...authorization(key) },
-      });
-    } catch {
-      if (signal.aborted) return null;
-      throw new Error(unreachable(url));
+    const { response, timedOut } = await fetchWithin(url, {
+      method: 'POST', body: body(counts),
+      headers: { 'Content-Type': 'application/json', ...authorization(endpoint.key) },
+    }, stallMs, signal);
+    if (signal.aborted) return null;
+    if (timedOut) throw new Error(`${url} did not start answering within ${stallS} s`);
+    if (!response) throw new Error(unreachable(url));
+    const kind = (response.headers.get('content-type') ?? '').toLowerCase();
+    if (response.ok && kind.startsWith('text/event-stream')) return response;
+    const text = await readCapped(response, MAX_ERROR_BYTES, stallMs);
+    if (response.ok) {
+      // A 200 that is not the stream asked for (a whole JSON answer, a login page) is said as
+      // such, never read as a run of 0 tokens.
+      throw new Error(`${url} answered 200 with ${kind || 'no content type'} where an event stream was asked for (it began ${JSON.stringify(text.trim().slice(0, 120))}); is it an OpenAI-compatible server that streams?`);
     }
-    if (response.ok || (response.status !== 400 && response.status !== 422)) break;
+    const refusesCounting = (response.status === 400 || response.status === 422) && COUNTING_FIELDS.some((f) => text.includes(f));
+    if (!(counts && refusesCounting)) throw new Error(httpFailure(url, response.status, text));
   }
-  if (response && !response.ok) throw new Error(httpFailure(url, response.status, await response.text()));
-  // A 200 that is not the stream asked for (a whole JSON answer, a login page) is said as such,
-  // never read as a run of 0 tokens.
-  const kind = response?.headers.get('content-type') ?? '';
-  if (response && !kind.toLowerCase().startsWith('text/event-stream')) {
-    const began = (await response.text()).slice(0, 120);
-    throw new Error(`${url} answered 200 with ${kind || 'no content type'} where an event stream was asked for (it began ${JSON.stringify(began)}); is it an OpenAI-compatible server that streams?`);
-  }
-  return response;
+  return null;
 }
 
 /**
  * Hand each read of `response`'s stream to `take` with when its bytes arrived (`since()`, taken
  * before they are read), and `null` when the stream closes, until `take` says the stream has
- * ended. Resolves to whether it ended (false: stopped by `signal`).
+ * ended. `take` returns whether the stream ended and whether the read held anything but
+ * keep-alive comments: a stream with nothing else for the endpoint's timeout has stalled, and
+ * one not finished within its request time has failed (each throws its sentence). Resolves to
+ * whether it ended (false: stopped by `signal`).
  * @param {Response | null} response
  * @param {string} url
+ * @param {import('./protocol.js').Endpoint} endpoint
  * @param {AbortSignal} signal
  * @param {() => number} since
- * @param {(bytes: Uint8Array | null, t: number) => boolean} take
+ * @param {(bytes: Uint8Array | null, t: number) => { done: boolean, news: boolean }} take
  */
-async function readStream(response, url, signal, since, take) {
+async function readStream(response, url, endpoint, signal, since, take) {
   const reader = response?.body?.getReader();
+  const stallS = endpoint.stall_s ?? DEFAULT_STALL_S;
+  const requestS = endpoint.request_s ?? DEFAULT_REQUEST_S;
+  let lastNews = since();
   try {
     while (reader && !signal.aborted) {
+      const stallLeft = lastNews + stallS * 1000 - since();
+      const requestLeft = requestS * 1000 - since();
+      let timer;
       let read;
       try {
-        read = await reader.read();
+        read = await Promise.race([
+          reader.read(),
+          new Promise((resolve) => { timer = setTimeout(() => resolve(null), Math.max(0, Math.min(stallLeft, requestLeft))); }),
+        ]).finally(() => clearTimeout(timer));
       } catch (e) {
         if (signal.aborted) break;
         throw new Error(`the stream from ${url} broke: ${e?.message ?? e}`);
       }
-      if (take(read.done ? null : read.value, since()) || read.done) return true;
+      if (read === null) {
+        if (signal.aborted) break;
+        if (requestLeft <= stallLeft) throw new Error(`${url} did not finish the request within ${requestS} s (the page's request_timeout)`);
+        throw new Error(`${url} stalled: nothing but keep-alive comments for ${stallS} s (the page's endpoint_timeout)`);
+      }
+      const t = since();
+      const { done, news } = take(read.done ? null : read.value, t);
+      if (news) lastNews = t;
+      if (done || read.done) return true;
     }
     return false;
   } finally {
@@ -546,12 +652,12 @@ async function endpointRun({ id, endpoint, prompt, options }) {
     const url = run.url();
     // The final report comes with the last read's events.
     let report = null;
-    const response = await openStream(url, (counts) => run.body(counts), endpoint.key, abort.signal);
-    const ended = await readStream(response, url, abort.signal, since, (bytes, t) => {
+    const response = await openStream(url, (counts) => run.body(counts), endpoint, abort.signal);
+    const ended = await readStream(response, url, endpoint, abort.signal, since, (bytes, t) => {
       const pumped = bytes ? run.feed(bytes, t) : run.finish(t, false);
       post({ type: 'events', id, ...pumped });
       report = pumped.report;
-      return pumped.done;
+      return { done: pumped.done, news: pumped.events.length > 0 };
     });
     if (!ended) {
       const stopped = run.finish(since(), true);
@@ -602,11 +708,11 @@ async function endpointLab({ id, endpoint, options }) {
     lab.arrive(seq, made - start);
     const since = () => performance.now() - made;
     try {
-      const response = await openStream(url, (counts) => lab.body(seq, counts), endpoint.key, abort.signal);
-      const ended = await readStream(response, url, abort.signal, since, (bytes, t) => {
+      const response = await openStream(url, (counts) => lab.body(seq, counts), endpoint, abort.signal);
+      const ended = await readStream(response, url, endpoint, abort.signal, since, (bytes, t) => {
         const read = bytes ? lab.feed(seq, bytes, t) : lab.finish(seq, t, false);
         events.push(...read.events);
-        return read.done;
+        return { done: read.done, news: read.events.length > 0 };
       });
       if (!ended) events.push(...lab.finish(seq, since(), true).events);
     } catch (e) {
