@@ -254,6 +254,63 @@ fn ignore_eos_goes_on_to_max_tokens_where_the_text_would_end() {
     assert_eq!(ask(true), (480, json!("length")));
 }
 
+/// `serve --ctx N` serves N positions of the model's context: a request whose prompt and
+/// max_tokens pass it is refused naming N, one without max_tokens ends at N (`length`), the
+/// conditions say N, and N outside 8 to the model's own is refused at start in one line.
+#[test]
+fn ctx_caps_the_context_served() {
+    let server = Server::start(&stories_args(&["--ctx", "40"]));
+    let (status, error) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "max_tokens": 38}),
+    );
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["code"], "context_length_exceeded", "{error}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("40"),
+        "{error}"
+    );
+    let (status, error) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 41}),
+    );
+    assert_eq!(
+        (status, &error["error"]["param"]),
+        (400, &json!("max_tokens")),
+        "{error}"
+    );
+    let (status, whole) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "temperature": 0, "ignore_eos": true}),
+    );
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["choices"][0]["finish_reason"], "length", "{whole}");
+    let used = whole["usage"]["total_tokens"].as_u64().unwrap();
+    // 40 positions read; the last token picked is never read, so it needs none.
+    assert_eq!(used, 41, "{whole}");
+    assert_eq!(whole["usage"]["extra"]["conditions"]["context_length"], 40);
+    drop(server);
+    for (ctx, says) in [
+        (
+            "4",
+            "--ctx 4: the context served is 8 to this model's own, 512 positions",
+        ),
+        (
+            "513",
+            "--ctx 513: the context served is 8 to this model's own, 512 positions",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tokenometer"))
+            .arg("serve")
+            .args(stories_args(&["--ctx", ctx, "--port", "0"]))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+}
+
 #[test]
 fn a_model_without_a_chat_template_refuses_chat_and_names_completions() {
     let server = Server::stories();

@@ -299,6 +299,20 @@ impl Engine {
         }
     }
 
+    /// Serve at most `positions` of the model's context (`serve --ctx`): every request's prompt
+    /// and answer together, and so the KV cache each may reserve; the conditions say it.
+    pub fn limit_context(&mut self, positions: usize) -> Result<()> {
+        let most = self.model.config.seq_len;
+        if !(8..=most).contains(&positions) {
+            return Err(Error::Unsupported(format!(
+                "--ctx {positions}: the context served is 8 to this model's own, {most} positions"
+            )));
+        }
+        self.model.config.seq_len = positions;
+        self.info.context_length = positions;
+        Ok(())
+    }
+
     /// Wrap chat prompts in `template` (`--chat-template`) instead of the file's own or none; the
     /// vocabulary must hold its markers.
     pub fn follow_chat(&mut self, template: ChatTemplate) -> Result<()> {

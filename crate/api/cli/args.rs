@@ -335,6 +335,10 @@ pub(super) struct ServeArgs {
     /// and max_tokens fit, and one that never could is refused.
     #[arg(long, value_parser = parse_bytes)]
     pub(super) kv_memory: Option<u64>,
+    /// The context served: the most positions one request may use, prompt and answer together
+    /// (8 to the model's own; default: the model's), and so the most KV cache each reserves.
+    #[arg(long)]
+    pub(super) ctx: Option<usize>,
     /// The most memory the request bodies being read hold together, e.g. 64MB (each body at
     /// most 4 MiB): a request whose body does not fit beside the others' gets 503 at once.
     #[arg(long, default_value = "64MB", value_parser = parse_bytes)]

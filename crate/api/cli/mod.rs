@@ -572,8 +572,12 @@ fn serve_model(model: ModelArgs, args: ServeArgs) -> Result<(), Error> {
         body_memory: args.body_memory as usize,
     };
     // Its /v1/chat/completions refuses messages then, saying why; the warning says it at start.
+    let ctx = args.ctx;
     let load = move || {
-        let engine = pollster::block_on(load(&model))?;
+        let mut engine = pollster::block_on(load(&model))?;
+        if let Some(positions) = ctx {
+            engine.limit_context(positions)?;
+        }
         warn_if_chat_template_unrecognized(&engine);
         Ok(engine)
     };
