@@ -219,6 +219,11 @@ impl Sequence {
     /// once its whole text is released, or, when a stop string begins inside it, with the part
     /// before the stop. Tokens after a stop never go out.
     fn release(&mut self, token: Event, out: &mut Vec<SeqEvent>) {
+        // Without stop strings every token goes out at once: nothing to hold or match.
+        if self.stop.is_empty() {
+            self.sent += 1;
+            return self.emit(out, token);
+        }
         let Event::Token { text, .. } = &token else {
             return self.emit(out, token);
         };
