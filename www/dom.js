@@ -11,7 +11,8 @@
 export function refs(root) {
   /** @type {Record<string, any>} */
   const found = {};
-  for (const node of root.querySelectorAll('[data-ref]')) found[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
+  for (const node of root.querySelectorAll('[data-ref]'))
+    found[/** @type {HTMLElement} */ (node).dataset.ref ?? ''] = node;
   return found;
 }
 
@@ -23,5 +24,15 @@ export function refs(root) {
  * @param {string | number} value
  */
 export function fillDefault(input, value) {
-  if (input.value === '' && input.ownerDocument.activeElement !== input) input.value = String(value);
+  if (input.value === '' && input.ownerDocument.activeElement !== input)
+    input.value = String(value);
+}
+
+/**
+ * Fill a select with `[value, label]` choices.
+ * @param {HTMLSelectElement} select
+ * @param {[string, string][]} choices
+ */
+export function fillSelect(select, choices) {
+  for (const [value, label] of choices) select.add(new Option(label, value));
 }

@@ -17,7 +17,9 @@ const MAX_FILE_BYTES = 2 ** 31 - 1;
  */
 export function checkSize(label, bytes) {
   if (bytes > MAX_FILE_BYTES) {
-    throw new Error(`the ${label} is ${(bytes / 1e9).toFixed(1)} GB, but a browser tab's WebAssembly memory takes at most 2.1 GB in one piece (4.3 GB in all): it cannot run here; pick a smaller or quantized model, or run it with the CLI`);
+    throw new Error(
+      `the ${label} is ${(bytes / 1e9).toFixed(1)} GB, but a browser tab's WebAssembly memory takes at most 2.1 GB in one piece (4.3 GB in all): it cannot run here; pick a smaller or quantized model, or run it with the CLI`,
+    );
   }
 }
 
@@ -44,7 +46,9 @@ export async function fetchPieces(url, label, progress, take, check = () => {}) 
   const cached = cache && (await cache.match(url));
   if (cached?.body) {
     const total = Number(cached.headers.get('Content-Length')) || 0;
-    const loaded = await readPieces(cached.body, label, take, (n) => progress({ label, loaded: n, total: Math.max(total, n), cached: true }));
+    const loaded = await readPieces(cached.body, label, take, (n) =>
+      progress({ label, loaded: n, total: Math.max(total, n), cached: true }),
+    );
     try {
       await check(loaded, true);
     } catch (e) {
@@ -67,10 +71,15 @@ export async function fetchPieces(url, label, progress, take, check = () => {}) 
   const copy = cache ? cacheCopy(cache, url, total) : null;
   let loaded;
   try {
-    loaded = await readPieces(response.body, label, async (piece) => {
-      await take(piece);
-      await copy?.add(piece);
-    }, (n) => progress({ label, loaded: n, total: Math.max(total, n) }));
+    loaded = await readPieces(
+      response.body,
+      label,
+      async (piece) => {
+        await take(piece);
+        await copy?.add(piece);
+      },
+      (n) => progress({ label, loaded: n, total: Math.max(total, n) }),
+    );
     // Content-Length counts the bytes on the wire: with Content-Encoding (gzip, br) it is the
     // compressed size, and the decompressed body is longer, so it is a floor, never the size.
     // Fewer bytes than it promised is a download that broke off (a compressed stream cut short
@@ -86,7 +95,8 @@ export async function fetchPieces(url, label, progress, take, check = () => {}) 
     throw e;
   }
   const refused = copy && (await copy.close(loaded));
-  if (refused) progress({ label, loaded, total: loaded, uncached: `not kept in this browser (${refused})` });
+  if (refused)
+    progress({ label, loaded, total: loaded, uncached: `not kept in this browser (${refused})` });
   return loaded;
 }
 
@@ -108,7 +118,9 @@ export async function readPieces(body, label, take, progress) {
       try {
         step = await reader.read();
       } catch (e) {
-        throw new Error(`download of ${label} broke off after ${loaded} bytes: ${e instanceof Error ? e.message : e}`);
+        throw new Error(
+          `download of ${label} broke off after ${loaded} bytes: ${e instanceof Error ? e.message : e}`,
+        );
       }
       if (step.done) return loaded;
       loaded += step.value.length;
@@ -135,22 +147,43 @@ function cacheCopy(cache, url, total) {
   /** @type {(() => void) | null} */
   let wake = null;
   let open = true;
-  const stream = new ReadableStream({
-    start(c) { controller = c; },
-    pull() { wake?.(); wake = null; },
-    cancel() { open = false; wake?.(); wake = null; },
-  }, { highWaterMark: 4 });
+  const stream = new ReadableStream(
+    {
+      start(c) {
+        controller = c;
+      },
+      pull() {
+        wake?.();
+        wake = null;
+      },
+      cancel() {
+        open = false;
+        wake?.();
+        wake = null;
+      },
+    },
+    { highWaterMark: 4 },
+  );
   const headers = total ? { 'Content-Length': String(total) } : undefined;
   /** @type {Promise<string | null>} */
   const put = cache.put(url, new Response(stream, { headers })).then(
     () => null,
-    (e) => { open = false; wake?.(); wake = null; return e instanceof Error ? e.message : String(e); });
+    (e) => {
+      open = false;
+      wake?.();
+      wake = null;
+      return e instanceof Error ? e.message : String(e);
+    },
+  );
   return {
     /** @param {Uint8Array} piece */
     async add(piece) {
       if (!open) return;
       controller.enqueue(piece);
-      if ((controller.desiredSize ?? 1) <= 0) await new Promise((resolve) => { wake = () => resolve(undefined); });
+      if ((controller.desiredSize ?? 1) <= 0)
+        await new Promise((resolve) => {
+          wake = () => resolve(undefined);
+        });
     },
     /** @param {number} loaded */
     async close(loaded) {
@@ -182,7 +215,9 @@ function cacheCopy(cache, url, total) {
 export async function fetchBytes(url, label, progress) {
   /** @type {Uint8Array[]} */
   const pieces = [];
-  const length = await fetchPieces(url, label, progress, (piece) => { pieces.push(piece); });
+  const length = await fetchPieces(url, label, progress, (piece) => {
+    pieces.push(piece);
+  });
   return joinPieces(pieces, length);
 }
 
@@ -211,7 +246,9 @@ export async function cachedFiles() {
   const files = [];
   for (const request of await cache.keys()) {
     const response = await cache.match(request);
-    const bytes = Number(response?.headers.get('Content-Length')) || (response ? (await response.arrayBuffer()).byteLength : 0);
+    const bytes =
+      Number(response?.headers.get('Content-Length')) ||
+      (response ? (await response.arrayBuffer()).byteLength : 0);
     files.push({ url: request.url, bytes });
   }
   return files;
@@ -235,7 +272,8 @@ export async function clearCache() {
  */
 export async function readRange(url, from, to) {
   // Only look: opening the cache would create it.
-  const cache = 'caches' in globalThis && (await caches.has(CACHE_NAME)) ? await caches.open(CACHE_NAME) : null;
+  const cache =
+    'caches' in globalThis && (await caches.has(CACHE_NAME)) ? await caches.open(CACHE_NAME) : null;
   const kept = cache && (await cache.match(url));
   let response = kept;
   if (!response) {
@@ -244,13 +282,18 @@ export async function readRange(url, from, to) {
     } catch (e) {
       throw new Error(`cannot read the start of ${url}: ${e instanceof Error ? e.message : e}`);
     }
-    if (!response.ok) throw new Error(`cannot read the start of ${url}: it answered ${response.status}`);
+    if (!response.ok)
+      throw new Error(`cannot read the start of ${url}: it answered ${response.status}`);
   }
   const partial = response.status === 206;
   const range = /\/(\d+)\s*$/.exec(response.headers.get('Content-Range') ?? '');
   // A whole file's Content-Length may be its compressed size (a gzip host), so only a range's
   // total or a kept copy's length is taken as the file's.
-  const total = range ? Number(range[1]) : kept ? Number(response.headers.get('Content-Length')) || 0 : 0;
+  const total = range
+    ? Number(range[1])
+    : kept
+      ? Number(response.headers.get('Content-Length')) || 0
+      : 0;
   const reader = response.body?.getReader();
   // What has been read of the answer, which starts at `start` of the file.
   const start = partial ? from : 0;
@@ -268,7 +311,9 @@ export async function readRange(url, from, to) {
     pieces = [bytes];
     return bytes.slice(Math.min(a - start, length), Math.min(b - start, length));
   };
-  const cancel = async () => { await reader?.cancel().catch(() => {}); };
+  const cancel = async () => {
+    await reader?.cancel().catch(() => {});
+  };
   const bytes = await read(from, to);
   if (partial || !reader) {
     await cancel();

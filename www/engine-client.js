@@ -32,7 +32,9 @@ export class EngineClient {
     /** @type {{ info: any, warmUpMs: number, threads: number, marks?: any[] } | null} */
     this.loaded = null;
     /** @type {Promise<Defaults>} */
-    this.defaults = new Promise((resolve) => { this.resolveDefaults = resolve; });
+    this.defaults = new Promise((resolve) => {
+      this.resolveDefaults = resolve;
+    });
     /** @type {((message: string) => void) | null} told when the engine had to be restarted */
     this.onRestart = null;
     this.start();
@@ -52,7 +54,9 @@ export class EngineClient {
     // The default build keeps the worker's plain URL.
     if (build !== 'relaxed') url.searchParams.set('build', build);
     this.worker = new Worker(url, { type: 'module' });
-    this.ready = new Promise((resolve) => { this.resolveReady = resolve; });
+    this.ready = new Promise((resolve) => {
+      this.resolveReady = resolve;
+    });
     this.worker.onmessage = ({ data }) => this.receive(data);
     this.worker.onerror = (e) => this.fatal(`the worker failed: ${e.message}`);
   }
@@ -123,7 +127,11 @@ export class EngineClient {
         setTimeout(() => {
           if (!this.pending.has(id)) return;
           this.pending.delete(id);
-          reject(new Error('the engine did not answer the stop and was restarted; the next run loads the model again'));
+          reject(
+            new Error(
+              'the engine did not answer the stop and was restarted; the next run loads the model again',
+            ),
+          );
           this.start();
         }, STOP_GRACE_MS);
       };
@@ -148,19 +156,32 @@ export class EngineClient {
     const { key, build, ...request } = spec;
     /** @type {any} */
     let info = null;
-    const warmed = await this.request({ type: 'load', ...request }, (message) => {
-      if (message.type === 'progress') hooks.onProgress?.(message);
-      else if (message.type === 'fit') hooks.onFit?.(message.fit);
-      else if (message.type === 'status') hooks.onStatus?.(message.status);
-      else if (message.type === 'loaded') {
-        // The engine's memory after loading, beside what the weights take (the worker measures it).
-        info = { ...message.info, wasm_memory_bytes: message.wasmMemoryBytes, file_held_bytes: message.fileHeldBytes };
-        hooks.onLoaded?.(info);
-      }
-    }, (message) => message.type === 'warmed');
+    const warmed = await this.request(
+      { type: 'load', ...request },
+      (message) => {
+        if (message.type === 'progress') hooks.onProgress?.(message);
+        else if (message.type === 'fit') hooks.onFit?.(message.fit);
+        else if (message.type === 'status') hooks.onStatus?.(message.status);
+        else if (message.type === 'loaded') {
+          // The engine's memory after loading, beside what the weights take (the worker measures it).
+          info = {
+            ...message.info,
+            wasm_memory_bytes: message.wasmMemoryBytes,
+            file_held_bytes: message.fileHeldBytes,
+          };
+          hooks.onLoaded?.(info);
+        }
+      },
+      (message) => message.type === 'warmed',
+    );
     this.loadedKey = key;
     // The worker's marks of its part of a cold start (ms since the epoch), for the first run's waterfall.
-    this.loaded = { info, warmUpMs: warmed.ms, threads: request.threads ?? 1, marks: warmed.marks ?? [] };
+    this.loaded = {
+      info,
+      warmUpMs: warmed.ms,
+      threads: request.threads ?? 1,
+      marks: warmed.marks ?? [],
+    };
     return this.loaded;
   }
 
@@ -176,7 +197,11 @@ export class EngineClient {
     const probe = new EngineClient(build);
     try {
       await probe.ready;
-      const reply = await probe.request({ type: 'probe', threads }, () => {}, (message) => message.type === 'probed');
+      const reply = await probe.request(
+        { type: 'probe', threads },
+        () => {},
+        (message) => message.type === 'probed',
+      );
       return reply.read_gb_per_s;
     } finally {
       probe.worker?.terminate();
@@ -190,9 +215,13 @@ export class EngineClient {
    */
   async draft(onStatus) {
     if (this.loadedKey !== null && this.draftKey === this.loadedKey) return;
-    await this.request({ type: 'draft' }, (message) => {
-      if (message.type === 'status') onStatus?.(message.status);
-    }, (message) => message.type === 'draft-loaded');
+    await this.request(
+      { type: 'draft' },
+      (message) => {
+        if (message.type === 'status') onStatus?.(message.status);
+      },
+      (message) => message.type === 'draft-loaded',
+    );
     this.draftKey = this.loadedKey;
   }
 
@@ -206,9 +235,14 @@ export class EngineClient {
    * @returns {Promise<any>}
    */
   async run(prompt, options, hooks = {}) {
-    const finished = await this.request({ type: 'run', prompt, options, pump_ms: hooks.pumpMs }, (message) => {
-      if (message.type === 'events') hooks.onEvents?.(message);
-    }, (message) => message.type === 'finished', hooks.signal);
+    const finished = await this.request(
+      { type: 'run', prompt, options, pump_ms: hooks.pumpMs },
+      (message) => {
+        if (message.type === 'events') hooks.onEvents?.(message);
+      },
+      (message) => message.type === 'finished',
+      hooks.signal,
+    );
     /** the last run's final report, whose figures the page shows */
     this.lastReport = finished.report;
     return finished.report;
@@ -223,7 +257,14 @@ export class EngineClient {
    * it early.
    */
   get chat() {
-    return { completions: { create: (/** @type {any} */ request, /** @type {{ signal?: AbortSignal }} */ options = {}) => this.createChat(request, options.signal) } };
+    return {
+      completions: {
+        create: (
+          /** @type {any} */ request,
+          /** @type {{ signal?: AbortSignal }} */ options = {},
+        ) => this.createChat(request, options.signal),
+      },
+    };
   }
 
   /**
@@ -239,18 +280,34 @@ export class EngineClient {
     let finished = false;
     /** @type {any} */
     let failure = null;
-    const ended = this.request({ type: 'chat', request }, (message) => {
-      queue.push(...message.chunks);
-      wake?.();
-    }, (message) => message.type === 'chat-chunks' && message.done, signal);
+    const ended = this.request(
+      { type: 'chat', request },
+      (message) => {
+        queue.push(...message.chunks);
+        wake?.();
+      },
+      (message) => message.type === 'chat-chunks' && message.done,
+      signal,
+    );
     if (!request?.stream) return (await ended).chunks.at(-1);
-    ended.then(() => { finished = true; wake?.(); }, (e) => { failure = e; wake?.(); });
+    ended.then(
+      () => {
+        finished = true;
+        wake?.();
+      },
+      (e) => {
+        failure = e;
+        wake?.();
+      },
+    );
     return (async function* chunks() {
       for (;;) {
         while (queue.length) yield queue.shift();
         if (failure) throw failure;
         if (finished) return;
-        await new Promise((resolve) => { wake = () => resolve(undefined); });
+        await new Promise((resolve) => {
+          wake = () => resolve(undefined);
+        });
         wake = null;
       }
     })();
@@ -264,7 +321,11 @@ export class EngineClient {
    */
   async connect(choice) {
     await this.ready;
-    const reply = await this.request({ type: 'connect', ...choice }, () => {}, (message) => message.type === 'connected');
+    const reply = await this.request(
+      { type: 'connect', ...choice },
+      () => {},
+      (message) => message.type === 'connected',
+    );
     return reply.endpoint;
   }
 
@@ -280,9 +341,14 @@ export class EngineClient {
    */
   async endpointRun(endpoint, prompt, options, hooks = {}) {
     await this.ready;
-    const finished = await this.request({ type: 'endpoint-run', endpoint, prompt, options }, (message) => {
-      if (message.type === 'events') hooks.onEvents?.(message);
-    }, (message) => message.type === 'finished', hooks.signal);
+    const finished = await this.request(
+      { type: 'endpoint-run', endpoint, prompt, options },
+      (message) => {
+        if (message.type === 'events') hooks.onEvents?.(message);
+      },
+      (message) => message.type === 'finished',
+      hooks.signal,
+    );
     return finished.report;
   }
 
@@ -297,10 +363,17 @@ export class EngineClient {
    */
   async lab(options, hooks = {}, endpoint = null) {
     await this.ready;
-    const request = endpoint ? { type: 'endpoint-lab', endpoint, options } : { type: 'lab', options };
-    const finished = await this.request(request, (message) => {
-      if (message.type === 'lab-events') hooks.onEvents?.(message);
-    }, (message) => message.type === 'lab-finished', hooks.signal);
+    const request = endpoint
+      ? { type: 'endpoint-lab', endpoint, options }
+      : { type: 'lab', options };
+    const finished = await this.request(
+      request,
+      (message) => {
+        if (message.type === 'lab-events') hooks.onEvents?.(message);
+      },
+      (message) => message.type === 'lab-finished',
+      hooks.signal,
+    );
     /** the last lab level's final report, whose figures the lab shows */
     this.lastLabReport = finished.report;
     return finished.report;
@@ -313,7 +386,11 @@ export class EngineClient {
    */
   async spread(values) {
     await this.ready;
-    const reply = await this.request({ type: 'spread', values }, () => {}, () => true);
+    const reply = await this.request(
+      { type: 'spread', values },
+      () => {},
+      () => true,
+    );
     return reply.spread;
   }
 
@@ -325,7 +402,11 @@ export class EngineClient {
   async versus(pairs) {
     await this.ready;
     const flat = pairs.flatMap(([a, b]) => [a ?? NaN, b ?? NaN]);
-    const reply = await this.request({ type: 'versus', pairs: flat }, () => {}, () => true);
+    const reply = await this.request(
+      { type: 'versus', pairs: flat },
+      () => {},
+      () => true,
+    );
     return reply.ratios;
   }
 
@@ -335,7 +416,11 @@ export class EngineClient {
    * @returns {Promise<{ read_gb_per_s: number, dispatch_us: number, probe_bytes: number }>}
    */
   async measureGpu() {
-    const reply = await this.request({ type: 'measure-gpu' }, () => {}, (message) => message.type === 'gpu-measured');
+    const reply = await this.request(
+      { type: 'measure-gpu' },
+      () => {},
+      (message) => message.type === 'gpu-measured',
+    );
     return reply.ceilings;
   }
 
@@ -344,7 +429,11 @@ export class EngineClient {
    * @returns {Promise<number>}
    */
   async raceDecode() {
-    const reply = await this.request({ type: 'race-decode' }, () => {}, (message) => message.type === 'raced');
+    const reply = await this.request(
+      { type: 'race-decode' },
+      () => {},
+      (message) => message.type === 'raced',
+    );
     return reply.decode_tps;
   }
 
@@ -356,7 +445,11 @@ export class EngineClient {
    */
   async raceVerdict(cpu, gpu, check) {
     await this.ready;
-    const reply = await this.request({ type: 'race-verdict', cpu, gpu, check }, () => {}, (message) => message.type === 'verdict');
+    const reply = await this.request(
+      { type: 'race-verdict', cpu, gpu, check },
+      () => {},
+      (message) => message.type === 'verdict',
+    );
     return reply.verdict;
   }
 
@@ -366,7 +459,11 @@ export class EngineClient {
    * @param {string} note
    */
   async setNote(note) {
-    const reply = await this.request({ type: 'note', note }, () => {}, (message) => message.type === 'noted');
+    const reply = await this.request(
+      { type: 'note', note },
+      () => {},
+      (message) => message.type === 'noted',
+    );
     if (this.loaded) this.loaded.info = { ...this.loaded.info, ...reply.info };
     return reply.info;
   }

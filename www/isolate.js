@@ -10,15 +10,21 @@
     return;
   }
   if (!('serviceWorker' in navigator) || !self.isSecureContext) return;
-  navigator.serviceWorker.register('sw.js', { updateViaCache: 'none' }).then((registration) => {
-    // Reloaded once already and still not isolated: the worker cannot help here (threads.js says so).
-    if (sessionStorage.getItem(RELOADED)) return;
-    const worker = registration.installing ?? registration.waiting ?? registration.active;
-    const reload = () => {
-      sessionStorage.setItem(RELOADED, '1');
-      location.reload();
-    };
-    if (worker?.state === 'activated') reload();
-    else worker?.addEventListener('statechange', () => worker.state === 'activated' && reload());
-  }, (e) => console.warn(`tokenometer: the service worker that gives this page threads did not install: ${e}`));
+  navigator.serviceWorker.register('sw.js', { updateViaCache: 'none' }).then(
+    (registration) => {
+      // Reloaded once already and still not isolated: the worker cannot help here (threads.js says so).
+      if (sessionStorage.getItem(RELOADED)) return;
+      const worker = registration.installing ?? registration.waiting ?? registration.active;
+      const reload = () => {
+        sessionStorage.setItem(RELOADED, '1');
+        location.reload();
+      };
+      if (worker?.state === 'activated') reload();
+      else worker?.addEventListener('statechange', () => worker.state === 'activated' && reload());
+    },
+    (e) =>
+      console.warn(
+        `tokenometer: the service worker that gives this page threads did not install: ${e}`,
+      ),
+  );
 })();

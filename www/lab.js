@@ -102,8 +102,10 @@ const TEMPLATE = `
  * @param {{ rows: number, ms_p50: number, gb_per_s: number, gmac_per_s: number }} p
  */
 function describeProducts(p) {
-  return `${p.rows} ${p.rows === 1 ? 'row' : 'rows'}: ${p.ms_p50.toFixed(2)} ms a step, ${p.gb_per_s.toFixed(1)} GB/s of weights, ` +
-    `${p.gmac_per_s.toFixed(1)} billion multiply-adds/s`;
+  return (
+    `${p.rows} ${p.rows === 1 ? 'row' : 'rows'}: ${p.ms_p50.toFixed(2)} ms a step, ${p.gb_per_s.toFixed(1)} GB/s of weights, ` +
+    `${p.gmac_per_s.toFixed(1)} billion multiply-adds/s`
+  );
 }
 
 export class ConcurrencyLab {
@@ -143,7 +145,8 @@ export class ConcurrencyLab {
   /** Run the chosen number of users once. */
   async start() {
     const users = Number(this.ref.users.value);
-    if (!Number.isInteger(users) || users < 1 || users > 16) return this.fail(`${this.ref.users.value} users: choose 1 to 16`);
+    if (!Number.isInteger(users) || users < 1 || users > 16)
+      return this.fail(`${this.ref.users.value} users: choose 1 to 16`);
     await this.session(() => [users]);
   }
 
@@ -163,7 +166,8 @@ export class ConcurrencyLab {
    * @param {(cap: number) => number[]} pick
    */
   async session(pick) {
-    if (!this.client.claim(true)) return this.fail('a single run is in progress: stop it or let it finish first');
+    if (!this.client.claim(true))
+      return this.fail('a single run is in progress: stop it or let it finish first');
     this.ref.error.hidden = true;
     this.stopped = false;
     this.setBusy(true);
@@ -173,18 +177,28 @@ export class ConcurrencyLab {
       const cap = endpoint ? endpointCap(endpoint.protocol) : 16;
       this.ref.cap.hidden = !endpoint;
       if (endpoint) {
-        this.ref.cap.textContent = `Against ${endpoint.base}: every user is a real stream from this browser, at most ${cap} at once ` +
-          (cap < 16 ? `(the browser reached it over ${endpoint.protocol ?? 'HTTP/1.1 or a protocol it did not name'}, and a browser opens at most 6 connections to one server: more users would wait in this browser, not at the server)` : `(over ${endpoint.protocol}, one connection carries them all)`);
+        this.ref.cap.textContent =
+          `Against ${endpoint.base}: every user is a real stream from this browser, at most ${cap} at once ` +
+          (cap < 16
+            ? `(the browser reached it over ${endpoint.protocol ?? 'HTTP/1.1 or a protocol it did not name'}, and a browser opens at most 6 connections to one server: more users would wait in this browser, not at the server)`
+            : `(over ${endpoint.protocol}, one connection carries them all)`);
       }
       // This device's read bandwidth (measured once and kept, ceiling.js): each level's
       // bandwidth ceiling at its batch. None against an endpoint: its memory is the server's.
       const read = endpoint ? null : await this.client.readBandwidth();
       const levels = pick(cap);
       const over = levels.find((n) => n > cap);
-      if (over) throw new Error(`${over} users: against this endpoint the lab runs at most ${cap} at once, as the line above says why; tokenometer bench --endpoint ${endpoint?.base} --concurrency ${over} drives more`);
+      if (over)
+        throw new Error(
+          `${over} users: against this endpoint the lab runs at most ${cap} at once, as the line above says why; tokenometer bench --endpoint ${endpoint?.base} --concurrency ${over} drives more`,
+        );
       for (const [i, users] of levels.entries()) {
         if (this.stopped) break;
-        this.setStatus(levels.length > 1 ? `running ${users} users (level ${i + 1} of ${levels.length})` : `running ${users} users`);
+        this.setStatus(
+          levels.length > 1
+            ? `running ${users} users (level ${i + 1} of ${levels.length})`
+            : `running ${users} users`,
+        );
         const report = await this.level(users, endpoint, read);
         this.client.finished(report);
         this.levels.push(report);
@@ -242,27 +256,34 @@ export class ConcurrencyLab {
       report = null;
     };
     this.abort = new AbortController();
-    return this.client.engine().lab(options, {
-      signal: this.abort.signal,
-      onEvents: (message) => {
-        for (const { seq, ...event } of message.events) {
-          // A local user's tokens, or an endpoint's chunks (each one or more tokens).
-          if (event.event === 'token' || event.event === 'chunk') texts[seq] += event.text;
-          else if (event.event === 'done') texts[seq] += event.trailing_text;
-          else continue;
-          if (lanes[seq]) grown.add(seq);
-        }
-        for (const f of message.users ?? []) figures.set(f.seq, f);
-        report = message.report ?? report;
-        frame ||= requestAnimationFrame(draw);
-      },
-    }, endpoint).then((final) => {
-      // The last of it now, not a frame later.
-      cancelAnimationFrame(frame);
-      draw();
-      this.showReport(final);
-      return final;
-    });
+    return this.client
+      .engine()
+      .lab(
+        options,
+        {
+          signal: this.abort.signal,
+          onEvents: (message) => {
+            for (const { seq, ...event } of message.events) {
+              // A local user's tokens, or an endpoint's chunks (each one or more tokens).
+              if (event.event === 'token' || event.event === 'chunk') texts[seq] += event.text;
+              else if (event.event === 'done') texts[seq] += event.trailing_text;
+              else continue;
+              if (lanes[seq]) grown.add(seq);
+            }
+            for (const f of message.users ?? []) figures.set(f.seq, f);
+            report = message.report ?? report;
+            frame ||= requestAnimationFrame(draw);
+          },
+        },
+        endpoint,
+      )
+      .then((final) => {
+        // The last of it now, not a frame later.
+        cancelAnimationFrame(frame);
+        draw();
+        this.showReport(final);
+        return final;
+      });
   }
 
   /**
@@ -285,7 +306,11 @@ export class ConcurrencyLab {
         node.className = className;
         return node;
       };
-      const [tps, ttft, state] = [make('span', 'lane-tps'), make('span', 'lane-ttft'), make('span', 'lane-state')];
+      const [tps, ttft, state] = [
+        make('span', 'lane-tps'),
+        make('span', 'lane-ttft'),
+        make('span', 'lane-state'),
+      ];
       tps.textContent = '–';
       ttft.textContent = '–';
       state.textContent = 'waiting';
@@ -305,7 +330,14 @@ export class ConcurrencyLab {
     if (!lane) return;
     setText(lane.tps, format(figures.decode_tps, 0));
     setText(lane.ttft, format(figures.ttft_ms, 0));
-    setText(lane.state, figures.reason ? figures.reason.replace('_', ' ') : figures.tokens ? `${figures.tokens} tokens` : 'waiting');
+    setText(
+      lane.state,
+      figures.reason
+        ? figures.reason.replace('_', ' ')
+        : figures.tokens
+          ? `${figures.tokens} tokens`
+          : 'waiting',
+    );
   }
 
   /** @param {any} report */
@@ -326,14 +358,20 @@ export class ConcurrencyLab {
     // Requests that failed (an endpoint's refusals, a broken stream), each reason once.
     const failures = report.failures ?? [];
     r.failures.hidden = !failures.length;
-    r.failures.textContent = failures.map(([why, n]) => `${n} ${n === 1 ? 'request' : 'requests'} failed: ${why}`).join(' · ');
+    r.failures.textContent = failures
+      .map(([why, n]) => `${n} ${n === 1 ? 'request' : 'requests'} failed: ${why}`)
+      .join(' · ');
     const products = report.products_alone;
     r.ceiling.textContent = format(products?.tps, 0);
-    r.ceilingRates.textContent = products ? `Ceiling, the step's matrix products alone at ${describeProducts(products)}` : '';
+    r.ceilingRates.textContent = products
+      ? `Ceiling, the step's matrix products alone at ${describeProducts(products)}`
+      : '';
     r.ceilingRates.hidden = !products;
     const bandwidth = report.bandwidth_ceiling;
     r.bandwidth.textContent = format(bandwidth?.tps, 0);
-    r.bandwidthSentence.textContent = bandwidth ? `Ceiling, memory bandwidth: ${bandwidth.sentence[0].toUpperCase()}${bandwidth.sentence.slice(1)}.` : '';
+    r.bandwidthSentence.textContent = bandwidth
+      ? `Ceiling, memory bandwidth: ${bandwidth.sentence[0].toUpperCase()}${bandwidth.sentence.slice(1)}.`
+      : '';
     r.bandwidthSentence.hidden = !bandwidth;
   }
 
@@ -341,9 +379,16 @@ export class ConcurrencyLab {
   addLevelRow(report) {
     const row = document.createElement('tr');
     row.dataset.testid = 'lab-level';
-    const keepsUp = report.per_user_below_reading === null ? '–' : report.per_user_below_reading ? 'no' : 'yes';
-    for (const value of [String(report.users), format(report.aggregate_tps, 0), format(report.per_user_tps_p50, 0),
-      format(report.per_user_tps_min, 0), format(report.ttft_ms_p99, 0), keepsUp]) {
+    const keepsUp =
+      report.per_user_below_reading === null ? '–' : report.per_user_below_reading ? 'no' : 'yes';
+    for (const value of [
+      String(report.users),
+      format(report.aggregate_tps, 0),
+      format(report.per_user_tps_p50, 0),
+      format(report.per_user_tps_min, 0),
+      format(report.ttft_ms_p99, 0),
+      keepsUp,
+    ]) {
       const cell = document.createElement('td');
       cell.textContent = value;
       row.append(cell);
@@ -380,15 +425,32 @@ export class ConcurrencyLab {
     const latest = new Map(this.levels.filter((l) => l.aggregate_tps).map((l) => [l.users, l]));
     const levels = [...latest.values()];
     if (!levels.length) {
-      ctx.fillText('Sweep draws aggregate and per-user tok/s by number of users here', pad.left, height / 2);
+      ctx.fillText(
+        'Sweep draws aggregate and per-user tok/s by number of users here',
+        pad.left,
+        height / 2,
+      );
       return;
     }
     const maxUsers = Math.max(2, ...levels.map((l) => l.users));
-    const tpsMax = 1.15 * Math.max(...levels.map((l) => Math.max(l.aggregate_tps ?? 0, l.per_user_tps_p50 ?? 0, l.reading_tps ?? 0,
-      l.products_alone?.tps ?? 0, l.bandwidth_ceiling?.tps ?? 0)));
+    const tpsMax =
+      1.15 *
+      Math.max(
+        ...levels.map((l) =>
+          Math.max(
+            l.aggregate_tps ?? 0,
+            l.per_user_tps_p50 ?? 0,
+            l.reading_tps ?? 0,
+            l.products_alone?.tps ?? 0,
+            l.bandwidth_ceiling?.tps ?? 0,
+          ),
+        ),
+      );
     const ttftMax = 1.15 * Math.max(1, ...levels.map((l) => l.ttft_ms_p99 ?? 0));
-    const x = (/** @type {number} */ users) => pad.left + (Math.log2(users) / Math.log2(maxUsers)) * (width - pad.left - pad.right);
-    const y = (/** @type {number} */ v, /** @type {number} */ max) => height - pad.bottom - (v / max) * (height - pad.top - pad.bottom);
+    const x = (/** @type {number} */ users) =>
+      pad.left + (Math.log2(users) / Math.log2(maxUsers)) * (width - pad.left - pad.right);
+    const y = (/** @type {number} */ v, /** @type {number} */ max) =>
+      height - pad.bottom - (v / max) * (height - pad.top - pad.bottom);
     ctx.strokeStyle = style.color;
     ctx.beginPath();
     ctx.moveTo(pad.left, pad.top);
@@ -398,14 +460,40 @@ export class ConcurrencyLab {
     ctx.stroke();
     ctx.fillText(`${tpsMax.toFixed(0)} tok/s`, 2, pad.top + 12);
     ctx.fillText(`${ttftMax.toFixed(0)} ms`, width - pad.right + 6, pad.top + 12);
-    for (let users = 1; users <= maxUsers; users *= 2) ctx.fillText(String(users), x(users) - 5, height - pad.bottom + 20);
+    for (let users = 1; users <= maxUsers; users *= 2)
+      ctx.fillText(String(users), x(users) - 5, height - pad.bottom + 20);
     ctx.fillText('users', width / 2 - 20, height - 4);
     const series = [
-      { pick: (/** @type {any} */ l) => l.aggregate_tps, max: tpsMax, color: style.getPropertyValue('--c-aggregate').trim() || '#f5a524', dash: [] },
-      { pick: (/** @type {any} */ l) => l.per_user_tps_p50, max: tpsMax, color: style.getPropertyValue('--c-per-user').trim() || '#4e9af1', dash: [] },
-      { pick: (/** @type {any} */ l) => l.ttft_ms_p99, max: ttftMax, color: style.getPropertyValue('--c-ttft').trim() || '#d35ec6', dash: [8, 6] },
-      { pick: (/** @type {any} */ l) => l.products_alone?.tps, max: tpsMax, color: style.getPropertyValue('--muted').trim() || '#a9b3bd', dash: [14, 6] },
-      { pick: (/** @type {any} */ l) => l.bandwidth_ceiling?.tps, max: tpsMax, color: style.getPropertyValue('--muted').trim() || '#a9b3bd', dash: [3, 4] },
+      {
+        pick: (/** @type {any} */ l) => l.aggregate_tps,
+        max: tpsMax,
+        color: style.getPropertyValue('--c-aggregate').trim() || '#f5a524',
+        dash: [],
+      },
+      {
+        pick: (/** @type {any} */ l) => l.per_user_tps_p50,
+        max: tpsMax,
+        color: style.getPropertyValue('--c-per-user').trim() || '#4e9af1',
+        dash: [],
+      },
+      {
+        pick: (/** @type {any} */ l) => l.ttft_ms_p99,
+        max: ttftMax,
+        color: style.getPropertyValue('--c-ttft').trim() || '#d35ec6',
+        dash: [8, 6],
+      },
+      {
+        pick: (/** @type {any} */ l) => l.products_alone?.tps,
+        max: tpsMax,
+        color: style.getPropertyValue('--muted').trim() || '#a9b3bd',
+        dash: [14, 6],
+      },
+      {
+        pick: (/** @type {any} */ l) => l.bandwidth_ceiling?.tps,
+        max: tpsMax,
+        color: style.getPropertyValue('--muted').trim() || '#a9b3bd',
+        dash: [3, 4],
+      },
     ];
     const sorted = [...levels].sort((a, b) => a.users - b.users);
     ctx.lineWidth = 3;
@@ -416,7 +504,11 @@ export class ConcurrencyLab {
       ctx.fillStyle = s.color;
       ctx.setLineDash(s.dash);
       ctx.beginPath();
-      sorted.forEach((l, i) => (i ? ctx.lineTo(x(l.users), y(s.pick(l), s.max)) : ctx.moveTo(x(l.users), y(s.pick(l), s.max))));
+      sorted.forEach((l, i) =>
+        i
+          ? ctx.lineTo(x(l.users), y(s.pick(l), s.max))
+          : ctx.moveTo(x(l.users), y(s.pick(l), s.max)),
+      );
       ctx.stroke();
       for (const l of sorted) ctx.fillRect(x(l.users) - 4, y(s.pick(l), s.max) - 4, 8, 8);
     }
@@ -437,7 +529,11 @@ export class ConcurrencyLab {
     const below = sorted.find((l) => l.per_user_below_reading);
     if (below) {
       ctx.fillStyle = style.color;
-      ctx.fillText(`below reading speed from ${below.users} users`, x(below.users) - 60, pad.top + 32);
+      ctx.fillText(
+        `below reading speed from ${below.users} users`,
+        x(below.users) - 60,
+        pad.top + 32,
+      );
     }
   }
 

@@ -5,7 +5,16 @@
 // the run, one line per pair compares them: decode tok/s and TTFT as ratios of the engine's own
 // reports, and whether their first 40 tokens are the same.
 import { EngineClient } from './engine-client.js';
-import { BACKENDS, QUANTS, SPECULATES, BACKEND_ALIASES, BACKEND_CHOICES, QUANT_CHOICES, SPECULATE_CHOICES, speculateOptions } from './protocol.js';
+import {
+  BACKENDS,
+  QUANTS,
+  SPECULATES,
+  BACKEND_ALIASES,
+  BACKEND_CHOICES,
+  QUANT_CHOICES,
+  SPECULATE_CHOICES,
+  speculateOptions,
+} from './protocol.js';
 import { RunView, format } from './run-view.js';
 import { rowFromReport } from './results.js';
 import { refs } from './dom.js';
@@ -47,16 +56,28 @@ const SAME_TOKENS = 40;
 export function parseLanes(value, models) {
   const problems = [];
   const lanes = value.split(',').map((part, i) => {
-    const [rawBackend = '', rawQuant = '', model = '', rawSpeculate = '', ...rest] = part.trim().split(':');
+    const [rawBackend = '', rawQuant = '', model = '', rawSpeculate = '', ...rest] = part
+      .trim()
+      .split(':');
     const speculate = rawSpeculate.toLowerCase() || 'off';
-    const backend = /** @type {Record<string, string>} */ (BACKEND_ALIASES)[rawBackend.toLowerCase()] ?? rawBackend.toLowerCase();
+    const backend =
+      /** @type {Record<string, string>} */ (BACKEND_ALIASES)[rawBackend.toLowerCase()] ??
+      rawBackend.toLowerCase();
     const quant = rawQuant.toLowerCase();
     const where = `lane ${i + 1} ("${part}")`;
     if (rest.length) problems.push(`${where} has more than backend:quant:model:speculate`);
-    if (!SPECULATES.includes(speculate)) problems.push(`${where}: speculate "${rawSpeculate}" is not a choice (${SPECULATES.join(', ')})`);
-    if (!BACKENDS.includes(backend)) problems.push(`${where}: backend "${rawBackend}" is not a choice (${BACKENDS.join(', ')}; webgpu means wgpu)`);
-    if (!QUANTS.includes(quant)) problems.push(`${where}: quant "${rawQuant}" is not a choice (${QUANTS.join(', ')})`);
-    if (model && !models.includes(model)) problems.push(`${where}: model "${model}" is not one of ${models.join(', ')}`);
+    if (!SPECULATES.includes(speculate))
+      problems.push(
+        `${where}: speculate "${rawSpeculate}" is not a choice (${SPECULATES.join(', ')})`,
+      );
+    if (!BACKENDS.includes(backend))
+      problems.push(
+        `${where}: backend "${rawBackend}" is not a choice (${BACKENDS.join(', ')}; webgpu means wgpu)`,
+      );
+    if (!QUANTS.includes(quant))
+      problems.push(`${where}: quant "${rawQuant}" is not a choice (${QUANTS.join(', ')})`);
+    if (model && !models.includes(model))
+      problems.push(`${where}: model "${model}" is not one of ${models.join(', ')}`);
     return { backend, quant, model, speculate };
   });
   if (lanes.length > MAX_LANES) problems.push(`${lanes.length} lanes: at most ${MAX_LANES}`);
@@ -110,10 +131,15 @@ export class LanesPanel {
     this.abort = null;
     /** whether the lanes have run (or were set by a preset): Share then includes them */
     this.used = false;
-    this.ref.add.addEventListener('click', () => this.addLane({ backend: 'cpu', quant: 'q8', model: '', speculate: 'off' }));
+    this.ref.add.addEventListener('click', () =>
+      this.addLane({ backend: 'cpu', quant: 'q8', model: '', speculate: 'off' }),
+    );
     this.ref.run.addEventListener('click', () => this.run());
     this.ref.stop.addEventListener('click', () => this.abort?.abort());
-    this.setLanes([{ backend: 'cpu', quant: 'f32', model: '', speculate: 'off' }, { backend: 'cpu', quant: 'q8', model: '', speculate: 'off' }]);
+    this.setLanes([
+      { backend: 'cpu', quant: 'f32', model: '', speculate: 'off' },
+      { backend: 'cpu', quant: 'q8', model: '', speculate: 'off' },
+    ]);
   }
 
   /** `parallel` or `sequential` (LANE_MODES) */
@@ -164,12 +190,17 @@ export class LanesPanel {
         input.dataset.testid = `lane-${key}`;
         for (const [value, text] of choices) input.add(new Option(text, value));
         input.value = config[key];
-        input.addEventListener('change', () => { config[key] = input.value; });
+        input.addEventListener('change', () => {
+          config[key] = input.value;
+        });
         wrap.append(input);
         return wrap;
       };
       row.append(
-        select('Model', 'model', [['', 'the model chosen above'], ...this.host.models.map((m) => /** @type {[string, string]} */ ([m.id, m.label]))]),
+        select('Model', 'model', [
+          ['', 'the model chosen above'],
+          ...this.host.models.map((m) => /** @type {[string, string]} */ ([m.id, m.label])),
+        ]),
         select('Backend', 'backend', BACKEND_CHOICES),
         select('Quantization', 'quant', QUANT_CHOICES),
         select('Speculation', 'speculate', SPECULATE_CHOICES),
@@ -213,11 +244,16 @@ export class LanesPanel {
       this.ref.threads.hidden = !shared;
       const lanes = configs.map((config, i) => this.makeLane(config, i, threads[i]));
       this.ref.lanes.replaceChildren(...lanes.map((l) => l.root));
-      const one = (/** @type {number} */ i) => this.runLane(lanes[i], this.clients[i], prompt, options, drafts, abort.signal);
+      const one = (/** @type {number} */ i) =>
+        this.runLane(lanes[i], this.clients[i], prompt, options, drafts, abort.signal);
       if (this.mode === 'parallel') await Promise.all(lanes.map((_, i) => one(i)));
       else for (const i of lanes.keys()) if (!abort.signal.aborted) await one(i);
       await this.verdicts(lanes);
-      this.ref.status.textContent = abort.signal.aborted ? 'stopped' : lanes.some((l) => l.failed) ? 'error' : 'done';
+      this.ref.status.textContent = abort.signal.aborted
+        ? 'stopped'
+        : lanes.some((l) => l.failed)
+          ? 'error'
+          : 'done';
     } catch (e) {
       this.ref.error.textContent = e instanceof Error ? e.message : String(e);
       this.ref.error.hidden = false;
@@ -243,7 +279,8 @@ export class LanesPanel {
     status.dataset.testid = 'lane-status';
     status.setAttribute('role', 'status');
     status.textContent = 'waiting';
-    const speculating = config.speculate && config.speculate !== 'off' ? `, speculating (${config.speculate})` : '';
+    const speculating =
+      config.speculate && config.speculate !== 'off' ? `, speculating (${config.speculate})` : '';
     const endpoint = this.host.endpoint(config);
     // A lane on an endpoint: the server decides quantization, backend and speculation.
     const label = endpoint
@@ -257,7 +294,18 @@ export class LanesPanel {
     const body = document.createElement('div');
     root.append(head, error, body);
     const view = new RunView(body, { wpm: this.host.wpm, label: `Lane ${i + 1}` });
-    return { root, status, error, view, config, threads, label, index: i, report: /** @type {any} */ (null), failed: false };
+    return {
+      root,
+      status,
+      error,
+      view,
+      config,
+      threads,
+      label,
+      index: i,
+      report: /** @type {any} */ (null),
+      failed: false,
+    };
   }
 
   /**
@@ -274,25 +322,39 @@ export class LanesPanel {
       if (choice) {
         lane.status.textContent = 'reaching the endpoint';
         const endpoint = { ...(await client.connect(choice)), key: choice.key || undefined };
-        lane.view.setConditions(`${endpoint.model} at ${endpoint.base}${endpoint.server ? ` (${endpoint.server})` : ''}`);
+        lane.view.setConditions(
+          `${endpoint.model} at ${endpoint.base}${endpoint.server ? ` (${endpoint.server})` : ''}`,
+        );
         if (signal.aborted) {
           lane.status.textContent = 'stopped';
           return;
         }
         lane.status.textContent = 'running';
         lane.view.clear(prompt);
-        const report = await client.endpointRun(endpoint, prompt, options, { signal, onEvents: (message) => lane.view.update(message) });
+        const report = await client.endpointRun(endpoint, prompt, options, {
+          signal,
+          onEvents: (message) => lane.view.update(message),
+        });
         this.finishLane(lane, report, report.summary);
         return;
       }
       lane.status.textContent = 'loading';
       const { info, warmUpMs } = await client.load(this.host.spec(lane.config, lane.threads), {
-        onStatus: (status) => { lane.status.textContent = status; },
-        onProgress: ({ loaded, total }) => { lane.status.textContent = `downloading ${total ? Math.round((100 * loaded) / total) : 0}%`; },
+        onStatus: (status) => {
+          lane.status.textContent = status;
+        },
+        onProgress: ({ loaded, total }) => {
+          lane.status.textContent = `downloading ${total ? Math.round((100 * loaded) / total) : 0}%`;
+        },
       });
       const note = info.build_note ? ` · ${info.build_note}` : '';
-      lane.view.setConditions(`${info.model} · ${info.quant} · ${info.backend} (${info.adapter})${note} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
-      if (lane.config.speculate === 'draft') await client.draft((status) => { lane.status.textContent = status; });
+      lane.view.setConditions(
+        `${info.model} · ${info.quant} · ${info.backend} (${info.adapter})${note} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`,
+      );
+      if (lane.config.speculate === 'draft')
+        await client.draft((status) => {
+          lane.status.textContent = status;
+        });
       if (signal.aborted) {
         lane.status.textContent = 'stopped';
         return;
@@ -300,11 +362,23 @@ export class LanesPanel {
       lane.status.textContent = 'running';
       lane.view.clear(prompt);
       const speculate = lane.config.speculate || 'off';
-      const report = await client.run(prompt, { ...options, ...speculateOptions(speculate, drafts), requested_at: performance.timeOrigin + performance.now() }, {
-        signal,
-        onEvents: (message) => lane.view.update(message),
-      });
-      this.finishLane(lane, report, `${report.summary}${note} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`);
+      const report = await client.run(
+        prompt,
+        {
+          ...options,
+          ...speculateOptions(speculate, drafts),
+          requested_at: performance.timeOrigin + performance.now(),
+        },
+        {
+          signal,
+          onEvents: (message) => lane.view.update(message),
+        },
+      );
+      this.finishLane(
+        lane,
+        report,
+        `${report.summary}${note} · warm-up ${warmUpMs.toFixed(0)} ms (apart)`,
+      );
     } catch (e) {
       lane.failed = true;
       lane.error.textContent = e instanceof Error ? e.message : String(e);
@@ -336,12 +410,21 @@ export class LanesPanel {
     const done = lanes.filter((l) => l.report);
     const pairs = done.flatMap((a, i) => done.slice(i + 1).map((b) => [a, b]));
     // The ratios are the meter's (`meter::versus`), from the lanes' reports.
-    const ratios = await this.clients[0].versus(pairs.flatMap(([a, b]) => [[b.report.decode_tps, a.report.decode_tps], [b.report.ttft_ms, a.report.ttft_ms]]));
+    const ratios = await this.clients[0].versus(
+      pairs.flatMap(([a, b]) => [
+        [b.report.decode_tps, a.report.decode_tps],
+        [b.report.ttft_ms, a.report.ttft_ms],
+      ]),
+    );
     const times = (/** @type {number | null} */ x) => (x === null ? '–' : `${format(x, 2)}x`);
     const lines = [];
     for (const [k, [a, b]] of pairs.entries()) {
       const n = Math.min(SAME_TOKENS, a.view.tokens.length, b.view.tokens.length);
-      const start = (/** @type {typeof a} */ l) => l.view.tokens.slice(0, n).map((t) => t.text).join('');
+      const start = (/** @type {typeof a} */ l) =>
+        l.view.tokens
+          .slice(0, n)
+          .map((t) => t.text)
+          .join('');
       const same = `same first ${n} tokens: ${start(a) === start(b) ? 'yes' : 'no'}`;
       const li = document.createElement('li');
       li.dataset.testid = 'lane-verdict';

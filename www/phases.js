@@ -15,7 +15,8 @@ const PARTS = [
 ];
 const BETWEEN = '#c8ced4';
 // crate/model/phases.rs PAGE_TIMED_EVERY: the page's CPU engine times one decode step in 4.
-const CPU_CAPTION = "Where a decode step's time goes, by the engine's own timers (one step in 4, as the timers cost the run): a column for each 16 tokens, its height the step's time.";
+const CPU_CAPTION =
+  "Where a decode step's time goes, by the engine's own timers (one step in 4, as the timers cost the run): a column for each 16 tokens, its height the step's time.";
 // crate/gpu/timer.rs: each run of one kind of dispatch in a profile window of its own (CubeCL's), one decode step in 8.
 const GPU_CAPTION =
   "Where a decode step's time goes on this GPU, by the device's timestamps around each run of dispatches of one kind (one step in 8, as timing slows the step): a column for each 16 tokens. A dispatch is fused: attention's holds its norm and the q, k and v products, the projections' the rest with their norms; the engine's other work is the host's recording and the time between dispatches.";
@@ -65,7 +66,10 @@ export class PhaseBar {
     const phases = report?.phases;
     const gpu = report?.conditions?.backend === 'wgpu';
     if (!phases) {
-      const why = report && !running && gpu ? "This GPU's phases are not timed: its adapter has no timestamp-query, and its calls return before the device runs them." : '';
+      const why =
+        report && !running && gpu
+          ? "This GPU's phases are not timed: its adapter has no timestamp-query, and its calls return before the device runs them."
+          : '';
       this.root.hidden = !why;
       if (why) {
         this.columns.replaceChildren();
@@ -88,7 +92,9 @@ export class PhaseBar {
         column.style.height = `${(100 * w.step_ms) / tallest}%`;
         // The timed parts and the step they sit in, for tests and anyone inspecting the page.
         column.dataset.stepMs = String(w.step_ms);
-        column.dataset.partsMs = String(w.projections_ms + w.attention_ms + w.norms_ms + w.classifier_ms + w.sampling_ms);
+        column.dataset.partsMs = String(
+          w.projections_ms + w.attention_ms + w.norms_ms + w.classifier_ms + w.sampling_ms,
+        );
         for (const [field, , colour] of PARTS) {
           const piece = document.createElement('div');
           piece.style.flexGrow = String(w[field]);
@@ -100,8 +106,11 @@ export class PhaseBar {
     );
     const gap = phases.gap_ms ?? phases.decode.step_ms;
     // A GPU's norms and activations run inside its other dispatches (the caption says so).
-    const rows = PARTS.filter(([field]) => !(gpu && field === 'norms_ms')).map(([field, name, colour]) => [name, phases.decode[field], colour]);
-    if (phases.between_ms !== null && phases.between_ms !== undefined) rows.push(['between steps (outside the engine)', Math.max(0, phases.between_ms), BETWEEN]);
+    const rows = PARTS.filter(([field]) => !(gpu && field === 'norms_ms')).map(
+      ([field, name, colour]) => [name, phases.decode[field], colour],
+    );
+    if (phases.between_ms !== null && phases.between_ms !== undefined)
+      rows.push(['between steps (outside the engine)', Math.max(0, phases.between_ms), BETWEEN]);
     this.body.replaceChildren(
       ...rows.map(([name, ms, colour]) => {
         const tr = document.createElement('tr');
@@ -110,7 +119,8 @@ export class PhaseBar {
         tr.innerHTML = `<th scope="row"><span class="swatch" style="background:${colour}"></span></th><td></td><td></td>`;
         /** @type {HTMLElement} */ (tr.firstElementChild).append(String(name));
         /** @type {HTMLElement} */ (tr.children[1]).textContent = Number(ms).toFixed(3);
-        /** @type {HTMLElement} */ (tr.children[2]).textContent = `${((100 * Number(ms)) / gap).toFixed(0)}%`;
+        /** @type {HTMLElement} */ (tr.children[2]).textContent =
+          `${((100 * Number(ms)) / gap).toFixed(0)}%`;
         return tr;
       }),
     );

@@ -98,7 +98,11 @@ export const BACKEND_CHOICES = [
  * model at q4 drafting for itself.
  * @type {[string, string][]}
  */
-export const SPECULATE_CHOICES = [['off', 'off'], ['lookup', 'prompt lookup'], ['draft', 'this model at q4 as draft']];
+export const SPECULATE_CHOICES = [
+  ['off', 'off'],
+  ['lookup', 'prompt lookup'],
+  ['draft', 'this model at q4 as draft'],
+];
 export const SPECULATES = SPECULATE_CHOICES.map(([value]) => value);
 /** The longest draft: lookup drafts up to this many tokens a step, as measured costs favour. */
 export const MAX_DRAFTS = 8;
@@ -117,7 +121,8 @@ export const DRAFT_MODEL_LENGTH = 3;
  */
 export function speculateOptions(choice, drafts = null) {
   if (drafts) return { speculate: choice, draft_max: drafts, draft_fixed: true };
-  if (choice === 'draft') return { speculate: choice, draft_max: DRAFT_MODEL_LENGTH, draft_fixed: true };
+  if (choice === 'draft')
+    return { speculate: choice, draft_max: DRAFT_MODEL_LENGTH, draft_fixed: true };
   return { speculate: choice, draft_max: MAX_DRAFTS, draft_fixed: false };
 }
 
@@ -129,25 +134,23 @@ export function speculateOptions(choice, drafts = null) {
 export function parseDrafts(raw) {
   const n = Number(raw);
   if (raw.trim() === '' || !Number.isInteger(n) || n < 1 || n > MAX_DRAFTS) {
-    throw new Error(`drafts=${raw} is not a number of drafts from 1 to ${MAX_DRAFTS} (each step drafts that many; leave it out for the lengths measured costs favour)`);
+    throw new Error(
+      `drafts=${raw} is not a number of drafts from 1 to ${MAX_DRAFTS} (each step drafts that many; leave it out for the lengths measured costs favour)`,
+    );
   }
   return n;
 }
 /** @type {[string, string][]} */
-export const QUANT_CHOICES = [['stored', 'as stored'], ['f32', 'f32'], ['q8', 'q8 (Q8_0)'], ['q4', 'q4 (Q4_0)']];
+export const QUANT_CHOICES = [
+  ['stored', 'as stored'],
+  ['f32', 'f32'],
+  ['q8', 'q8 (Q8_0)'],
+  ['q4', 'q4 (Q4_0)'],
+];
 export const BACKENDS = BACKEND_CHOICES.map(([value]) => value);
 export const QUANTS = QUANT_CHOICES.map(([value]) => value);
 /** Other names people use for a backend. */
 export const BACKEND_ALIASES = { webgpu: 'wgpu', gpu: 'wgpu', wasm: 'cpu' };
-
-/**
- * Fill a select with `[value, label]` choices.
- * @param {HTMLSelectElement} select
- * @param {[string, string][]} choices
- */
-export function fillSelect(select, choices) {
-  for (const [value, label] of choices) select.add(new Option(label, value));
-}
 
 let lastId = 0;
 /** A request id unique within this page (every worker's requests share the count). */
@@ -166,10 +169,16 @@ export function endpointLimits(/** @type {string} */ search) {
   const params = new URLSearchParams(search);
   /** @type {{ stall_s?: number, request_s?: number }} */
   const limits = {};
-  for (const [param, field] of /** @type {const} */ ([['endpoint_timeout', 'stall_s'], ['request_timeout', 'request_s']])) {
+  for (const [param, field] of /** @type {const} */ ([
+    ['endpoint_timeout', 'stall_s'],
+    ['request_timeout', 'request_s'],
+  ])) {
     if (!params.has(param)) continue;
     const seconds = Number(params.get(param));
-    if (!(seconds > 0 && seconds <= 86_400)) throw new Error(`${param}=${params.get(param)} is not a number of seconds from above 0 to 86400`);
+    if (!(seconds > 0 && seconds <= 86_400))
+      throw new Error(
+        `${param}=${params.get(param)} is not a number of seconds from above 0 to 86400`,
+      );
     limits[field] = seconds;
   }
   return limits;

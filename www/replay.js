@@ -73,7 +73,9 @@ export class Replay {
     this.ref.status.textContent = `replaying at ${rate === 'measured' ? 'the measured rate' : `${rate} tok/s`}`;
     try {
       const ms = await this.view.replay(this.record, rate, this.abort.signal);
-      this.ref.status.textContent = this.abort.signal.aborted ? 'stopped' : `done: ${this.record.tokens.length} tokens in ${(ms / 1000).toFixed(2)} s`;
+      this.ref.status.textContent = this.abort.signal.aborted
+        ? 'stopped'
+        : `done: ${this.record.tokens.length} tokens in ${(ms / 1000).toFixed(2)} s`;
     } finally {
       this.abort = null;
       this.root.classList.remove('playing');

@@ -12,23 +12,73 @@ const MAX_ROWS = 2000;
 
 /** The columns, in order: CSV header, JSON keys and table headings. */
 export const COLUMNS = [
-  'time', 'source', 'model', 'parameters', 'quant', 'weight_bytes', 'backend', 'adapter', 'batch_size',
-  'prompt_tokens', 'output_tokens', 'temperature', 'top_p', 'seed', 'browser',
-  'ttft_ms', 'prefill_tps', 'decode_tps', 'itl_p99_ms', 'words_per_s', 'aggregate_tps', 'stop_reason',
+  'time',
+  'source',
+  'model',
+  'parameters',
+  'quant',
+  'weight_bytes',
+  'backend',
+  'adapter',
+  'batch_size',
+  'prompt_tokens',
+  'output_tokens',
+  'temperature',
+  'top_p',
+  'seed',
+  'browser',
+  'ttft_ms',
+  'prefill_tps',
+  'decode_tps',
+  'itl_p99_ms',
+  'words_per_s',
+  'aggregate_tps',
+  'stop_reason',
 ];
 // The columns shown in the table (all are exported).
-const SHOWN = ['time', 'source', 'model', 'quant', 'backend', 'batch_size', 'prompt_tokens', 'output_tokens',
-  'ttft_ms', 'prefill_tps', 'decode_tps', 'itl_p99_ms', 'words_per_s', 'aggregate_tps'];
-const NUMERIC = new Set(['parameters', 'weight_bytes', 'batch_size', 'prompt_tokens', 'output_tokens', 'temperature',
-  'top_p', 'seed', 'ttft_ms', 'prefill_tps', 'decode_tps', 'itl_p99_ms', 'words_per_s', 'aggregate_tps']);
+const SHOWN = [
+  'time',
+  'source',
+  'model',
+  'quant',
+  'backend',
+  'batch_size',
+  'prompt_tokens',
+  'output_tokens',
+  'ttft_ms',
+  'prefill_tps',
+  'decode_tps',
+  'itl_p99_ms',
+  'words_per_s',
+  'aggregate_tps',
+];
+const NUMERIC = new Set([
+  'parameters',
+  'weight_bytes',
+  'batch_size',
+  'prompt_tokens',
+  'output_tokens',
+  'temperature',
+  'top_p',
+  'seed',
+  'ttft_ms',
+  'prefill_tps',
+  'decode_tps',
+  'itl_p99_ms',
+  'words_per_s',
+  'aggregate_tps',
+]);
 
 /** The browser, in a few words (its brand and major version). */
 function browserName() {
   const brands = /** @type {any} */ (navigator).userAgentData?.brands ?? [];
-  const brand = brands.find((/** @type {any} */ b) => !/Not.A.Brand|Chromium/i.test(b.brand)) ?? brands[0];
+  const brand =
+    brands.find((/** @type {any} */ b) => !/Not.A.Brand|Chromium/i.test(b.brand)) ?? brands[0];
   if (brand) return `${brand.brand} ${brand.version}`;
   const match = navigator.userAgent.match(/(Firefox|Edg|Chrome|Version)\/(\d+)/);
-  return match ? `${match[1] === 'Version' ? 'Safari' : match[1]} ${match[2]}` : navigator.userAgent;
+  return match
+    ? `${match[1] === 'Version' ? 'Safari' : match[1]} ${match[2]}`
+    : navigator.userAgent;
 }
 
 /**
@@ -39,13 +89,29 @@ function browserName() {
 export function rowFromReport(report, source) {
   const c = report.conditions;
   return {
-    time: new Date().toISOString(), source, model: c.model, parameters: c.parameters, quant: c.quant,
+    time: new Date().toISOString(),
+    source,
+    model: c.model,
+    parameters: c.parameters,
+    quant: c.quant,
     // An endpoint's run: the server decides its quantization and backend; its URL is the adapter.
-    weight_bytes: c.weight_bytes, backend: c.backend ?? 'endpoint', adapter: c.adapter ?? c.endpoint, batch_size: c.batch_size,
-    prompt_tokens: c.prompt_tokens, output_tokens: c.output_tokens, temperature: c.sampling.temperature,
-    top_p: c.sampling.top_p, seed: c.sampling.seed, browser: browserName(), ttft_ms: report.ttft_ms,
-    prefill_tps: report.prefill_tps, decode_tps: report.decode_tps, itl_p99_ms: report.inter_token_ms?.p99 ?? null,
-    words_per_s: report.words_per_s, aggregate_tps: report.aggregate_tps, stop_reason: c.stop_reason,
+    weight_bytes: c.weight_bytes,
+    backend: c.backend ?? 'endpoint',
+    adapter: c.adapter ?? c.endpoint,
+    batch_size: c.batch_size,
+    prompt_tokens: c.prompt_tokens,
+    output_tokens: c.output_tokens,
+    temperature: c.sampling.temperature,
+    top_p: c.sampling.top_p,
+    seed: c.sampling.seed,
+    browser: browserName(),
+    ttft_ms: report.ttft_ms,
+    prefill_tps: report.prefill_tps,
+    decode_tps: report.decode_tps,
+    itl_p99_ms: report.inter_token_ms?.p99 ?? null,
+    words_per_s: report.words_per_s,
+    aggregate_tps: report.aggregate_tps,
+    stop_reason: c.stop_reason,
   };
 }
 
@@ -57,12 +123,28 @@ export function rowFromReport(report, source) {
 export function rowFromLoadReport(report) {
   const c = report.conditions;
   return {
-    time: new Date().toISOString(), source: `lab, ${c.arrival} arrival`, model: c.model, parameters: c.parameters,
-    quant: c.quant, weight_bytes: c.weight_bytes, backend: c.backend, adapter: c.adapter, batch_size: report.users,
-    prompt_tokens: report.prompt_tokens, output_tokens: report.output_tokens, temperature: c.sampling.temperature,
-    top_p: c.sampling.top_p, seed: c.sampling.seed, browser: browserName(), ttft_ms: report.ttft_ms_p50,
-    prefill_tps: null, decode_tps: report.per_user_tps_p50, itl_p99_ms: report.itl_ms_p99,
-    words_per_s: report.per_user_words_per_s_p50, aggregate_tps: report.aggregate_tps, stop_reason: null,
+    time: new Date().toISOString(),
+    source: `lab, ${c.arrival} arrival`,
+    model: c.model,
+    parameters: c.parameters,
+    quant: c.quant,
+    weight_bytes: c.weight_bytes,
+    backend: c.backend,
+    adapter: c.adapter,
+    batch_size: report.users,
+    prompt_tokens: report.prompt_tokens,
+    output_tokens: report.output_tokens,
+    temperature: c.sampling.temperature,
+    top_p: c.sampling.top_p,
+    seed: c.sampling.seed,
+    browser: browserName(),
+    ttft_ms: report.ttft_ms_p50,
+    prefill_tps: null,
+    decode_tps: report.per_user_tps_p50,
+    itl_p99_ms: report.itl_ms_p99,
+    words_per_s: report.per_user_words_per_s_p50,
+    aggregate_tps: report.aggregate_tps,
+    stop_reason: null,
   };
 }
 
@@ -77,7 +159,11 @@ function csvField(value) {
 
 /** @param {any[]} rows */
 export function toCsv(rows) {
-  return [COLUMNS.join(','), ...rows.map((row) => COLUMNS.map((c) => csvField(row[c])).join(','))].join('\r\n') + '\r\n';
+  return (
+    [COLUMNS.join(','), ...rows.map((row) => COLUMNS.map((c) => csvField(row[c])).join(','))].join(
+      '\r\n',
+    ) + '\r\n'
+  );
 }
 
 export class ResultsTable {
@@ -114,8 +200,16 @@ export class ResultsTable {
       th.append(button);
       this.ref.head.append(th);
     }
-    this.ref.csv.addEventListener('click', () => this.download('tokenometer-results.csv', 'text/csv', toCsv(this.rows)));
-    this.ref.json.addEventListener('click', () => this.download('tokenometer-results.json', 'application/json', JSON.stringify(this.rows, null, 2)));
+    this.ref.csv.addEventListener('click', () =>
+      this.download('tokenometer-results.csv', 'text/csv', toCsv(this.rows)),
+    );
+    this.ref.json.addEventListener('click', () =>
+      this.download(
+        'tokenometer-results.json',
+        'application/json',
+        JSON.stringify(this.rows, null, 2),
+      ),
+    );
     this.ref.clear.addEventListener('click', () => this.clear());
     this.render();
   }
@@ -154,14 +248,18 @@ export class ResultsTable {
 
   /** @param {string} column */
   sortBy(column) {
-    this.sort = { column, descending: this.sort.column === column ? !this.sort.descending : NUMERIC.has(column) };
+    this.sort = {
+      column,
+      descending: this.sort.column === column ? !this.sort.descending : NUMERIC.has(column),
+    };
     this.render();
   }
 
   render() {
     const { column, descending } = this.sort;
     const numeric = NUMERIC.has(column);
-    const key = (/** @type {any} */ row) => (numeric ? row[column] ?? -Infinity : String(row[column] ?? ''));
+    const key = (/** @type {any} */ row) =>
+      numeric ? (row[column] ?? -Infinity) : String(row[column] ?? '');
     const sorted = [...this.rows].sort((a, b) => {
       const [x, y] = [key(a), key(b)];
       const order = x < y ? -1 : x > y ? 1 : 0;
@@ -169,22 +267,32 @@ export class ResultsTable {
     });
     for (const th of this.ref.head.children) {
       const name = th.textContent;
-      th.setAttribute('aria-sort', name === column ? (descending ? 'descending' : 'ascending') : 'none');
+      th.setAttribute(
+        'aria-sort',
+        name === column ? (descending ? 'descending' : 'ascending') : 'none',
+      );
     }
-    this.ref.body.replaceChildren(...sorted.map((row) => {
-      const tr = document.createElement('tr');
-      tr.dataset.testid = 'result-row';
-      for (const c of SHOWN) {
-        const td = document.createElement('td');
-        const value = row[c];
-        td.textContent = value === null || value === undefined ? '–'
-          : c === 'time' ? new Date(value).toLocaleTimeString()
-            : typeof value === 'number' && !Number.isInteger(value) ? value.toFixed(1) : String(value);
-        tr.append(td);
-      }
-      tr.title = `${row.model} · ${row.quant} · ${row.backend} (${row.adapter}) · ${row.browser}`;
-      return tr;
-    }));
+    this.ref.body.replaceChildren(
+      ...sorted.map((row) => {
+        const tr = document.createElement('tr');
+        tr.dataset.testid = 'result-row';
+        for (const c of SHOWN) {
+          const td = document.createElement('td');
+          const value = row[c];
+          td.textContent =
+            value === null || value === undefined
+              ? '–'
+              : c === 'time'
+                ? new Date(value).toLocaleTimeString()
+                : typeof value === 'number' && !Number.isInteger(value)
+                  ? value.toFixed(1)
+                  : String(value);
+          tr.append(td);
+        }
+        tr.title = `${row.model} · ${row.quant} · ${row.backend} (${row.adapter}) · ${row.browser}`;
+        return tr;
+      }),
+    );
     this.ref.count.textContent = `${this.rows.length} run${this.rows.length === 1 ? '' : 's'}`;
   }
 

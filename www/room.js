@@ -36,8 +36,10 @@ export class RoomView {
     this.figures = /** @type {HTMLElement} */ (root.querySelector('.room-figures'));
     /** @type {HTMLElement} */
     this.conditions = /** @type {HTMLElement} */ (root.querySelector('[data-ref=conditions]'));
-    this.figures.innerHTML = FIGURES.map(([key, label]) =>
-      `<div><dt>${label}</dt><dd data-testid="room-${key}" aria-live="off">–</dd></div>`).join('');
+    this.figures.innerHTML = FIGURES.map(
+      ([key, label]) =>
+        `<div><dt>${label}</dt><dd data-testid="room-${key}" aria-live="off">–</dd></div>`,
+    ).join('');
   }
 
   /** Look for the server's room once, and if it answers keep the view live. */
@@ -75,9 +77,14 @@ export class RoomView {
   show(data) {
     const room = data.room;
     for (const [key, , unit, digits] of FIGURES) {
-      const dd = /** @type {HTMLElement} */ (this.figures.querySelector(`[data-testid=room-${key}]`));
+      const dd = /** @type {HTMLElement} */ (
+        this.figures.querySelector(`[data-testid=room-${key}]`)
+      );
       const value = room[key];
-      dd.textContent = value === null || value === undefined ? '–' : `${format(value, digits)}${unit ? ` ${unit}` : ''}`;
+      dd.textContent =
+        value === null || value === undefined
+          ? '–'
+          : `${format(value, digits)}${unit ? ` ${unit}` : ''}`;
     }
     this.conditions.textContent = `${data.model}, ${data.quant}, ${data.backend}; ${room.served} answered; aggregate over the last ${format(room.window_ms / 1000, 1)} s`;
   }

@@ -67,11 +67,15 @@ export class RunView {
         <p class="note" data-testid="drafted-legend" data-ref="draftedLegend" hidden><mark class="drafted">Tinted</mark>: drafts the model kept (speculative decoding): each tinted run of tokens came from one pass of the model.</p>
       </div>
       <div class="details" role="group" aria-label="${label}: figures">
-        ${figures ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>
+        ${
+          figures
+            ? `<dl class="figures">${FIGURES}${pageOpen ? OPEN_TO_FIRST : ''}</dl>
         <p class="note" data-testid="ceiling-sentence" data-ref="ceilingSentence" hidden></p>
         <div data-ref="phases"></div>
         ${pageOpen ? '<div data-ref="coldStart"></div>' : ''}
-        <p class="note" data-testid="speculation-steps" data-ref="speculationSteps" title="What a step cost by how many drafts it verified: the other side of the drafts kept" hidden></p>` : ''}
+        <p class="note" data-testid="speculation-steps" data-ref="speculationSteps" title="What a step cost by how many drafts it verified: the other side of the drafts kept" hidden></p>`
+            : ''
+        }
         <figure>
           <canvas data-ref="chart" width="900" height="220" role="img" aria-label="Tokens per second by output token"></canvas>
           <figcaption>tok/s by output token (each dot: the tokens that arrived over the gap before them, as the meter gives it; line: live window)</figcaption>
@@ -91,7 +95,9 @@ export class RunView {
       this.scheduleRender();
     });
     /** @type {HTMLElement[]} */
-    this.figureNodes = [...root.querySelectorAll('[data-figure]')].map((n) => /** @type {HTMLElement} */ (n));
+    this.figureNodes = [...root.querySelectorAll('[data-figure]')].map(
+      (n) => /** @type {HTMLElement} */ (n),
+    );
     this.frame = 0;
     /**
      * The least time between two drawings, in ms (0: every frame that has something new). Each
@@ -192,16 +198,26 @@ export class RunView {
     // The chart's points are the meter's (each arrival's tokens over its gap); the live figure
     // comes with the pump's report, so it belongs to the pump's last point.
     for (const [i, p] of points.entries()) {
-      this.points.push({ pos: p.token, rate: p.rate, live: report && i === points.length - 1 ? report.live_decode_tps : null });
+      this.points.push({
+        pos: p.token,
+        rate: p.rate,
+        live: report && i === points.length - 1 ? report.live_decode_tps : null,
+      });
     }
     for (const event of events) {
       if (event.event === 'prefill' && event.prompt) {
         this.tokenView.setPrompt(event.prompt);
         this.promptTokens = event.prompt;
       } else if (event.event === 'token') {
-        if (event.drafted && event.text) this.drafted.push([this.text.length, this.text.length + event.text.length]);
+        if (event.drafted && event.text)
+          this.drafted.push([this.text.length, this.text.length + event.text.length]);
         this.text += event.text;
-        this.tokens.push({ text: event.text, t: event.t_ms, id: event.id, logprobs: event.logprobs ?? null });
+        this.tokens.push({
+          text: event.text,
+          t: event.t_ms,
+          id: event.id,
+          logprobs: event.logprobs ?? null,
+        });
         this.tokenView.add(event.id, event.text, event.logprobs ?? null);
         if (this.readerStart === null) this.readerStart = performance.now();
       } else if (event.event === 'chunk') {
@@ -239,7 +255,15 @@ export class RunView {
 
   /** @returns {RunRecord} the run as shown, for replay */
   record() {
-    return { prompt: this.prompt, promptTokens: this.promptTokens, tokens: [...this.tokens], points: this.points.map(({ pos, rate }) => ({ pos, rate })), trailing: this.trailing, wordEnds: [...this.wordEnds], report: this.report };
+    return {
+      prompt: this.prompt,
+      promptTokens: this.promptTokens,
+      tokens: [...this.tokens],
+      points: this.points.map(({ pos, rate }) => ({ pos, rate })),
+      trailing: this.trailing,
+      wordEnds: [...this.wordEnds],
+      report: this.report,
+    };
   }
 
   /**
@@ -258,8 +282,11 @@ export class RunView {
     this.replayRate = rate === 'measured' ? 'as measured' : `${rate} tok/s`;
     this.ref.needleLabel.textContent = `replay, ${this.replayRate}`;
     const measured = record.report?.decode_tps;
-    this.ref.live.textContent = rate === 'measured' ? (Number.isFinite(measured) ? measured.toFixed(0) : '–') : String(rate);
-    this.setConditions(`Replay of a finished run at ${this.replayRate}: the model is not running, the text is played back. Run: ${record.report?.summary ?? ''}`);
+    this.ref.live.textContent =
+      rate === 'measured' ? (Number.isFinite(measured) ? measured.toFixed(0) : '–') : String(rate);
+    this.setConditions(
+      `Replay of a finished run at ${this.replayRate}: the model is not running, the text is played back. Run: ${record.report?.summary ?? ''}`,
+    );
     this.running = true;
     if (record.promptTokens) this.tokenView.setPrompt(record.promptTokens);
     const t0 = record.tokens[0]?.t ?? 0;
@@ -275,7 +302,8 @@ export class RunView {
       // The chart shows the run's own rates (the meter's points), as far as the replay has come
       // (an endpoint's record holds chunks, which may carry several points' tokens).
       const shown = Math.ceil(((i + 1) * record.points.length) / record.tokens.length);
-      while (this.points.length < shown) this.points.push({ ...record.points[this.points.length], live: null });
+      while (this.points.length < shown)
+        this.points.push({ ...record.points[this.points.length], live: null });
       // The word ends of the whole text, as far as the text shown so far reaches.
       this.wordEnds = record.wordEnds.filter((end) => end <= this.text.length);
       this.scheduleRender();
@@ -322,16 +350,28 @@ export class RunView {
       this.figuresStale = true;
       this.renderTokens();
     }
-    if (this.figuresStale && (!this.running || performance.now() - this.figuresDrawn >= this.figuresPaceMs)) {
+    if (
+      this.figuresStale &&
+      (!this.running || performance.now() - this.figuresDrawn >= this.figuresPaceMs)
+    ) {
       this.figuresStale = false;
       this.figuresDrawn = performance.now();
       if (report && this.replayRate === null) {
         this.setConditions(`${report.summary}${this.conditionsNote}`);
         for (const node of this.figureNodes) {
           const value = pick(report, node.dataset.figure ?? '');
-          setText(node, format(typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value, Number(node.dataset.digits)));
+          setText(
+            node,
+            format(
+              typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value,
+              Number(node.dataset.digits),
+            ),
+          );
         }
-        setText(this.ref.live, format(this.running ? report.live_decode_tps : report.decode_tps, 0));
+        setText(
+          this.ref.live,
+          format(this.running ? report.live_decode_tps : report.decode_tps, 0),
+        );
         // The gauge: decode as a share of what the memory allows (the meter's sentence says which
         // bound holds and why).
         // On WebGPU the gauge is against the nearer of the bandwidth ceiling and the dispatch
@@ -345,8 +385,11 @@ export class RunView {
             const nearer = floor && (floor.share ?? 0) > (ceiling.share ?? 0) ? floor : ceiling;
             this.ref.ceilingGauge.value = Math.min(1, nearer.share ?? 0);
             setText(this.ref.ceilingShare, format((nearer.share ?? NaN) * 100, 0));
-            this.ref.ceilingWhat.textContent = nearer === floor ? 'of what its dispatches allow' : 'of what memory allows';
-            const said = [ceiling.sentence, floor?.sentence].filter(Boolean).map((s) => `${s[0].toUpperCase()}${s.slice(1)}.`);
+            this.ref.ceilingWhat.textContent =
+              nearer === floor ? 'of what its dispatches allow' : 'of what memory allows';
+            const said = [ceiling.sentence, floor?.sentence]
+              .filter(Boolean)
+              .map((s) => `${s[0].toUpperCase()}${s.slice(1)}.`);
             setText(this.ref.ceilingSentence, said.join(' '));
           }
         }
@@ -461,8 +504,10 @@ export class RunView {
     const yMax = Math.max(1, rates[Math.floor(rates.length * 0.98)] * 1.2);
     const minPos = this.points[0].pos;
     const maxPos = Math.max(minPos + 1, this.points[this.points.length - 1].pos);
-    const x = (/** @type {number} */ pos) => pad.left + ((pos - minPos) / (maxPos - minPos)) * (width - pad.left - pad.right);
-    const y = (/** @type {number} */ rate) => height - pad.bottom - (Math.min(rate, yMax) / yMax) * (height - pad.top - pad.bottom);
+    const x = (/** @type {number} */ pos) =>
+      pad.left + ((pos - minPos) / (maxPos - minPos)) * (width - pad.left - pad.right);
+    const y = (/** @type {number} */ rate) =>
+      height - pad.bottom - (Math.min(rate, yMax) / yMax) * (height - pad.top - pad.bottom);
     ctx.strokeStyle = style.color;
     ctx.beginPath();
     ctx.moveTo(pad.left, pad.top);
@@ -474,7 +519,8 @@ export class RunView {
     ctx.fillText(`output token ${minPos}`, pad.left, height - 10);
     ctx.fillText(`${maxPos}`, width - pad.right - 40, height - 10);
     ctx.fillStyle = '#4e9af1';
-    for (const p of points) ctx.fillRect(x(p.pos) - 1.5, y(/** @type {number} */ (p.rate)) - 1.5, 3, 3);
+    for (const p of points)
+      ctx.fillRect(x(p.pos) - 1.5, y(/** @type {number} */ (p.rate)) - 1.5, 3, 3);
     ctx.strokeStyle = '#f5a524';
     ctx.lineWidth = 3;
     ctx.beginPath();
@@ -513,7 +559,9 @@ function pick(report, path) {
  * @param {number} digits
  */
 export function format(value, digits) {
-  return value === null || value === undefined || !Number.isFinite(value) ? '–' : value.toFixed(digits);
+  return value === null || value === undefined || !Number.isFinite(value)
+    ? '–'
+    : value.toFixed(digits);
 }
 
 /**

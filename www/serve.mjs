@@ -22,10 +22,16 @@ export function pageMounts(extra = []) {
   ];
 }
 const types = {
-  '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8',
-  '.mjs': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',
-  '.wasm': 'application/wasm', '.json': 'application/json', '.png': 'image/png',
-  '.svg': 'image/svg+xml', '.bin': 'application/octet-stream', '.txt': 'text/plain; charset=utf-8',
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.wasm': 'application/wasm',
+  '.json': 'application/json',
+  '.png': 'image/png',
+  '.svg': 'image/svg+xml',
+  '.bin': 'application/octet-stream',
+  '.txt': 'text/plain; charset=utf-8',
 };
 
 async function resolvePath(mounts, urlPath) {
@@ -34,7 +40,8 @@ async function resolvePath(mounts, urlPath) {
     const file = normalize(join(dir, decodeURIComponent(urlPath.slice(prefix.length))));
     if (file !== dir && !file.startsWith(dir + sep)) return null;
     const stat = await fs.stat(file).catch(() => null);
-    if (stat?.isDirectory()) return resolvePath(mounts, urlPath.replace(/\/?$/, '/') + 'index.html');
+    if (stat?.isDirectory())
+      return resolvePath(mounts, urlPath.replace(/\/?$/, '/') + 'index.html');
     return stat?.isFile() ? { file, size: stat.size } : null;
   }
   return null;
@@ -71,6 +78,8 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   const server = staticServer(mounts);
   server.listen(port, host, () => {
     const models = process.argv[2] ? join(mounts[0][1], 'models') : mounts[1][1];
-    console.log(`tokenometer: serving on http://${host}:${server.address().port}/ (models from ${models})`);
+    console.log(
+      `tokenometer: serving on http://${host}:${/** @type {import('node:net').AddressInfo} */ (server.address()).port}/ (models from ${models})`,
+    );
   });
 }

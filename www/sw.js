@@ -16,26 +16,40 @@ const KEPT = `tokenometer-site-${VERSION}`;
 // The shipped model, so that it runs on a visit without the network even if it never ran before.
 const SHIPPED = ['models/stories260K/stories260K.bin', 'models/stories260K/tok512.bin'];
 
-self.addEventListener('install', (event) => {
-  self.skipWaiting();
-  event.waitUntil(caches.open(KEPT).then((cache) => cache.addAll(SHIPPED)).catch(() => {}));
-});
-self.addEventListener('activate', (event) => event.waitUntil((async () => {
-  for (const name of await caches.keys()) {
-    if (name.startsWith('tokenometer-site-') && name !== KEPT) await caches.delete(name);
-  }
-  await self.clients.claim();
-})()));
+/** This script's global: a service worker's (tsconfig.sw.json checks it as one). */
+const sw = /** @type {ServiceWorkerGlobalScope} */ (/** @type {unknown} */ (self));
 
-self.addEventListener('fetch', (event) => {
+sw.addEventListener('install', (event) => {
+  sw.skipWaiting();
+  event.waitUntil(
+    caches
+      .open(KEPT)
+      .then((cache) => cache.addAll(SHIPPED))
+      .catch(() => {}),
+  );
+});
+sw.addEventListener('activate', (event) =>
+  event.waitUntil(
+    (async () => {
+      for (const name of await caches.keys()) {
+        if (name.startsWith('tokenometer-site-') && name !== KEPT) await caches.delete(name);
+      }
+      await sw.clients.claim();
+    })(),
+  ),
+);
+
+sw.addEventListener('fetch', (event) => {
   const request = event.request;
   const url = new URL(request.url);
-  if (request.method !== 'GET' || url.origin !== self.location.origin) return;
+  if (request.method !== 'GET' || url.origin !== sw.location.origin) return;
   event.respondWith(isolated(event, request, url));
 });
 
 /** The page's own files and stories260K, kept for a visit without the network; the other models are the page's to keep. */
-const keeps = (/** @type {URL} */ url) => !url.pathname.includes('/models/') || /\/models\/(catalog\.json$|stories260K\/)/.test(url.pathname);
+const keeps = (/** @type {URL} */ url) =>
+  !url.pathname.includes('/models/') ||
+  /\/models\/(catalog\.json$|stories260K\/)/.test(url.pathname);
 
 /** The host's answer to `request` (or, without the network, the kept copy), with the headers of a cross-origin isolated page. */
 async function isolated(event, request, url) {
@@ -45,7 +59,9 @@ async function isolated(event, request, url) {
   let fresh = true;
   try {
     // A navigation's request cannot be copied with other options; everything else is revalidated.
-    response = await (request.mode === 'navigate' ? fetch(request) : fetch(request, { cache: 'no-cache' }));
+    response = await (request.mode === 'navigate'
+      ? fetch(request)
+      : fetch(request, { cache: 'no-cache' }));
   } catch (e) {
     const kept = await caches.open(KEPT).then((cache) => cache.match(key));
     if (!kept) throw e;
@@ -55,11 +71,20 @@ async function isolated(event, request, url) {
   if (response.type === 'opaque' || response.type === 'opaqueredirect') return response;
   if (fresh && response.status === 200 && keeps(url)) {
     const copy = response.clone();
-    event.waitUntil(caches.open(KEPT).then((cache) => cache.put(key, copy)).catch(() => {}));
+    event.waitUntil(
+      caches
+        .open(KEPT)
+        .then((cache) => cache.put(key, copy))
+        .catch(() => {}),
+    );
   }
   const headers = new Headers(response.headers);
   headers.set('Cross-Origin-Opener-Policy', 'same-origin');
   headers.set('Cross-Origin-Embedder-Policy', 'require-corp');
   headers.set('Cross-Origin-Resource-Policy', 'same-origin');
-  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+  return new Response(response.body, {
+    status: response.status,
+    statusText: response.statusText,
+    headers,
+  });
 }

@@ -14,7 +14,8 @@ export const CORES = Math.max(1, globalThis.navigator?.hardwareConcurrency || 1)
 export const DEFAULT_THREADS = Math.max(1, Math.floor(CORES / 2));
 
 /** Whether this page can share memory between workers (cross-origin isolated). */
-export const threadsPossible = () => globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
+export const threadsPossible = () =>
+  globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
 
 /** Why the page runs one thread whatever is chosen, or null when it can run more. */
 export function oneThreadReason() {
@@ -22,9 +23,13 @@ export function oneThreadReason() {
     return 'one thread here: this browser gives no SharedArrayBuffer, even to a cross-origin isolated page, so workers cannot share memory';
   }
   if (!threadsPossible()) {
-    return 'one thread here: the page is not cross-origin isolated (its host sends no COOP/COEP headers, as make serve does, and the site\'s service worker that adds them is not running: '
-      + ('serviceWorker' in navigator && globalThis.isSecureContext ? 'it installs on the first visit and the page reloads once; reload if it did not' : 'this window has no service workers (a private window?) or the page is not on https or localhost')
-      + '), so workers cannot share memory';
+    return (
+      "one thread here: the page is not cross-origin isolated (its host sends no COOP/COEP headers, as make serve does, and the site's service worker that adds them is not running: " +
+      ('serviceWorker' in navigator && globalThis.isSecureContext
+        ? 'it installs on the first visit and the page reloads once; reload if it did not'
+        : 'this window has no service workers (a private window?) or the page is not on https or localhost') +
+      '), so workers cannot share memory'
+    );
   }
   return null;
 }
@@ -45,7 +50,8 @@ export function chooseThreads(n) {
  */
 export function parseThreads(raw) {
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1 || n > CORES) throw new Error(`threads=${raw} is not a choice (1 to ${CORES}, this browser's logical cores)`);
+  if (!Number.isInteger(n) || n < 1 || n > CORES)
+    throw new Error(`threads=${raw} is not a choice (1 to ${CORES}, this browser's logical cores)`);
   return n;
 }
 
@@ -67,4 +73,5 @@ export function buildFor(backend, threads) {
  * @param {number} threads
  * @param {number} lanes
  */
-export const shareThreads = (threads, lanes) => Math.max(1, Math.floor(threads / Math.max(1, lanes)));
+export const shareThreads = (threads, lanes) =>
+  Math.max(1, Math.floor(threads / Math.max(1, lanes)));

@@ -43,7 +43,9 @@ export class TokenView {
     this.outputBox = /** @type {HTMLElement} */ (root.querySelector('.output-tokens'));
     this.details = /** @type {HTMLElement} */ (root.querySelector('[data-testid=token-details]'));
     const describe = (/** @type {Event} */ e) => {
-      const span = /** @type {HTMLElement | null} */ (/** @type {HTMLElement} */ (e.target).closest?.('[data-token-id]'));
+      const span = /** @type {HTMLElement | null} */ (
+        /** @type {HTMLElement} */ (e.target).closest?.('[data-token-id]')
+      );
       if (span) this.details.textContent = span.getAttribute('aria-label');
     };
     root.addEventListener('mouseover', describe);
@@ -70,7 +72,16 @@ export class TokenView {
    */
   setPrompt(tokens) {
     this.promptCount = tokens.length;
-    this.promptBox.replaceChildren(...tokens.map((t, i) => this.span(t.id, pieceText(t.bytes), `Prompt token ${i + 1} of ${tokens.length}: id ${t.id}, ${shown(pieceText(t.bytes))}`, null)));
+    this.promptBox.replaceChildren(
+      ...tokens.map((t, i) =>
+        this.span(
+          t.id,
+          pieceText(t.bytes),
+          `Prompt token ${i + 1} of ${tokens.length}: id ${t.id}, ${shown(pieceText(t.bytes))}`,
+          null,
+        ),
+      ),
+    );
   }
 
   /**
@@ -103,9 +114,10 @@ export class TokenView {
     const perToken = n ? (chars / n).toFixed(1) : '–';
     const perWord = this.words ? (n / this.words).toFixed(2) : '–';
     const source = this.chunks
-      ? 'An endpoint\'s chunks: it sends no token ids, and its log probabilities are not asked for, so each mark is a chunk (which may hold several tokens).'
+      ? "An endpoint's chunks: it sends no token ids, and its log probabilities are not asked for, so each mark is a chunk (which may hold several tokens)."
       : '';
-    this.counts.textContent = `${this.promptCount ? `Prompt ${this.promptCount} tokens; ` : ''}output ${n} ${what}: ${perToken} characters a ${what === 'chunks' ? 'chunk' : 'token'}, ${perWord} ${what} a word (the rule of thumb for English: about 4 characters a token, 1.3 tokens a word). ${source}`.trim();
+    this.counts.textContent =
+      `${this.promptCount ? `Prompt ${this.promptCount} tokens; ` : ''}output ${n} ${what}: ${perToken} characters a ${what === 'chunks' ? 'chunk' : 'token'}, ${perWord} ${what} a word (the rule of thumb for English: about 4 characters a token, 1.3 tokens a word). ${source}`.trim();
   }
 
   /**

@@ -17,29 +17,36 @@ const start = async (url) => {
 // A host that serves only pkg/ still works: a build that does not load gives way to the next
 // (the conditions line names the build that runs: "CPU (SIMD128+relaxed), 2 threads", "CPU
 // (SIMD128+relaxed)" or "CPU (SIMD128)", and says why a threaded build is not running).
-const single = () => (build !== 'baseline' && relaxedSimd()
-  ? start('./pkg/relaxed/tokenometer.js').catch(() => start('./pkg/tokenometer.js'))
-  : start('./pkg/tokenometer.js'));
+const single = () =>
+  build !== 'baseline' && relaxedSimd()
+    ? start('./pkg/relaxed/tokenometer.js').catch(() => start('./pkg/tokenometer.js'))
+    : start('./pkg/tokenometer.js');
 /** Why this worker runs one thread when the page asked for more, or null. */
 let buildNote = null;
 // The engine compiles while the model downloads: init() streams the wasm into the compiler as it
 // arrives (WebAssembly.instantiateStreaming), and a load request does not wait for it until the
 // model's bytes are in.
-const started = build !== 'threads'
-  ? single()
-  : !self.crossOriginIsolated
-    ? (buildNote = 'one thread: this page is not cross-origin isolated', single())
-    : start('./pkg/threads/tokenometer.js').catch((e) => {
-      buildNote = `one thread: the threaded build did not load (${e?.message ?? e}; make pkg builds it where nightly Rust is installed)`;
-      return single();
-    });
+const started =
+  build !== 'threads'
+    ? single()
+    : !self.crossOriginIsolated
+      ? ((buildNote = 'one thread: this page is not cross-origin isolated'), single())
+      : start('./pkg/threads/tokenometer.js').catch((e) => {
+          buildNote = `one thread: the threaded build did not load (${e?.message ?? e}; make pkg builds it where nightly Rust is installed)`;
+          return single();
+        });
 const engine = started.then(({ m }) => m);
 // The cold start's marks, in ms since the epoch (the page's clock and this worker's agree on it):
 // when the worker began and when its engine had downloaded and compiled.
 const epochNow = () => performance.timeOrigin + performance.now();
 const workerStartedAt = epochNow();
 let engineReadyAt = 0;
-started.then(() => { engineReadyAt = epochNow(); }, () => {});
+started.then(
+  () => {
+    engineReadyAt = epochNow();
+  },
+  () => {},
+);
 /** Whether the last piece of the last file read came from the browser's cache. */
 let lastFromCache = false;
 const ready = started.then(({ wasm }) => wasm);
@@ -64,7 +71,9 @@ async function readSource(id, source, label, take) {
   };
   if (source.file) {
     checkSize(label, source.file.size);
-    return readPieces(source.file.stream(), label, take, (loaded) => progress({ label, loaded, total: source.file.size }));
+    return readPieces(source.file.stream(), label, take, (loaded) =>
+      progress({ label, loaded, total: source.file.size }),
+    );
   }
   if (source.parts) {
     checkSize(label, source.bytes);
@@ -72,16 +81,30 @@ async function readSource(id, source, label, take) {
     let allCached = true;
     for (const [i, part] of source.parts.entries()) {
       const where = `part ${i + 1} of ${source.parts.length} (${part.url})`;
-      done += await fetchChecked(new URL(part.url, self.location.href).href, label, where, part.sha256, (p) => {
-        allCached &&= Boolean(p.cached);
-        progress({ ...p, loaded: done + p.loaded, total: source.bytes, cached: allCached });
-      }, take);
+      done += await fetchChecked(
+        new URL(part.url, self.location.href).href,
+        label,
+        where,
+        part.sha256,
+        (p) => {
+          allCached &&= Boolean(p.cached);
+          progress({ ...p, loaded: done + p.loaded, total: source.bytes, cached: allCached });
+        },
+        take,
+      );
     }
     return done;
   }
   const url = new URL(source.url, self.location.href).href;
   if (!source.sha256) return fetchPieces(url, label, progress, take);
-  return fetchChecked(url, label, `the file from ${source.host ?? new URL(url).host}`, source.sha256, progress, take);
+  return fetchChecked(
+    url,
+    label,
+    `the file from ${source.host ?? new URL(url).host}`,
+    source.sha256,
+    progress,
+    take,
+  );
 }
 
 /** `fetchPieces`, the bytes hashed as they pass and refused at the end unless their sha-256 is `sha256`. */
@@ -89,16 +112,24 @@ async function fetchChecked(url, label, where, sha256, progress, take) {
   const { Sha256 } = await engine;
   const hasher = new Sha256();
   try {
-    return await fetchPieces(url, label, progress, (piece) => {
-      hasher.update(piece);
-      return take(piece);
-    }, (_, cached) => {
-      const got = hasher.hex();
-      if (got === sha256.toLowerCase()) return;
-      throw new Error(cached
-        ? `the copy of the ${label}'s ${where} kept in this browser is not the file the catalog names (sha-256 ${got}, not ${sha256}); it was forgotten: run again to download it`
-        : `the ${label}'s ${where} is not the file the catalog names: its sha-256 is ${got}, not ${sha256}; it was refused and not kept (is the catalog out of date, or the download changed on the way?)`);
-    });
+    return await fetchPieces(
+      url,
+      label,
+      progress,
+      (piece) => {
+        hasher.update(piece);
+        return take(piece);
+      },
+      (_, cached) => {
+        const got = hasher.hex();
+        if (got === sha256.toLowerCase()) return;
+        throw new Error(
+          cached
+            ? `the copy of the ${label}'s ${where} kept in this browser is not the file the catalog names (sha-256 ${got}, not ${sha256}); it was forgotten: run again to download it`
+            : `the ${label}'s ${where} is not the file the catalog names: its sha-256 is ${got}, not ${sha256}; it was refused and not kept (is the catalog out of date, or the download changed on the way?)`,
+        );
+      },
+    );
   } finally {
     hasher.free();
   }
@@ -108,7 +139,9 @@ async function fetchChecked(url, label, where, sha256, progress, take) {
 async function bytesOf(id, source, label) {
   if (!source) return null;
   const pieces = [];
-  const length = await readSource(id, source, label, (piece) => { pieces.push(piece); });
+  const length = await readSource(id, source, label, (piece) => {
+    pieces.push(piece);
+  });
   return joinPieces(pieces, length);
 }
 
@@ -122,7 +155,7 @@ const HOLD_BYTES = 8 << 20;
  * worker never holds the file (a 1B model's 1.3 GB would otherwise sit beside its weights while
  * they load). The pieces that come before the engine has started wait for it. Any other file (a
  * llama2.c `.bin`, safetensors) is held until it is whole, as before.
- * @returns {Promise<{ stream: any } | { bytes: Uint8Array }>}
+ * @returns {Promise<{ stream?: any, bytes?: Uint8Array, heldPeak: number, length: number }>}
  */
 async function readModel(id, source, label, gguf) {
   /** @type {Uint8Array[]} */
@@ -133,9 +166,15 @@ async function readModel(id, source, label, gguf) {
   let heldPeak = 0;
   const head = new Uint8Array(4);
   let headLength = 0;
+  /** @type {any} */
   let stream = null;
   let engineModule = null;
-  engine.then((m) => { engineModule = m; }, () => {});
+  engine.then(
+    (m) => {
+      engineModule = m;
+    },
+    () => {},
+  );
   const isGguf = () => gguf && headLength === 4 && GGUF_MAGIC.every((b, i) => head[i] === b);
   const total = source.file?.size ?? source.bytes;
   // Once: a piece that waits for the engine holds the next one back (readSource awaits `take`).
@@ -160,14 +199,20 @@ async function readModel(id, source, label, gguf) {
       if (!isGguf()) return undefined;
       if (engineModule) return startStream();
       // A cached file can arrive faster than the engine compiles: past a few MB it waits.
-      if (heldBytes > HOLD_BYTES) return engine.then((m) => { engineModule = m; startStream(); });
+      if (heldBytes > HOLD_BYTES)
+        return engine.then((m) => {
+          engineModule = m;
+          startStream();
+        });
       return undefined;
     });
     if (!stream && isGguf()) {
       engineModule = await engine;
       startStream();
     }
-    return stream ? { stream, heldPeak, length } : { bytes: joinPieces(held, length), heldPeak, length };
+    return stream
+      ? { stream, heldPeak, length }
+      : { bytes: joinPieces(held, length), heldPeak, length };
   } catch (e) {
     // What was made of the pieces so far goes with the error, not left in the engine's memory.
     stream?.free();
@@ -186,10 +231,18 @@ const FIT_MOST_BYTES = 64 << 20;
  * a range of a URL (with `whole` where its host sent the whole file: read on in that answer).
  */
 async function rangeOf(source, from, to) {
-  if (source.file) return { bytes: new Uint8Array(await source.file.slice(from, to).arrayBuffer()), total: source.file.size };
+  if (source.file)
+    return {
+      bytes: new Uint8Array(await source.file.slice(from, to).arrayBuffer()),
+      total: source.file.size,
+    };
   if (source.parts) {
     const first = source.parts[0];
-    const answer = await readRange(new URL(first.url, self.location.href).href, from, Math.min(to, first.bytes));
+    const answer = await readRange(
+      new URL(first.url, self.location.href).href,
+      from,
+      Math.min(to, first.bytes),
+    );
     return { ...answer, total: source.bytes };
   }
   const answer = await readRange(new URL(source.url, self.location.href).href, from, to);
@@ -211,6 +264,8 @@ async function fitOf(source, request) {
 
 async function fitOfHeader(source, { quant, backend, positions }) {
   const { checkFit } = await engine;
+  // WebGPU and deviceMemory are newer than TypeScript's worker types.
+  const navigator = /** @type {any} */ (self.navigator);
   const gpu = backend === 'wgpu';
   /** @type {Record<string, number>} */
   const limits = {};
@@ -228,13 +283,20 @@ async function fitOfHeader(source, { quant, backend, positions }) {
   let whole = null;
   try {
     for (let want = FIT_FIRST_BYTES; header.length < FIT_MOST_BYTES; want *= 2) {
-      const more = whole ? { bytes: await whole.read(header.length, want), total } : await rangeOf(source, header.length, want);
+      const more = whole
+        ? { bytes: await whole.read(header.length, want), total }
+        : await rangeOf(source, header.length, want);
       whole ??= more.whole ?? null;
       total ||= more.total;
       header = joinPieces([header, more.bytes], header.length + more.bytes.length);
       if (header.length >= 4 && !GGUF_MAGIC.every((b, i) => header[i] === b)) return null;
       // No positions given: the engine's default max tokens (crate/api/web/fit.rs).
-      const answer = checkFit(header, total, { quant, gpu, ...(positions ? { positions } : {}), limits });
+      const answer = checkFit(header, total, {
+        quant,
+        gpu,
+        ...(positions ? { positions } : {}),
+        limits,
+      });
       if (!answer.more) return answer.fit;
       // The file ended inside its header: the load says what is wrong with it.
       if (header.length < want) return null;
@@ -245,14 +307,26 @@ async function fitOfHeader(source, { quant, backend, positions }) {
   return null;
 }
 
-async function load({ id, name, model, tokenizer, config, backend, quant, threads, check_gpu: checkGpu, positions }) {
+async function load({
+  id,
+  name,
+  model,
+  tokenizer,
+  config,
+  backend,
+  quant,
+  threads,
+  check_gpu: checkGpu,
+  positions,
+}) {
   session?.free();
   session = null;
   loadedFrom = { name, model, tokenizer, config };
   // The cold start's parts as this worker saw them (app.js passes them with the page's first run).
   /** @type {{ name: string, start_ms: number, end_ms: number, bytes?: number, note?: string, parallel?: boolean }[]} */
   const marks = [];
-  const mark = (/** @type {string} */ partName, /** @type {number} */ from, extra = {}) => marks.push({ name: partName, start_ms: from, end_ms: epochNow(), ...extra });
+  const mark = (/** @type {string} */ partName, /** @type {number} */ from, extra = {}) =>
+    marks.push({ name: partName, start_ms: from, end_ms: epochNow(), ...extra });
   if (!config) {
     phase = 'checking that the model fits';
     post({ type: 'status', id, status: 'checking that the model fits' });
@@ -276,27 +350,62 @@ async function load({ id, name, model, tokenizer, config, backend, quant, thread
   const engineFrom = epochNow();
   await ready;
   if (engineReadyAt > engineFrom + 1) mark("waiting for the engine's compile", engineFrom);
-  marks.push({ name: "the engine's download and compile", start_ms: workerStartedAt, end_ms: engineReadyAt, parallel: true });
+  marks.push({
+    name: "the engine's download and compile",
+    start_ms: workerStartedAt,
+    end_ms: engineReadyAt,
+    parallel: true,
+  });
   const loadFrom = epochNow();
   post({ type: 'status', id, status: 'loading' });
   phase = 'loading the model';
   const { loadSession, loadStreamed } = await engine;
   // Threads start with the session (Web Workers sharing this module's memory), in the threaded build.
-  const count = (await threaded) ? threads ?? 1 : 1;
+  const count = (await threaded) ? (threads ?? 1) : 1;
   if (count > 1) post({ type: 'status', id, status: `starting ${count} threads` });
   // The GPU's check against the CPU (crate/api/auto.rs) loads the model on the CPU for a moment.
-  if (checkGpu && backend === 'wgpu') post({ type: 'status', id, status: 'checking the GPU against the CPU' });
-  session = 'stream' in file
-    ? await loadStreamed(name, file.stream, tokenizerBytes ?? undefined, backend, quant, count, Boolean(checkGpu))
-    : await loadSession(name, file.bytes, tokenizerBytes ?? undefined, backend, quant, configBytes ?? undefined, count, Boolean(checkGpu));
+  if (checkGpu && backend === 'wgpu')
+    post({ type: 'status', id, status: 'checking the GPU against the CPU' });
+  session =
+    'stream' in file
+      ? await loadStreamed(
+          name,
+          file.stream,
+          tokenizerBytes ?? undefined,
+          backend,
+          quant,
+          count,
+          Boolean(checkGpu),
+        )
+      : await loadSession(
+          name,
+          file.bytes,
+          tokenizerBytes ?? undefined,
+          backend,
+          quant,
+          configBytes ?? undefined,
+          count,
+          Boolean(checkGpu),
+        );
   const info = session.info();
   // Why fewer threads run than were asked for, for the conditions line (app.js).
   if (buildNote && (threads ?? 1) > 1) info.build_note = buildNote;
   // The wasm instance's memory after loading: what the tab holds for the engine and its weights
   // (a GGUF's tensors are made as it downloads, and its bytes never held whole; every thread
   // shares it).
-  mark(backend === 'wgpu' ? 'loading: the last tensors, threads, the GPU upload' : 'loading: the last tensors, threads', loadFrom);
-  post({ type: 'loaded', id, info, wasmMemoryBytes: (await ready).memory.buffer.byteLength, fileHeldBytes: file.heldPeak });
+  mark(
+    backend === 'wgpu'
+      ? 'loading: the last tensors, threads, the GPU upload'
+      : 'loading: the last tensors, threads',
+    loadFrom,
+  );
+  post({
+    type: 'loaded',
+    id,
+    info,
+    wasmMemoryBytes: (await ready).memory.buffer.byteLength,
+    fileHeldBytes: file.heldPeak,
+  });
   // A GPU that failed its check is not warmed up: what it computes is wrong, and a warm-up's
   // greedy tokens from it may be out of the vocabulary (an error before the page could say why).
   const check = info.gpu_check;
@@ -319,12 +428,14 @@ async function load({ id, name, model, tokenizer, config, backend, quant, thread
 async function draft({ id }) {
   if (!session) throw new Error('no model is loaded');
   if (!session.hasDraft()) {
-    if (loadedFrom.config) throw new Error('a draft model needs a single-file model (GGUF or llama2.c .bin)');
+    if (loadedFrom.config)
+      throw new Error('a draft model needs a single-file model (GGUF or llama2.c .bin)');
     phase = 'loading the draft model';
     post({ type: 'status', id, status: 'loading the draft model (q4)' });
     const file = await readModel(id, loadedFrom.model, 'draft model', true);
     const tokenizerBytes = await bytesOf(id, loadedFrom.tokenizer, 'tokenizer');
-    if ('stream' in file) session.loadDraftStreamed(loadedFrom.name, file.stream, tokenizerBytes ?? undefined, 'q4');
+    if ('stream' in file)
+      session.loadDraftStreamed(loadedFrom.name, file.stream, tokenizerBytes ?? undefined, 'q4');
     else session.loadDraft(loadedFrom.name, file.bytes, tokenizerBytes ?? undefined, 'q4');
     phase = 'warming up the draft model';
     post({ type: 'status', id, status: 'warming up the draft model' });
@@ -340,11 +451,12 @@ const cancelled = new Set();
 // How long one pump runs before its events go to the page: about a frame.
 const PUMP_MS = 16;
 // Yield to the event loop without setTimeout's 4 ms clamp (which would show up as inter-token gaps).
-const yieldNow = () => new Promise((resolve) => {
-  const channel = new MessageChannel();
-  channel.port1.onmessage = () => resolve();
-  channel.port2.postMessage(0);
-});
+const yieldNow = () =>
+  new Promise((resolve) => {
+    const channel = new MessageChannel();
+    channel.port1.onmessage = () => resolve();
+    channel.port2.postMessage(0);
+  });
 
 // Pump `job` (a run or a lab) until it is done, posting what each pump returns as `message(pumped)`;
 // a stop for `id` is heard between pumps. Returns when the job has ended.
@@ -366,12 +478,24 @@ async function run({ id, prompt, options, pump_ms: pumpMs }) {
   const run = session.start(prompt, options);
   // A cancelled run's done event comes with the next pump's events.
   let stopped = null;
-  const job = { pump: (ms) => run.pump(ms), cancel: () => { stopped = run.cancel(); } };
+  const job = {
+    pump: (ms) => run.pump(ms),
+    cancel: () => {
+      stopped = run.cancel();
+    },
+  };
   try {
     await pumpUntilDone(id, job, pumpMs ?? PUMP_MS, (pumped) => {
       const events = stopped ? [...pumped.events, stopped] : pumped.events;
       stopped = null;
-      return { type: 'events', id, events, points: pumped.points, report: pumped.report, word_ends: pumped.word_ends };
+      return {
+        type: 'events',
+        id,
+        events,
+        points: pumped.points,
+        report: pumped.report,
+        word_ends: pumped.word_ends,
+      };
     });
     post({ type: 'finished', id, report: run.report() });
   } finally {
@@ -389,7 +513,12 @@ async function chat({ id, request }) {
   const answer = session.chatCompletion(JSON.stringify(request));
   const job = { pump: (ms) => answer.pump(ms), cancel: () => answer.cancel() };
   try {
-    await pumpUntilDone(id, job, PUMP_MS, (pumped) => ({ type: 'chat-chunks', id, chunks: pumped.chunks, done: pumped.done }));
+    await pumpUntilDone(id, job, PUMP_MS, (pumped) => ({
+      type: 'chat-chunks',
+      id,
+      chunks: pumped.chunks,
+      done: pumped.done,
+    }));
   } finally {
     answer.free();
     cancelled.delete(id);
@@ -405,7 +534,12 @@ async function lab({ id, options }) {
   const { slo_ttft_ms: ttft, slo_tpot_ms: tpot, ...rest } = options;
   const lab = session.startLab(rest, ttft ?? undefined, tpot ?? undefined);
   let stopped = [];
-  const job = { pump: (ms) => lab.pump(ms), cancel: () => { stopped = lab.cancelAll(); } };
+  const job = {
+    pump: (ms) => lab.pump(ms),
+    cancel: () => {
+      stopped = lab.cancelAll();
+    },
+  };
   try {
     await pumpUntilDone(id, job, PUMP_MS, (pumped) => {
       const events = [...stopped, ...pumped.events];
@@ -432,7 +566,8 @@ const authorization = (key) => (key ? { Authorization: `Bearer ${key}` } : {});
  * blocked it, so the sentence names both, and how each server allows this page's origin.
  * @param {string} url
  */
-const unreachable = (url) => `the browser could not reach ${url}: nothing answers there, or the server does not let pages from ${self.location.origin} read it (CORS). A server allows it by sending Access-Control-Allow-Origin: tokenometer serve --cors ${self.location.origin}; vLLM --allowed-origins '["${self.location.origin}"]'; Ollama OLLAMA_ORIGINS=${self.location.origin}; llama.cpp's llama-server sends it by default`;
+const unreachable = (url) =>
+  `the browser could not reach ${url}: nothing answers there, or the server does not let pages from ${self.location.origin} read it (CORS). A server allows it by sending Access-Control-Allow-Origin: tokenometer serve --cors ${self.location.origin}; vLLM --allowed-origins '["${self.location.origin}"]'; Ollama OLLAMA_ORIGINS=${self.location.origin}; llama.cpp's llama-server sends it by default`;
 
 // The limits the command line's client keeps (crate/api/endpoint/client.rs), kept here too: an
 // error or a non-stream answer is read 64 KiB at most (a model listing 4 MiB), each within the
@@ -466,7 +601,9 @@ async function readCapped(response, most, ms) {
       let timer;
       const read = await Promise.race([
         reader.read(),
-        new Promise((resolve) => { timer = setTimeout(() => resolve(null), left); }),
+        new Promise((resolve) => {
+          timer = setTimeout(() => resolve(null), left);
+        }),
       ]).finally(() => clearTimeout(timer));
       if (!read || read.done) break;
       chunks.push(read.value);
@@ -502,7 +639,10 @@ async function fetchWithin(url, init, ms, signal) {
   signal?.addEventListener('abort', stop, { once: true });
   if (signal?.aborted) abort.abort();
   let timedOut = false;
-  const timer = setTimeout(() => { timedOut = true; abort.abort(); }, ms);
+  const timer = setTimeout(() => {
+    timedOut = true;
+    abort.abort();
+  }, ms);
   try {
     return { response: await fetch(url, { ...init, signal: abort.signal }), timedOut: false };
   } catch (e) {
@@ -513,14 +653,28 @@ async function fetchWithin(url, init, ms, signal) {
   }
 }
 
-async function connect({ id, url, model, key, stall_s: stallS = DEFAULT_STALL_S, request_s: requestS = DEFAULT_REQUEST_S }) {
+async function connect({
+  id,
+  url,
+  model,
+  key,
+  stall_s: stallS = DEFAULT_STALL_S,
+  request_s: requestS = DEFAULT_REQUEST_S,
+}) {
   await ready;
   const { baseUrl, httpFailure } = await engine;
   const base = baseUrl(url);
   const listing = `${base}/models`;
   const stallMs = stallS * 1000;
-  const { response, timedOut } = await fetchWithin(listing, { headers: authorization(key) }, stallMs);
-  if (timedOut) throw new Error(`${listing} did not answer within ${stallS} s; is it the right address, and is the server up?`);
+  const { response, timedOut } = await fetchWithin(
+    listing,
+    { headers: authorization(key) },
+    stallMs,
+  );
+  if (timedOut)
+    throw new Error(
+      `${listing} did not answer within ${stallS} s; is it the right address, and is the server up?`,
+    );
   if (!response) throw new Error(unreachable(listing));
   let name = model || null;
   if (response.ok) {
@@ -534,14 +688,30 @@ async function connect({ id, url, model, key, stall_s: stallS = DEFAULT_STALL_S,
     if (!name) throw new Error(`${listing} lists no model; name one`);
   } else if (!(response.status === 404 && name)) {
     // Some servers have no /models; a named model does without it.
-    throw new Error(httpFailure(listing, response.status, await readCapped(response, MAX_ERROR_BYTES, stallMs)));
+    throw new Error(
+      httpFailure(listing, response.status, await readCapped(response, MAX_ERROR_BYTES, stallMs)),
+    );
   } else {
     response.body?.cancel().catch(() => {});
   }
   // How the browser reached it (where the browser says): over HTTP/2 or 3 one connection carries
   // many streams, over HTTP/1.1 a browser opens at most 6 to one server (the lab's cap).
-  const protocol = /** @type {PerformanceResourceTiming | undefined} */ (performance.getEntriesByName(listing).pop())?.nextHopProtocol || null;
-  post({ type: 'connected', id, endpoint: { base, model: name, server: response.headers.get('server'), protocol, stall_s: stallS, request_s: requestS } });
+  const protocol =
+    /** @type {PerformanceResourceTiming | undefined} */ (
+      performance.getEntriesByName(listing).pop()
+    )?.nextHopProtocol || null;
+  post({
+    type: 'connected',
+    id,
+    endpoint: {
+      base,
+      model: name,
+      server: response.headers.get('server'),
+      protocol,
+      stall_s: stallS,
+      request_s: requestS,
+    },
+  });
 }
 
 /**
@@ -560,10 +730,16 @@ async function openStream(url, body, endpoint, signal) {
   const stallMs = stallS * 1000;
   for (const counts of [true, false]) {
     if (signal.aborted) return null;
-    const { response, timedOut } = await fetchWithin(url, {
-      method: 'POST', body: body(counts),
-      headers: { 'Content-Type': 'application/json', ...authorization(endpoint.key) },
-    }, stallMs, signal);
+    const { response, timedOut } = await fetchWithin(
+      url,
+      {
+        method: 'POST',
+        body: body(counts),
+        headers: { 'Content-Type': 'application/json', ...authorization(endpoint.key) },
+      },
+      stallMs,
+      signal,
+    );
     if (signal.aborted) return null;
     if (timedOut) throw new Error(`${url} did not start answering within ${stallS} s`);
     if (!response) throw new Error(unreachable(url));
@@ -573,9 +749,13 @@ async function openStream(url, body, endpoint, signal) {
     if (response.ok) {
       // A 200 that is not the stream asked for (a whole JSON answer, a login page) is said as
       // such, never read as a run of 0 tokens.
-      throw new Error(`${url} answered 200 with ${kind || 'no content type'} where an event stream was asked for (it began ${JSON.stringify(text.trim().slice(0, 120))}); is it an OpenAI-compatible server that streams?`);
+      throw new Error(
+        `${url} answered 200 with ${kind || 'no content type'} where an event stream was asked for (it began ${JSON.stringify(text.trim().slice(0, 120))}); is it an OpenAI-compatible server that streams?`,
+      );
     }
-    const refusesCounting = (response.status === 400 || response.status === 422) && COUNTING_FIELDS.some((f) => text.includes(f));
+    const refusesCounting =
+      (response.status === 400 || response.status === 422) &&
+      COUNTING_FIELDS.some((f) => text.includes(f));
     if (!(counts && refusesCounting)) throw new Error(httpFailure(url, response.status, text));
   }
   return null;
@@ -609,7 +789,9 @@ async function readStream(response, url, endpoint, signal, since, take) {
       try {
         read = await Promise.race([
           reader.read(),
-          new Promise((resolve) => { timer = setTimeout(() => resolve(null), Math.max(0, Math.min(stallLeft, requestLeft))); }),
+          new Promise((resolve) => {
+            timer = setTimeout(() => resolve(null), Math.max(0, Math.min(stallLeft, requestLeft)));
+          }),
         ]).finally(() => clearTimeout(timer));
       } catch (e) {
         if (signal.aborted) break;
@@ -617,8 +799,13 @@ async function readStream(response, url, endpoint, signal, since, take) {
       }
       if (read === null) {
         if (signal.aborted) break;
-        if (requestLeft <= stallLeft) throw new Error(`${url} did not finish the request within ${requestS} s (the page's request_timeout)`);
-        throw new Error(`${url} stalled: nothing but keep-alive comments for ${stallS} s (the page's endpoint_timeout)`);
+        if (requestLeft <= stallLeft)
+          throw new Error(
+            `${url} did not finish the request within ${requestS} s (the page's request_timeout)`,
+          );
+        throw new Error(
+          `${url} stalled: nothing but keep-alive comments for ${stallS} s (the page's endpoint_timeout)`,
+        );
       }
       const t = since();
       const { done, news } = take(read.done ? null : read.value, t);
@@ -643,7 +830,13 @@ async function endpointRun({ id, endpoint, prompt, options }) {
   await ready;
   const { EndpointRun } = await engine;
   phase = 'streaming from the endpoint';
-  const run = new EndpointRun(endpoint.base, endpoint.model, endpoint.server ?? undefined, prompt, options);
+  const run = new EndpointRun(
+    endpoint.base,
+    endpoint.model,
+    endpoint.server ?? undefined,
+    prompt,
+    options,
+  );
   const abort = abortFor(id);
   // Times are from sending the request, taken as each read's bytes arrive (before they are read).
   const start = performance.now();
@@ -674,13 +867,18 @@ async function endpointRun({ id, endpoint, prompt, options }) {
 }
 
 /** Resolves after `ms`, or at once when `signal` stops. */
-const sleep = (ms, signal) => new Promise((resolve) => {
-  const timer = setTimeout(resolve, Math.max(0, ms));
-  signal.addEventListener('abort', () => {
-    clearTimeout(timer);
-    resolve(undefined);
-  }, { once: true });
-});
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const timer = setTimeout(resolve, Math.max(0, ms));
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve(undefined);
+      },
+      { once: true },
+    );
+  });
 
 // The concurrency lab against an endpoint: every user a real stream from this browser, each read
 // and metered by the engine (crate/api/web/endpoint_lab.rs); the lab's view is sent ten times a
@@ -690,7 +888,14 @@ async function endpointLab({ id, endpoint, options }) {
   const { EndpointLab } = await engine;
   phase = 'running the concurrency lab against the endpoint';
   const { slo_ttft_ms: ttft, slo_tpot_ms: tpot, ...rest } = options;
-  const lab = new EndpointLab(endpoint.base, endpoint.model, endpoint.server ?? undefined, rest, ttft ?? undefined, tpot ?? undefined);
+  const lab = new EndpointLab(
+    endpoint.base,
+    endpoint.model,
+    endpoint.server ?? undefined,
+    rest,
+    ttft ?? undefined,
+    tpot ?? undefined,
+  );
   const abort = abortFor(id);
   const url = lab.url();
   const start = performance.now();
@@ -708,7 +913,12 @@ async function endpointLab({ id, endpoint, options }) {
     lab.arrive(seq, made - start);
     const since = () => performance.now() - made;
     try {
-      const response = await openStream(url, (counts) => lab.body(seq, counts), endpoint, abort.signal);
+      const response = await openStream(
+        url,
+        (counts) => lab.body(seq, counts),
+        endpoint,
+        abort.signal,
+      );
       const ended = await readStream(response, url, endpoint, abort.signal, since, (bytes, t) => {
         const read = bytes ? lab.feed(seq, bytes, t) : lab.finish(seq, t, false);
         events.push(...read.events);
@@ -739,15 +949,20 @@ async function endpointLab({ id, endpoint, options }) {
 // `tokenometerFatalKind` / `tokenometerFatal` before it happens (the trap itself only says
 // "unreachable").
 function fatalCause() {
-  const detail = self.tokenometerFatal;
-  if (self.tokenometerFatalKind === 'oom') return `out of memory while ${phase}: ${detail}`;
-  if (self.tokenometerFatalKind === 'panic') return `the engine crashed while ${phase}: ${detail}`;
+  // Set by the engine's Rust (crate/api/web/), not a property the worker's types know.
+  const scope = /** @type {any} */ (self);
+  const detail = scope.tokenometerFatal;
+  if (scope.tokenometerFatalKind === 'oom') return `out of memory while ${phase}: ${detail}`;
+  if (scope.tokenometerFatalKind === 'panic') return `the engine crashed while ${phase}: ${detail}`;
   return null;
 }
 
 function failure(e) {
   if (e instanceof WebAssembly.RuntimeError) {
-    return { type: 'fatal', message: fatalCause() ?? `the engine crashed while ${phase}: ${e.message}` };
+    return {
+      type: 'fatal',
+      message: fatalCause() ?? `the engine crashed while ${phase}: ${e.message}`,
+    };
   }
   if (e?.name === 'DeviceLostError') return { type: 'fatal', message: e.message };
   return { type: 'error', message: e?.message ?? String(e) };
@@ -786,8 +1001,12 @@ self.onmessage = async ({ data }) => {
     } else if (data.type === 'probe') {
       await ready;
       const { measureReadBandwidth } = await engine;
-      phase = 'measuring the memory\'s read bandwidth';
-      post({ type: 'probed', id: data.id, read_gb_per_s: await measureReadBandwidth(data.threads) });
+      phase = "measuring the memory's read bandwidth";
+      post({
+        type: 'probed',
+        id: data.id,
+        read_gb_per_s: await measureReadBandwidth(data.threads),
+      });
       phase = 'idle';
     } else if (data.type === 'measure-gpu') {
       if (!session) throw new Error('no model is loaded');
@@ -806,7 +1025,11 @@ self.onmessage = async ({ data }) => {
     } else if (data.type === 'race-verdict') {
       await ready;
       const { raceVerdict } = await engine;
-      post({ type: 'verdict', id: data.id, verdict: raceVerdict(data.cpu, data.gpu, data.check ?? null) });
+      post({
+        type: 'verdict',
+        id: data.id,
+        verdict: raceVerdict(data.cpu, data.gpu, data.check ?? null),
+      });
     } else if (data.type === 'cancel') {
       cancelled.add(data.id);
       aborts.get(data.id)?.abort();
@@ -816,5 +1039,8 @@ self.onmessage = async ({ data }) => {
   }
 };
 // The worker takes requests at once; the engine's compile failing is reported when it happens.
-post({ type: 'ready', webgpu: Boolean(self.navigator.gpu) });
-ready.then(async () => post({ type: 'defaults', defaults: (await engine).defaults() }), (e) => post(failure(e)));
+post({ type: 'ready', webgpu: Boolean(/** @type {any} */ (self.navigator).gpu) });
+ready.then(
+  async () => post({ type: 'defaults', defaults: (await engine).defaults() }),
+  (e) => post(failure(e)),
+);

@@ -13,16 +13,23 @@ const root = resolve(fileURLToPath(new URL('../..', import.meta.url)));
  * @param {string} files
  */
 export async function benchPage(files) {
-  const server = staticServer(pageMounts([
-    ['/files/', files],
-    ['/bench/', resolve(root, 'tests/bench')],
-    ['/wllama/', resolve(root, 'node_modules/@wllama/wllama/esm')],
-  ]));
+  const server = staticServer(
+    pageMounts([
+      ['/files/', files],
+      ['/bench/', resolve(root, 'tests/bench')],
+      ['/wllama/', resolve(root, 'node_modules/@wllama/wllama/esm')],
+    ]),
+  );
   await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
   const base = `http://127.0.0.1:${server.address().port}`;
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-    args: ['--no-sandbox', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking'],
+    args: [
+      '--no-sandbox',
+      '--disable-dev-shm-usage',
+      '--no-first-run',
+      '--disable-background-networking',
+    ],
   });
   return { base, server, browser };
 }

@@ -39,33 +39,56 @@ function renderers() {
 }
 
 async function sample(root) {
-  const { pageMounts, staticServer } = await import(pathToFileURL(join(root, 'www/serve.mjs')).href);
+  const { pageMounts, staticServer } = await import(
+    pathToFileURL(join(root, 'www/serve.mjs')).href
+  );
   const server = staticServer(pageMounts([['/files/', files]]));
   await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
   const base = `http://127.0.0.1:${server.address().port}`;
   const before = new Set(renderers().keys());
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-    args: ['--no-sandbox', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking'],
+    args: [
+      '--no-sandbox',
+      '--disable-dev-shm-usage',
+      '--no-first-run',
+      '--disable-background-networking',
+    ],
   });
   try {
     const page = await browser.newPage();
     await page.goto(`${base}/www/404-is-fine`).catch(() => {});
     const result = await page.evaluate(async () => {
       const worker = new Worker('/worker.js?build=relaxed', { type: 'module' });
-      const once = (type) => new Promise((ok, fail) => {
-        worker.addEventListener('message', ({ data }) => {
-          if (data.type === type) ok(data);
-          if (data.type === 'error' || data.type === 'fatal') fail(new Error(data.message));
+      const once = (type) =>
+        new Promise((ok, fail) => {
+          worker.addEventListener('message', ({ data }) => {
+            if (data.type === type) ok(data);
+            if (data.type === 'error' || data.type === 'fatal') fail(new Error(data.message));
+          });
         });
-      });
       await once('ready');
       const start = performance.now();
-      worker.postMessage({ type: 'load', id: 1, name: 'model', model: { url: '/files/model.gguf' }, tokenizer: null, backend: 'cpu', quant: 'stored', threads: 1 });
+      worker.postMessage({
+        type: 'load',
+        id: 1,
+        name: 'model',
+        model: { url: '/files/model.gguf' },
+        tokenizer: null,
+        backend: 'cpu',
+        quant: 'stored',
+        threads: 1,
+      });
       const loaded = await once('loaded');
-      return { ms: performance.now() - start, wasm: loaded.wasmMemoryBytes, weights: loaded.info.weight_bytes };
+      return {
+        ms: performance.now() - start,
+        wasm: loaded.wasmMemoryBytes,
+        weights: loaded.info.weight_bytes,
+      };
     });
-    const peak = Math.max(...[...renderers()].filter(([pid]) => !before.has(pid)).map(([, bytes]) => bytes));
+    const peak = Math.max(
+      ...[...renderers()].filter(([pid]) => !before.has(pid)).map(([, bytes]) => bytes),
+    );
     return { ...result, peak };
   } finally {
     await browser.close();
@@ -79,13 +102,21 @@ for (let round = 0; round < rounds; round++) {
   for (const [i, root] of roots.entries()) {
     const s = await sample(root);
     results[i].push(s);
-    console.error(`${root} round ${round + 1}: peak ${mb(s.peak)} MB, wasm after load ${mb(s.wasm)} MB, load ${s.ms.toFixed(0)} ms`);
+    console.error(
+      `${root} round ${round + 1}: peak ${mb(s.peak)} MB, wasm after load ${mb(s.wasm)} MB, load ${s.ms.toFixed(0)} ms`,
+    );
   }
 }
-console.log(`\n${model}, CPU, stored, 1 thread, ${rounds} rounds interleaved, a fresh Chromium each\n`);
-console.log('| tree | renderer peak RSS (MB), each round | wasm memory after load (MB) | weights (MB) | load ms, each round |');
+console.log(
+  `\n${model}, CPU, stored, 1 thread, ${rounds} rounds interleaved, a fresh Chromium each\n`,
+);
+console.log(
+  '| tree | renderer peak RSS (MB), each round | wasm memory after load (MB) | weights (MB) | load ms, each round |',
+);
 console.log('| --- | --- | --- | --- | --- |');
 for (const [i, root] of roots.entries()) {
   const r = results[i];
-  console.log(`| ${root} | ${r.map((s) => mb(s.peak)).join(', ')} | ${mb(r[0].wasm)} | ${mb(r[0].weights)} | ${r.map((s) => s.ms.toFixed(0)).join(', ')} |`);
+  console.log(
+    `| ${root} | ${r.map((s) => mb(s.peak)).join(', ')} | ${mb(r[0].wasm)} | ${mb(r[0].weights)} | ${r.map((s) => s.ms.toFixed(0)).join(', ')} |`,
+  );
 }

@@ -35,19 +35,32 @@ async function run(page) {
   // frame, which asks the page for 60 frames a second that a visitor's tab would not (107 of a
   // 2 s run's 123 frame requests were the poll's, the page's own 16). Measured both ways on
   // SmolLM2 Q4_1 at 2 threads: no difference beyond the runs' spread (71.2 and 74.6 tok/s).
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
-    null, { timeout: 300_000, polling: 250 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000, polling: 250 },
+  );
   const error = await page.getByTestId('error').textContent();
-  if (await page.getByTestId('status').textContent() === 'error') throw new Error(error);
+  if ((await page.getByTestId('status').textContent()) === 'error') throw new Error(error);
   return page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastReport);
 }
 
 const tabs = [];
 for (const threads of counts) {
   const page = await context.newPage();
-  const query = new URLSearchParams({ model: '/files/model.gguf', backend: 'cpu', quant: 'stored', threads: String(threads), max, prompt, chat: '0' });
+  const query = new URLSearchParams({
+    model: '/files/model.gguf',
+    backend: 'cpu',
+    quant: 'stored',
+    threads: String(threads),
+    max,
+    prompt,
+    chat: '0',
+  });
   await page.goto(`${base}/?${query}`);
-  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 60_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, {
+    timeout: 60_000,
+  });
   const warm = await run(page);
   console.error(`page, ${threads} thread(s): ${warm.summary}`);
   tabs.push({ threads, page, samples: [] });
@@ -57,33 +70,58 @@ for (let i = 0; i < runs; i += 1) {
     await tab.page.bringToFront();
     const report = await run(tab.page);
     tab.samples.push(report.decode_tps);
-    console.error(`page, ${tab.threads} thread(s), run ${i + 1}: ${report.decode_tps.toFixed(1)} tok/s`);
+    console.error(
+      `page, ${tab.threads} thread(s), run ${i + 1}: ${report.decode_tps.toFixed(1)} tok/s`,
+    );
   }
 }
 for (const tab of tabs) await tab.page.close();
 
 const harness = await context.newPage();
 harness.on('console', (m) => m.type() === 'log' && console.error(m.text()));
-await harness.goto(`${base}/bench/peers.html?${new URLSearchParams({
-  runs: String(runs), max, configs: 'stored:model.gguf', tokenizer: '0', prompt, threads: counts.join(','), wllama: '0',
-})}`);
-await harness.waitForFunction(() => /** @type {any} */ (window).benchResult, null, { timeout: 0, polling: 500 });
+await harness.goto(
+  `${base}/bench/peers.html?${new URLSearchParams({
+    runs: String(runs),
+    max,
+    configs: 'stored:model.gguf',
+    tokenizer: '0',
+    prompt,
+    threads: counts.join(','),
+    wllama: '0',
+  })}`,
+);
+await harness.waitForFunction(() => /** @type {any} */ (window).benchResult, null, {
+  timeout: 0,
+  polling: 500,
+});
 const result = await harness.evaluate(() => /** @type {any} */ (window).benchResult);
 await browser.close();
 server.close();
 if (result.error) throw new Error(result.error);
 
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
-const spread = (xs) => `${median(xs).toFixed(1)} [${Math.min(...xs).toFixed(1)}-${Math.max(...xs).toFixed(1)}]`;
-console.log(`\n${result.userAgent}\n${model}, prompt "${prompt}", ${max} tokens, greedy, ${runs} runs each after one untimed run, interleaved\n`);
-console.log('| threads | the page: decode tok/s median [min-max] | the harness\'s worker alone | page / harness |');
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor((s.length - 1) / 2)];
+};
+const spread = (xs) =>
+  `${median(xs).toFixed(1)} [${Math.min(...xs).toFixed(1)}-${Math.max(...xs).toFixed(1)}]`;
+console.log(
+  `\n${result.userAgent}\n${model}, prompt "${prompt}", ${max} tokens, greedy, ${runs} runs each after one untimed run, interleaved\n`,
+);
+console.log(
+  "| threads | the page: decode tok/s median [min-max] | the harness's worker alone | page / harness |",
+);
 console.log('| --- | --- | --- | --- |');
 for (const [k, tab] of tabs.entries()) {
   const alone = result.rows[k].samples.map((s) => s.own_tps);
-  console.log(`| ${tab.threads} | ${spread(tab.samples)} | ${spread(alone)} | ${(median(tab.samples) / median(alone)).toFixed(2)}x |`);
+  console.log(
+    `| ${tab.threads} | ${spread(tab.samples)} | ${spread(alone)} | ${(median(tab.samples) / median(alone)).toFixed(2)}x |`,
+  );
 }
 for (const tab of tabs.slice(1)) {
   const alone = (k) => median(result.rows[k].samples.map((s) => s.own_tps));
   const k = tabs.indexOf(tab);
-  console.log(`${tab.threads} threads / ${tabs[0].threads}: the page ${(median(tab.samples) / median(tabs[0].samples)).toFixed(2)}x, the harness ${(alone(k) / alone(0)).toFixed(2)}x`);
+  console.log(
+    `${tab.threads} threads / ${tabs[0].threads}: the page ${(median(tab.samples) / median(tabs[0].samples)).toFixed(2)}x, the harness ${(alone(k) / alone(0)).toFixed(2)}x`,
+  );
 }

@@ -21,9 +21,16 @@ const speculates = (params.get('speculate') || 'off').split(',');
 const withWllama = params.get('wllama') !== '0';
 const chat = params.get('chat') === '1';
 const configs = (params.get('configs') || 'f32:model-f32.gguf,q8:model-q8_0.gguf')
-  .split(',').map((c) => { const [quant, gguf] = c.split(':'); return { quant, gguf }; });
+  .split(',')
+  .map((c) => {
+    const [quant, gguf] = c.split(':');
+    return { quant, gguf };
+  });
 const logEl = document.getElementById('log');
-const log = (line) => { logEl.textContent += line + '\n'; console.log(line); };
+const log = (line) => {
+  logEl.textContent += line + '\n';
+  console.log(line);
+};
 
 /** tok/s after the first token over the span from the first to the last, from arrival times (ms). */
 function decodeTps(times) {
@@ -48,11 +55,18 @@ function once(worker, wanted) {
 
 async function tokenometer(quant, threads, choice = 'off') {
   const [speculate, draftMax] = choice.split('/');
-  const worker = new Worker(`/worker.js?build=${threads > 1 ? 'threads' : 'relaxed'}`, { type: 'module' });
+  const worker = new Worker(`/worker.js?build=${threads > 1 ? 'threads' : 'relaxed'}`, {
+    type: 'module',
+  });
   await once(worker, 'ready');
   worker.postMessage({
-    type: 'load', name: 'model', model: { url: '/files/model.bin' },
-    tokenizer: ownTokenizer ? { url: '/files/tokenizer.bin' } : null, backend: 'cpu', quant, threads,
+    type: 'load',
+    name: 'model',
+    model: { url: '/files/model.bin' },
+    tokenizer: ownTokenizer ? { url: '/files/tokenizer.bin' } : null,
+    backend: 'cpu',
+    quant,
+    threads,
   });
   const loaded = await once(worker, 'loaded');
   await once(worker, 'warmed');
@@ -74,12 +88,33 @@ async function tokenometer(quant, threads, choice = 'off') {
         for (const e of data.events) if (e.event === 'token') times.push(e.t_ms);
       };
       worker.addEventListener('message', listener);
-      worker.postMessage({ type: 'run', prompt, options: { max_tokens: maxTokens, temperature: 0, chat, speculate, ...(draftMax ? { draft_max: parseInt(draftMax, 10), draft_fixed: draftMax.endsWith('!') } : {}) } });
+      worker.postMessage({
+        type: 'run',
+        prompt,
+        options: {
+          max_tokens: maxTokens,
+          temperature: 0,
+          chat,
+          speculate,
+          ...(draftMax
+            ? { draft_max: parseInt(draftMax, 10), draft_fixed: draftMax.endsWith('!') }
+            : {}),
+        },
+      });
       const { report } = await once(worker, 'finished');
       worker.removeEventListener('message', listener);
-      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: report.decode_tps, ttft_ms: report.ttft_ms, prefill_tps: report.prefill_tps ?? null, acceptance: report.speculation?.acceptance_rate ?? null };
+      return {
+        tokens: times.length,
+        decode_tps: decodeTps(times),
+        own_tps: report.decode_tps,
+        ttft_ms: report.ttft_ms,
+        prefill_tps: report.prefill_tps ?? null,
+        acceptance: report.speculation?.acceptance_rate ?? null,
+      };
     },
-    close() { worker.terminate(); },
+    close() {
+      worker.terminate();
+    },
   };
 }
 
@@ -91,7 +126,8 @@ async function wllama(quant, gguf, threads) {
   // 1.3 GB file (Llama-3.2-1B's shape in Q8_0: QuotaExceededError).
   const blob = await (await fetch(`/files/${gguf}`)).blob();
   await engine.loadModel([blob], { n_threads: threads, n_ctx: 2048 });
-  if (engine.getNumThreads() !== threads) throw new Error(`wllama runs ${engine.getNumThreads()} threads, not ${threads}`);
+  if (engine.getNumThreads() !== threads)
+    throw new Error(`wllama runs ${engine.getNumThreads()} threads, not ${threads}`);
   return {
     name: `wllama ${quant} ${threads}t`,
     adapter: `llama.cpp ${Wllama.getLibllamaVersion?.() ?? ''} wasm, ${threads} thread${threads > 1 ? 's' : ''}`,
@@ -100,18 +136,33 @@ async function wllama(quant, gguf, threads) {
       const start = performance.now();
       let timings = null;
       const stream = await engine.createCompletion({
-        prompt, max_tokens: maxTokens, temp: 0, temperature: 0, ignore_eos: true, stream: true,
+        prompt,
+        max_tokens: maxTokens,
+        temp: 0,
+        temperature: 0,
+        ignore_eos: true,
+        stream: true,
         // Every run reads its whole prompt, as ours does: with its prompt cache the runs after
         // the first read one token of it (prompt_n 1, a prefill figure of ~10 tok/s).
         cache_prompt: false,
       });
       for await (const chunk of stream) {
-        if (chunk.choices?.[0]?.text !== undefined && chunk.choices[0].text !== '') times.push(performance.now() - start);
+        if (chunk.choices?.[0]?.text !== undefined && chunk.choices[0].text !== '')
+          times.push(performance.now() - start);
         if (chunk.timings) timings = chunk.timings;
       }
-      return { tokens: times.length, decode_tps: decodeTps(times), own_tps: timings?.predicted_per_second ?? null, ttft_ms: times[0] ?? null, prefill_tps: timings?.prompt_per_second ?? null, prompt_n: timings?.prompt_n ?? null };
+      return {
+        tokens: times.length,
+        decode_tps: decodeTps(times),
+        own_tps: timings?.predicted_per_second ?? null,
+        ttft_ms: times[0] ?? null,
+        prefill_tps: timings?.prompt_per_second ?? null,
+        prompt_n: timings?.prompt_n ?? null,
+      };
     },
-    close() { return engine.exit(); },
+    close() {
+      return engine.exit();
+    },
   };
 }
 
@@ -130,12 +181,21 @@ async function main() {
       for (const [k, e] of engines.entries()) {
         const r = await e.run();
         samples[k].push(r);
-        log(`${e.name} run ${i + 1}: ${r.tokens} tokens, decode ${r.decode_tps?.toFixed(1)} tok/s (engine's own figure ${r.own_tps?.toFixed(1)}), TTFT ${r.ttft_ms?.toFixed(0)} ms, prefill ${r.prefill_tps?.toFixed(1)} tok/s (engine's own${r.prompt_n != null ? `, over ${r.prompt_n} prompt tokens` : ''})`);
+        log(
+          `${e.name} run ${i + 1}: ${r.tokens} tokens, decode ${r.decode_tps?.toFixed(1)} tok/s (engine's own figure ${r.own_tps?.toFixed(1)}), TTFT ${r.ttft_ms?.toFixed(0)} ms, prefill ${r.prefill_tps?.toFixed(1)} tok/s (engine's own${r.prompt_n != null ? `, over ${r.prompt_n} prompt tokens` : ''})`,
+        );
       }
     }
     for (const [k, e] of engines.entries()) {
       const perThreads = speculates.length + (withWllama ? 1 : 0);
-      rows.push({ engine: e.name, quant, threads: threadCounts[Math.floor(k / perThreads)], adapter: e.adapter, memory: e.memory ?? '', samples: samples[k] });
+      rows.push({
+        engine: e.name,
+        quant,
+        threads: threadCounts[Math.floor(k / perThreads)],
+        adapter: e.adapter,
+        memory: e.memory ?? '',
+        samples: samples[k],
+      });
       await e.close();
     }
   }
@@ -143,4 +203,7 @@ async function main() {
   log('done');
 }
 
-main().catch((e) => { window.benchResult = { error: e.message ?? String(e) }; log(`error: ${e.stack ?? e}`); });
+main().catch((e) => {
+  window.benchResult = { error: e.message ?? String(e) };
+  log(`error: ${e.stack ?? e}`);
+});

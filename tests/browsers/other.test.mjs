@@ -18,18 +18,29 @@ import { startSession } from './webdriver.mjs';
 const site = resolve(root, 'target/e2e/site');
 const files = mkdtempSync(join(tmpdir(), 'tokenometer-browsers-'));
 const FIREFOX = process.env.FIREFOX || '/usr/bin/firefox-esr';
-const MINIBROWSER = process.env.MINIBROWSER || '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser';
+const MINIBROWSER =
+  process.env.MINIBROWSER || '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser';
 let host;
 let url;
 const facts = {};
 
 before(async () => {
-  assert.ok(existsSync(resolve(site, 'index.html')), `${site} is missing: make test-browsers writes it`);
+  assert.ok(
+    existsSync(resolve(site, 'index.html')),
+    `${site} is missing: make test-browsers writes it`,
+  );
   mkdirSync(join(files, 'course'));
   symlinkSync(site, join(files, 'course', 'tokenometer'));
-  host = spawn('python3', [resolve(root, 'tests/e2e/static_host.py'), files, '--exit-after', '900'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  host = spawn(
+    'python3',
+    [resolve(root, 'tests/e2e/static_host.py'), files, '--exit-after', '900'],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   const port = await new Promise((ok, fail) => {
-    host.stdout.on('data', (d) => { const m = String(d).match(/serving (\d+)/); if (m) ok(m[1]); });
+    host.stdout.on('data', (d) => {
+      const m = String(d).match(/serving (\d+)/);
+      if (m) ok(m[1]);
+    });
     host.on('exit', (code) => fail(new Error(`static host exited ${code}`)));
   });
   url = `http://127.0.0.1:${port}/course/tokenometer/`;
@@ -67,26 +78,50 @@ async function checkPage(name, b) {
     const lengths = [];
     const end = Date.now() + 180_000;
     for (;;) {
-      const now = await b.run('const s = document.querySelector("[data-testid=status]"); const o = document.querySelector("#run-view [data-testid=output]"); return s && o ? [s.textContent, o.textContent.length] : ["", 0]').catch(() => ['', 0]);
+      const now = await b
+        .run(
+          'const s = document.querySelector("[data-testid=status]"); const o = document.querySelector("#run-view [data-testid=output]"); return s && o ? [s.textContent, o.textContent.length] : ["", 0]',
+        )
+        .catch(() => ['', 0]);
       if (now[0] === 'done' || now[0] === 'error') break;
       if (now[0] === 'running' && lengths.at(-1) !== now[1]) lengths.push(now[1]);
       assert.ok(Date.now() < end, `${name}: ${query} did not end in 3 minutes (status ${now[0]})`);
       await sleep(20);
     }
-    const [conditions, output, error, threadsNote] = await b.run('return [document.querySelector("#run-view [data-testid=conditions]").textContent, document.querySelector("#run-view [data-testid=output]").textContent, document.querySelector("[data-testid=error]").textContent, document.querySelector("[data-testid=threads-note]").textContent]');
+    const [conditions, output, error, threadsNote] = await b.run(
+      'return [document.querySelector("#run-view [data-testid=conditions]").textContent, document.querySelector("#run-view [data-testid=output]").textContent, document.querySelector("[data-testid=error]").textContent, document.querySelector("[data-testid=threads-note]").textContent]',
+    );
     assert.equal(error, '', `${name}: ${query}: ${error}`);
     return { conditions, output, threadsNote, lengths };
   };
   const stories = await runOf('model=stories260K&backend=cpu&quant=f32&max=40&threads=2');
-  assert.match(stories.output, /^Once upon a time, there was a little girl named Lily\./, `${name}: ${stories.output}`);
-  const smollm2 = await runOf(`backend=cpu&chat=0&max=32&prompt=${encodeURIComponent('Once upon a time')}&threads=2`);
-  assert.match(smollm2.conditions, /smollm2-135m/, `${name}: the page opens on SmolLM2 (from the site's parts)`);
+  assert.match(
+    stories.output,
+    /^Once upon a time, there was a little girl named Lily\./,
+    `${name}: ${stories.output}`,
+  );
+  const smollm2 = await runOf(
+    `backend=cpu&chat=0&max=32&prompt=${encodeURIComponent('Once upon a time')}&threads=2`,
+  );
+  assert.match(
+    smollm2.conditions,
+    /smollm2-135m/,
+    `${name}: the page opens on SmolLM2 (from the site's parts)`,
+  );
   assert.match(smollm2.output, /^Once upon a time./);
-  assert.ok(smollm2.lengths.length >= 3, `${name}: the text streamed (lengths seen while running: ${smollm2.lengths.join(' ')})`);
+  assert.ok(
+    smollm2.lengths.length >= 3,
+    `${name}: the text streamed (lengths seen while running: ${smollm2.lengths.join(' ')})`,
+  );
   // What differs is said: the build in the conditions, and why one thread where it is one.
   for (const run of [stories, smollm2]) {
-    assert.match(run.conditions, /\[CPU \(SIMD128(\+relaxed)?\)(, 2 threads)?\]/, `${name}: ${run.conditions}`);
-    if (!run.conditions.includes('2 threads]')) assert.match(run.threadsNote, /^one thread here: /, `${name}: one thread, and why`);
+    assert.match(
+      run.conditions,
+      /\[CPU \(SIMD128(\+relaxed)?\)(, 2 threads)?\]/,
+      `${name}: ${run.conditions}`,
+    );
+    if (!run.conditions.includes('2 threads]'))
+      assert.match(run.threadsNote, /^one thread here: /, `${name}: one thread, and why`);
   }
   const auto = await runOf('model=stories260K&backend=auto&max=20');
   // Gemma 3 270M (253 MB in 11 parts, where make test-browsers put it in the site): kept in the
@@ -97,7 +132,11 @@ async function checkPage(name, b) {
     assert.match(first.conditions, /gemma3-270m/);
     const again = await runOf(gemma);
     const download = await b.run('return document.querySelector("#download-text").textContent');
-    assert.match(download, /253\.1 MB of 253\.1 MB \(100%\), from cache/, `${name}: the second visit reads Gemma from the browser's storage`);
+    assert.match(
+      download,
+      /253\.1 MB of 253\.1 MB \(100%\), from cache/,
+      `${name}: the second visit reads Gemma from the browser's storage`,
+    );
     assert.equal(again.output, first.output);
     seen.gemma_from_cache = download;
   }
@@ -105,39 +144,69 @@ async function checkPage(name, b) {
     build: smollm2.conditions.match(/\[CPU \(([^)]*)\)/)?.[1],
     threads: smollm2.conditions.includes('2 threads]') ? 2 : 1,
     one_thread_why: smollm2.threadsNote,
-    stories260K: stories.conditions, smollm2: smollm2.conditions, smollm2_text: smollm2.output,
-    streamed_lengths: smollm2.lengths, auto: auto.conditions,
+    stories260K: stories.conditions,
+    smollm2: smollm2.conditions,
+    smollm2_text: smollm2.output,
+    streamed_lengths: smollm2.lengths,
+    auto: auto.conditions,
   });
   return seen;
 }
 
-test('Firefox ESR (WebDriver BiDi): the site on a static host, isolated by its service worker, stories260K and SmolLM2 on the CPU, streaming', { skip: !existsSync(FIREFOX) && `${FIREFOX} is missing (apt install firefox-esr)` }, async () => {
-  const browser = await puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true });
-  try {
-    const page = await browser.newPage();
-    const errors = [];
-    page.on('pageerror', (e) => errors.push(e.message));
-    const seen = await checkPage('Firefox', {
-      goto: (to) => page.goto(to),
-      run: (body) => page.evaluate(`(() => { ${body} })()`),
+test(
+  'Firefox ESR (WebDriver BiDi): the site on a static host, isolated by its service worker, stories260K and SmolLM2 on the CPU, streaming',
+  { skip: !existsSync(FIREFOX) && `${FIREFOX} is missing (apt install firefox-esr)` },
+  async () => {
+    const browser = await puppeteer.launch({
+      browser: 'firefox',
+      executablePath: FIREFOX,
+      headless: true,
     });
-    seen.version = await browser.version();
-    facts.firefox = seen;
-    assert.equal(seen.isolated, true, 'Firefox: the service worker made the page cross-origin isolated');
-    assert.deepEqual(errors, []);
-  } finally {
-    await browser.close();
-  }
-});
+    try {
+      const page = await browser.newPage();
+      const errors = [];
+      page.on('pageerror', (e) => errors.push(e.message));
+      const seen = await checkPage('Firefox', {
+        goto: (to) => page.goto(to),
+        run: (body) => page.evaluate(`(() => { ${body} })()`),
+      });
+      seen.version = await browser.version();
+      facts.firefox = seen;
+      assert.equal(
+        seen.isolated,
+        true,
+        'Firefox: the service worker made the page cross-origin isolated',
+      );
+      assert.deepEqual(errors, []);
+    } finally {
+      await browser.close();
+    }
+  },
+);
 
-test('WebKitGTK MiniBrowser (WebKitWebDriver): the site on a static host, isolated by its service worker, stories260K and SmolLM2 on the CPU, streaming', { skip: (!existsSync(MINIBROWSER) || !process.env.DISPLAY) && 'needs WebKitGTK (apt install webkit2gtk-driver) and a display (make test-browsers runs it under xvfb-run)' }, async () => {
-  const session = await startSession('WebKitWebDriver', { browserName: 'MiniBrowser', 'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] } });
-  try {
-    const seen = await checkPage('WebKitGTK', session);
-    seen.version = `WebKitGTK ${session.version}`;
-    facts.webkitgtk = seen;
-    assert.equal(seen.isolated, true, 'WebKitGTK: the service worker made the page cross-origin isolated');
-  } finally {
-    await session.close();
-  }
-});
+test(
+  'WebKitGTK MiniBrowser (WebKitWebDriver): the site on a static host, isolated by its service worker, stories260K and SmolLM2 on the CPU, streaming',
+  {
+    skip:
+      (!existsSync(MINIBROWSER) || !process.env.DISPLAY) &&
+      'needs WebKitGTK (apt install webkit2gtk-driver) and a display (make test-browsers runs it under xvfb-run)',
+  },
+  async () => {
+    const session = await startSession('WebKitWebDriver', {
+      browserName: 'MiniBrowser',
+      'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] },
+    });
+    try {
+      const seen = await checkPage('WebKitGTK', session);
+      seen.version = `WebKitGTK ${session.version}`;
+      facts.webkitgtk = seen;
+      assert.equal(
+        seen.isolated,
+        true,
+        'WebKitGTK: the service worker made the page cross-origin isolated',
+      );
+    } finally {
+      await session.close();
+    }
+  },
+);

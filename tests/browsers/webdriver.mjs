@@ -5,12 +5,15 @@ import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 
 /** A free port on 127.0.0.1. */
-const freePort = () => new Promise((ok, fail) => {
-  const probe = createServer().listen(0, '127.0.0.1', () => {
-    const { port } = /** @type {import('node:net').AddressInfo} */ (probe.address());
-    probe.close(() => ok(port));
-  }).on('error', fail);
-});
+const freePort = () =>
+  new Promise((ok, fail) => {
+    const probe = createServer()
+      .listen(0, '127.0.0.1', () => {
+        const { port } = /** @type {import('node:net').AddressInfo} */ (probe.address());
+        probe.close(() => ok(port));
+      })
+      .on('error', fail);
+  });
 
 /**
  * Start `driver` (a WebDriver server's binary) on a free port on 127.0.0.1 and open a session
@@ -20,17 +23,29 @@ const freePort = () => new Promise((ok, fail) => {
  */
 export async function startSession(driver, capabilities) {
   const port = await freePort();
-  const server = spawn(driver, [`--host=127.0.0.1`, `--port=${port}`], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const server = spawn(driver, [`--host=127.0.0.1`, `--port=${port}`], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   const base = `http://127.0.0.1:${port}`;
   /** @param {string} method @param {string} path @param {object} [body] */
   const call = async (method, path, body) => {
-    const response = await fetch(`${base}${path}`, { method, headers: { 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) });
+    const response = await fetch(`${base}${path}`, {
+      method,
+      headers: { 'Content-Type': 'application/json' },
+      body: body && JSON.stringify(body),
+    });
     const answer = await response.json();
-    if (!response.ok) throw new Error(`${driver} ${method} ${path}: ${answer.value?.error}: ${answer.value?.message}`);
+    if (!response.ok)
+      throw new Error(
+        `${driver} ${method} ${path}: ${answer.value?.error}: ${answer.value?.message}`,
+      );
     return answer.value;
   };
   for (let tries = 0; ; tries += 1) {
-    const up = await fetch(`${base}/status`).then((r) => r.ok, () => false);
+    const up = await fetch(`${base}/status`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (up) break;
     if (tries > 100) throw new Error(`${driver} did not listen on ${base}`);
     await new Promise((ok) => setTimeout(ok, 100));

@@ -22,11 +22,17 @@ async function runAgainst(script, query = '') {
   try {
     const url = `${site.base}/?endpoint=${encodeURIComponent(hostile.url)}&prompt=hi&max=8&chat=0&autorun=1${query}`;
     const { page, errors } = await openPage(site.browser, url);
-    await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+    await page.waitForFunction(
+      () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+      null,
+      { timeout: 120_000 },
+    );
     // From the page's first request for an answer (its engine compiles before).
     const seconds = hostile.first.at ? (Date.now() - hostile.first.at) / 1000 : 0;
     const status = await page.getByTestId('status').textContent();
-    const error = await page.getByTestId('error').isHidden() ? '' : await page.getByTestId('error').textContent();
+    const error = (await page.getByTestId('error').isHidden())
+      ? ''
+      : await page.getByTestId('error').textContent();
     const output = await page.locator('#run-view').getByTestId('output').textContent();
     assert.deepEqual(errors, []);
     await page.close();
@@ -37,30 +43,49 @@ async function runAgainst(script, query = '') {
 }
 
 test('an error body that never ends, sent as fast as it is read, is cut at 64 KiB, not at the timeout', async () => {
-  const run = await runAgainst({ status: 500, pieces: [[0, 'y'.repeat(16 << 10)]], endless: true }, '&endpoint_timeout=60');
+  const run = await runAgainst(
+    { status: 500, pieces: [[0, 'y'.repeat(16 << 10)]], endless: true },
+    '&endpoint_timeout=60',
+  );
   assert.equal(run.status, 'error');
   assert.match(run.error, /failed on the server's side \(500: yyyy/);
   assert.ok(run.seconds < 10, `${run.seconds} s: the cap, not the 60 s timeout, ended the reading`);
 });
 
-test('an error body that never ends, sent slowly, is read within the endpoint\'s timeout', async () => {
-  const slow = Array.from({ length: 400 }, () => /** @type {[number, string]} */ ([50, 'x'.repeat(1000)]));
+test("an error body that never ends, sent slowly, is read within the endpoint's timeout", async () => {
+  const slow = Array.from(
+    { length: 400 },
+    () => /** @type {[number, string]} */ ([50, 'x'.repeat(1000)]),
+  );
   const run = await runAgainst({ status: 500, pieces: slow }, '&endpoint_timeout=1');
   assert.equal(run.status, 'error');
   assert.match(run.error, /failed on the server's side \(500: x+/);
   assert.ok(run.seconds < 5, `${run.seconds} s`);
 });
 
-test('a 400 that names no counting field is the request\'s failure, not a reason to send it again', async () => {
-  const run = await runAgainst({ status: 400, pieces: [[0, JSON.stringify({ error: { message: 'model is loading' } })]] });
+test("a 400 that names no counting field is the request's failure, not a reason to send it again", async () => {
+  const run = await runAgainst({
+    status: 400,
+    pieces: [[0, JSON.stringify({ error: { message: 'model is loading' } })]],
+  });
   assert.equal(run.status, 'error');
   assert.match(run.error, /answered \(400: model is loading\)/);
   assert.equal(run.posts.length, 1, 'sent once');
 });
 
 test('a 400 that names a counting field is asked once more without them, and the run completes', async () => {
-  const finished = sse(JSON.stringify({ choices: [{ delta: { content: ' there' }, finish_reason: 'stop' }] }));
-  const run = await runAgainst({ status: 200, strict: true, pieces: [[0, content('hello')], [0, finished], [0, 'data: [DONE]\r\n\r\n']] });
+  const finished = sse(
+    JSON.stringify({ choices: [{ delta: { content: ' there' }, finish_reason: 'stop' }] }),
+  );
+  const run = await runAgainst({
+    status: 200,
+    strict: true,
+    pieces: [
+      [0, content('hello')],
+      [0, finished],
+      [0, 'data: [DONE]\r\n\r\n'],
+    ],
+  });
   assert.equal(run.status, 'done', run.error);
   assert.equal(run.posts.length, 2);
   assert.match(run.posts[0], /timings_per_token/);
@@ -69,10 +94,15 @@ test('a 400 that names a counting field is asked once more without them, and the
 });
 
 test('a 200 that is not an event stream is said as such, never a run of 0 tokens', async () => {
-  const whole = JSON.stringify({ choices: [{ message: { content: 'hello' }, finish_reason: 'stop' }] });
+  const whole = JSON.stringify({
+    choices: [{ message: { content: 'hello' }, finish_reason: 'stop' }],
+  });
   const run = await runAgainst({ status: 200, ctype: 'application/json', pieces: [[0, whole]] });
   assert.equal(run.status, 'error');
-  assert.match(run.error, /answered 200 with application\/json where an event stream was asked for \(it began "\{\\"choices/);
+  assert.match(
+    run.error,
+    /answered 200 with application\/json where an event stream was asked for \(it began "\{\\"choices/,
+  );
 });
 
 test('a stream closed without a finish reason or [DONE] was cut off, and says so', async () => {
@@ -81,16 +111,25 @@ test('a stream closed without a finish reason or [DONE] was cut off, and says so
   assert.match(run.error, /closed without a finish reason or \[DONE\]: the answer was cut off/);
 });
 
-test('a stream of keep-alive comments alone has stalled after the endpoint\'s timeout', async () => {
+test("a stream of keep-alive comments alone has stalled after the endpoint's timeout", async () => {
   const pings = [[0, content('a')], ...Array.from({ length: 60 }, () => [200, ': ping\n\n'])];
-  const run = await runAgainst({ status: 200, pieces: /** @type {[number, string][]} */ (pings) }, '&endpoint_timeout=1');
+  const run = await runAgainst(
+    { status: 200, pieces: /** @type {[number, string][]} */ (pings) },
+    '&endpoint_timeout=1',
+  );
   assert.equal(run.status, 'error');
-  assert.match(run.error, /stalled: nothing but keep-alive comments for 1 s \(the page's endpoint_timeout\)/);
+  assert.match(
+    run.error,
+    /stalled: nothing but keep-alive comments for 1 s \(the page's endpoint_timeout\)/,
+  );
   assert.ok(run.seconds < 5, `${run.seconds} s`);
 });
 
-test('a stream that goes on past the request\'s time is ended there, and says so', async () => {
-  const slow = Array.from({ length: 100 }, () => /** @type {[number, string]} */ ([100, content('a')]));
+test("a stream that goes on past the request's time is ended there, and says so", async () => {
+  const slow = Array.from(
+    { length: 100 },
+    () => /** @type {[number, string]} */ ([100, content('a')]),
+  );
   const run = await runAgainst({ status: 200, pieces: slow }, '&request_timeout=1&max=1000');
   assert.equal(run.status, 'error');
   assert.match(run.error, /did not finish the request within 1 s \(the page's request_timeout\)/);
@@ -98,7 +137,10 @@ test('a stream that goes on past the request\'s time is ended there, and says so
 });
 
 test('a limit that is not a number of seconds is refused in words', async () => {
-  const run = await runAgainst({ status: 200, pieces: [[0, content('a')]] }, '&endpoint_timeout=soon');
+  const run = await runAgainst(
+    { status: 200, pieces: [[0, content('a')]] },
+    '&endpoint_timeout=soon',
+  );
   assert.equal(run.status, 'error');
   assert.match(run.error, /endpoint_timeout=soon is not a number of seconds from above 0 to 86400/);
   assert.equal(run.posts.length, 0);

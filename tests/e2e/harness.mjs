@@ -52,9 +52,16 @@ export function pageSite({ webgpu = true } = {}) {
 export function launchBrowser({ webgpu = true } = {}) {
   return chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-    args: ['--no-sandbox', ...(webgpu ? ['--enable-unsafe-webgpu'] : []), '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--disable-dev-shm-usage'],
+    args: [
+      '--no-sandbox',
+      ...(webgpu ? ['--enable-unsafe-webgpu'] : []),
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--disable-dev-shm-usage',
+    ],
   });
 }
 
@@ -102,7 +109,15 @@ export function stopAtFirstToken(page, how) {
  * @param {import('playwright-core').Page} page
  */
 export async function finishedReport(page) {
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
-  assert.equal(await page.getByTestId('error').isHidden(), true, await page.getByTestId('error').textContent());
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
+  assert.equal(
+    await page.getByTestId('error').isHidden(),
+    true,
+    await page.getByTestId('error').textContent(),
+  );
   return page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastReport);
 }

@@ -14,7 +14,8 @@ import { createServer } from 'node:http';
 /** `data: {json}` and the blank line that ends an event. */
 export const sse = (/** @type {string} */ json) => `data: ${json}\r\n\r\n`;
 /** A chunk of `text` alone, no counts. */
-export const content = (/** @type {string} */ text) => sse(JSON.stringify({ choices: [{ delta: { content: text } }] }));
+export const content = (/** @type {string} */ text) =>
+  sse(JSON.stringify({ choices: [{ delta: { content: text } }] }));
 
 /**
  * Serve `script` on a free port of 127.0.0.1: `{ url, posts, first, close }` (`url` is the API's
@@ -37,24 +38,40 @@ export async function startHostile(script) {
       return;
     }
     if (request.method === 'GET' && request.url?.startsWith('/v1/models')) {
-      response.writeHead(200, { ...cors, 'content-type': 'application/json', server: 'scripted/1' });
+      response.writeHead(200, {
+        ...cors,
+        'content-type': 'application/json',
+        server: 'scripted/1',
+      });
       response.end(JSON.stringify({ object: 'list', data: [{ id: 'scripted', object: 'model' }] }));
       return;
     }
     let body = '';
-    request.on('data', (chunk) => { body += chunk; });
+    request.on('data', (chunk) => {
+      body += chunk;
+    });
     request.on('end', async () => {
       posts.push(body);
       first.at ||= Date.now();
       if (script.strict && body.includes('timings_per_token')) {
         response.writeHead(400, { ...cors, 'content-type': 'application/json' });
-        response.end(JSON.stringify({ error: { message: 'Unrecognized request argument supplied: timings_per_token', type: 'invalid_request_error' } }));
+        response.end(
+          JSON.stringify({
+            error: {
+              message: 'Unrecognized request argument supplied: timings_per_token',
+              type: 'invalid_request_error',
+            },
+          }),
+        );
         return;
       }
-      const ctype = script.ctype ?? (script.status === 200 ? 'text/event-stream' : 'application/json');
+      const ctype =
+        script.ctype ?? (script.status === 200 ? 'text/event-stream' : 'application/json');
       response.writeHead(script.status, { ...cors, 'content-type': ctype, server: 'scripted/1' });
       let open = true;
-      response.on('close', () => { open = false; });
+      response.on('close', () => {
+        open = false;
+      });
       for (const [pause, piece] of script.pieces) {
         if (pause) await new Promise((resolve) => setTimeout(resolve, pause));
         if (!open) return;

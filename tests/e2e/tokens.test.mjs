@@ -13,38 +13,84 @@ import { openPage, pageSite, root } from './harness.mjs';
 const site = pageSite();
 const binary = resolve(root, 'target/debug/tokenometer');
 
-test('Show tokens draws each token with its id and the engine\'s own probability, equal to score\'s', async () => {
+test("Show tokens draws each token with its id and the engine's own probability, equal to score's", async () => {
   assert.ok(existsSync(binary), `${binary} is missing: cargo test (or cargo build) makes it`);
-  const { page, errors } = await openPage(site.browser, `${site.base}/?model=stories260K&prompt=Once%20upon%20a%20time&max=30&backend=cpu&quant=f32`);
+  const { page, errors } = await openPage(
+    site.browser,
+    `${site.base}/?model=stories260K&prompt=Once%20upon%20a%20time&max=30&backend=cpu&quant=f32`,
+  );
   const view = page.locator('#run-view');
   await view.getByTestId('show-tokens').check();
   await page.getByTestId('run').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === 'done', null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=status]').textContent === 'done',
+    null,
+    { timeout: 120_000 },
+  );
   const drawn = await page.evaluate(() => {
-    const tokens = (/** @type {string} */ where) => [...document.querySelectorAll(`#run-view ${where} [data-token-id]`)].map((el) => {
-      const node = /** @type {HTMLElement} */ (el);
-      return { id: Number(node.dataset.tokenId), logprob: node.dataset.logprob === undefined ? null : Number(node.dataset.logprob), rank: Number(node.dataset.rank), label: node.getAttribute('aria-label'), text: node.textContent };
-    });
-    return { prompt: tokens('.prompt-tokens'), output: tokens('.output-tokens'), counts: document.querySelector('#run-view [data-testid=token-counts]').textContent };
+    const tokens = (/** @type {string} */ where) =>
+      [...document.querySelectorAll(`#run-view ${where} [data-token-id]`)].map((el) => {
+        const node = /** @type {HTMLElement} */ (el);
+        return {
+          id: Number(node.dataset.tokenId),
+          logprob: node.dataset.logprob === undefined ? null : Number(node.dataset.logprob),
+          rank: Number(node.dataset.rank),
+          label: node.getAttribute('aria-label'),
+          text: node.textContent,
+        };
+      });
+    return {
+      prompt: tokens('.prompt-tokens'),
+      output: tokens('.output-tokens'),
+      counts: document.querySelector('#run-view [data-testid=token-counts]').textContent,
+    };
   });
   // stories260K's prompt: BOS and 4 tokens; 30 generated.
   assert.equal(drawn.prompt.length, 5, JSON.stringify(drawn.prompt));
   assert.equal(drawn.output.length, 30);
   const output = await view.getByTestId('output').textContent();
   assert.ok(output.startsWith('Once upon a time, there was a little girl named Lily.'), output);
-  assert.equal(drawn.output.map((t) => t.text).join(''), output.slice('Once upon a time'.length), 'the tokens spell the text');
+  assert.equal(
+    drawn.output.map((t) => t.text).join(''),
+    output.slice('Once upon a time'.length),
+    'the tokens spell the text',
+  );
   // Greedy: every token is the likeliest (rank 1), and its label lists 5 alternatives.
   for (const t of drawn.output) {
     assert.equal(t.rank, 1, t.label);
-    assert.match(t.label, /^Output token \d+: id \d+, ".*", probability [\d.e+-]+% \(rank 1\); likeliest: (".*" [\d.e+-]+%(, )?){5}$/, t.label);
+    assert.match(
+      t.label,
+      /^Output token \d+: id \d+, ".*", probability [\d.e+-]+% \(rank 1\); likeliest: (".*" [\d.e+-]+%(, )?){5}$/,
+      t.label,
+    );
   }
-  assert.match(drawn.counts, /^Prompt 5 tokens; output 30 tokens: [\d.]+ characters a token, [\d.]+ tokens a word \(the rule of thumb for English: about 4 characters a token, 1\.3 tokens a word\)\.$/);
+  assert.match(
+    drawn.counts,
+    /^Prompt 5 tokens; output 30 tokens: [\d.]+ characters a token, [\d.]+ tokens a word \(the rule of thumb for English: about 4 characters a token, 1\.3 tokens a word\)\.$/,
+  );
   // The same ids scored natively, teacher-forced in one pass: the same log probabilities (the
   // page's wasm SIMD kernels against the native ones; measured 2026-11-29: within 2e-6).
-  const scored = execFileSync(binary, ['score', '--model', resolve(root, 'models/stories260K/stories260K.bin'),
-    '--tokenizer', resolve(root, 'models/stories260K/tok512.bin'), '--threads', '1', '--json',
-    '--prompt-ids', drawn.prompt.map((t) => t.id).join(','), '--ids', drawn.output.map((t) => t.id).join(',')], { encoding: 'utf8' })
-    .trim().split('\n').map((line) => JSON.parse(line));
+  const scored = execFileSync(
+    binary,
+    [
+      'score',
+      '--model',
+      resolve(root, 'models/stories260K/stories260K.bin'),
+      '--tokenizer',
+      resolve(root, 'models/stories260K/tok512.bin'),
+      '--threads',
+      '1',
+      '--json',
+      '--prompt-ids',
+      drawn.prompt.map((t) => t.id).join(','),
+      '--ids',
+      drawn.output.map((t) => t.id).join(','),
+    ],
+    { encoding: 'utf8' },
+  )
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line));
   assert.equal(scored.length, 30);
   let worst = 0;
   for (const [i, s] of scored.entries()) {
