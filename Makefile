@@ -17,7 +17,7 @@ WASM_BINDGEN_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: test-size serve site test test-browsers browser-packages test-native test-wasm test-wasm-threads test-e2e pkg models nightly-tools bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
+.PHONY: test-size serve site test test-fuzz fuzz-tools lint-quick format test-browsers browser-packages test-native test-wasm test-wasm-threads test-e2e pkg models nightly-tools bench bench-browser bench-lab lint fuzz setup setup-serve apt-packages wasm-tools npm-packages
 
 # Without PyPI the page still serves: its default is then stories260K (shipped), and it says why.
 # It serves the folder `make site` writes (the page a static host publishes), with every model.
@@ -40,15 +40,33 @@ models:
 	python3 models/fetch.py --all
 
 # Each part is timed into target/test-parts.tsv (tests/ci/part.sh); .ci/run prints the table.
+# Lint is part of it: `lint-quick` first (formatting and the JavaScript's types, seconds), and
+# clippy's lints with warnings as errors inside every build that follows (below), the fuzz
+# build's among them.
 PART := tests/ci/part.sh
+test: export RUSTC_WORKSPACE_WRAPPER := $(CLIPPY_WRAPPER)
+test: export CLIPPY_ARGS := $(CLIPPY_ARGS)
 test:
 	@rm -f target/test-parts.tsv
 	$(PART) setup $(MAKE) setup models
+	$(PART) lint $(MAKE) lint-quick
 	$(PART) native-compile cargo test --no-run --timings
 	$(PART) native-tests cargo test
 	$(PART) wasm-tests $(MAKE) test-wasm
 	$(PART) pkg $(MAKE) pkg test-size
 	$(PART) e2e $(MAKE) test-e2e
+	$(PART) fuzz $(MAKE) test-fuzz
+
+# clippy without a second compile: in `make test`, clippy-driver stands in for rustc on
+# tokenometer's own units only (cargo's RUSTC_WORKSPACE_WRAPPER; the dependencies are compiled by
+# rustc as before), so the native tests, the wasm tests, the page's three builds and the fuzz
+# build are each linted as they compile, with warnings as errors: the same lints as `cargo clippy
+# -- -D warnings` on those targets, where a separate `cargo clippy` would compile every
+# dependency again in check mode (minutes on 2 cores). A plain `cargo test` afterwards recompiles
+# tokenometer's own units once, without the wrapper. The tools `make test` installs (cargo install
+# wasm-bindgen-cli, cargo-fuzz) are built without it: their code is not ours to lint.
+CLIPPY_WRAPPER := clippy-driver
+CLIPPY_ARGS := -Dwarnings
 
 # The page's download budget: each wasm engine a visitor may fetch at most 2,500,000 bytes
 # gzipped (gzip -9; docs/build.md says what it holds and what was cut to stay under).
@@ -92,14 +110,15 @@ HAVE_NIGHTLY := rustup component list --toolchain $(NIGHTLY) --installed 2>/dev/
 # or threads test is a failure; for a user without nightly, `make test` skips them with a line.
 REQUIRE_THREADS ?=
 export REQUIRE_THREADS
-NO_THREADS = { echo "$(1)"; if [ -n "$(REQUIRE_THREADS)" ]; then echo "REQUIRE_THREADS is set (CI): the threaded build is required, so this is a failure"; exit 1; fi; }
+NO_THREADS = { echo "$(1)"; if [ -n "$(REQUIRE_THREADS)" ]; then echo "REQUIRE_THREADS is set (CI, which has nightly Rust): what needs nightly is required, so this is a failure"; exit 1; fi; }
 
 # nightly and its rust-src where rustup can get them; where it cannot, a line says so and the
 # threaded build is skipped (nothing fails).
 nightly-tools:
 	@if rustup toolchain list | grep -q '^$(NIGHTLY)'; then \
 		rustup component add rust-src --toolchain $(NIGHTLY) >/dev/null 2>&1 || echo "no rust-src for $(NIGHTLY): the threaded build is skipped"; \
-	else rustup toolchain install $(NIGHTLY) --profile minimal --component rust-src >/dev/null 2>&1 \
+		rustup component add clippy --toolchain $(NIGHTLY) >/dev/null 2>&1 || echo "no clippy for $(NIGHTLY): make test's nightly builds (threads, fuzz) cannot be linted"; \
+	else rustup toolchain install $(NIGHTLY) --profile minimal --component rust-src,clippy >/dev/null 2>&1 \
 		|| echo "rustup could not install $(NIGHTLY) Rust: the threaded build is skipped (the page runs one thread)"; fi
 
 # The page's SmolLM2 entry is tested with a SmolLM2-shaped GGUF of 2 layers (synthetic weights,
@@ -170,19 +189,51 @@ bench-browser: setup-serve pkg
 	node tests/bench/browser.mjs target/synth/stories15M.bin $(MODELS)/llama2-tokenizer/tokenizer.bin \
 		$(PEERS)/stories15M-f32.gguf $(PEERS)/stories15M-q8_0.gguf $(PEERS)/stories15M-q4_0.gguf
 
-# Coverage-guided fuzzing of every parser (nightly + cargo-fuzz; not part of `make test`).
+# Coverage-guided fuzzing of every parser (nightly + cargo-fuzz), from the committed seeds
+# (fuzz/seeds/, written by fuzz/seeds.py). `make fuzz`: each target for FUZZ_SECONDS, optimized,
+# its corpus growing in fuzz/corpus/. `make test-fuzz` (the last part of `make test`): each target
+# for FUZZ_TEST_SECONDS, two at a time (one a core), in fuzz/Cargo.toml's quicker-to-build dev
+# profile (overflow checks on), from the seeds alone. Either fails on a crash, an input that takes
+# over FUZZ_TIMEOUT seconds or one that makes it hold over FUZZ_RSS_MB; the input is left in
+# fuzz/artifacts/<target>/ and `cargo +nightly fuzz run <target> <input>` replays it.
 FUZZ_SECONDS ?= 600
+FUZZ_TEST_SECONDS ?= 30
+FUZZ_TIMEOUT ?= 10
+FUZZ_RSS_MB ?= 3072
+export FUZZ_TIMEOUT FUZZ_RSS_MB NIGHTLY
 FUZZ_TARGETS ?= llama2c llama2c_sized huggingface tokenizer_bin tokenizer_json gguf sse requests
-fuzz:
-	rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
-	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-	python3 fuzz/seeds.py
-	for t in $(FUZZ_TARGETS); do \
-		cargo +nightly fuzz run --sanitizer none $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 \
-			-max_len=$$([ $$t = gguf ] && echo 300000 || echo 65536) > fuzz/$$t.log 2>&1; status=$$?; tail -n 3 fuzz/$$t.log; [ $$status = 0 ] || exit $$status; done
+CARGO_FUZZ_VERSION := 0.13.2
+fuzz-tools: nightly-tools
+	@cargo fuzz --version 2>/dev/null | grep -q ' $(CARGO_FUZZ_VERSION)$$' || env -u RUSTC_WORKSPACE_WRAPPER cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked
 
-lint:
+fuzz: fuzz-tools
+	for t in $(FUZZ_TARGETS); do FUZZ_PROFILE=--release tests/ci/fuzz.sh $$t $(FUZZ_SECONDS) || exit 1; done
+
+test-fuzz: fuzz-tools
+	@if $(HAVE_NIGHTLY); then set -x; cargo +$(NIGHTLY) fuzz build --dev --sanitizer none && \
+		printf '%s\n' $(FUZZ_TARGETS) | FUZZ_PROFILE=--dev xargs -P 2 -I{} tests/ci/fuzz.sh {} $(FUZZ_TEST_SECONDS); \
+	else $(call NO_THREADS,make test-fuzz: no nightly Rust here$(comma) so the fuzz targets are not run); fi
+
+# The page's JavaScript and the Node scripts beside it, formatted by Prettier (pinned in
+# package.json, configured in .prettierrc.json): `make format` applies it and rustfmt.
+JS_FILES := 'www/*.{js,mjs}' 'tests/e2e/*.mjs' 'tests/browsers/*.mjs' 'tests/bench/*.{js,mjs}'
+format:
+	cargo fmt
+	cd fuzz && cargo fmt
+	node_modules/.bin/prettier --write --log-level warn $(JS_FILES)
+
+# The quick part of lint, run first in `make test`: rustfmt (the crate and the fuzz crate),
+# TypeScript's checker over every script of www/ in its own globals (the page's, the worker's, the
+# service worker's, Node's: www/tsconfig*.json) and Prettier.
+lint-quick:
 	cargo fmt --check
+	cd fuzz && cargo fmt --check
+	for c in www/tsconfig.json www/tsconfig.worker.json www/tsconfig.sw.json www/tsconfig.node.json; do \
+		node_modules/.bin/tsc -p $$c || exit 1; done
+	node_modules/.bin/prettier --check --log-level warn $(JS_FILES)
+
+# All of it with `cargo clippy` (each target, the build without the GPU too) and rustdoc's links.
+lint: lint-quick
 	cargo clippy --all-targets -- -D warnings
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings
 	CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo clippy --target wasm32-unknown-unknown --lib --tests -- -D warnings \
@@ -193,9 +244,8 @@ lint:
 	RUSTDOCFLAGS="-D warnings" cargo doc --lib --no-deps --document-private-items
 	RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR=$(WASM_TARGET_DIR) cargo doc --target wasm32-unknown-unknown \
 		--lib --no-deps --document-private-items
-	node_modules/.bin/tsc -p www
 	# The fuzz crate compiles the parsers from crate/ by path: check that it still builds.
-	cd fuzz && cargo check --quiet
+	cd fuzz && cargo clippy --quiet -- -D warnings
 
 setup: apt-packages wasm-tools npm-packages nightly-tools
 setup-serve: wasm-tools npm-packages nightly-tools
@@ -211,7 +261,7 @@ wasm-tools:
 	rustup target add wasm32-unknown-unknown
 	@if ! wasm-bindgen --version 2>/dev/null | grep -q " $(WASM_BINDGEN_VERSION)$$"; then \
 		command -v node >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nodejs npm); \
-		cargo install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION) --force; fi
+		env -u RUSTC_WORKSPACE_WRAPPER cargo install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION) --force; fi
 
 npm-packages:
 	@command -v npm >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nodejs npm)

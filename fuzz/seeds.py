@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Write small valid seed inputs for each fuzz target into fuzz/corpus/<target>/ (stdlib only).
+"""Write small valid seed inputs for each fuzz target into fuzz/seeds/<target>/ (stdlib only).
+
+The seeds are committed (fuzz/seeds/): `make fuzz` and `make test`'s time-boxed run start every
+target from them; run this again after changing it and commit what it writes.
 
 Small seeds let libFuzzer mutate around the real formats' structure quickly: a llama2.c checkpoint
 of dim 8, a llama2.c tokenizer.bin with 3 specials, 256 byte tokens and a few merges, a
@@ -10,7 +13,7 @@ import os
 import struct
 import sys
 
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds")
 
 
 def put(target, name, data):
@@ -232,4 +235,29 @@ put("gguf", "hostile-long-arch.gguf", gguf_file([gguf_kv("general.architecture",
 # A Q8_0 block whose f16 scale is NaN (tests/gguf.rs: a NaN or an infinity in a weight is refused).
 put("gguf", "hostile-nan-scale.gguf", gguf_file([gguf_kv("general.architecture", 8, gguf_string("llama"))],
                                                [("token_embd.weight", [32, 1], 8, struct.pack("<H", 0x7E00) + bytes(32))]))
+
+# The SSE parser (fuzz_targets/sse.rs: the first byte picks where the reads are cut): an OpenAI
+# stream as servers send it, with a keep-alive comment, CRLF line ends, an event name, an id and
+# retry, a data field over two lines, and a stream cut in the middle of an event.
+chunk = {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Once"}, "finish_reason": None}]}
+last = {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}}
+stream = (": keep-alive\n\n" + "data: " + json.dumps(chunk) + "\n\n" + "data: " + json.dumps(last) + "\n\n" + "data: [DONE]\n\n")
+put("sse", "openai-stream", bytes([40]) + stream.encode())
+put("sse", "crlf-and-fields", bytes([7]) + b"event: message\r\nid: 7\r\nretry: 1000\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n:ping\r\n\r\n")
+put("sse", "cut-mid-event", bytes([3]) + b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"cho")
+
+# serve's request types (fuzz_targets/requests.rs): a chat request and a completion request with
+# every field tokenometer takes, and one with the fields it refuses by name.
+chat = {"model": "smollm2", "messages": [{"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+        "max_tokens": 16, "max_completion_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 7,
+        "stop": ["\n\n", "User:"], "stream": True, "stream_options": {"include_usage": True},
+        "logprobs": True, "top_logprobs": 5, "n": 1, "user": "u"}
+put("requests", "chat.json", json.dumps(chat).encode())
+completion = {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0,
+              "stop": "The end", "stream": False, "logprobs": 3, "echo": False}
+put("requests", "completion.json", json.dumps(completion).encode())
+put("requests", "refused.json", json.dumps({"model": "m", "prompt": ["a", "b"], "n": 2, "best_of": 3,
+    "logit_bias": {"50256": -100}, "tools": [], "response_format": {"type": "json_object"}}).encode())
 print(f"seeds written under {root}", file=sys.stderr)

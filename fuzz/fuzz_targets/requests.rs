@@ -4,16 +4,19 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokenometer::api::openai::{
-    ChatRequest, CompletionRequest, MAX_STOP_BYTES, MAX_STOPS, Params,
-};
+use tokenometer::api::openai::{ChatRequest, CompletionRequest, MAX_STOP_BYTES, MAX_STOPS, Params};
 
 fn check(params: &Params) {
     match params.check(8192, 7) {
         Ok(checked) => {
             assert!(checked.max_tokens.is_none_or(|m| (1..=8192).contains(&m)));
             assert!(checked.stops.len() <= MAX_STOPS);
-            assert!(checked.stops.iter().all(|s| !s.is_empty() && s.len() <= MAX_STOP_BYTES));
+            assert!(
+                checked
+                    .stops
+                    .iter()
+                    .all(|s| !s.is_empty() && s.len() <= MAX_STOP_BYTES)
+            );
             assert!((0.0..=2.0).contains(&checked.sampling.temperature));
             assert!(checked.logprobs.is_none_or(|n| n <= 20));
         }

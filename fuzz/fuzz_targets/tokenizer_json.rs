@@ -7,10 +7,10 @@ use libfuzzer_sys::fuzz_target;
 use tokenometer_fuzz::loading::tokenizer::Tokenizer;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(tokenizer) = Tokenizer::from_json(data) {
-        if let Ok(ids) = tokenizer.encode("Once upon a time, \u{1F600}") {
-            assert!(ids.iter().all(|&id| (id as usize) < tokenizer.vocab_size()));
-            let _ = tokenizer.decode(&ids);
-        }
+    if let Ok(tokenizer) = Tokenizer::from_json(data)
+        && let Ok(ids) = tokenizer.encode("Once upon a time, \u{1F600}")
+    {
+        assert!(ids.iter().all(|&id| (id as usize) < tokenizer.vocab_size()));
+        let _ = tokenizer.decode(&ids);
     }
 });
