@@ -426,6 +426,7 @@ fn chunk(tokens: usize, text: &str, t_ms: f64, reasoning: bool) -> Event {
         text: text.into(),
         t_ms,
         reasoning,
+        logprobs: Vec::new(),
     }
 }
 
@@ -491,6 +492,7 @@ fn a_multi_token_first_chunk_is_not_credited_to_decode() {
         text: text.into(),
         t_ms,
         reasoning: false,
+        logprobs: Vec::new(),
     };
     m.observe(&chunk(3, "Once upon a", 10.0));
     m.observe(&chunk(1, " time", 20.0));

@@ -34,7 +34,7 @@ const OPEN_TO_FIRST = `
 /**
  * A finished run as kept for replay: its prompt, every token's text and time (ms since the request),
  * the output's word ends, and its final report.
- * @typedef {{ prompt: string, promptTokens?: { id: number, bytes: number[] }[], tokens: { text: string, t: number, id?: number, logprobs?: any }[], points: { pos: number, rate: number | null }[], trailing: string, wordEnds: number[], report: any }} RunRecord
+ * @typedef {{ prompt: string, promptTokens?: { id: number, bytes: number[] }[], tokens: { text: string, t: number, id?: number, logprobs?: any, chunkTokens?: any[] }[], points: { pos: number, rate: number | null }[], trailing: string, wordEnds: number[], report: any }} RunRecord
  */
 
 export class RunView {
@@ -139,7 +139,7 @@ export class RunView {
   clear(prompt) {
     this.text = '';
     this.trailing = '';
-    /** @type {{ text: string, t: number, id?: number, logprobs?: any }[]} */
+    /** @type {{ text: string, t: number, id?: number, logprobs?: any, chunkTokens?: any[] }[]} */
     this.tokens = [];
     /** @type {{ pos: number, rate: number | null, live: number | null }[]} */
     this.points = [];
@@ -189,10 +189,11 @@ export class RunView {
   /**
    * A pump's events, with the rate chart's points they add, the meter's report and word ends as
    * of its last event.
-   * @param {{ events: any[], points?: { token: number, rate: number | null }[], report?: any, word_ends?: number[] }} message
+   * @param {{ events: any[], points?: { token: number, rate: number | null }[], report?: any, word_ends?: number[], token_note?: string }} message
    */
-  update({ events, points = [], report, word_ends: wordEnds }) {
+  update({ events, points = [], report, word_ends: wordEnds, token_note: tokenNote }) {
     this.running = true;
+    if (tokenNote) this.tokenView.setNote(tokenNote);
     if (report) this.report = report;
     if (wordEnds) this.wordEnds = wordEnds;
     // The chart's points are the meter's (each arrival's tokens over its gap); the live figure
@@ -221,10 +222,11 @@ export class RunView {
         this.tokenView.add(event.id, event.text, event.logprobs ?? null);
         if (this.readerStart === null) this.readerStart = performance.now();
       } else if (event.event === 'chunk') {
-        // An endpoint's chunk: its text (a chunk may carry several tokens, or none yet).
+        // An endpoint's chunk: its text (a chunk may carry several tokens, or none yet), and its
+        // tokens with their probabilities where the server sent them.
         this.text += event.text;
-        this.tokens.push({ text: event.text, t: event.t_ms });
-        this.tokenView.add(null, event.text, null);
+        this.tokens.push({ text: event.text, t: event.t_ms, chunkTokens: event.logprobs });
+        this.tokenView.addChunk(event.text, event.logprobs);
         if (this.readerStart === null) this.readerStart = performance.now();
       } else if (event.event === 'done') {
         this.trailing = event.trailing_text;
@@ -297,7 +299,8 @@ export class RunView {
       if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
       if (signal?.aborted) break;
       this.text += token.text;
-      this.tokenView.add(token.id ?? null, token.text, token.logprobs ?? null);
+      if (token.id === undefined) this.tokenView.addChunk(token.text, token.chunkTokens);
+      else this.tokenView.add(token.id, token.text, token.logprobs ?? null);
       if (this.readerStart === null) this.readerStart = performance.now();
       // The chart shows the run's own rates (the meter's points), as far as the replay has come
       // (an endpoint's record holds chunks, which may carry several points' tokens).

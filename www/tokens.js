@@ -24,6 +24,9 @@ const shown = (/** @type {string} */ text) => JSON.stringify(text);
 /**
  * @typedef {{ id: number, logprob: number, bytes: number[] }} Alternative
  * @typedef {{ logprob: number, rank: number, bytes: number[], top: Alternative[] }} Logprobs
+ * @typedef {{ text: string, logprob: number, top?: { text: string, logprob: number }[] }} ChunkToken
+ *   an endpoint's token, as its `logprobs` listed it: text, not ids
+ * @typedef {{ id: number | null, text: string, logprobs: Logprobs | null, endpoint?: ChunkToken }} Shown
  */
 
 export class TokenView {
@@ -44,7 +47,7 @@ export class TokenView {
     this.details = /** @type {HTMLElement} */ (root.querySelector('[data-testid=token-details]'));
     const describe = (/** @type {Event} */ e) => {
       const span = /** @type {HTMLElement | null} */ (
-        /** @type {HTMLElement} */ (e.target).closest?.('[data-token-id]')
+        /** @type {HTMLElement} */ (e.target).closest?.('.tok')
       );
       if (span) this.details.textContent = span.getAttribute('aria-label');
     };
@@ -55,10 +58,13 @@ export class TokenView {
   }
 
   clear() {
-    /** @type {{ id: number | null, text: string, logprobs: Logprobs | null }[]} */
+    /** @type {Shown[]} */
     this.output = [];
     this.promptCount = 0;
     this.chunks = false;
+    this.endpointTokens = false;
+    /** Why an endpoint's run has no probabilities (the engine's sentence), or null. */
+    this.note = null;
     this.drawn = 0;
     this.words = 0;
     this.promptBox.replaceChildren();
@@ -95,6 +101,27 @@ export class TokenView {
     this.output.push({ id, text, logprobs });
   }
 
+  /**
+   * An endpoint's chunk: each of its tokens where the server sent their log probabilities, else
+   * the chunk as one mark (it may hold several tokens).
+   * @param {string} text
+   * @param {ChunkToken[] | undefined} tokens
+   */
+  addChunk(text, tokens) {
+    if (!tokens?.length) {
+      this.add(null, text, null);
+      return;
+    }
+    this.endpointTokens = true;
+    for (const token of tokens)
+      this.output.push({ id: null, text: token.text, logprobs: null, endpoint: token });
+  }
+
+  /** @param {string} note  why an endpoint's run has no probabilities */
+  setNote(note) {
+    this.note = note;
+  }
+
   /** @param {number} words  the output's words so far, by the meter's rule */
   setWords(words) {
     this.words = words;
@@ -114,17 +141,20 @@ export class TokenView {
     const perToken = n ? (chars / n).toFixed(1) : '–';
     const perWord = this.words ? (n / this.words).toFixed(2) : '–';
     const source = this.chunks
-      ? "An endpoint's chunks: it sends no token ids, and its log probabilities are not asked for, so each mark is a chunk (which may hold several tokens)."
-      : '';
+      ? `An endpoint's chunks: it sends no token ids, and ${this.note ?? 'its log probabilities were not asked for (Show tokens was off when it ran)'}, so each mark is a chunk (which may hold several tokens).`
+      : this.endpointTokens
+        ? "An endpoint's tokens, as its log probabilities listed them (an endpoint sends no ids)."
+        : '';
     this.counts.textContent =
       `${this.promptCount ? `Prompt ${this.promptCount} tokens; ` : ''}output ${n} ${what}: ${perToken} characters a ${what === 'chunks' ? 'chunk' : 'token'}, ${perWord} ${what} a word (the rule of thumb for English: about 4 characters a token, 1.3 tokens a word). ${source}`.trim();
   }
 
   /**
-   * @param {{ id: number | null, text: string, logprobs: Logprobs | null }} t
+   * @param {Shown} t
    * @param {number} i
    */
   outputSpan(t, i) {
+    if (t.endpoint) return this.endpointSpan(t.endpoint, i);
     const visible = t.text || (t.logprobs ? pieceText(t.logprobs.bytes) : '');
     if (t.id === null) return this.span(null, visible, `Chunk ${i + 1}: ${shown(visible)}`, null);
     let label = `Output token ${i + 1}: id ${t.id}, ${shown(visible)}`;
@@ -136,6 +166,33 @@ export class TokenView {
       label += ' (no probabilities: run with tokens shown and without speculation)';
     }
     return this.span(t.id, visible, label, l);
+  }
+
+  /**
+   * An endpoint's token: its probability, and its rank where it is among the alternatives the
+   * server listed.
+   * @param {ChunkToken} t
+   * @param {number} i
+   */
+  endpointSpan(t, i) {
+    const top = t.top ?? [];
+    const at = top.findIndex((a) => a.text === t.text);
+    const rank = at >= 0 ? at + 1 : top.length ? top.length + 1 : null;
+    const ranked =
+      at >= 0
+        ? ` (rank ${rank})`
+        : top.length
+          ? ` (not among the ${top.length} likeliest the server listed)`
+          : '';
+    const likeliest = top.length
+      ? `; likeliest: ${top.map((a) => `${shown(a.text)} ${percent(a.logprob)}`).join(', ')}`
+      : '';
+    const label = `Output token ${i + 1}: ${shown(t.text)}, probability ${percent(t.logprob)}${ranked}${likeliest}`;
+    const span = this.span(null, t.text, label, null);
+    span.dataset.logprob = String(t.logprob);
+    if (at >= 0 && rank !== null) span.dataset.rank = String(rank);
+    span.style.setProperty('--doubt', String(Math.min(1, -t.logprob / 4)));
+    return span;
   }
 
   /**

@@ -716,19 +716,24 @@ async function connect({
 
 /**
  * POST a streamed request to `url`, first asking for each chunk's count, then, from a server that
- * refuses one of those fields by name (400 or 422), without. Resolves to the answer, or null once
- * `signal` stopped it; an HTTP failure, a server out of reach or one that does not answer within
- * the endpoint's timeout throws its sentence.
+ * refuses one of those fields by name (400 or 422), without; a refusal that `refusedLogprobs`
+ * takes (it names the logprobs field of a request that asked for them, which `body` then leaves
+ * out) is asked again too. Resolves to the answer, or null once `signal` stopped it; an HTTP
+ * failure, a server out of reach or one that does not answer within the endpoint's timeout
+ * throws its sentence.
  * @param {string} url
  * @param {(counts: boolean) => string} body
  * @param {import('./protocol.js').Endpoint} endpoint
  * @param {AbortSignal} signal
+ * @param {(status: number, text: string) => boolean} [refusedLogprobs]
  */
-async function openStream(url, body, endpoint, signal) {
+async function openStream(url, body, endpoint, signal, refusedLogprobs = () => false) {
   const { httpFailure } = await engine;
   const stallS = endpoint.stall_s ?? DEFAULT_STALL_S;
   const stallMs = stallS * 1000;
-  for (const counts of [true, false]) {
+  let counts = true;
+  // At most three tries: with everything, without the counting fields, without logprobs.
+  for (let attempt = 0; attempt < 3; attempt++) {
     if (signal.aborted) return null;
     const { response, timedOut } = await fetchWithin(
       url,
@@ -756,7 +761,9 @@ async function openStream(url, body, endpoint, signal) {
     const refusesCounting =
       (response.status === 400 || response.status === 422) &&
       COUNTING_FIELDS.some((f) => text.includes(f));
-    if (!(counts && refusesCounting)) throw new Error(httpFailure(url, response.status, text));
+    if (counts && refusesCounting) counts = false;
+    else if (!refusedLogprobs(response.status, text))
+      throw new Error(httpFailure(url, response.status, text));
   }
   return null;
 }
@@ -845,7 +852,15 @@ async function endpointRun({ id, endpoint, prompt, options }) {
     const url = run.url();
     // The final report comes with the last read's events.
     let report = null;
-    const response = await openStream(url, (counts) => run.body(counts), endpoint, abort.signal);
+    // A server that refuses the logprobs field (asked while the token inspector is shown) by
+    // name is asked again without it, and the inspector says so (the run's token_note).
+    const response = await openStream(
+      url,
+      (counts) => run.body(counts),
+      endpoint,
+      abort.signal,
+      (status, text) => run.refusedLogprobs(status, text),
+    );
     const ended = await readStream(response, url, endpoint, abort.signal, since, (bytes, t) => {
       const pumped = bytes ? run.feed(bytes, t) : run.finish(t, false);
       post({ type: 'events', id, ...pumped });

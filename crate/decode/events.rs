@@ -129,6 +129,10 @@ pub enum Event {
         t_ms: f64,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         reasoning: bool,
+        /// Its tokens with their log probabilities, where the request asked for them and the
+        /// server sent them (the page's token inspector draws them).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        logprobs: Vec<ChunkToken>,
     },
     /// A speculative step's verification: one forward pass of the model over the input token and
     /// `drafted` drafts, of which it kept `accepted` (its own next token follows them);
@@ -151,6 +155,23 @@ pub enum Event {
         t_ms: f64,
         trailing_text: String,
     },
+}
+
+/// One token of a server's chunk, as its `logprobs` gave it: the token's text (an endpoint sends
+/// no ids), its log probability and the likeliest alternatives at its step, likeliest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChunkToken {
+    pub text: String,
+    pub logprob: f32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<ChunkAlternative>,
+}
+
+/// One of the likeliest tokens at a server's step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChunkAlternative {
+    pub text: String,
+    pub logprob: f32,
 }
 
 /// One token of a prompt: its id and the bytes it stands for (none for a special).

@@ -19,7 +19,8 @@ pub mod stop;
 pub use arrival::{Arrival, DEFAULT_PROMPTS};
 pub use engine::{Engine, ProductPasses, PromptEncoder};
 pub use events::{
-    DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo, PromptToken, StopReason,
+    ChunkAlternative, ChunkToken, DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo,
+    PromptToken, StopReason,
 };
 pub use sampling::{Alternative, MAX_TOP_LOGPROBS, Sampling, TokenLogprobs};
 pub use scheduler::{

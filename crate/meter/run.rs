@@ -359,6 +359,7 @@ impl Meter {
                 text,
                 t_ms,
                 reasoning,
+                ..
             } => {
                 self.streamed = true;
                 self.text.push_str(text);

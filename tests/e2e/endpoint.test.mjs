@@ -3,7 +3,9 @@
 // body that never ends is read 64 KiB at most, a slow one within the endpoint's timeout; a 400 is
 // asked again without the counting fields only when it names one; a 200 that is not an event
 // stream, a stream cut without a finish reason or [DONE], one of only keep-alive comments and one
-// longer than the request may take are each an error that says so. One test a case.
+// longer than the request may take are each an error that says so. With the token inspector shown,
+// the page asks for log probabilities and draws each token with its probability, says when an
+// endpoint sends none, and asks again without them when one refuses the field. One test a case.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { openPage, pageSite } from './harness.mjs';
@@ -13,15 +15,20 @@ const site = pageSite({ webgpu: false });
 
 /**
  * Run the page against `script` (`query`: more of the page's URL) to its end: `{ status, error,
- * output, posts, seconds }`.
+ * output, posts, seconds, tokens }` (`tokens`: with `showTokens`, the token inspector's line and
+ * each output mark's label and probability).
  * @param {import('./hostile_endpoint.mjs').Script} script
  * @param {string} [query]
+ * @param {{ showTokens?: boolean }} [how]
  */
-async function runAgainst(script, query = '') {
+async function runAgainst(script, query = '', { showTokens = false } = {}) {
   const hostile = await startHostile(script);
   try {
     const url = `${site.base}/?endpoint=${encodeURIComponent(hostile.url)}&prompt=hi&max=8&chat=0&autorun=1${query}`;
-    const { page, errors } = await openPage(site.browser, url);
+    const { page, errors } = await openPage(site.browser, url, async (page) => {
+      if (showTokens)
+        await page.addInitScript(() => localStorage.setItem('tokenometer.showTokens', '1'));
+    });
     await page.waitForFunction(
       () => ['done', 'error'].includes(document.querySelector('[data-testid=status]').textContent),
       null,
@@ -34,9 +41,27 @@ async function runAgainst(script, query = '') {
       ? ''
       : await page.getByTestId('error').textContent();
     const output = await page.locator('#run-view').getByTestId('output').textContent();
+    const tokens = showTokens
+      ? {
+          line: await page.locator('#run-view').getByTestId('token-counts').textContent(),
+          marks: await page.locator('#run-view .output-tokens .tok').evaluateAll((nodes) =>
+            nodes.map((n) => ({
+              label: n.getAttribute('aria-label'),
+              logprob: /** @type {HTMLElement} */ (n).dataset.logprob ?? null,
+            })),
+          ),
+        }
+      : null;
     assert.deepEqual(errors, []);
     await page.close();
-    return { status, error: error ?? '', output: output ?? '', posts: [...hostile.posts], seconds };
+    return {
+      status,
+      error: error ?? '',
+      output: output ?? '',
+      posts: [...hostile.posts],
+      seconds,
+      tokens,
+    };
   } finally {
     hostile.close();
   }
@@ -144,4 +169,109 @@ test('a limit that is not a number of seconds is refused in words', async () => 
   assert.equal(run.status, 'error');
   assert.match(run.error, /endpoint_timeout=soon is not a number of seconds from above 0 to 86400/);
   assert.equal(run.posts.length, 0);
+});
+
+test('with tokens shown, the endpoint is asked for log probabilities and each token is drawn with its own', async () => {
+  const chunk = (/** @type {object} */ choice) => sse(JSON.stringify({ choices: [choice] }));
+  const run = await runAgainst(
+    {
+      status: 200,
+      pieces: [
+        [
+          0,
+          chunk({
+            text: 'hello',
+            logprobs: {
+              tokens: ['hel', 'lo'],
+              token_logprobs: [-0.5, -1.2],
+              top_logprobs: [
+                { hel: -0.5, he: -1.1 },
+                { p: -0.9, lo: -1.2 },
+              ],
+            },
+          }),
+        ],
+        [
+          0,
+          chunk({
+            text: '!',
+            logprobs: { tokens: ['!'], token_logprobs: [-3] },
+            finish_reason: 'stop',
+          }),
+        ],
+        [0, 'data: [DONE]\r\n\r\n'],
+      ],
+    },
+    '',
+    { showTokens: true },
+  );
+  assert.equal(run.status, 'done', run.error);
+  // A completion (chat=0): `logprobs` is the alternatives' count.
+  assert.equal(JSON.parse(run.posts[0]).logprobs, 5);
+  const marks = run.tokens?.marks ?? [];
+  assert.deepEqual(
+    marks.map((m) => m.logprob),
+    ['-0.5', '-1.2', '-3'],
+  );
+  assert.match(
+    marks[0].label ?? '',
+    /"hel", probability 60\.7% \(rank 1\); likeliest: "hel" 60\.7%, "he" 33\.3%/,
+  );
+  assert.match(
+    marks[1].label ?? '',
+    /"lo", probability 30\.1% \(rank 2\); likeliest: "p" 40\.7%, "lo" 30\.1%/,
+  );
+  assert.match(run.tokens?.line ?? '', /output 3 tokens.*as its log probabilities listed them/);
+});
+
+test('with tokens shown, an endpoint that sends no log probabilities is said to, and its chunks drawn', async () => {
+  const run = await runAgainst(
+    {
+      status: 200,
+      pieces: [
+        [0, content('hello')],
+        [
+          0,
+          sse(
+            JSON.stringify({ choices: [{ delta: { content: ' there' }, finish_reason: 'stop' }] }),
+          ),
+        ],
+        [0, 'data: [DONE]\r\n\r\n'],
+      ],
+    },
+    '',
+    { showTokens: true },
+  );
+  assert.equal(run.status, 'done', run.error);
+  assert.equal(JSON.parse(run.posts[0]).logprobs, 5);
+  assert.equal(run.tokens?.marks.length, 2);
+  assert.match(
+    run.tokens?.line ?? '',
+    /output 2 chunks.*this endpoint sent no log probabilities, though the request asked for them/,
+  );
+});
+
+test('a 400 that names logprobs is asked once more without them, and the inspector says it was refused', async () => {
+  const run = await runAgainst(
+    {
+      status: 200,
+      refuseLogprobs: true,
+      pieces: [
+        [0, content('hello')],
+        [0, sse(JSON.stringify({ choices: [{ delta: {}, finish_reason: 'stop' }] }))],
+        [0, 'data: [DONE]\r\n\r\n'],
+      ],
+    },
+    '',
+    { showTokens: true },
+  );
+  assert.equal(run.status, 'done', run.error);
+  assert.equal(run.posts.length, 2);
+  assert.match(run.posts[0], /"logprobs"/);
+  assert.doesNotMatch(run.posts[1], /"logprobs"/);
+  assert.match(run.output, /hello$/);
+  assert.match(
+    run.tokens?.line ?? '',
+    /this endpoint refused the request's logprobs field, so it was asked again without/,
+  );
 });

@@ -3,12 +3,13 @@
 // model, and every POST gets the script's status and content type, then its pieces, each after
 // its pause; `endless` sends the last piece again and again, as fast as it is read, until the
 // client leaves; `strict` refuses (400) a request that carries the per-chunk counting fields, as
-// OpenAI's API refuses arguments it does not know. It sends CORS headers (the page is another
+// OpenAI's API refuses arguments it does not know; `refuseLogprobs` refuses (400, naming it) a
+// request that asks for log probabilities, as a server without them may. It sends CORS headers (the page is another
 // origin) and counts the POSTs it was sent. It stops with the test file.
 import { createServer } from 'node:http';
 
 /**
- * @typedef {{ status: number, ctype?: string, pieces: [number, string][], endless?: boolean, strict?: boolean }} Script
+ * @typedef {{ status: number, ctype?: string, pieces: [number, string][], endless?: boolean, strict?: boolean, refuseLogprobs?: boolean }} Script
  */
 
 /** `data: {json}` and the blank line that ends an event. */
@@ -62,6 +63,13 @@ export async function startHostile(script) {
               type: 'invalid_request_error',
             },
           }),
+        );
+        return;
+      }
+      if (script.refuseLogprobs && body.includes('"logprobs"')) {
+        response.writeHead(400, { ...cors, 'content-type': 'application/json' });
+        response.end(
+          JSON.stringify({ error: { message: 'logprobs is not supported by this server' } }),
         );
         return;
       }

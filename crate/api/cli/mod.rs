@@ -393,6 +393,7 @@ fn remote_request(
         max_tokens,
         sampling,
         ignore_eos,
+        logprobs: None,
     }
 }
 

@@ -28,6 +28,19 @@ struct Body<'a> {
     ignore_eos: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     timings_per_token: bool,
+    /// Chat: `true`, with `top_logprobs` the alternatives; a completion: the alternatives' count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<Logprobs>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_logprobs: Option<usize>,
+}
+
+/// `logprobs` as each API spells it.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Logprobs {
+    Chat(bool),
+    Completion(usize),
 }
 
 #[derive(Serialize)]
@@ -54,6 +67,9 @@ pub struct EndpointRequest {
     pub sampling: Sampling,
     /// Ask the server to go on past end-of-text (vLLM, llama.cpp and `tokenometer serve` take it).
     pub ignore_eos: bool,
+    /// Ask for each token's log probability and this many likeliest alternatives (the page's
+    /// token inspector); `None`: none.
+    pub logprobs: Option<usize>,
 }
 
 impl EndpointRequest {
@@ -81,6 +97,11 @@ impl EndpointRequest {
             prompt: (!self.chat).then_some(self.prompt.as_str()),
             ignore_eos: self.ignore_eos,
             timings_per_token: counts,
+            logprobs: self.logprobs.map(|n| match self.chat {
+                true => Logprobs::Chat(true),
+                false => Logprobs::Completion(n),
+            }),
+            top_logprobs: self.logprobs.filter(|_| self.chat),
         };
         serde_json::to_string(&body).expect("a request body serializes")
     }
@@ -121,4 +142,36 @@ pub fn http_failure(url: &str, status: u16, body: &str) -> String {
         _ => ("answered", ""),
     };
     format!("{url} {what} ({status}{separator}{said}){then}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Log probabilities as each API asks for them: chat `logprobs: true` with `top_logprobs`, a
+    /// completion `logprobs: N`; none unless asked.
+    #[test]
+    fn logprobs_are_asked_as_each_api_spells_them() {
+        let mut r = EndpointRequest {
+            prompt: "Hi".into(),
+            chat: true,
+            max_tokens: 4,
+            sampling: Sampling::default(),
+            ignore_eos: false,
+            logprobs: Some(5),
+        };
+        let body =
+            |r: &EndpointRequest| -> Value { serde_json::from_str(&r.body("m", false)).unwrap() };
+        let chat = body(&r);
+        assert_eq!(
+            (&chat["logprobs"], &chat["top_logprobs"]),
+            (&Value::Bool(true), &Value::from(5))
+        );
+        r.chat = false;
+        let completion = body(&r);
+        assert_eq!(completion["logprobs"], Value::from(5));
+        assert!(completion.get("top_logprobs").is_none());
+        r.logprobs = None;
+        assert!(body(&r).get("logprobs").is_none());
+    }
 }

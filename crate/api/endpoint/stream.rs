@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use crate::api::endpoint::sse::{SseEvent, SseParser};
-use crate::decode::{Event, StopReason};
+use crate::decode::{ChunkAlternative, ChunkToken, Event, MAX_TOP_LOGPROBS, StopReason};
 use crate::error::{clip, clip_to};
 use crate::loading::tokenizer::Tokenizer;
 use crate::meter::{LlamaTimings, TokenCounts};
@@ -38,6 +38,8 @@ struct ChunkChoice {
     /// reasoning) or `delta.reasoning` (OpenRouter's and newer vLLM's).
     reasoning: Option<String>,
     finish_reason: Option<String>,
+    /// The tokens its `logprobs` lists, where there are any.
+    logprobs: Vec<ChunkToken>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -61,6 +63,7 @@ impl Chunk {
                     reasoning: text(delta, "reasoning_content")
                         .or_else(|| text(delta, "reasoning")),
                     finish_reason: text(c, "finish_reason"),
+                    logprobs: read_logprobs(c),
                 }
             });
         Chunk {
@@ -88,6 +91,68 @@ impl Chunk {
     }
 }
 
+/// The tokens a choice's `logprobs` lists: a chat answer's `content` (each `{token, logprob,
+/// top_logprobs: [{token, logprob}]}`) or a completion's parallel lists (`tokens`,
+/// `token_logprobs`, and `top_logprobs` as `{token: logprob}` maps). Entries of another shape are
+/// left out; a log probability above 0 is read as 0, and at most [`MAX_TOP_LOGPROBS`]
+/// alternatives are kept.
+fn read_logprobs(choice: &Value) -> Vec<ChunkToken> {
+    let Some(l) = choice.get("logprobs").filter(|l| l.is_object()) else {
+        return Vec::new();
+    };
+    let logprob = |v: &Value| v.as_f64().map(|x| x.min(0.0) as f32);
+    let alternative = |text: &str, v: &Value| {
+        Some(ChunkAlternative {
+            text: text.to_string(),
+            logprob: logprob(v)?,
+        })
+    };
+    let keep = |mut top: Vec<ChunkAlternative>| {
+        top.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
+        top.truncate(MAX_TOP_LOGPROBS);
+        top
+    };
+    if let Some(content) = l.get("content").and_then(Value::as_array) {
+        return content
+            .iter()
+            .filter_map(|t| {
+                let top = t.get("top_logprobs").and_then(Value::as_array);
+                Some(ChunkToken {
+                    text: t.get("token")?.as_str()?.to_string(),
+                    logprob: logprob(t.get("logprob")?)?,
+                    top: keep(top.map_or_else(Vec::new, |top| {
+                        top.iter()
+                            .filter_map(|a| {
+                                alternative(a.get("token")?.as_str()?, a.get("logprob")?)
+                            })
+                            .collect()
+                    })),
+                })
+            })
+            .collect();
+    }
+    let list = |key: &str| l.get(key).and_then(Value::as_array);
+    let (Some(tokens), Some(logprobs)) = (list("tokens"), list("token_logprobs")) else {
+        return Vec::new();
+    };
+    let tops = list("top_logprobs");
+    tokens
+        .iter()
+        .zip(logprobs)
+        .enumerate()
+        .filter_map(|(i, (t, p))| {
+            let top = tops.and_then(|t| t.get(i)).and_then(Value::as_object);
+            Some(ChunkToken {
+                text: t.as_str()?.to_string(),
+                logprob: logprob(p)?,
+                top: keep(top.map_or_else(Vec::new, |top| {
+                    top.iter().filter_map(|(k, v)| alternative(k, v)).collect()
+                })),
+            })
+        })
+        .collect()
+}
+
 /// A stream being read: its parser, its counts so far, and what its end will report.
 pub struct StreamReader<'a> {
     sse: SseParser,
@@ -104,6 +169,8 @@ pub struct StreamReader<'a> {
     finish_reason: Option<String>,
     /// `[DONE]` came.
     done: bool,
+    /// Tokens whose log probabilities the server sent.
+    logprob_tokens: usize,
     /// The most tokens the request asked for (0: no bound), and the bytes read so far: a server
     /// that streams on past either bound is cut off, so that no stream can run forever (natively;
     /// see `feed`).
@@ -138,6 +205,7 @@ impl<'a> StreamReader<'a> {
             timings: None,
             finish_reason: None,
             done: false,
+            logprob_tokens: 0,
             max_tokens,
             bytes: 0,
         }
@@ -242,6 +310,10 @@ impl<'a> StreamReader<'a> {
         }
         let reasoning = choice.reasoning.unwrap_or_default();
         let content = choice.content.unwrap_or_default();
+        // The log probabilities go with the answer's text (or the reasoning's, without any).
+        let mut logprobs = choice.logprobs;
+        self.logprob_tokens += logprobs.len();
+        let with_logprobs = !content.is_empty();
         for (text, is_reasoning) in [(reasoning, true), (content, false)] {
             if text.is_empty() {
                 continue;
@@ -265,6 +337,11 @@ impl<'a> StreamReader<'a> {
                 text,
                 t_ms,
                 reasoning: is_reasoning,
+                logprobs: if is_reasoning == with_logprobs {
+                    Vec::new()
+                } else {
+                    std::mem::take(&mut logprobs)
+                },
             });
         }
     }
@@ -287,6 +364,11 @@ impl<'a> StreamReader<'a> {
     /// llama.cpp's `timings`, when the server sent them.
     pub fn server_timings(&self) -> Option<&LlamaTimings> {
         self.timings.as_ref()
+    }
+
+    /// How many tokens the server sent log probabilities for.
+    pub fn logprob_tokens(&self) -> usize {
+        self.logprob_tokens
     }
 
     /// Whether `[DONE]` came.
@@ -503,5 +585,76 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// The log probabilities each API sends (chat: `logprobs.content`; completions: the parallel
+    /// lists), on the chunk of the answer's text, alternatives likeliest first.
+    #[test]
+    fn log_probabilities_go_with_their_chunk() {
+        let logprobs = |events: &[Event]| -> Vec<Vec<ChunkToken>> {
+            events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Chunk { logprobs, .. } => Some(logprobs.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut r = StreamReader::new(None, 0);
+        let chat = concat!(
+            r#"data: {"choices":[{"delta":{"content":"Hi there"},"logprobs":{"content":["#,
+            r#"{"token":"Hi","logprob":-0.1,"top_logprobs":[{"token":"Hello","logprob":-2.5},{"token":"Hi","logprob":-0.1}]},"#,
+            r#"{"token":" there","logprob":-1.5,"top_logprobs":[]},{"token":7,"logprob":-1}]}}]}"#,
+            "\n\n",
+            r#"data: {"choices":[{"delta":{"content":"!"},"finish_reason":"stop"}]}"#,
+            "\n\ndata: [DONE]\n\n"
+        );
+        let read = r.feed(chat.as_bytes(), 5.0).unwrap();
+        let hi = ChunkToken {
+            text: "Hi".into(),
+            logprob: -0.1,
+            top: vec![
+                ChunkAlternative {
+                    text: "Hi".into(),
+                    logprob: -0.1,
+                },
+                ChunkAlternative {
+                    text: "Hello".into(),
+                    logprob: -2.5,
+                },
+            ],
+        };
+        let there = ChunkToken {
+            text: " there".into(),
+            logprob: -1.5,
+            top: vec![],
+        };
+        assert_eq!(logprobs(&read.events), vec![vec![hi, there], vec![]]);
+        assert_eq!(r.logprob_tokens(), 2);
+
+        let mut r = StreamReader::new(None, 0);
+        let completion = concat!(
+            r#"data: {"choices":[{"text":" upon","logprobs":{"tokens":[" upon"],"token_logprobs":[0.5],"#,
+            r#""top_logprobs":[{" a":-3.0," upon":-0.2}]},"finish_reason":"length"}]}"#,
+            "\n\ndata: [DONE]\n\n"
+        );
+        let read = r.feed(completion.as_bytes(), 5.0).unwrap();
+        assert_eq!(
+            logprobs(&read.events),
+            vec![vec![ChunkToken {
+                text: " upon".into(),
+                logprob: 0.0,
+                top: vec![
+                    ChunkAlternative {
+                        text: " upon".into(),
+                        logprob: -0.2,
+                    },
+                    ChunkAlternative {
+                        text: " a".into(),
+                        logprob: -3.0,
+                    },
+                ],
+            }]]
+        );
     }
 }

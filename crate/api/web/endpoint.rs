@@ -21,6 +21,8 @@ pub struct EndpointRun {
     reader: StreamReader<'static>,
     meter: Meter,
     done: bool,
+    /// The server refused the request's `logprobs` field, so it was asked again without.
+    logprobs_refused: bool,
 }
 
 #[wasm_bindgen]
@@ -44,6 +46,9 @@ impl EndpointRun {
             max_tokens: options.max_tokens,
             sampling,
             ignore_eos: false,
+            logprobs: options
+                .logprobs
+                .map(|n| n.min(crate::decode::MAX_TOP_LOGPROBS)),
         };
         let info = EndpointInfo {
             endpoint: base,
@@ -63,6 +68,7 @@ impl EndpointRun {
             reader: StreamReader::new(None, options.max_tokens),
             meter,
             done: false,
+            logprobs_refused: false,
         })
     }
 
@@ -75,6 +81,20 @@ impl EndpointRun {
     /// fields, with 400, is asked again without).
     pub fn body(&self, counts: bool) -> String {
         self.request.body(&self.info.model, counts)
+    }
+
+    /// The server refused the body (`status`, `body`): whether it named the `logprobs` field of
+    /// a request that asked for them, which is then asked again without them (the worker sends
+    /// [`Self::body`] once more).
+    #[wasm_bindgen(js_name = refusedLogprobs)]
+    pub fn refused_logprobs(&mut self, status: u16, body: &str) -> bool {
+        let named = matches!(status, 400 | 422) && body.contains("logprobs");
+        if !(named && self.request.logprobs.is_some()) {
+            return false;
+        }
+        self.request.logprobs = None;
+        self.logprobs_refused = true;
+        true
     }
 
     /// The stream's bytes that arrived at `t_ms` (since the request was sent): `{ events, report,
@@ -127,7 +147,27 @@ impl EndpointRun {
             report,
             word_ends: word_ends_utf16(self.meter.text()),
             done: self.done,
+            token_note: self.token_note(),
         })
+    }
+
+    /// What the token inspector says of the log probabilities it asked for and did not get.
+    fn token_note(&self) -> Option<&'static str> {
+        if self.logprobs_refused {
+            Some(
+                "this endpoint refused the request's logprobs field, so it was asked again \
+                 without: no probabilities, and each mark is a chunk (which may hold several \
+                 tokens)",
+            )
+        } else if self.done && self.request.logprobs.is_some() && self.reader.logprob_tokens() == 0
+        {
+            Some(
+                "this endpoint sent no log probabilities, though the request asked for them \
+                 (logprobs): each mark is a chunk (which may hold several tokens)",
+            )
+        } else {
+            None
+        }
     }
 }
 

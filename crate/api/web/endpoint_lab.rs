@@ -58,6 +58,7 @@ impl EndpointLab {
             max_tokens: options.max_tokens,
             sampling: generate.sampling,
             ignore_eos: false,
+            logprobs: None,
         };
         let info = EndpointInfo {
             endpoint: base,

@@ -60,4 +60,7 @@ pub(crate) struct Pumped<'a> {
     pub(crate) report: crate::meter::Report,
     pub(crate) word_ends: Vec<usize>,
     pub(crate) done: bool,
+    /// An endpoint's run: why the token inspector has no probabilities, where it asked for them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) token_note: Option<&'static str>,
 }

@@ -454,6 +454,7 @@ impl Run {
                     report: run.report(),
                     word_ends: crate::meter::word_ends_utf16(run.text()),
                     done: run.is_done(),
+                    token_note: None,
                 }))
             })
             .await
