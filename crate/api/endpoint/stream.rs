@@ -107,8 +107,14 @@ fn read_logprobs(choice: &Value) -> Vec<ChunkToken> {
             logprob: logprob(v)?,
         })
     };
-    let keep = |mut top: Vec<ChunkAlternative>| {
-        top.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
+    // Likeliest first, by insertion (a generic sort would add kilobytes to the page's wasm for
+    // lists of a few).
+    let keep = |listed: Vec<ChunkAlternative>| {
+        let mut top: Vec<ChunkAlternative> = Vec::with_capacity(listed.len());
+        for a in listed {
+            let at = top.iter().position(|b| b.logprob < a.logprob);
+            top.insert(at.unwrap_or(top.len()), a);
+        }
         top.truncate(MAX_TOP_LOGPROBS);
         top
     };
