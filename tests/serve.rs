@@ -998,7 +998,9 @@ fn logprobs_are_the_engines_streamed_or_whole() {
 /// the whole context at every place of `--parallel 32` are refused at once, naming the budget
 /// (they could never fit), as is one that gives no max_tokens (1,024 by default, past this small
 /// budget); requests that fit two at a time run two at a time, the others waiting their turn,
-/// and every one is served in full. The server's own peak reservation says so.
+/// and every one is served in full. The server's own peak reservation says so, and the bytes it
+/// holds for keys and values (`tokenometer:kv_cache_bytes`) stay within the budget and go when
+/// the room empties.
 #[test]
 fn the_kv_budget_bounds_what_a_room_can_make_the_server_hold() {
     let model = smollm2();
@@ -1047,8 +1049,28 @@ fn the_kv_budget_bounds_what_a_room_can_make_the_server_hold() {
             "{message}"
         );
     }
-    // Four that fit two at a time: about 40 prompt tokens and 60 more each.
-    let served = together(4, chat(Some(60)));
+    // Four that fit two at a time: about 40 prompt tokens and 60 more each, the bytes the
+    // backend holds for keys and values watched while they run.
+    let running = std::sync::atomic::AtomicBool::new(true);
+    let (served, held) = std::thread::scope(|s| {
+        let watch = s.spawn(|| {
+            let mut held = Vec::new();
+            while running.load(std::sync::atomic::Ordering::Relaxed) {
+                held.push(server.metric("tokenometer:kv_cache_bytes"));
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            held
+        });
+        let served = together(4, chat(Some(60)));
+        running.store(false, std::sync::atomic::Ordering::Relaxed);
+        (served, watch.join().unwrap())
+    });
+    let most = held.iter().copied().fold(0.0, f64::max);
+    assert!(
+        most > 0.0 && most <= 10_000_000.0,
+        "the KV bytes held, watched {} times, at most {most}",
+        held.len()
+    );
     let mut reservation = 0;
     for (status, whole) in &served {
         assert_eq!(*status, 200, "{whole}");
@@ -1064,6 +1086,11 @@ fn the_kv_budget_bounds_what_a_room_can_make_the_server_hold() {
     assert_eq!(
         server.metric("tokenometer:kv_cache_positions_reserved"),
         0.0
+    );
+    assert_eq!(
+        server.metric("tokenometer:kv_cache_bytes"),
+        0.0,
+        "an empty room holds none"
     );
 }
 

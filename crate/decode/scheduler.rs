@@ -186,12 +186,17 @@ impl Scheduler {
     pub fn reserved_positions(&self, context: usize) -> usize {
         let reserve =
             |s: &Sequence| kv_reservation(s.prompt_ids.len(), s.options.max_tokens, context);
-        self.running.iter().map(reserve).sum::<usize>()
-            + self
-                .prefilling
-                .iter()
-                .map(|p| reserve(&p.seq))
-                .sum::<usize>()
+        self.batch().map(reserve).sum()
+    }
+
+    /// Positions the batch's KV caches have grown to hold (a waiting request holds none).
+    pub fn held_positions(&self) -> usize {
+        self.batch().map(|s| s.cache.capacity()).sum()
+    }
+
+    fn batch(&self) -> impl Iterator<Item = &Sequence> {
+        let prefilling = self.prefilling.iter().map(|p| &p.seq);
+        self.running.iter().chain(prefilling)
     }
 
     /// The reservation of sequence `id`, while it waits to join the batch.

@@ -137,6 +137,7 @@ async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
                 shared.kv_reserved_peak,
                 shared.kv_positions,
             ],
+            shared.kv_bytes,
         ),
     )
 }

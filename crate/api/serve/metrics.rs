@@ -130,7 +130,13 @@ impl Metrics {
     }
 
     /// The Prometheus text, with the gauges as they are now.
-    pub fn render(&self, running: [usize; 2], waiting: usize, kv: [usize; 3]) -> String {
+    pub fn render(
+        &self,
+        running: [usize; 2],
+        waiting: usize,
+        kv: [usize; 3],
+        kv_bytes: u64,
+    ) -> String {
         let labels = format!("model_name=\"{}\"", self.model);
         let mut out = String::new();
         let mut scalar = |name: &str, kind: &str, help: &str, value: u64| {
@@ -175,6 +181,12 @@ impl Metrics {
             "gauge",
             "The most KV cache positions the batch may reserve (--kv-memory over the bytes a position).",
             kv[2] as u64,
+        );
+        scalar(
+            "kv_cache_bytes",
+            "gauge",
+            "Bytes the backend holds for keys and values now (the requests' caches on the CPU, the KV pool on the GPU).",
+            kv_bytes,
         );
         scalar(
             "prompt_tokens_total",

@@ -85,6 +85,9 @@ pub struct Shared {
     /// The positions the batch has reserved, as of the last step, and the most it ever has.
     pub kv_reserved: usize,
     pub kv_reserved_peak: usize,
+    /// Bytes the backend holds for keys and values now, as of the last step: the sequences' own
+    /// caches on the CPU, the KV pool on the GPU.
+    pub kv_bytes: u64,
     /// The most requests the batch has held at once since the server started.
     pub running_peak: usize,
 }
@@ -188,6 +191,7 @@ pub fn start(
                 kv_bytes_per_position: per_position,
                 kv_reserved: 0,
                 kv_reserved_peak: 0,
+                kv_bytes: 0,
                 running_peak: 0,
                 metrics: Metrics::new(&engine.info.name),
                 room: Room::default(),
@@ -487,6 +491,15 @@ impl Worker {
     }
 
     /// The batch as the HTTP side sees it.
+    /// Bytes the backend holds for keys and values now.
+    fn kv_bytes(&self) -> u64 {
+        #[cfg(feature = "gpu")]
+        if let Some((_, pool)) = self.engine.model.gpu_memory() {
+            return pool;
+        }
+        (self.scheduler.held_positions() * self.engine.model.kv_bytes_per_position()) as u64
+    }
+
     fn publish(&mut self) {
         let live_rates = self
             .live
@@ -501,6 +514,7 @@ impl Worker {
             .scheduler
             .reserved_positions(self.engine.model.config.seq_len);
         shared.kv_reserved_peak = shared.kv_reserved_peak.max(shared.kv_reserved);
+        shared.kv_bytes = self.kv_bytes();
         shared.waiting = self.scheduler.waiting();
         shared.live_rates = live_rates;
     }
