@@ -279,6 +279,11 @@ fn ctx_caps_the_context_served() {
         (400, &json!("max_tokens")),
         "{error}"
     );
+    // The context served, not the model's (512 positions), is what the message names.
+    assert_eq!(
+        error["error"]["message"], "max_tokens is 41 but this server's context holds 40 tokens",
+        "{error}"
+    );
     let (status, whole) = server.post(
         "/v1/completions",
         &json!({"prompt": "Once upon a time", "temperature": 0, "ignore_eos": true}),

@@ -255,7 +255,7 @@ pub struct Checked {
 }
 
 impl Params {
-    /// The parameters checked against a model whose context holds `context` tokens; `seed` is the
+    /// The parameters checked against the context served (`context` tokens); `seed` is the
     /// one used when the request gives none. OpenAI's defaults: temperature 1 and top-p 1.
     pub fn check(&self, context: usize, seed: u64) -> Result<Checked, ApiError> {
         if let Some(n) = self.n
@@ -281,7 +281,7 @@ impl Params {
             Some(m) if m as u64 > context as u64 => {
                 return Err(ApiError::invalid(
                     field,
-                    format!("{field} is {m} but the model's context holds {context} tokens"),
+                    format!("{field} is {m} but this server's context holds {context} tokens"),
                 ));
             }
             Some(m) => Some(m as usize),
