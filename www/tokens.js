@@ -177,9 +177,9 @@ export class TokenView {
   endpointSpan(t, i) {
     const top = t.top ?? [];
     const at = top.findIndex((a) => a.text === t.text);
-    const rank = at >= 0 ? at + 1 : top.length ? top.length + 1 : null;
+    const rank = at >= 0 ? at + 1 : null;
     const ranked =
-      at >= 0
+      rank !== null
         ? ` (rank ${rank})`
         : top.length
           ? ` (not among the ${top.length} likeliest the server listed)`
@@ -188,18 +188,15 @@ export class TokenView {
       ? `; likeliest: ${top.map((a) => `${shown(a.text)} ${percent(a.logprob)}`).join(', ')}`
       : '';
     const label = `Output token ${i + 1}: ${shown(t.text)}, probability ${percent(t.logprob)}${ranked}${likeliest}`;
-    const span = this.span(null, t.text, label, null);
-    span.dataset.logprob = String(t.logprob);
-    if (at >= 0 && rank !== null) span.dataset.rank = String(rank);
-    span.style.setProperty('--doubt', String(Math.min(1, -t.logprob / 4)));
-    return span;
+    return this.span(null, t.text, label, { logprob: t.logprob, rank });
   }
 
   /**
    * @param {number | null} id
    * @param {string} text
    * @param {string} label
-   * @param {Logprobs | null} logprobs
+   * @param {{ logprob: number, rank: number | null } | null} logprobs  its rank null where
+   *   unknown (an endpoint's token that is not among the alternatives it listed)
    */
   span(id, text, label, logprobs) {
     const span = document.createElement('span');
@@ -210,7 +207,7 @@ export class TokenView {
     if (id !== null) span.dataset.tokenId = String(id);
     if (logprobs) {
       span.dataset.logprob = String(logprobs.logprob);
-      span.dataset.rank = String(logprobs.rank);
+      if (logprobs.rank !== null) span.dataset.rank = String(logprobs.rank);
       // Less likely tokens are marked more strongly: what the model was unsure of stands out.
       span.style.setProperty('--doubt', String(Math.min(1, -logprobs.logprob / 4)));
     }

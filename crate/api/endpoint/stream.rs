@@ -318,8 +318,7 @@ impl<'a> StreamReader<'a> {
         let content = choice.content.unwrap_or_default();
         // The log probabilities go with the answer's text (or the reasoning's, without any).
         let mut logprobs = choice.logprobs;
-        self.logprob_tokens += logprobs.len();
-        let with_logprobs = !content.is_empty();
+        let answered = !content.is_empty();
         for (text, is_reasoning) in [(reasoning, true), (content, false)] {
             if text.is_empty() {
                 continue;
@@ -338,16 +337,17 @@ impl<'a> StreamReader<'a> {
                     .map_or(1, |ids| ids.len()),
             };
             self.counted += tokens;
+            let listed = match is_reasoning && answered {
+                true => Vec::new(),
+                false => std::mem::take(&mut logprobs),
+            };
+            self.logprob_tokens += listed.len();
             events.push(Event::Chunk {
                 tokens,
                 text,
                 t_ms,
                 reasoning: is_reasoning,
-                logprobs: if is_reasoning == with_logprobs {
-                    Vec::new()
-                } else {
-                    std::mem::take(&mut logprobs)
-                },
+                logprobs: listed,
             });
         }
     }

@@ -490,7 +490,6 @@ impl Worker {
         }
     }
 
-    /// The batch as the HTTP side sees it.
     /// Bytes the backend holds for keys and values now.
     fn kv_bytes(&self) -> u64 {
         #[cfg(feature = "gpu")]
@@ -500,6 +499,7 @@ impl Worker {
         (self.scheduler.held_positions() * self.engine.model.kv_bytes_per_position()) as u64
     }
 
+    /// The batch as the HTTP side sees it.
     fn publish(&mut self) {
         let live_rates = self
             .live
