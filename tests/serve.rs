@@ -436,13 +436,20 @@ fn every_bad_request_gets_openais_error_shape_and_the_server_keeps_serving() {
     assert_eq!(status, 400);
     // A body over the limit.
     let big = vec![b'a'; 5 << 20];
-    let response = client().post(&completions).body(big).send().unwrap();
-    assert_eq!(response.status().as_u16(), 413);
+    match client().post(&completions).body(big).send() {
+        Ok(response) => assert_eq!(response.status().as_u16(), 413),
+        // Or the server's answer and close came while the client was still writing, which then
+        // fails with a broken pipe before it reads the answer (seen beside a build): the raw
+        // request below reads the 413 where nothing is left unsent.
+        Err(e) => assert!(
+            e.is_request() && format!("{e:?}").contains("BodyWrite"),
+            "{e:?}"
+        ),
+    }
     // The server answers before reading the rest of the body and closes the connection; on a
     // loaded machine the client's unsent bytes can then reset it before the answer's body is
     // read (seen once in 4 runs beside a build). So the body is checked where nothing is left
     // unsent: a body of 4 MiB and one byte, all of which the server reads to know it is over.
-    drop(response);
     let over = (4 << 20) + 1;
     let mut request = format!(
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
