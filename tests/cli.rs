@@ -1037,6 +1037,16 @@ fn speculate_keeps_the_text_and_reports_its_drafts() {
         stderr.contains("speculation: ") && stderr.contains("drafts kept"),
         "{stderr}"
     );
+    // With --logprobs each token, kept drafts too, gets its line (on stderr), as in a plain run.
+    let (probed, probed_stderr) = run(&["--speculate", "lookup", "--logprobs", "2"]);
+    let (_, plain_stderr) = run(&["--logprobs", "2"]);
+    let table = |stderr: &str| {
+        let (_, table) = stderr.split_once("log probabilities (").expect("the table");
+        table.lines().take_while(|l| !l.is_empty()).count()
+    };
+    assert_eq!(probed, plain);
+    assert_eq!(table(&probed_stderr), table(&plain_stderr));
+    assert!(table(&probed_stderr) > 90, "{probed_stderr}");
     let draft = format!("draft:{}:q4", model());
     let (drafted, stderr) = run(&["--speculate", &draft, "--draft-max", "4"]);
     assert_eq!(drafted, plain);

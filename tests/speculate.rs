@@ -136,6 +136,94 @@ fn lookup_gives_plain_greedy_s_tokens_on_wgpu() {
     }
 }
 
+/// Each token's log probabilities and alternatives, and whether it was a kept draft.
+fn with_logprobs(
+    engine: &Engine,
+    options: &GenerateOptions,
+    speculation: Option<&Speculation>,
+) -> Vec<(u32, bool, tokenometer::decode::TokenLogprobs)> {
+    let mut tokens = Vec::new();
+    pollster::block_on(
+        engine.generate_speculative(PROMPTS[1], options, speculation, &mut |e| {
+            if let Event::Token {
+                id,
+                drafted,
+                logprobs,
+                ..
+            } = e
+            {
+                let l = logprobs
+                    .as_deref()
+                    .expect("every token has them, drafts too");
+                tokens.push((*id, *drafted, l.clone()));
+            }
+            Flow::Continue
+        }),
+    )
+    .expect("generates");
+    tokens
+}
+
+/// A speculating run that asks for log probabilities (the page's token inspector keeps them in
+/// every run) gets plain decoding's for every token, the kept drafts' read from the verifying
+/// pass's logits at their place: the same ids, ranks and alternatives, the same numbers within
+/// what a wider pass's arithmetic moves them, on the CPU and on wgpu. Sampling with drafts gives
+/// each token its own too.
+#[test]
+fn speculating_runs_report_each_token_s_log_probabilities() {
+    let gpu = pollster::block_on(Backend::init(BackendChoice::Wgpu)).expect("a wgpu adapter");
+    let mut speculation = Speculation::lookup();
+    speculation.fixed = true;
+    speculation.max_draft = 4;
+    let options = GenerateOptions {
+        logprobs: Some(5),
+        ..greedy(80)
+    };
+    for (backend, what) in [(Backend::cpu(), "cpu"), (gpu, "wgpu")] {
+        let engine = engine(&backend, Quant::F32);
+        let plain = with_logprobs(&engine, &options, None);
+        let fast = with_logprobs(&engine, &options, Some(&speculation));
+        assert!(
+            fast.iter().filter(|t| t.1).count() > 10,
+            "{what}: few drafts kept"
+        );
+        assert_eq!(fast.len(), plain.len(), "{what}");
+        for ((id, drafted, l), (want_id, _, want)) in fast.iter().zip(&plain) {
+            assert_eq!(
+                (id, l.rank, &l.bytes),
+                (want_id, want.rank, &want.bytes),
+                "{what}"
+            );
+            let ids = |l: &tokenometer::decode::TokenLogprobs| {
+                l.top.iter().map(|a| a.id).collect::<Vec<_>>()
+            };
+            assert_eq!(ids(l), ids(want), "{what}, drafted: {drafted}");
+            assert!(
+                (l.logprob - want.logprob).abs() < 1e-4,
+                "{what}: {l:?} {want:?}"
+            );
+        }
+        let sampled = GenerateOptions {
+            sampling: Sampling {
+                temperature: 0.8,
+                top_p: 1.0,
+                seed: 9,
+            },
+            ..options
+        };
+        for (id, _, l) in with_logprobs(&engine, &sampled, Some(&speculation)) {
+            assert!(
+                l.logprob <= 0.0 && l.rank >= 1 && l.top.len() == 5,
+                "{what}: {l:?}"
+            );
+            assert!(
+                l.rank > 5 || l.top[l.rank - 1].id == id,
+                "{what}: {id} {l:?}"
+            );
+        }
+    }
+}
+
 /// A metered run's report, with the verifications, drafts, kept drafts and tokens its events
 /// showed.
 fn metered(

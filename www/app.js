@@ -225,9 +225,9 @@ async function settings() {
       reading_wpm: number(el.wpm, d.run.reading_wpm),
       chat: el.chat.checked,
       ...speculateOptions(el.speculate.value, state.drafts),
-      // The token inspector asks for each token's probability and 5 alternatives (a speculating
-      // run keeps several tokens a pass and reports none).
-      ...(view.showsTokens() && el.speculate.value === 'off' ? { logprobs: 5 } : {}),
+      // The token inspector asks for each token's probability and 5 alternatives (an endpoint
+      // only while it is shown: runOnce asks the engine in this tab every run).
+      ...(view.showsTokens() ? { logprobs: 5 } : {}),
     },
     drafts: state.drafts,
   };
@@ -571,6 +571,10 @@ async function runOnce(signal) {
         prompt,
         {
           ...options,
+          // Every run keeps each token's probability and 5 alternatives, speculating ones too, so
+          // that "Show tokens" turned on after a run has them (a few passes over each step's
+          // logits: docs/measurements.md, the token inspector's cost).
+          logprobs: 5,
           ...opened,
           ...ceiling,
           ...cold,

@@ -163,7 +163,7 @@ export class TokenView {
       const top = l.top.map((a) => `${shown(pieceText(a.bytes))} ${percent(a.logprob)}`).join(', ');
       label += `, probability ${percent(l.logprob)} (rank ${l.rank}); likeliest: ${top}`;
     } else {
-      label += ' (no probabilities: run with tokens shown and without speculation)';
+      label += ' (no probabilities: this run was recorded without them)';
     }
     return this.span(t.id, visible, label, l);
   }

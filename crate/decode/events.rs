@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
-use crate::decode::sampling::{Sampling, TokenLogprobs};
+use crate::decode::logprobs::TokenLogprobs;
+use crate::decode::sampling::Sampling;
 use crate::model::Quant;
 use crate::model::phases::StepPhases;
 

@@ -1,5 +1,5 @@
 //! Generation: a model and its tokenizer ([`engine`]), requests stepped one token at a time in
-//! one batch ([`scheduler`], [`sequence`]), how each next token is picked ([`sampling`]), where a
+//! one batch ([`scheduler`], [`sequence`]), how each next token is picked ([`sampling`]) and its probability read ([`logprobs`]), where a
 //! stop string ends a sequence ([`stop`]), what a run says as it goes ([`events`]), how a load
 //! test's users arrive ([`arrival`]), and what a quantization costs in quality ([`quality`]).
 //! Below: `backend/` and `loading/`; above: `meter/`.
@@ -9,6 +9,7 @@ mod clock;
 pub mod costs;
 pub mod engine;
 pub mod events;
+pub mod logprobs;
 pub mod quality;
 pub mod sampling;
 pub mod scheduler;
@@ -22,7 +23,8 @@ pub use events::{
     ChunkAlternative, ChunkToken, DEFAULT_MAX_TOKENS, Event, Flow, GenerateOptions, ModelInfo,
     PromptToken, StopReason,
 };
-pub use sampling::{Alternative, MAX_TOP_LOGPROBS, Sampling, TokenLogprobs};
+pub use logprobs::{Alternative, MAX_TOP_LOGPROBS, TokenLogprobs};
+pub use sampling::Sampling;
 pub use scheduler::{
     Clock, PREFILL_CHUNK, Request, STEP_TOKENS, Scheduler, Tokenized, kv_reservation,
 };

@@ -4,33 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::decode::logprobs::{MAX_TOP_LOGPROBS, TokenLogprobs, logprobs};
 use crate::error::{Error, Result};
 use crate::model::logits::{Logits, argmax};
-
-/// A generated token's log probability and the likeliest tokens at its step, as OpenAI's
-/// `logprobs` report them: natural logs of the softmax of the step's logits divided by the
-/// sampler's temperature (1 for greedy), before top-p cuts the tail.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TokenLogprobs {
-    pub logprob: f32,
-    /// The chosen token's rank among the whole vocabulary (1: the likeliest).
-    pub rank: usize,
-    /// The chosen token's bytes (part of a character, for a byte token; none for a special).
-    pub bytes: Vec<u8>,
-    /// The likeliest tokens, likeliest first (as many as asked).
-    pub top: Vec<Alternative>,
-}
-
-/// One of the likeliest tokens at a step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Alternative {
-    pub id: u32,
-    pub logprob: f32,
-    pub bytes: Vec<u8>,
-}
-
-/// The most alternatives a token's [`TokenLogprobs`] lists (OpenAI's `top_logprobs` limit).
-pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// How to sample; temperature 0 means greedy.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -144,10 +120,10 @@ impl Sampler {
         samplers: &mut [Option<&mut Sampler>],
         logits: Logits,
     ) -> Result<Vec<(u32, Option<Box<TokenLogprobs>>)>> {
-        if samplers.iter().all(|s| {
-            s.as_ref()
-                .is_none_or(|s| s.settings.temperature == 0.0 && s.logprobs.is_none())
-        }) {
+        if samplers
+            .iter()
+            .all(|s| s.as_ref().is_none_or(|s| !s.reads_logits()))
+        {
             let ids = logits.argmax().await?;
             return Ok(ids.into_iter().map(|id| (id, None)).collect());
         }
@@ -164,10 +140,7 @@ impl Sampler {
                     } else {
                         argmax(row)
                     };
-                    let logprobs = s
-                        .logprobs
-                        .map(|top| Box::new(logprobs(row, temperature, id, top)));
-                    (id, logprobs)
+                    (id, s.logprobs_of(row, id))
                 }
                 None => (0, None),
             })
@@ -183,6 +156,19 @@ impl Sampler {
             return sample_weighted(&weights, coin);
         }
         sample_from(&nucleus(&normalized(weights), top_p), coin)
+    }
+
+    /// `id`'s log probabilities in `row` at this sampler's temperature, where it asks for them.
+    pub fn logprobs_of(&self, row: &[f32], id: u32) -> Option<Box<TokenLogprobs>> {
+        let temperature = self.settings.temperature;
+        self.logprobs
+            .map(|top| Box::new(logprobs(row, temperature, id, top)))
+    }
+
+    /// Whether its picks need each step's whole logits on the host: it samples, or it reports
+    /// log probabilities ([`with_logprobs`](Self::with_logprobs)); otherwise the argmax is enough.
+    pub fn reads_logits(&self) -> bool {
+        self.settings.temperature > 0.0 || self.logprobs.is_some()
     }
 
     /// Whether this sampler picks the argmax (temperature 0).
@@ -231,45 +217,6 @@ impl Sampler {
     }
 }
 
-/// `id`'s log probability in `row` at `temperature` (0: greedy, read at 1), its rank, and the
-/// `top` likeliest ids ([`TokenLogprobs`]; their bytes are the tokenizer's to fill in). The log of the sum is taken in f64 over the whole
-/// vocabulary, so a likely token's logprob is exact to f32's precision.
-pub fn logprobs(row: &[f32], temperature: f32, id: u32, top: usize) -> TokenLogprobs {
-    let t = if temperature > 0.0 { temperature } else { 1.0 } as f64;
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = row.iter().map(|&l| ((l as f64 - max) / t).exp()).sum();
-    let log_sum = sum.ln();
-    let logprob = |l: f32| ((l as f64 - max) / t - log_sum) as f32;
-    let chosen = row[id as usize];
-    // Ties rank by id, as the argmax picks the first of equals.
-    let rank = 1 + row
-        .iter()
-        .enumerate()
-        .filter(|&(i, &l)| l > chosen || (l == chosen && (i as u32) < id))
-        .count();
-    let mut order: Vec<u32> = (0..row.len() as u32).collect();
-    let top = top.min(row.len());
-    let by_logit = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
-    if top > 0 && top < order.len() {
-        order.select_nth_unstable_by(top - 1, by_logit);
-    }
-    order.truncate(top);
-    order.sort_by(by_logit);
-    TokenLogprobs {
-        logprob: logprob(chosen),
-        rank,
-        bytes: Vec::new(),
-        top: order
-            .into_iter()
-            .map(|id| Alternative {
-                id,
-                logprob: logprob(row[id as usize]),
-                bytes: Vec::new(),
-            })
-            .collect(),
-    }
-}
-
 fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
     normalized(exponentials(logits, temperature))
 }
@@ -306,7 +253,7 @@ fn normalized(mut weights: Vec<f32>) -> Vec<f32> {
 }
 
 /// The lanes [`sum`] keeps apart.
-const LANES: usize = 8;
+pub(super) const LANES: usize = 8;
 
 /// The sum of `x`, value `i` into lane `i % 8` in order and the lanes added in a fixed tree: the
 /// same bits on every platform (f32 additions in an order the code fixes), and one chain of
@@ -339,20 +286,33 @@ fn sum(x: &[f32]) -> f32 {
 /// the rest; with this and [`sum`], top-p 1 took 0.39 / 0.31 / 0.31 ms a pick before and 0.11 /
 /// 0.11 / 0.11 after, top-p 0.95 (after the nucleus's own change) 0.42 / 0.38 / 0.37 and 0.27 /
 /// 0.27 / 0.26. At 8 users each step makes 8 picks.
-fn exp(x: f32) -> f32 {
+#[inline(always)]
+pub(super) fn exp(x: f32) -> f32 {
+    exp_by(x, |a, b, c| a * b + c)
+}
+
+/// [`exp`] with its multiply-adds made by `madd(a, b, c)` (`a * b + c`): unfused (two roundings)
+/// in [`exp`], where a seed's picks must be the same everywhere; fused where a sum of many is all
+/// that is wanted and the processor fuses them (`logprobs.rs`).
+#[inline(always)]
+pub(super) fn exp_by(x: f32, madd: impl Fn(f32, f32, f32) -> f32) -> f32 {
     const ROUND: f32 = 12_582_912.0;
-    if x.is_nan() {
-        return x;
-    }
+    // No branch for NaN, so that the compiler vectorizes a loop of these: a NaN passes through
+    // the clamp and every operation after it as NaN.
     let x = x.clamp(-87.336_54, 88.3);
-    let t = x * std::f32::consts::LOG2_E + ROUND;
+    let t = madd(x, std::f32::consts::LOG2_E, ROUND);
     let n = t - ROUND;
-    let r = (x - n * 0.693_359_4) - n * -2.121_944_4e-4;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 0.166_666_65)
-        * r
-        + 0.5;
-    let y = (p * r) * r + r + 1.0;
+    let r = madd(n, 2.121_944_4e-4, madd(n, -0.693_359_4, x));
+    let p = [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ]
+    .into_iter()
+    .fold(1.987_569_1e-4, |p, c| madd(p, r, c));
+    let y = madd(p * r, r, r) + 1.0;
     let n = t.to_bits() as i32 - ROUND.to_bits() as i32;
     y * f32::from_bits(((n + 127) << 23) as u32)
 }

@@ -20,11 +20,12 @@ use web_time::Instant;
 use crate::backend::Segment;
 pub use crate::decode::clock::Clock;
 use crate::decode::engine::{Engine, ms_since};
-use crate::decode::events::{Event, Flow, GenerateOptions, StopReason};
+use crate::decode::events::{Event, GenerateOptions, StopReason};
 use crate::decode::sampling::Sampler;
 use crate::decode::sequence::{Position, SeqEvent, Sequence};
 use crate::decode::speculate::{Speculation, accept_greedy, accept_sampled};
 use crate::error::{Error, Result};
+use crate::model::logits::argmax;
 use crate::model::phases::Phase;
 
 /// What to generate.
@@ -615,12 +616,19 @@ impl Scheduler {
         tokens.push(seq.input);
         tokens.extend(&draft.tokens);
         let logits = model.forward(&tokens, &mut seq.cache, true);
-        let (kept, next) = if seq.sampler.is_greedy() {
+        // The logits at each kept token, where the sequence reports log probabilities.
+        let mut rows = None;
+        let (kept, next) = if !seq.sampler.reads_logits() {
             accept_greedy(&draft.tokens, &logits.argmax().await?)
         } else {
-            let rows = logits.into_vec().await?;
-            let probs = draft.probs.as_deref();
-            accept_sampled(&mut seq.sampler, &draft.tokens, probs, &rows, vocab)
+            let all = rows.insert(logits.into_vec().await?);
+            if seq.sampler.is_greedy() {
+                let ids: Vec<u32> = all.chunks_exact(vocab).map(argmax).collect();
+                accept_greedy(&draft.tokens, &ids)
+            } else {
+                let probs = draft.probs.as_deref();
+                accept_sampled(&mut seq.sampler, &draft.tokens, probs, all, vocab)
+            }
         };
         self.clock.passed(tokens.len());
         let now = self.clock.now_ms();
@@ -641,10 +649,11 @@ impl Scheduler {
         let tokenizer = &engine.tokenizer;
         let picked = draft.tokens[..kept].iter().map(|&d| (d, true));
         for (i, (id, drafted)) in picked.chain([(next, false)]).enumerate() {
+            let row = rows.as_ref().map(|r| &r[i * vocab..(i + 1) * vocab]);
             let at = Position {
                 pos: start + 1 + i,
                 drafted,
-                logprobs: None,
+                logprobs: row.and_then(|row| seq.sampler.logprobs_of(row, id)),
             };
             if seq.accept_at(tokenizer, id, at, now, context, &mut out) {
                 self.running.clear();
@@ -652,49 +661,5 @@ impl Scheduler {
             }
         }
         Ok(out)
-    }
-}
-
-impl Engine {
-    /// Generate from `prompt`, calling `on_event` for each event; `on_event` returning
-    /// [`Flow::Stop`] cancels the run (reported as `Cancelled`). This is the batch-1 case of the
-    /// [`Scheduler`]: one request, stepped until it ends.
-    pub async fn generate(
-        &self,
-        prompt: &str,
-        options: &GenerateOptions,
-        on_event: &mut dyn FnMut(&Event) -> Flow,
-    ) -> Result<StopReason> {
-        self.generate_speculative(prompt, options, None, on_event)
-            .await
-    }
-
-    /// [`generate`](Self::generate), speculating as `speculation` says (`None`: plain decoding).
-    pub async fn generate_speculative(
-        &self,
-        prompt: &str,
-        options: &GenerateOptions,
-        speculation: Option<&Speculation>,
-        on_event: &mut dyn FnMut(&Event) -> Flow,
-    ) -> Result<StopReason> {
-        let mut scheduler = Scheduler::new(1);
-        let request = Request {
-            prompt: prompt.to_string(),
-            options: *options,
-        };
-        let seq = scheduler.submit_speculative(self, &request, None, speculation)?;
-        loop {
-            for SeqEvent { event, .. } in scheduler.step(self).await? {
-                let flow = on_event(&event);
-                if let Event::Done { reason, .. } = event {
-                    return Ok(reason);
-                }
-                if flow == Flow::Stop {
-                    let done = scheduler.cancel(seq).expect("a running sequence");
-                    on_event(&done.event);
-                    return Ok(StopReason::Cancelled);
-                }
-            }
-        }
     }
 }

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::backend::KvCache;
 use crate::decode::events::{Event, GenerateOptions, PromptToken, StopReason};
+use crate::decode::logprobs::TokenLogprobs;
 use crate::decode::sampling::Sampler;
-use crate::decode::sampling::TokenLogprobs;
 use crate::decode::speculate::{Drafter, Speculation};
 use crate::decode::stop::StopText;
 use crate::loading::tokenizer::{TextStream, Tokenizer};
@@ -91,11 +91,9 @@ impl Sequence {
         Self {
             id,
             sampler: Sampler::new(options.sampling).with_logprobs(options.logprobs),
-            // A speculative step keeps several tokens from one pass and reports no log
-            // probabilities: a request that asks for them decodes plainly.
-            drafter: speculation
-                .filter(|_| options.logprobs.is_none())
-                .map(|s| Drafter::new(s.clone(), options.sampling)),
+            // A speculative step reads each kept token's log probabilities from the logits its
+            // verifying pass made at that token.
+            drafter: speculation.map(|s| Drafter::new(s.clone(), options.sampling)),
             ids: prompt_ids.clone(),
             options,
             made_ms,

@@ -108,3 +108,58 @@ test("Show tokens draws each token with its id and the engine's own probability,
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('Show tokens turned on after a speculating run shows every token with its probability and alternatives', async () => {
+  // Hidden while it runs, with prompt lookup keeping two drafts a step: the engine keeps each
+  // token's probability and 5 alternatives anyway, kept drafts included.
+  const prompt = encodeURIComponent(
+    'Lily and Ben went to the park. Lily and Ben went to the park. Lily and Ben',
+  );
+  const { page, errors } = await openPage(
+    site.browser,
+    `${site.base}/?model=stories260K&prompt=${prompt}&max=100&backend=cpu&quant=f32&drafts=2&autorun=1`,
+  );
+  const view = page.locator('#run-view');
+  const finished = () =>
+    page.waitForFunction(
+      () => document.querySelector('[data-testid=status]').textContent === 'done',
+      null,
+      { timeout: 120_000 },
+    );
+  await finished();
+  await page.getByTestId('speculate').selectOption('lookup');
+  await page.getByTestId('run').click();
+  await page.waitForFunction(
+    () =>
+      document
+        .querySelector('#run-view [data-testid=conditions]')
+        .textContent.includes('speculative: prompt lookup'),
+    null,
+    { timeout: 120_000 },
+  );
+  await finished();
+  const drafted = await view.getByTestId('output').locator('mark.drafted').count();
+  assert.ok(drafted > 3, `only ${drafted} drafts kept`);
+  await view.getByTestId('show-tokens').check();
+  await page.waitForFunction(
+    () => document.querySelectorAll('#run-view .output-tokens [data-token-id]').length >= 100,
+  );
+  const output = await page.evaluate(() =>
+    [...document.querySelectorAll('#run-view .output-tokens [data-token-id]')].map((el) => ({
+      logprob: /** @type {HTMLElement} */ (el).dataset.logprob,
+      rank: /** @type {HTMLElement} */ (el).dataset.rank,
+      label: el.getAttribute('aria-label'),
+    })),
+  );
+  assert.equal(output.length, 100);
+  for (const t of output) {
+    assert.equal(t.rank, '1', t.label);
+    assert.ok(Number(t.logprob) <= 0, t.label);
+    assert.match(
+      t.label,
+      /probability [\d.e+-]+% \(rank 1\); likeliest: (".*" [\d.e+-]+%(, )?){5}$/,
+    );
+  }
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -102,13 +102,6 @@ async fn run(command: Command) -> Result<(), Error> {
                     "--speculate runs one prompt at a time: give --prompt, not --prompts".into(),
                 ));
             }
-            if speculation.is_some() && logprobs.is_some() {
-                return Err(Error::Unsupported(
-                    "--speculate keeps several tokens a pass and reports no log probabilities; \
-                     drop one of --speculate and --logprobs"
-                        .into(),
-                ));
-            }
             let warm_up_ms = if no_warmup {
                 None
             } else {
