@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::decode::sampling::{LANES, exp_by};
+use crate::decode::lanes::{LANES, exp_by};
 
 /// A generated token's log probability and the likeliest tokens at its step, as OpenAI's
 /// `logprobs` report them: natural logs of the softmax of the step's logits divided by the
@@ -170,7 +170,7 @@ fn count_above(row: &[f32], value: f32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::sampling::{Sampler, Sampling};
+    use rand::{Rng, SeedableRng};
 
     /// The definition, slowly: f64 exponentials over the row, every id sorted by logit.
     fn logprobs_by_sorting(row: &[f32], t: f32, id: u32, top: usize) -> (f64, usize, Vec<u32>) {
@@ -190,10 +190,7 @@ mod tests {
 
     #[test]
     fn logprobs_match_their_definition_ties_and_tails_included() {
-        let mut rng = Sampler::new(Sampling {
-            seed: 11,
-            ..Sampling::default()
-        });
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         for (len, t, top) in [
             (1, 0.0, 5),
             (7, 1.0, 20),
@@ -203,7 +200,7 @@ mod tests {
         ] {
             // Logits on a coarse grid, so many are equal: ties rank by id.
             let row: Vec<f32> = (0..len)
-                .map(|_| (rng.coin() * 40.0).round() * 0.25 - 5.0)
+                .map(|_| rng.random_range(0..=40) as f32 * 0.25 - 5.0)
                 .collect();
             for id in [0, len / 3, len - 1] {
                 let got = logprobs(&row, t, id as u32, top);

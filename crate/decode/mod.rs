@@ -9,6 +9,8 @@ mod clock;
 pub mod costs;
 pub mod engine;
 pub mod events;
+mod generate;
+mod lanes;
 pub mod logprobs;
 pub mod quality;
 pub mod sampling;
