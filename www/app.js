@@ -571,10 +571,12 @@ async function runOnce(signal) {
         prompt,
         {
           ...options,
-          // Every run keeps each token's probability and 5 alternatives, speculating ones too, so
-          // that "Show tokens" turned on after a run has them (a few passes over each step's
-          // logits: docs/measurements.md, the token inspector's cost).
-          logprobs: 5,
+          // A run on the CPU keeps each token's probability and 5 alternatives, shown or not,
+          // speculating ones too, so that "Show tokens" turned on after it has them (a few passes
+          // over each step's logits: docs/measurements.md, the token inspector's cost). On WebGPU
+          // only while shown: keeping them reads each step's whole row of logits back instead of
+          // the one id the GPU picks, a cost not yet measured on a real GPU.
+          ...(loaded?.info?.backend === 'wgpu' ? {} : { logprobs: 5 }),
           ...opened,
           ...ceiling,
           ...cold,

@@ -163,7 +163,7 @@ export class TokenView {
       const top = l.top.map((a) => `${shown(pieceText(a.bytes))} ${percent(a.logprob)}`).join(', ');
       label += `, probability ${percent(l.logprob)} (rank ${l.rank}); likeliest: ${top}`;
     } else {
-      label += ' (no probabilities: this run was recorded without them)';
+      label += ' (no probabilities: on WebGPU a run keeps them only while Show tokens is on)';
     }
     return this.span(t.id, visible, label, l);
   }
