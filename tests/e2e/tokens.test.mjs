@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { openPage, pageSite, root } from './harness.mjs';
+import { finishedReport, openPage, pageSite, root } from './harness.mjs';
 
 const site = pageSite();
 const binary = resolve(root, 'target/debug/tokenometer');
@@ -120,13 +120,7 @@ test('Show tokens turned on after a speculating run shows every token with its p
     `${site.base}/?model=stories260K&prompt=${prompt}&max=100&backend=cpu&quant=f32&drafts=2&autorun=1`,
   );
   const view = page.locator('#run-view');
-  const finished = () =>
-    page.waitForFunction(
-      () => document.querySelector('[data-testid=status]').textContent === 'done',
-      null,
-      { timeout: 120_000 },
-    );
-  await finished();
+  await finishedReport(page);
   await page.getByTestId('speculate').selectOption('lookup');
   await page.getByTestId('run').click();
   await page.waitForFunction(
@@ -137,7 +131,7 @@ test('Show tokens turned on after a speculating run shows every token with its p
     null,
     { timeout: 120_000 },
   );
-  await finished();
+  await finishedReport(page);
   const drafted = await view.getByTestId('output').locator('mark.drafted').count();
   assert.ok(drafted > 3, `only ${drafted} drafts kept`);
   await view.getByTestId('show-tokens').check();
